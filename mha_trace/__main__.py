@@ -1,0 +1,3 @@
+from mha_trace.cli import main
+
+main()

@@ -1,0 +1,153 @@
+"""The command line: parse options, call the library, render, exit. Nothing else lives here.
+
+torch is imported inside the commands that need it, so `--help` answers instantly.
+"""
+
+import sys
+from enum import Enum
+from typing import Annotated
+
+import typer
+from typer.core import TyperGroup
+
+from mha_trace import __version__
+from mha_trace.errors import MhaError
+from mha_trace.output import Format, Output, emit, make_console
+
+_debug = False
+
+
+class _Group(TyperGroup):
+    """Every failure the user can fix becomes one `Error: ...` line with exit code 2 (or 1)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        global _debug
+        argv = list(sys.argv[1:] if args is None else args)
+        _debug = "--debug" in argv
+        try:
+            rv = super().main(args=argv, prog_name=prog_name, complete_var=complete_var,
+                              standalone_mode=False, **extra)
+        except MhaError as e:
+            if _debug:
+                raise
+            _fail(e.message, e.exit_code)
+        except typer.Abort:
+            _fail("aborted", 130)
+        except typer.TyperException as e:  # click's usage errors, as typer raises them
+            if _debug:
+                raise
+            if type(e).__name__ == "NoArgsIsHelpError":
+                print(e.format_message())
+                sys.exit(0)
+            ctx = getattr(e, "ctx", None)
+            cmd = f" {ctx.info_name}" if ctx is not None and ctx.parent is not None else ""
+            _fail(f"{e.format_message()} (see: mha-trace{cmd} --help)", getattr(e, "exit_code", 2))
+        except KeyboardInterrupt:
+            _fail("interrupted", 130)
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _fail(message: str, code: int):
+    sys.stderr.write(f"Error: {message}\n")
+    sys.exit(code)
+
+
+app = typer.Typer(
+    cls=_Group,
+    help="See multi-head attention: every tensor shape of a real forward pass, every head's "
+         "weights, one token's dot products.\n\nExample: mha-trace shapes --d-model 512 --heads 8",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool):
+    if value:
+        print(f"mha-trace {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit. Example: mha-trace --version")] = False,
+):
+    """mha-trace: see multi-head attention, one tensor operation at a time."""
+
+
+class Device(str, Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+    mps = "mps"
+    meta = "meta"
+
+
+class Dtype(str, Enum):
+    float32 = "float32"
+    float64 = "float64"
+    float16 = "float16"
+    bfloat16 = "bfloat16"
+
+
+class Mask(str, Enum):
+    none = "none"
+    causal = "causal"
+
+
+# options shared by every command
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table (rich, plain when piped), json or markdown. Example: --format json")]
+NoColorOpt = Annotated[bool, typer.Option("--no-color", help="Plain text without colour or escape codes (NO_COLOR does the same). Example: --no-color")]
+WidthOpt = Annotated[int | None, typer.Option("--width", min=40, help="Render at this many columns (default: the terminal's, 100 when piped). Example: --width 120")]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Show Python tracebacks instead of one-line errors. Example: --debug")]
+
+# sizes
+BatchOpt = Annotated[int, typer.Option("--batch", "-b", help="Batch size B. Example: --batch 2")]
+SeqOpt = Annotated[int, typer.Option("--seq", "-t", help="Sequence length T (tokens). Example: --seq 10")]
+DModelOpt = Annotated[int, typer.Option("--d-model", "-d", help="Model width d_model; must be divisible by --heads. Example: --d-model 512")]
+HeadsOpt = Annotated[int, typer.Option("--heads", "-H", help="Number of query heads H; d_k = d_model / H. Example: --heads 8")]
+KvHeadsOpt = Annotated[int | None, typer.Option("--kv-heads", help="Key/value heads (grouped-query attention; 1 is multi-query); must divide --heads. Example: --kv-heads 2")]
+DeviceOpt = Annotated[Device, typer.Option("--device", help="Where to run; meta computes shapes without allocating memory. Example: --device meta")]
+DtypeOpt = Annotated[Dtype, typer.Option("--dtype", help="Tensor dtype. Example: --dtype bfloat16")]
+MaskOpt = Annotated[Mask, typer.Option("--mask", help="none, or causal (no query looks at later keys). Example: --mask causal")]
+PadOpt = Annotated[int, typer.Option("--pad", help="Mask the last N key positions as padding. Example: --pad 2")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed for weights and inputs. Example: --seed 0")]
+
+
+@app.command()
+def shapes(
+    batch: BatchOpt = 2,
+    seq: SeqOpt = 10,
+    d_model: DModelOpt = 512,
+    heads: HeadsOpt = 8,
+    kv_heads: KvHeadsOpt = None,
+    device: DeviceOpt = Device.cpu,
+    dtype: DtypeOpt = Dtype.float32,
+    mask: MaskOpt = Mask.none,
+    pad: PadOpt = 0,
+    seed: SeedOpt = 0,
+    format: FormatOpt = Format.table,
+    no_color: NoColorOpt = False,
+    width: WidthOpt = None,
+    debug: DebugOpt = False,
+):
+    """Trace a real forward pass and print the shape, stride and memory of every tensor op.
+
+    Example: mha-trace shapes --d-model 512 --heads 8 --seq 6 --mask causal
+    """
+    from mha_trace.render_shapes import shapes_data, shapes_notes, shapes_table
+    from mha_trace.shapes import ShapesRequest, run_shapes
+
+    report = run_shapes(ShapesRequest(batch, seq, d_model, heads, kv_heads, device.value,
+                                      dtype.value, mask.value, pad, seed))
+    out = Output(format, no_color, width)
+    console = make_console(out)
+    emit(out, [shapes_table(report, console.width), shapes_notes(report)], shapes_data(report),
+         console)
+
+
+def main():
+    app()

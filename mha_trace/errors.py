@@ -1,0 +1,13 @@
+"""The one exception class for problems a user can fix (or must be told about)."""
+
+
+class MhaError(Exception):
+    """A user-facing error: printed as one `Error: ...` line, never as a traceback.
+
+    exit_code 2 means bad input (flags, configs); 1 means the environment or a failed check.
+    """
+
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code

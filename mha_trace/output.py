@@ -1,0 +1,104 @@
+"""The one output layer every command goes through: rich, plain, JSON or markdown.
+
+Rich tables on a terminal; no escape codes when piped, when NO_COLOR is set or with --no-color;
+JSON and markdown for scripts and notes. Only the CLI calls `emit`.
+"""
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from enum import Enum
+
+from rich import box
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+SCHEMA_VERSION = 1
+PLAIN_WIDTH = 100  # width used when the output is not a terminal and COLUMNS is not set
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    markdown = "markdown"
+
+
+@dataclass
+class Output:
+    format: Format = Format.table
+    no_color: bool = False
+    width: int | None = None
+
+
+def make_console(out: Output, file=None) -> Console:
+    file = file or sys.stdout
+    width = out.width
+    if width is None and not file.isatty() and "COLUMNS" not in os.environ:
+        width = PLAIN_WIDTH
+    no_color = out.no_color or bool(os.environ.get("NO_COLOR"))
+    return Console(file=file, width=width, no_color=no_color, highlight=False,
+                   color_system=None if no_color else "auto", emoji=False)
+
+
+def new_table(title: str | None = None, **kwargs) -> Table:
+    """The house style: a rule under the header, no outer frame, readable without colour."""
+    return Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                 padding=(0, 1), collapse_padding=True, title_justify="left",
+                 title_style="bold", header_style="bold", **kwargs)
+
+
+def _cell_text(cell) -> str:
+    return cell.plain if isinstance(cell, Text) else str(cell)
+
+
+def table_markdown(table: Table) -> str:
+    """A rich Table as a GitHub-flavoured markdown table (title as a heading, caption after)."""
+    columns = table.columns
+    header = [_cell_text(c.header) for c in columns]
+    rows = zip(*[[_cell_text(cell).replace("\n", " ") for cell in c._cells] for c in columns])
+    lines = [f"**{_cell_text(table.title)}**", ""] if table.title else []
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "|".join("---:" if c.justify == "right" else "---" for c in columns) + "|")
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    if table.caption:
+        lines += ["", _cell_text(table.caption)]
+    return "\n".join(lines)
+
+
+def to_markdown(renderables) -> str:
+    parts = []
+    for r in renderables:
+        if isinstance(r, Table):
+            parts.append(table_markdown(r))
+        elif isinstance(r, Group):
+            parts.append(to_markdown(r.renderables))
+        else:
+            parts.append(_cell_text(r).rstrip())
+    return "\n\n".join(p for p in parts if p) + "\n"
+
+
+def emit(out: Output, renderables: list, data: dict, console: Console | None = None) -> None:
+    """Print one command's result: `renderables` for table/markdown, `data` for JSON."""
+    if out.format == Format.json:
+        payload = {"schema_version": SCHEMA_VERSION, **data}
+        sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+        return
+    if out.format == Format.markdown:
+        sys.stdout.write(to_markdown(renderables))
+        return
+    console = console or make_console(out)
+    if console.is_terminal:
+        _print_all(console, renderables)
+        return
+    with console.capture() as captured:  # piped: plain lines without trailing padding
+        _print_all(console, renderables)
+    console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
+def _print_all(console: Console, renderables: list) -> None:
+    for i, r in enumerate(renderables):
+        if i:
+            console.print()
+        console.print(r)

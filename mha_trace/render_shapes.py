@@ -1,0 +1,129 @@
+"""Turn a ShapesReport into a rich table, plain-words notes, and JSON data."""
+
+import math
+import os
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from mha_trace.cost import human_bytes
+from mha_trace.output import new_table
+from mha_trace.shapes import ShapesReport
+
+SHORT_DTYPES = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
+                "bool": "bool", "int64": "i64"}
+
+
+def _shape(t: tuple) -> str:
+    return "[" + ", ".join(map(str, t)) + "]"
+
+
+def _stride(t: tuple) -> str:
+    return "(" + ", ".join(map(str, t)) + ")"
+
+
+def _rows(steps, op) -> str:
+    rows = [str(s.index) for s in steps if s.op == op]
+    return ("row " if len(rows) == 1 else "rows ") + ", ".join(rows)
+
+
+def _short_path(path: str) -> str:
+    parts = path.replace(os.sep, "/").split("/")
+    return "/".join(parts[-2:]) if "mha_trace" in parts else parts[-1]
+
+
+def title(report: ShapesReport) -> str:
+    r = report.request
+    kv = f" kv_heads={r.kv_heads}" if r.kv_heads and r.kv_heads != r.heads else ""
+    mask = f" mask={r.mask}" if r.mask != "none" else ""
+    pad = f" pad={r.pad}" if r.pad else ""
+    return (f"shapes: batch={r.batch} seq={r.seq} d_model={r.d_model} heads={r.heads}{kv} "
+            f"(d_k={r.d_model // r.heads}){mask}{pad} {r.dtype} on {r.device}")
+
+
+def shapes_table(report: ShapesReport, width: int = 100):
+    """One row per op. Below 100 columns the stride and dtype columns give way to the code."""
+    wide = width >= 100
+    table = new_table(title(report))
+    if not wide:
+        table.caption = "stride and dtype hidden below 100 columns (see them with --width 100)"
+        table.caption_justify = "left"
+    table.add_column("#", justify="right")
+    table.add_column("ln", justify="right")
+    table.add_column("code", overflow="fold", ratio=1, min_width=12)
+    table.add_column("op", overflow="fold", min_width=10, max_width=11)
+    table.add_column("shape", overflow="fold", max_width=16)
+    if wide:
+        table.add_column("stride", overflow="fold", max_width=18)
+    table.add_column("contig")
+    if wide:
+        table.add_column("dtype")
+    table.add_column("alloc", justify="right", no_wrap=True)
+    for s in report.steps:
+        alloc = Text("view", style="dim") if s.is_view else human_bytes(s.bytes)
+        cells = [str(s.index), str(s.line) if s.line else "in", s.text, s.op, _shape(s.shape)]
+        cells += [_stride(s.stride)] if wide else []
+        cells += ["yes" if s.contiguous else "no"]
+        cells += [SHORT_DTYPES.get(s.dtype, s.dtype)] if wide else []
+        table.add_row(*cells, alloc,
+                      style="bold" if s.op == "contiguous" and not s.is_view else None)
+    return table
+
+
+def shapes_notes(report: ShapesReport) -> Group:
+    """Plain words for students: what view, transpose and contiguous did in this run."""
+    steps, r = report.steps, report.request
+    notes = Table.grid(padding=(0, 2))
+    notes.add_column(no_wrap=True)
+    notes.add_column()
+    if any(s.op == "view" for s in steps):
+        notes.add_row("  view", f"{_rows(steps, 'view')}: new shape and strides over the same "
+                                "memory; no data moved, 0 bytes.")
+    if any(s.op == "transpose" for s in steps):
+        notes.add_row("  transpose", f"{_rows(steps, 'transpose')}: two strides swapped; no data "
+                                     "moved, so the result is not contiguous.")
+    for s in steps:
+        if s.op == "contiguous" and not s.is_view:
+            notes.add_row("  contiguous", f"row {s.index}: copied {human_bytes(s.bytes)} into a "
+                                          "fresh row-major block, so that .view can merge heads.")
+        elif s.op == "contiguous":
+            notes.add_row("  contiguous", f"row {s.index}: already contiguous, so it returned "
+                                          "itself (no copy).")
+    if any(s.op == "repeat_interleave" for s in steps):
+        notes.add_row("  repeat", f"{_rows(steps, 'repeat_interleave')}: each K/V head copied for "
+                                  f"{r.heads // r.kv_heads} query heads (grouped-query attention).")
+    p = report.parameters
+    lines = [f"Parameters: {sum(p.values()):,} ("
+             + " · ".join(f"{k} {v:,}" for k, v in p.items()) + ")"]
+    new = [s for s in steps if s.bytes]
+    verb = "would allocate" if r.device == "meta" else "allocated"
+    lines.append(f"Forward pass {verb} {human_bytes(report.bytes_allocated)} in {len(new)} new "
+                 "tensors (inputs included).")
+    big = max(steps, key=lambda s: (math.prod(s.shape), -s.index))
+    lines.append(f"Largest tensor: row {big.index} {big.text} {_shape(big.shape)}, "
+                 f"{human_bytes(math.prod(big.shape) * big.itemsize)}.")
+    if r.device == "meta":
+        lines.append("Device meta: shapes and strides are real, nothing was allocated.")
+    return Group(Text(f"Source: {_short_path(steps[-1].file)}. What the reshapes did here:"),
+                 notes, Text(""), Text("\n".join(lines)))
+
+
+def shapes_data(report: ShapesReport) -> dict:
+    r = report.request
+    return {
+        "command": "shapes",
+        "config": {"batch": r.batch, "seq": r.seq, "d_model": r.d_model, "heads": r.heads,
+                   "kv_heads": r.kv_heads or r.heads, "d_k": r.d_model // r.heads,
+                   "device": r.device, "dtype": r.dtype, "mask": r.mask, "pad": r.pad,
+                   "seed": r.seed},
+        "steps": [{"step": s.index, "op": s.op, "text": s.text, "file": s.file, "line": s.line,
+                   "source": s.source, "shape": list(s.shape), "stride": list(s.stride),
+                   "contiguous": s.contiguous, "view": s.is_view, "dtype": s.dtype,
+                   "bytes": s.bytes, "inputs": [list(i) for i in s.inputs]}
+                  for s in report.steps],
+        "summary": {"parameters": sum(report.parameters.values()),
+                    "parameters_by_layer": report.parameters,
+                    "bytes_allocated": report.bytes_allocated,
+                    "estimated_peak_bytes": report.estimate},
+    }

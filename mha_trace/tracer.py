@@ -1,0 +1,233 @@
+"""Watch a module's forward pass from outside and record every tensor operation.
+
+The tracer is a TorchFunctionMode: every torch function, Tensor method and operator called while it
+is active passes through `__torch_function__`, where we run it and write down what came out. It
+never touches the module: no hooks, no change of device or train/eval mode, and it always detaches.
+
+>>> steps = trace(MultiHeadAttention(512, 8), torch.randn(2, 10, 512)).steps
+>>> [s.shape for s in steps[:4]]
+[(2, 10, 512), (2, 10, 512), (2, 10, 8, 64), (2, 8, 10, 64)]
+"""
+
+import inspect
+import linecache
+import os
+import sys
+from dataclasses import dataclass, field
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_THIS_FILE = __file__
+
+# operator dunders and their everyday names
+_OP_NAMES = {"truediv": "div", "rtruediv": "div", "mul": "mul", "rmul": "mul", "add": "add",
+             "radd": "add", "sub": "sub", "rsub": "sub", "matmul": "matmul", "rmatmul": "matmul",
+             "getitem": "index", "invert": "not", "eq": "eq", "ne": "ne", "pow": "pow",
+             "neg": "neg", "and": "and", "or": "or", "lt": "lt", "gt": "gt", "le": "le", "ge": "ge"}
+
+
+@dataclass
+class Step:
+    """One tensor operation of the forward pass, as it ran."""
+
+    index: int
+    op: str  # "linear", "view", "transpose", ... or "input"
+    text: str  # the sub-expression that ran, e.g. ".transpose(1, 2)"
+    file: str
+    line: int
+    source: str  # the whole source line, stripped
+    shape: tuple
+    stride: tuple
+    contiguous: bool
+    is_view: bool  # shares storage with one of its inputs
+    dtype: str
+    device: str
+    bytes: int  # newly allocated bytes; 0 for views
+    itemsize: int  # bytes per element
+    inputs: list = field(default_factory=list)  # shapes of the tensor inputs
+    span: str = ""  # the whole expression that this call ends, for prefix stripping
+
+
+@dataclass
+class Failure:
+    """The operation that raised inside the forward pass."""
+
+    op: str
+    text: str
+    file: str
+    line: int
+    source: str
+    inputs: list
+    message: str
+
+
+@dataclass
+class Trace:
+    steps: list
+    output: object = None
+    failure: Failure | None = None
+
+
+class ForwardFailed(Exception):
+    """The module's forward raised; carries the trace up to the failure."""
+
+    def __init__(self, trace: Trace):
+        super().__init__(trace.failure.message if trace.failure else "forward failed")
+        self.trace = trace
+
+
+def _tensors(obj):
+    """Tensors in an argument tree (one level of lists, tuples and dicts deep is enough here)."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in _tensors(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in _tensors(o)]
+    return []
+
+
+def _op_name(func) -> str:
+    name = getattr(func, "__name__", str(func))
+    if name == "__get__":  # a property such as Tensor.T
+        return getattr(getattr(func, "__self__", None), "__name__", "attribute")
+    if name.startswith("__") and name.endswith("__"):
+        name = name.strip("_")
+        return _OP_NAMES.get(name, name)
+    return name
+
+
+def _storage_id(t: torch.Tensor):
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):  # tensors without storage (e.g. some subclasses)
+        return None
+
+
+def _matching_paren(text: str) -> int:
+    """Index of the '(' that matches the final ')' of text, or -1."""
+    depth = 0
+    for i in range(len(text) - 1, -1, -1):
+        if text[i] == ")":
+            depth += 1
+        elif text[i] == "(":
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def _own_part(span: str, earlier: list) -> str:
+    """The part of `span` this call added: `.view(...)` of `self.W_q(q).view(...)`.
+
+    An earlier step on the same line whose expression is a prefix of ours is our receiver (or left
+    operand); we show what comes after it.
+    """
+    for prev in reversed(earlier):
+        if prev and len(prev) < len(span) and span.startswith(prev):
+            rest = span[len(prev):].strip()
+            return rest if rest.startswith(".") else "… " + rest
+    return span
+
+
+class _Recorder(TorchFunctionMode):
+    def __init__(self, watch: set):
+        super().__init__()
+        self.watch = watch
+        self.steps: list[Step] = []
+        self.failure: Failure | None = None
+
+    def _where(self):
+        """(file, line, source line, expression span) of the innermost watched frame."""
+        frame = sys._getframe(2)
+        fallback = None
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if filename in self.watch:
+                break
+            if fallback is None and filename != _THIS_FILE and not filename.startswith(_TORCH_DIR):
+                fallback = frame
+            frame = frame.f_back
+        frame = frame or fallback
+        if frame is None:
+            return "?", 0, "", ""
+        code = frame.f_code
+        positions = list(code.co_positions())
+        lineno, end_lineno, col, end_col = positions[frame.f_lasti // 2]
+        lineno = lineno or frame.f_lineno
+        line = linecache.getline(code.co_filename, lineno).rstrip("\n")
+        if col is None or end_col is None:
+            span = line.strip()
+        elif end_lineno == lineno:
+            span = line[col:end_col]
+        else:
+            span = line[col:].rstrip() + " …"
+        return code.co_filename, lineno, line.strip(), span
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        inputs = _tensors(args) + _tensors(kwargs)
+        try:
+            result = func(*args, **kwargs)
+        except Exception as exc:
+            file, line, source, span = self._where()
+            self.failure = Failure(_op_name(func), span, file, line, source,
+                                   [tuple(t.shape) for t in inputs], str(exc).strip().splitlines()[0])
+            raise
+        outputs = _tensors(result) if isinstance(result, (torch.Tensor, tuple, list)) else []
+        if outputs:
+            file, line, source, span = self._where()
+            earlier = [s.span for s in self.steps if s.file == file and s.line == line]
+            self._record(_op_name(func), _own_part(span, earlier), file, line, source, span,
+                         outputs, inputs)
+        return result
+
+    def _record(self, op, text, file, line, source, span, outputs, inputs):
+        in_storages = {_storage_id(t) for t in inputs}
+        out = outputs[0]
+        new_bytes = sum(t.numel() * t.element_size() for t in outputs
+                        if _storage_id(t) not in in_storages)
+        self.steps.append(Step(
+            index=len(self.steps), op=op, text=text, file=file, line=line, source=source,
+            shape=tuple(out.shape), stride=tuple(out.stride()), contiguous=out.is_contiguous(),
+            is_view=_storage_id(out) in in_storages, dtype=str(out.dtype).removeprefix("torch."),
+            device=out.device.type, bytes=new_bytes, itemsize=out.element_size(), inputs=[tuple(t.shape) for t in inputs],
+            span=span))
+
+
+def _input_steps(module, args, kwargs, recorder):
+    """One "input" row per distinct tensor handed to forward, named by forward's parameters."""
+    try:
+        bound = inspect.signature(module.forward).bind(*args, **kwargs).arguments
+    except TypeError:
+        bound = {f"arg{i}": a for i, a in enumerate(args)} | kwargs
+    seen = set()
+    for name, value in bound.items():
+        if isinstance(value, torch.Tensor) and id(value) not in seen:
+            seen.add(id(value))
+            where = inspect.getsourcefile(type(module)) or "?"
+            recorder._record("input", name, where, 0, "", "", [value], [])
+            recorder.steps[-1].is_view = False
+            recorder.steps[-1].bytes = value.numel() * value.element_size()
+
+
+def trace(module, *args, watch=(), **kwargs) -> Trace:
+    """Run module(*args, **kwargs) once and return the recorded steps and its output.
+
+    watch: extra source files whose lines the rows are attributed to (the module's own file is
+    always watched). Raises ForwardFailed, carrying the steps so far, when forward raises.
+    """
+    own_file = inspect.getsourcefile(type(module))
+    recorder = _Recorder({f for f in (own_file, *watch) if f})
+    _input_steps(module, args, kwargs, recorder)
+    try:
+        with recorder:
+            output = module(*args, **kwargs)
+    except Exception as exc:
+        failed = Trace(recorder.steps, None, recorder.failure)
+        if failed.failure is None:
+            failed.failure = Failure("forward", "", own_file or "?", 0, "", [], str(exc))
+        raise ForwardFailed(failed) from exc
+    return Trace(recorder.steps, output)

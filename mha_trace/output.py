@@ -49,6 +49,18 @@ def new_table(title: str | None = None, **kwargs) -> Table:
                  title_style="bold", header_style="bold", **kwargs)
 
 
+def display_path(path: str) -> str:
+    """mha_trace/attention.py for the package's own files, cwd-relative for files below cwd."""
+    package_dir = os.path.dirname(os.path.abspath(__file__))
+    path_abs = os.path.abspath(path)
+    if path_abs.startswith(package_dir + os.sep):
+        return "mha_trace/" + os.path.relpath(path_abs, package_dir).replace(os.sep, "/")
+    cwd = os.getcwd()
+    if path_abs.startswith(cwd + os.sep):
+        return os.path.relpath(path_abs, cwd)
+    return path
+
+
 def _cell_text(cell) -> str:
     return cell.plain if isinstance(cell, Text) else str(cell)
 

@@ -1,14 +1,13 @@
 """Turn a ShapesReport into a rich table, plain-words notes, and JSON data."""
 
 import math
-import os
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from mha_trace.cost import human_bytes
-from mha_trace.output import new_table
+from mha_trace.output import display_path, new_table
 from mha_trace.shapes import ShapesReport
 
 SHORT_DTYPES = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
@@ -26,11 +25,6 @@ def _stride(t: tuple) -> str:
 def _rows(steps, op) -> str:
     rows = [str(s.index) for s in steps if s.op == op]
     return ("row " if len(rows) == 1 else "rows ") + ", ".join(rows)
-
-
-def _short_path(path: str) -> str:
-    parts = path.replace(os.sep, "/").split("/")
-    return "/".join(parts[-2:]) if "mha_trace" in parts else parts[-1]
 
 
 def title(report: ShapesReport) -> str:
@@ -105,7 +99,7 @@ def shapes_notes(report: ShapesReport) -> Group:
                  f"{human_bytes(math.prod(big.shape) * big.itemsize)}.")
     if r.device == "meta":
         lines.append("Device meta: shapes and strides are real, nothing was allocated.")
-    return Group(Text(f"Source: {_short_path(steps[-1].file)}. What the reshapes did here:"),
+    return Group(Text(f"Source: {display_path(steps[-1].file)}. What the reshapes did here:"),
                  notes, Text(""), Text("\n".join(lines)))
 
 
@@ -117,7 +111,7 @@ def shapes_data(report: ShapesReport) -> dict:
                    "kv_heads": r.kv_heads or r.heads, "d_k": r.d_model // r.heads,
                    "device": r.device, "dtype": r.dtype, "mask": r.mask, "pad": r.pad,
                    "seed": r.seed},
-        "steps": [{"step": s.index, "op": s.op, "text": s.text, "file": s.file, "line": s.line,
+        "steps": [{"step": s.index, "op": s.op, "text": s.text, "file": display_path(s.file), "line": s.line,
                    "source": s.source, "shape": list(s.shape), "stride": list(s.stride),
                    "contiguous": s.contiguous, "view": s.is_view, "dtype": s.dtype,
                    "bytes": s.bytes, "inputs": [list(i) for i in s.inputs]}

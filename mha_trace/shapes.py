@@ -7,7 +7,7 @@ import torch
 from mha_trace.attention import MultiHeadAttention
 from mha_trace.cost import Dims
 from mha_trace.errors import MhaError
-from mha_trace.runtime import DTYPES, check_device, guard_memory
+from mha_trace.runtime import DTYPES, check_device, guard_memory, light_meta_kernels
 from mha_trace.tracer import Step, trace
 from mha_trace.validate import heads_divide, kv_heads_divide, positive
 
@@ -74,12 +74,14 @@ def run_shapes(req: ShapesRequest) -> ShapesReport:
     device = check_device(req.device)
     estimate = guard_memory(req.dims(), device)
     torch.manual_seed(req.seed)
-    with torch.device(device):
-        module = MultiHeadAttention(req.d_model, req.heads, req.kv_heads).to(DTYPES[req.dtype])
-        x = torch.randn(req.batch, req.seq, req.d_model, dtype=DTYPES[req.dtype])
-    mask = build_mask(req, device)
-    with torch.no_grad():
-        result = trace(module, x, mask=mask)
+    dtype, size = DTYPES[req.dtype], (req.batch, req.seq, req.d_model)
+    with torch.device(device), light_meta_kernels(device):
+        module = MultiHeadAttention(req.d_model, req.heads, req.kv_heads).to(dtype)
+        # meta tensors hold no values, so there is nothing to draw at random
+        x = torch.empty(size, dtype=dtype) if device.type == "meta" else torch.randn(size, dtype=dtype)
+        mask = build_mask(req, device)
+        with torch.no_grad():
+            result = trace(module, x, mask=mask)
     params = {name: sum(p.numel() for p in layer.parameters())
               for name, layer in module.named_children()}
     return ShapesReport(req, result.steps, params, estimate)

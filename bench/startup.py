@@ -1,0 +1,82 @@
+"""Start-up and meta-trace cost, as ratios to `python -c "import torch"` measured in the same run.
+
+Each command runs as a whole process; the commands are alternated round by round so that a noisy,
+shared machine slows them all alike. Prints the median wall time, the peak RSS, and both as ratios
+to the torch import. Not a test: run it by hand.
+
+    python bench/startup.py            # 7 rounds
+    python bench/startup.py --rounds 15
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+TARGETS = {  # name: (wall ratio, peak-RSS ratio) targets from the issues; None where none is set
+    "mha-trace --help": (0.25, None),
+    "mha-trace shapes": (1.15, None),
+    "mha-trace shapes (GPT-3, meta)": (1.6, 1.4),
+    "mha-trace cost --preset gpt3-175b": (0.25, None),
+}
+
+
+def commands() -> dict:
+    exe = shutil.which("mha-trace")
+    cli = [exe] if exe else [sys.executable, "-m", "mha_trace"]
+    gpt3 = ["--device", "meta", "--batch", "1", "--seq", "2048", "--d-model", "12288",
+            "--heads", "96"]
+    cmds = {
+        "import torch": [sys.executable, "-c", "import torch"],
+        "mha-trace --help": cli + ["--help"],
+        "mha-trace shapes": cli + ["shapes"],
+        "mha-trace shapes (GPT-3, meta)": cli + ["shapes", *gpt3],
+    }
+    if subprocess.run(cli + ["cost", "--help"], capture_output=True).returncode == 0:
+        cmds["mha-trace cost --preset gpt3-175b"] = cli + ["cost", "--preset", "gpt3-175b"]
+    return cmds
+
+
+def run_once(cmd: list) -> tuple[float, int]:
+    """Wall seconds and peak RSS (bytes) of one whole process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "NO_COLOR": "1"})
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}")
+    return wall, usage.ru_maxrss * 1024
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    rounds = parser.parse_args().rounds
+    cmds = commands()
+    walls = {name: [] for name in cmds}
+    rss = {name: [] for name in cmds}
+    for name, cmd in cmds.items():  # warm the file cache once
+        run_once(cmd)
+    for _ in range(rounds):
+        for name, cmd in cmds.items():
+            w, m = run_once(cmd)
+            walls[name].append(w)
+            rss[name].append(m)
+    base_w = statistics.median(walls["import torch"])
+    base_m = statistics.median(rss["import torch"])
+    print(f"{rounds} rounds, medians; ratios are to `python -c 'import torch'`\n")
+    print(f"{'command':34} {'wall s':>7} {'ratio':>6} {'target':>7}   {'RSS MiB':>8} {'ratio':>6} {'target':>7}")
+    for name in cmds:
+        w, m = statistics.median(walls[name]), statistics.median(rss[name])
+        tw, tm = TARGETS.get(name, (None, None))
+        fmt = lambda t: f"≤{t:.2f}" if t else ""
+        print(f"{name:34} {w:7.3f} {w / base_w:6.2f} {fmt(tw):>7}   {m / 2**20:8.0f} "
+              f"{m / base_m:6.2f} {fmt(tm):>7}")
+
+
+if __name__ == "__main__":
+    main()

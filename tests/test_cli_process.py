@@ -1,0 +1,67 @@
+"""The installed command as a shell script sees it: real processes, exit codes, no tracebacks."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import typer
+
+from mha_trace import __version__
+from mha_trace.cli import app
+
+
+def run(*args, env=None, input=None):
+    env = {**os.environ, **(env or {})}
+    env.pop("COLUMNS", None)
+    return subprocess.run(args, capture_output=True, text=True, env=env, input=input, timeout=120)
+
+
+def test_version_from_console_script_and_module():
+    assert run("mha-trace", "--version").stdout == f"mha-trace {__version__}\n"
+    assert run(sys.executable, "-m", "mha_trace", "--version").stdout == f"mha-trace {__version__}\n"
+
+
+def test_error_in_a_real_process_is_one_line_without_traceback():
+    p = run("mha-trace", "shapes", "--d-model", "10", "--heads", "3")
+    assert p.returncode == 2
+    assert p.stderr == "Error: d_model=10 is not divisible by heads=3 (valid head counts: 1, 2, 5, 10)\n"
+    assert "Traceback" not in p.stderr
+
+
+def test_debug_shows_the_traceback():
+    p = run("mha-trace", "shapes", "--d-model", "10", "--heads", "3", "--debug")
+    assert p.returncode != 0 and "Traceback" in p.stderr and "MhaError" in p.stderr
+
+
+def test_piped_output_is_plain_and_same_bytes_twice():
+    first = run("mha-trace", "shapes")
+    second = run("mha-trace", "shapes")
+    assert first.returncode == 0 and first.stdout == second.stdout
+    assert "\x1b[" not in first.stdout
+
+
+def test_reader_closing_the_pipe_is_not_an_error():
+    p = subprocess.run("mha-trace shapes --seq 64 | head -n 2", shell=True, capture_output=True,
+                       text=True, timeout=120)
+    assert p.stdout.startswith("shapes: batch=2 seq=64")
+    assert "Traceback" not in p.stderr and "Error" not in p.stderr
+
+
+def test_help_does_not_import_torch():
+    code = ("import sys; from typer.testing import CliRunner; from mha_trace.cli import app; "
+            "r = CliRunner(); [r.invoke(app, a) for a in (['--help'], ['shapes', '--help'])]; "
+            "print('torch' in sys.modules)")
+    assert run(sys.executable, "-c", code).stdout.strip() == "False"
+
+
+COMMANDS = sorted(typer.main.get_command(app).commands)
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_and_option_has_help_with_an_example(name):
+    command = typer.main.get_command(app).commands[name]
+    assert "Example: mha-trace " + name in command.help
+    for param in command.params:
+        if param.name != "help":
+            assert "Example:" in (param.help or ""), f"{name} {param.name}"

@@ -1,0 +1,119 @@
+"""`mha-trace shapes` as a user runs it: the table, JSON, the memory guard."""
+
+import json
+
+import pytest
+
+from mha_trace.cost import Dims, parameters, peak_bytes
+
+
+def test_default_table_matches_golden(cli, golden):
+    result = cli("shapes")
+    assert result.exit_code == 0
+    golden("shapes_default.txt", result.stdout)
+
+
+def test_causal_gqa_table_matches_golden(cli, golden):
+    result = cli("shapes", "--d-model", "64", "--heads", "8", "--kv-heads", "2", "--seq", "6",
+                 "--mask", "causal", "--batch", "1")
+    assert result.exit_code == 0
+    golden("shapes_causal_gqa.txt", result.stdout)
+
+
+def test_narrow_table_hides_stride_and_says_how_to_widen(cli, golden):
+    result = cli("shapes", "--width", "80")
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+    assert "--width 100" in result.stdout
+    golden("shapes_width80.txt", result.stdout)
+
+
+def test_plain_output_has_no_escape_codes_or_trailing_spaces(cli):
+    out = cli("shapes").stdout
+    assert "\x1b" not in out
+    assert all(line == line.rstrip() for line in out.splitlines())
+    assert max(len(line) for line in out.splitlines()) <= 100
+
+
+def test_json_keys_and_l04_shapes(cli):
+    data = json.loads(cli("shapes", "--format", "json").stdout)
+    assert data["schema_version"] == 1 and data["command"] == "shapes"
+    steps = data["steps"]
+    shapes = [s["shape"] for s in steps if s["op"] != "input"]
+    assert shapes[:3] == [[2, 10, 512], [2, 10, 8, 64], [2, 8, 10, 64]]
+    assert shapes[-4:] == [[2, 10, 8, 64], [2, 10, 8, 64], [2, 10, 512], [2, 10, 512]]
+    for key in ("shape", "stride", "contiguous", "view", "bytes", "line", "source", "text",
+                "dtype", "op", "file"):
+        assert all(key in s for s in steps), key
+    contiguous = next(s for s in steps if s["op"] == "contiguous")
+    assert contiguous["view"] is False and contiguous["bytes"] == 2 * 10 * 512 * 4
+    assert data["summary"]["parameters"] == 4 * (512 * 512 + 512)
+
+
+def test_json_bytes_agree_with_the_memory_estimate(cli):
+    """The guard's formula (cost.py) and what the traced run allocated are the same number."""
+    for args, dims in [((), Dims(2, 10, 512, 8, 8)),
+                       (("--mask", "causal", "--kv-heads", "2", "--dtype", "float64"),
+                        Dims(2, 10, 512, 8, 2, "float64", mask=True))]:
+        data = json.loads(cli("shapes", "--format", "json", *args).stdout)
+        params = sum(parameters(dims).values()) * dims.itemsize
+        assert params + data["summary"]["bytes_allocated"] == peak_bytes(dims)
+        assert data["summary"]["parameters"] == sum(parameters(dims).values())
+
+
+def test_gpt3_scale_on_meta(cli):
+    result = cli("shapes", "--device", "meta", "--batch", "1", "--seq", "2048", "--d-model",
+                 "12288", "--heads", "96", "--format", "json")
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    scores = next(s for s in data["steps"] if s["shape"] == [1, 96, 2048, 2048])
+    assert scores["bytes"] == 96 * 2048 * 2048 * 4  # what an eager run would allocate
+    assert all(s["stride"] for s in data["steps"])
+
+
+def test_memory_guard_refuses_before_allocating(cli):
+    result = cli("shapes", "--seq", "300000", "--heads", "96", "--d-model", "12288")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error: this run needs about ")
+    assert "--device meta" in result.stderr and result.stderr.count("\n") == 1
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--d-model", "10", "--heads", "3"),
+     "Error: d_model=10 is not divisible by heads=3 (valid head counts: 1, 2, 5, 10)\n"),
+    (("--batch", "0"), "Error: batch=0 must be a positive integer (at least 1)\n"),
+    (("--seq", "-3"), "Error: seq=-3 must be a positive integer (at least 1)\n"),
+    (("--d-model", "0"), "Error: d_model=0 must be a positive integer (at least 1)\n"),
+    (("--heads", "0"), "Error: heads=0 must be a positive integer (at least 1)\n"),
+    (("--kv-heads", "3"),
+     "Error: heads=8 is not divisible by kv_heads=3 (valid kv-head counts: 1, 2, 4, 8)\n"),
+    (("--pad", "10"), "Error: pad=10 must be at least 0 and less than seq=10 "
+                      "(every query needs one key it may look at)\n"),
+    (("--batch", "two"), "Error: Invalid value for '--batch' / '-b': Input should be a valid "
+                         "integer, unable to parse string as an integer "
+                         "(see: mha-trace shapes --help)\n"),
+])
+def test_bad_input_is_one_line_exit_2(cli, args, message):
+    result = cli("shapes", *args)
+    assert result.exit_code == 2
+    assert result.stderr == message
+    assert result.stdout == ""
+
+
+def test_unknown_option_is_one_line_exit_2(cli):
+    result = cli("shapes", "--nope")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("Error: No such option: --nope")
+    assert result.stderr.endswith("(see: mha-trace shapes --help)\n")
+    assert result.stderr.count("\n") == 1
+
+
+def test_missing_cuda_is_exit_1(cli):
+    import torch
+
+    if torch.cuda.is_available():  # on a GPU machine the same call must simply work
+        assert cli("shapes", "--device", "cuda").exit_code == 0
+        return
+    result = cli("shapes", "--device", "cuda")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error: --device cuda was asked for, but CUDA is not available")

@@ -1,0 +1,189 @@
+"""Per-head weights and one token's walk-through, computed from a config. Returns plain data.
+
+The numbers come from attention.MultiHeadAttention itself, run in float64: for an explicit config
+its projections are identities (so heads are column slices of Q, K, V) and W_o is W_O^T (or the
+identity); for a generated config everything is drawn from the config's seed.
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from mha_trace.attention import MultiHeadAttention
+from mha_trace.config import Config
+from mha_trace.errors import MhaError
+
+
+@dataclass
+class HeadsView:
+    config: Config
+    mask: np.ndarray | None  # (T, T) bool, True where a query may look; None when unmasked
+    x: np.ndarray | None  # (T, D) generated embeddings; None for explicit Q, K, V
+    q: np.ndarray  # (T, D) projected queries
+    k: np.ndarray  # (T, G·d_k) projected keys
+    v: np.ndarray  # (T, G·d_k) projected values
+    weights: np.ndarray  # (H, T, T)
+    concat: np.ndarray  # (T, D): the heads' outputs side by side, before W_O
+    output: np.ndarray  # (T, D)
+    W_O: np.ndarray  # (D, D), output = concat @ W_O (+ nothing: configs have no biases)
+
+    @property
+    def tokens(self):
+        return self.config.tokens
+
+    @property
+    def heads(self) -> int:
+        return self.config.heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.config.kv_heads or self.config.heads
+
+    @property
+    def d_k(self) -> int:
+        return self.config.d_k
+
+    @property
+    def wo_identity(self) -> bool:
+        return bool(np.array_equal(self.W_O, np.eye(len(self.W_O))))
+
+    def kv_head_of(self, h: int) -> int:
+        """The K/V head that query head h (0-based) reads under grouped-query attention."""
+        return h // (self.heads // self.kv_heads)
+
+
+def config_mask(config: Config) -> torch.Tensor | None:
+    T = len(config.tokens)
+    if config.mask == "none" and config.pad == 0:
+        return None
+    keep = torch.ones(T, T, dtype=torch.bool)
+    if config.mask == "causal":
+        keep = keep.tril()
+    if config.pad:
+        keep[:, T - config.pad:] = False
+    return keep
+
+
+def build(config: Config):
+    """(module, q, k, v, x) for a config; q, k, v are the inputs handed to forward, (1, T, D)."""
+    D, H, G = config.d_model, config.heads, config.kv_heads or config.heads
+    torch.manual_seed(config.seed)
+    module = MultiHeadAttention(D, H, G, bias=False).double()
+    if config.explicit:
+        eye = torch.eye(D, dtype=torch.float64)
+        with torch.no_grad():
+            module.W_q.weight.copy_(eye)
+            # K/V heads are column slices too; under GQA the first G slices of K and V
+            module.W_k.weight.copy_(eye[: G * config.d_k])
+            module.W_v.weight.copy_(eye[: G * config.d_k])
+            W_O = torch.tensor(config.W_O, dtype=torch.float64) if config.W_O else eye
+            module.W_o.weight.copy_(W_O.T)  # nn.Linear computes x @ weight.T
+        q, k, v = (torch.tensor(m, dtype=torch.float64)[None] for m in (config.Q, config.K, config.V))
+        return module, q, k, v, None
+    x = torch.randn(1, len(config.tokens), D, dtype=torch.float64)
+    return module, x, x, x, x
+
+
+def analyse(config: Config) -> HeadsView:
+    module, q, k, v, x = build(config)
+    mask = config_mask(config)
+    captured = {}
+    hook = module.W_o.register_forward_pre_hook(lambda _, args: captured.update(concat=args[0]))
+    try:
+        with torch.no_grad():
+            output, weights = module(q, k, v, mask=mask)
+            qp, kp, vp = module.W_q(q), module.W_k(k), module.W_v(v)
+    finally:
+        hook.remove()
+    return HeadsView(
+        config=config, mask=None if mask is None else mask.numpy(),
+        x=None if x is None else x[0].numpy(), q=qp[0].numpy(), k=kp[0].numpy(),
+        v=vp[0].numpy(), weights=weights[0].numpy(), concat=captured["concat"][0].numpy(),
+        output=output[0].numpy(), W_O=module.W_o.weight.detach().T.numpy())
+
+
+def find_position(tokens, token: str | None, position: int | None) -> int:
+    """The index of the token to explain; a repeated token needs --position."""
+    if position is not None:
+        if not 0 <= position < len(tokens):
+            raise MhaError(f"--position {position} is out of range (positions 0 to "
+                           f"{len(tokens) - 1}: {', '.join(tokens)})")
+        if token is not None and tokens[position] != token:
+            raise MhaError(f"--position {position} is '{tokens[position]}', not '{token}'")
+        return position
+    if token is None:
+        return 0
+    found = [i for i, t in enumerate(tokens) if t == token]
+    if not found:
+        raise MhaError(f"token '{token}' is not in the sentence (tokens: {', '.join(tokens)})")
+    if len(found) > 1:
+        raise MhaError(f"token '{token}' appears at positions {', '.join(map(str, found))} "
+                       f"(pick one with --position)")
+    return found[0]
+
+
+@dataclass
+class KeyTerm:
+    token: str
+    products: list  # [(q_d, k_d), ...] for d in the head's dims
+    dot: float
+    scaled: float
+    masked: bool
+    weight: float
+
+
+@dataclass
+class HeadWalk:
+    head: int  # 1-based, as the chapter numbers them
+    dims: tuple  # (start, end) of the head's columns in Q and the concatenation
+    kv_head: int  # 1-based
+    query: np.ndarray  # (d_k,)
+    terms: list[KeyTerm]
+    values: np.ndarray  # (T, d_k): the value rows this head mixes
+    output: np.ndarray  # (d_k,)
+
+
+@dataclass
+class Walk:
+    view: HeadsView
+    position: int
+    sqrt_dk: float
+    heads: list[HeadWalk]
+    concat: np.ndarray  # (D,)
+    output: np.ndarray  # (D,)
+
+    @property
+    def token(self) -> str:
+        return self.view.tokens[self.position]
+
+
+def walk(view: HeadsView, position: int) -> Walk:
+    """One token through every head, each number computed by hand (numpy, float64).
+
+    The weights are then checked against the module's own: the walk-through must describe the
+    computation that ran, not a parallel one.
+    """
+    d_k, i = view.d_k, position
+    sqrt_dk = math.sqrt(d_k)
+    heads = []
+    for h in range(view.heads):
+        g = view.kv_head_of(h)
+        qs = view.q[i, h * d_k:(h + 1) * d_k]
+        ks = view.k[:, g * d_k:(g + 1) * d_k]
+        vs = view.v[:, g * d_k:(g + 1) * d_k]
+        dots = ks @ qs
+        scaled = dots / sqrt_dk
+        allowed = np.ones(len(dots), bool) if view.mask is None else view.mask[i]
+        weights = np.zeros_like(scaled)
+        if allowed.any():
+            e = np.exp(scaled[allowed] - scaled[allowed].max())
+            weights[allowed] = e / e.sum()
+        np.testing.assert_allclose(weights, view.weights[h, i], rtol=1e-9, atol=1e-12)
+        terms = [KeyTerm(t, list(zip(qs.tolist(), ks[j].tolist())), float(dots[j]),
+                         float(scaled[j]), not allowed[j], float(weights[j]))
+                 for j, t in enumerate(view.tokens)]
+        heads.append(HeadWalk(h + 1, (h * d_k, (h + 1) * d_k), g + 1, qs, terms, vs, weights @ vs))
+    concat = np.concatenate([hw.output for hw in heads])
+    return Walk(view, i, sqrt_dk, heads, concat, concat @ view.W_O)

@@ -1,0 +1,229 @@
+"""Config files: TOML read with tomllib, checked once, into a dataclass. No torch, no numpy.
+
+Two forms (see configs/):
+  explicit  tokens + [qkv] Q, K, V (rows = tokens): heads are column slices, W_O optional
+  generated sentence (or tokens) + d_model + seed: embeddings and W_q, W_k, W_v, W_o drawn
+Optional everywhere: title, description, heads, kv_heads, mask = "none" | "causal", pad.
+"""
+
+import difflib
+import math
+import re
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from mha_trace.errors import MhaError
+from mha_trace.validate import divisors
+
+DEFAULT = "cat-sat-on-mat"
+TOP_KEYS = {"title", "description", "tokens", "sentence", "heads", "kv_heads", "d_model", "seed",
+            "mask", "pad", "qkv", "W_O"}
+QKV_KEYS = {"Q", "K", "V", "W_O"}
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    path: str
+    title: str
+    description: str
+    tokens: tuple
+    heads: int
+    d_model: int
+    kv_heads: int | None = None
+    mask: str = "none"
+    pad: int = 0
+    seed: int = 0
+    Q: tuple | None = None  # explicit form: rows of floats
+    K: tuple | None = None
+    V: tuple | None = None
+    W_O: tuple | None = None  # output = concat @ W_O
+
+    @property
+    def explicit(self) -> bool:
+        return self.Q is not None
+
+    @property
+    def d_k(self) -> int:
+        return self.d_model // self.heads
+
+    def with_overrides(self, heads=None, kv_heads=None, mask=None, pad=None) -> "Config":
+        """The same config with command-line overrides, checked like the file's own values."""
+        new = replace(self, heads=self.heads if heads is None else heads,
+                      kv_heads=self.kv_heads if kv_heads is None else kv_heads,
+                      mask=self.mask if mask is None else mask,
+                      pad=self.pad if pad is None else pad)
+        _check_sizes(new, lambda key: f"--{key.replace('_', '-')}")
+        return new
+
+
+def bundled_dir() -> Path:
+    """configs/ inside an installed wheel, or beside the package in a source checkout."""
+    here = Path(__file__).resolve().parent
+    inside = here / "configs"
+    return inside if inside.is_dir() else here.parent / "configs"
+
+
+def bundled_names() -> list[str]:
+    return sorted(p.stem for p in bundled_dir().glob("*.toml"))
+
+
+def resolve(name_or_path: str | None) -> Path:
+    """A config's path from a file path or a bundled name (`chicken-road`)."""
+    if name_or_path is None:
+        return bundled_dir() / f"{DEFAULT}.toml"
+    path = Path(name_or_path)
+    if path.is_dir():
+        raise MhaError(f"{name_or_path}: is a directory, expected a .toml config file")
+    if path.is_file():
+        return path
+    bundled = bundled_dir() / f"{path.stem}.toml"
+    if path.parent == Path(".") or path.parent.name == "configs":
+        if bundled.is_file():
+            return bundled
+    names = ", ".join(bundled_names())
+    raise MhaError(f"{name_or_path}: config file not found (bundled configs: {names})")
+
+
+def load(name_or_path: str | None = None) -> Config:
+    path = resolve(name_or_path)
+    shown = str(name_or_path) if name_or_path else f"configs/{DEFAULT}.toml (default)"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise MhaError(f"{shown}: cannot read the file ({e.__class__.__name__}: {e})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise MhaError(f"{shown}: TOML syntax error: {e}") from None
+    return _parse(data, text, shown, path.stem)
+
+
+def _line(text: str, key: str) -> str:
+    """' (line N)' where `key = ...` first appears in the file, else ''."""
+    name = key.split(".")[-1].split(" ")[0]
+    for n, line in enumerate(text.splitlines(), 1):
+        if re.match(rf"\s*{re.escape(name)}\s*=", line) or line.strip() == f"[{name}]":
+            return f" (line {n})"
+    return ""
+
+
+def _parse(data: dict, text: str, shown: str, name: str) -> Config:
+    def fail(key: str, expected: str, found) -> MhaError:
+        found = repr(found) if isinstance(found, str) else found
+        return MhaError(f"{shown}: {key}{_line(text, key)}: expected {expected}, found {found}")
+
+    def unknown(keys: set, allowed: set, prefix: str = ""):
+        for key in sorted(keys - allowed):
+            close = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.5)
+            hint = f" (did you mean '{prefix}{close[0]}'?)" if close else \
+                f" (known keys: {', '.join(sorted(allowed))})"
+            raise MhaError(f"{shown}: unknown key '{prefix}{key}'{_line(text, key)}{hint}")
+
+    def integer(key: str, value, minimum: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise fail(key, f"an integer ≥ {minimum}", value)
+        return value
+
+    def string(key: str, value) -> str:
+        if not isinstance(value, str):
+            raise fail(key, "a string", value)
+        return value
+
+    def matrix(key: str, value, rows: int, cols: int | None, what: str) -> tuple:
+        if not isinstance(value, list) or not all(isinstance(r, list) for r in value):
+            raise fail(key, "a list of rows (a list of lists of numbers)", type(value).__name__)
+        if len(value) != rows:
+            raise fail(key, f"{rows} rows ({what})", f"{len(value)}")
+        width = cols if cols is not None else len(value[0])
+        for i, row in enumerate(value, 1):
+            if len(row) != width:
+                like = "like Q" if cols is not None and key != "qkv.Q" else "like row 1"
+                raise fail(f"{key} row {i}", f"{width} numbers {like}", len(row))
+            for j, x in enumerate(row, 1):
+                if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+                    raise fail(f"{key} row {i} column {j}", "a finite number", x)
+        return tuple(tuple(float(x) for x in row) for row in value)
+
+    unknown(set(data), TOP_KEYS)
+    if "tokens" in data:
+        tokens = data["tokens"]
+        if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
+            raise fail("tokens", "a non-empty list of strings", tokens)
+    elif "sentence" in data:
+        tokens = string("sentence", data["sentence"]).split()
+        if not tokens:
+            raise fail("sentence", "at least one word", data["sentence"])
+    else:
+        raise MhaError(f"{shown}: missing key 'tokens' (or 'sentence'): expected the list of "
+                       f"tokens, e.g. tokens = [\"The\", \"cat\"]")
+    if "heads" not in data:
+        raise MhaError(f"{shown}: missing key 'heads': expected an integer, e.g. heads = 2")
+    heads = integer("heads", data["heads"], 1)
+    kv_heads = integer("kv_heads", data["kv_heads"], 1) if "kv_heads" in data else None
+    mask = string("mask", data.get("mask", "none"))
+    if mask not in ("none", "causal"):
+        raise fail("mask", "'none' or 'causal'", mask)
+    pad = integer("pad", data.get("pad", 0), 0)
+    title = string("title", data.get("title", " ".join(tokens)))
+    description = string("description", data.get("description", ""))
+    T = len(tokens)
+
+    if "qkv" in data:
+        qkv = data["qkv"]
+        if not isinstance(qkv, dict):
+            raise fail("qkv", "a table [qkv] with Q, K, V", type(qkv).__name__)
+        unknown(set(qkv), QKV_KEYS, "qkv.")
+        for key in ("Q", "K", "V"):
+            if key not in qkv:
+                raise MhaError(f"{shown}: missing key 'qkv.{key}': expected a {T}-row matrix "
+                               f"(one row per token)")
+        Q = matrix("qkv.Q", qkv["Q"], T, None, "one per token")
+        d_model = len(Q[0])
+        if d_model == 0:
+            raise fail("qkv.Q row 1", "at least one number", 0)
+        K = matrix("qkv.K", qkv["K"], T, d_model, "one per token")
+        V = matrix("qkv.V", qkv["V"], T, d_model, "one per token")
+        for extra in ("d_model", "seed"):
+            if extra in data:
+                raise MhaError(f"{shown}: key '{extra}'{_line(text, extra)} does not go with "
+                               f"[qkv] (d_model is the width of Q; nothing is drawn at random)")
+        seed = 0
+    else:
+        for key in ("Q", "K", "V"):
+            if key in data:
+                raise MhaError(f"{shown}: key '{key}'{_line(text, key)} must be inside a [qkv] "
+                               f"table")
+        if "d_model" not in data:
+            raise MhaError(f"{shown}: missing key 'd_model': expected an integer (the embedding "
+                           f"width), or give Q, K, V in a [qkv] table")
+        d_model = integer("d_model", data["d_model"], 1)
+        seed = integer("seed", data.get("seed", 0), 0)
+        Q = K = V = None
+    W_O = data.get("W_O", data.get("qkv", {}).get("W_O") if isinstance(data.get("qkv"), dict) else None)
+    if W_O is not None:
+        key = "W_O" if "W_O" in data else "qkv.W_O"
+        W_O = matrix(key, W_O, d_model, d_model, f"d_model={d_model}, one per concatenated dim")
+
+    config = Config(name, shown, title, description, tuple(tokens), heads, d_model, kv_heads,
+                    mask, pad, seed, Q, K, V, W_O)
+    _check_sizes(config, lambda key: f"{shown}: {key}{_line(text, key)}")
+    return config
+
+
+def _check_sizes(c: Config, where) -> None:
+    """Rules that involve several keys (or a flag that overrides one)."""
+    if c.heads < 1:
+        raise MhaError(f"{where('heads')}: expected a positive integer, found {c.heads}")
+    if c.d_model % c.heads:
+        valid = ", ".join(map(str, divisors(c.d_model)))
+        raise MhaError(f"{where('heads')}: d_model={c.d_model} is not divisible by "
+                       f"heads={c.heads} (valid head counts: {valid})")
+    if c.kv_heads is not None and (c.kv_heads < 1 or c.heads % c.kv_heads):
+        valid = ", ".join(map(str, divisors(c.heads)))
+        raise MhaError(f"{where('kv_heads')}: heads={c.heads} is not divisible by "
+                       f"kv_heads={c.kv_heads} (valid kv-head counts: {valid})")
+    if c.pad >= len(c.tokens):
+        raise MhaError(f"{where('pad')}: pad={c.pad} must be less than the {len(c.tokens)} "
+                       f"tokens (every query needs one key it may look at)")

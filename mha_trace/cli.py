@@ -150,6 +150,101 @@ def shapes(
          console)
 
 
+ConfigOpt = Annotated[str | None, typer.Option("--config", "-c", help="A TOML config file, or the name of a bundled one (see mha-trace configs); default: the chapter's 'The cat sat on mat'. Example: --config chicken-road")]
+HeadOpt = Annotated[int | None, typer.Option("--head", help="Show only head N (1-based, as the chapter numbers them). Example: --head 2")]
+ResplitOpt = Annotated[int | None, typer.Option("--heads", "-H", help="Re-split the same Q, K, V into H heads (must divide d_model). Example: --heads 4")]
+ConfigMaskOpt = Annotated[Mask | None, typer.Option("--mask", help="Override the config's mask: none or causal. Example: --mask causal")]
+ConfigPadOpt = Annotated[int | None, typer.Option("--pad", help="Mask the last N tokens as padding keys. Example: --pad 1")]
+DecimalsOpt = Annotated[int, typer.Option("--decimals", min=0, max=12, help="Decimals shown (and kept in JSON). Example: --decimals 6")]
+
+
+def _view(config, heads, kv_heads, mask, pad):
+    from mha_trace.analysis import analyse
+    from mha_trace.config import load
+
+    c = load(config).with_overrides(heads, kv_heads, mask.value if mask else None, pad)
+    return analyse(c)
+
+
+def _check_head(head, view):
+    if head is not None and not 1 <= head <= view.heads:
+        raise MhaError(f"--head {head} is out of range (this config has heads 1 to {view.heads})")
+
+
+@app.command()
+def heads(
+    config: ConfigOpt = None,
+    head: HeadOpt = None,
+    heads: ResplitOpt = None,
+    kv_heads: KvHeadsOpt = None,
+    mask: ConfigMaskOpt = None,
+    pad: ConfigPadOpt = None,
+    decimals: DecimalsOpt = 4,
+    format: FormatOpt = Format.table,
+    no_color: NoColorOpt = False,
+    width: WidthOpt = None,
+    debug: DebugOpt = False,
+):
+    """Each head's attention weights (rows: queries, columns: keys), their average, the output.
+
+    Example: mha-trace heads --config chicken-road --head 3
+    """
+    from mha_trace.render_heads import heads_data, heads_renderables
+
+    view = _view(config, heads, kv_heads, mask, pad)
+    _check_head(head, view)
+    emit(Output(format, no_color, width), heads_renderables(view, decimals, head),
+         heads_data(view, decimals, head))
+
+
+@app.command()
+def explain(
+    token: Annotated[str | None, typer.Option("--token", "-t", help="The query token to follow (default: the first). Example: --token cat")] = None,
+    position: Annotated[int | None, typer.Option("--position", "-p", help="Pick the token by position (0-based), needed when it repeats. Example: --position 4")] = None,
+    config: ConfigOpt = None,
+    head: HeadOpt = None,
+    heads: ResplitOpt = None,
+    kv_heads: KvHeadsOpt = None,
+    mask: ConfigMaskOpt = None,
+    pad: ConfigPadOpt = None,
+    decimals: DecimalsOpt = 4,
+    format: FormatOpt = Format.table,
+    no_color: NoColorOpt = False,
+    width: WidthOpt = None,
+    debug: DebugOpt = False,
+):
+    """One token through every head: q·k written out for each key, ÷√d_k, softmax, Σ w·v, concat, W_O.
+
+    Example: mha-trace explain --token cat
+    """
+    from mha_trace.analysis import find_position, walk
+    from mha_trace.render_heads import explain_data, explain_renderables
+
+    view = _view(config, heads, kv_heads, mask, pad)
+    _check_head(head, view)
+    w = walk(view, find_position(view.tokens, token, position))
+    emit(Output(format, no_color, width), explain_renderables(w, decimals, head),
+         explain_data(w, decimals, head))
+
+
+@app.command()
+def configs(
+    format: FormatOpt = Format.table,
+    no_color: NoColorOpt = False,
+    width: WidthOpt = None,
+    debug: DebugOpt = False,
+):
+    """List the bundled configs: name, title, tokens, d_model, heads, and what each shows.
+
+    Example: mha-trace configs
+    """
+    from mha_trace.config import bundled_names, load
+    from mha_trace.render_heads import configs_data, configs_table
+
+    found = [load(name) for name in bundled_names()]
+    emit(Output(format, no_color, width), [configs_table(found)], configs_data(found))
+
+
 def main():
     """Console-script entry point."""
     try:

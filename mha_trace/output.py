@@ -113,4 +113,15 @@ def _print_all(console: Console, renderables: list) -> None:
     for i, r in enumerate(renderables):
         if i:
             console.print()
-        console.print(r)
+        if isinstance(r, Table) and (r.title or r.caption):
+            # title and caption as full-width lines, not wrapped to the table's own width
+            title, caption = r.title, r.caption
+            r.title = r.caption = None
+            if title:
+                console.print(Text(str(title), style="bold"))
+            console.print(r)
+            if caption:
+                console.print(Text(str(caption)))
+            r.title, r.caption = title, caption
+        else:
+            console.print(r)

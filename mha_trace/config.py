@@ -135,7 +135,7 @@ def _parse(data: dict, text: str, shown: str, name: str) -> Config:
         if not isinstance(value, list) or not all(isinstance(r, list) for r in value):
             raise fail(key, "a list of rows (a list of lists of numbers)", type(value).__name__)
         if len(value) != rows:
-            raise fail(key, f"{rows} rows ({what})", f"{len(value)}")
+            raise fail(key, f"{rows} rows ({what})", len(value))
         width = cols if cols is not None else len(value[0])
         for i, row in enumerate(value, 1):
             if len(row) != width:

@@ -118,7 +118,8 @@ def sharing_table(view) -> Table:
 def describe(view) -> str:
     c = view.config
     form = "explicit Q, K, V" if c.explicit else f"generated, seed {c.seed}"
-    parts = [f"{len(c.tokens)} tokens", f"d_model {c.d_model}", f"{c.heads} heads",
+    parts = [f"{len(c.tokens)} tokens", f"d_model {c.d_model}",
+             f"{c.heads} head" + ("s" if c.heads > 1 else ""),
              f"d_k {c.d_k}", form]
     if view.kv_heads != view.heads:
         parts.insert(3, f"{view.kv_heads} K/V heads")

@@ -1,0 +1,67 @@
+"""`heads`, `explain` and `configs` as rendered text (golden files) and JSON."""
+
+import json
+import math
+import os
+import subprocess
+
+import pytest
+
+GOLDEN_RUNS = {
+    "heads_default.txt": ("heads",),
+    "heads_permuted_wo.txt": ("heads", "--config", "permuted-wo"),
+    "heads_causal_one_head.txt": ("heads", "--config", "animal-street", "--head", "2"),
+    "explain_cat.txt": ("explain", "--token", "cat"),
+    "explain_the.txt": ("explain", "--token", "The"),
+    "explain_chicken_it.txt": ("explain", "--config", "chicken-road", "--token", "it", "--head", "1"),
+    "configs.txt": ("configs",),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_RUNS))
+def test_rendered_output_matches_golden(cli, golden, name):
+    result = cli(*GOLDEN_RUNS[name])
+    assert result.exit_code == 0, result.stderr
+    golden(name, result.stdout)
+
+
+def test_markdown_tables(cli):
+    out = cli("heads", "--format", "markdown").stdout
+    assert "| q \\ k | The | cat | sat | on | mat |" in out
+    assert "| cat | 0.3664 | 0.0891 | 0.3664 | 0.0891 | 0.0891 |" in out
+
+
+def test_decimals_option(cli):
+    e = math.exp(2 / math.sqrt(2))  # cat -> The in head 1: scores 2, 0, 2, 0, 0 over √2
+    expected = round(e / (2 * e + 3), 6)
+    data = json.loads(cli("heads", "--decimals", "6", "--format", "json").stdout)
+    assert data["heads"][0]["weights"][1][0] == expected
+    assert f"{expected:.6f}" in cli("heads", "--decimals", "6").stdout
+
+
+def test_masked_cells_are_marked_not_zero(cli):
+    out = cli("heads", "--mask", "causal", "--head", "1").stdout
+    the_row = next(line for line in out.splitlines() if line.startswith("The  "))
+    assert the_row.split() == ["The", "1.0000", "·", "·", "·", "·"]
+    data = json.loads(cli("heads", "--mask", "causal", "--format", "json").stdout)
+    assert data["mask"][0] == [True, False, False, False, False]
+
+
+def test_configs_json_lists_every_bundled_config(cli):
+    data = json.loads(cli("configs", "--format", "json").stdout)
+    names = [c["name"] for c in data["configs"]]
+    assert names == ["animal-street", "cat-sat-on-mat", "chicken-road", "permuted-wo"]
+    chicken = data["configs"][names.index("chicken-road")]
+    assert chicken["heads"] == 8 and chicken["tokens"][-1] == "wide."
+
+
+def test_installed_command_finds_bundled_configs_from_another_directory(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = lambda *a: subprocess.run(["mha-trace", *a], cwd=tmp_path, capture_output=True,
+                                    text=True, env=env, timeout=120)
+    listing = run("configs")
+    assert listing.returncode == 0 and "chicken-road" in listing.stdout
+    heads = run("heads", "--config", "chicken-road", "--head", "1")
+    assert heads.returncode == 0, heads.stderr
+    assert "The chicken didn't cross the road" in heads.stdout
+    assert run("explain", "--token", "cat").returncode == 0

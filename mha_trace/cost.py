@@ -74,3 +74,119 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     raise AssertionError  # unreachable
+
+
+# ---- the `cost` command: every figure with the formula that gives it ----
+
+PRESET_KEYS = {"name", "d_model", "heads", "kv_heads", "layers", "seq", "bias", "source"}
+
+
+def presets_dir():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parent / "presets"
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in presets_dir().glob("*.toml"))
+
+
+def load_preset(name: str) -> dict:
+    import tomllib
+
+    from mha_trace.errors import MhaError
+
+    path = presets_dir() / f"{name}.toml"
+    if not path.is_file():
+        raise MhaError(f"unknown preset '{name}' (presets: {', '.join(preset_names())})")
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    assert set(data) <= PRESET_KEYS, f"{path}: unexpected keys {set(data) - PRESET_KEYS}"
+    return data
+
+
+@dataclass(frozen=True)
+class Row:
+    section: str  # "parameters" | "flops" | "memory"
+    item: str
+    formula: str  # symbolic
+    numbers: str  # the formula with the numbers put in
+    per_layer: int
+    total: int  # all layers (for the KV cache: the whole cache)
+    unit: str  # "params" | "FLOPs" | "bytes"
+
+
+def cost_rows(d: Dims, layers: int) -> list[Row]:
+    """Parameters, FLOPs per stage, score memory and KV cache of one attention layer and of all.
+
+    FLOPs count a multiply-add as 2. Softmax counts 5 per score (max, subtract, exp, sum, divide)
+    and the ÷√d_k scaling 1; bias additions count 1 per output element.
+    """
+    B, T, D, H, G, k, s = d.batch, d.seq, d.d_model, d.heads, d.kv_heads, d.d_k, d.itemsize
+    b = 1 if d.bias else 0
+    L = layers
+    bias_txt = " + D" if b else ""
+    rows = []
+
+    def add(section, item, formula, numbers, value, unit, total=None):
+        rows.append(Row(section, item, formula, numbers, value, value * L if total is None else total, unit))
+
+    p = parameters(d)
+    add("parameters", "W_q", f"D·D{bias_txt}", f"{D}·{D}{f' + {D}' if b else ''}", p["W_q"], "params")
+    gk = G * k
+    kv_bias = " + G·d_k" if b else ""
+    add("parameters", "W_k", f"D·G·d_k{kv_bias}", f"{D}·{G}·{k}{f' + {gk}' if b else ''}", p["W_k"], "params")
+    add("parameters", "W_v", f"D·G·d_k{kv_bias}", f"{D}·{G}·{k}{f' + {gk}' if b else ''}", p["W_v"], "params")
+    add("parameters", "W_o", f"D·D{bias_txt}", f"{D}·{D}{f' + {D}' if b else ''}", p["W_o"], "params")
+    add("parameters", "attention total", "sum of the above", "", sum(p.values()), "params")
+
+    pb = " + B·T·D" if b else ""
+    add("flops", "Q projection", f"2·B·T·D·D{pb}", f"2·{B}·{T}·{D}·{D}" + (f" + {B}·{T}·{D}" if b else ""),
+        2 * B * T * D * D + b * B * T * D, "FLOPs")
+    kvb = " + 2·B·T·G·d_k" if b else ""
+    add("flops", "K, V projections", f"2·(2·B·T·D·G·d_k){kvb}",
+        f"2·(2·{B}·{T}·{D}·{gk})" + (f" + 2·{B}·{T}·{gk}" if b else ""),
+        2 * (2 * B * T * D * gk) + b * 2 * B * T * gk, "FLOPs")
+    add("flops", "scores QKᵀ", "2·B·H·T·T·d_k", f"2·{B}·{H}·{T}·{T}·{k}", 2 * B * H * T * T * k, "FLOPs")
+    add("flops", "scale ÷√d_k", "B·H·T·T", f"{B}·{H}·{T}·{T}", B * H * T * T, "FLOPs")
+    add("flops", "softmax", "5·B·H·T·T", f"5·{B}·{H}·{T}·{T}", 5 * B * H * T * T, "FLOPs")
+    add("flops", "weights · V", "2·B·H·T·T·d_k", f"2·{B}·{H}·{T}·{T}·{k}", 2 * B * H * T * T * k, "FLOPs")
+    add("flops", "output projection", f"2·B·T·D·D{pb}", f"2·{B}·{T}·{D}·{D}" + (f" + {B}·{T}·{D}" if b else ""),
+        2 * B * T * D * D + b * B * T * D, "FLOPs")
+    add("flops", "attention total", "sum of the above", "",
+        sum(r.per_layer for r in rows if r.section == "flops"), "FLOPs")
+
+    add("memory", "scores, materialised", "B·H·T·T·s", f"{B}·{H}·{T}·{T}·{s}", B * H * T * T * s, "bytes",
+        total=B * H * T * T * s)
+    add("memory", "scores, tiled (FlashAttention)", "B·H·T·4 (fp32 row stats)", f"{B}·{H}·{T}·4",
+        B * H * T * 4, "bytes", total=B * H * T * 4)
+    add("memory", "KV cache per token, one layer", "2·G·d_k·s", f"2·{G}·{k}·{s}", 2 * G * k * s, "bytes",
+        total=2 * G * k * s)
+    add("memory", "KV cache per token, all layers", "2·G·d_k·s·L", f"2·{G}·{k}·{s}·{L}", 2 * G * k * s * L,
+        "bytes", total=2 * G * k * s * L)
+    add("memory", "KV cache, batch × seq × layers", "2·G·d_k·s·L·B·T", f"2·{G}·{k}·{s}·{L}·{B}·{T}",
+        2 * G * k * s * L * B * T, "bytes", total=2 * G * k * s * L * B * T)
+    if G != H:
+        full = 2 * H * k * s * L * B * T
+        add("memory", f"KV cache saved vs {H} K/V heads", "2·(H − G)·d_k·s·L·B·T",
+            f"2·({H} − {G})·{k}·{s}·{L}·{B}·{T}", full - 2 * G * k * s * L * B * T, "bytes",
+            total=full - 2 * G * k * s * L * B * T)
+    return rows
+
+
+def decimal_bytes(n: float) -> str:
+    """1e9 -> '1.00 GB' (powers of 1000)."""
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000
+    raise AssertionError
+
+
+def si(n: float) -> str:
+    """3.62e12 -> '3.62 T'."""
+    for unit in ("", "K", "M", "G", "T", "P", "E"):
+        if abs(n) < 1000 or unit == "E":
+            return f"{n:.0f}" if unit == "" else f"{n:.2f} {unit}"
+        n /= 1000
+    raise AssertionError

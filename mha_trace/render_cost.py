@@ -1,0 +1,61 @@
+"""Render `cost` rows: tables per section, optional formulas, JSON data. No torch here."""
+
+from rich.text import Text
+
+from mha_trace.cost import decimal_bytes, human_bytes, si
+from mha_trace.output import new_table
+
+
+def _count(n: int, unit: str) -> str:
+    return f"{n:,}" if unit == "params" else si(n)
+
+
+def cost_renderables(rows, d, layers: int, label: str, source: str | None, formulas: bool) -> list:
+    head = Text(f"cost: {label}: batch={d.batch} seq={d.seq} d_model={d.d_model} heads={d.heads} "
+                f"kv_heads={d.kv_heads} (d_k={d.d_k}) layers={layers} {d.dtype} "
+                f"({d.itemsize} bytes) bias={'yes' if d.bias else 'no'}", style="bold")
+    out = [head]
+    if source:
+        out.append(Text(f"Source: {source}"))
+    for section, title, unit in (("parameters", "Parameters", "params"),
+                                 ("flops", "FLOPs of one forward pass", "FLOPs")):
+        table = new_table(title)
+        table.add_column("item")
+        if formulas:
+            table.add_column("formula", overflow="fold")
+        table.add_column("one layer", justify="right")
+        table.add_column(f"{layers} layers", justify="right")
+        for r in (r for r in rows if r.section == section):
+            cells = [r.item]
+            if formulas:
+                cells.append(f"{r.formula} = {r.numbers}" if r.numbers else r.formula)
+            table.add_row(*cells, _count(r.per_layer, unit), _count(r.total, unit),
+                          style="bold" if r.item == "attention total" else None)
+        out.append(table)
+    table = new_table("Memory")
+    table.add_column("item")
+    if formulas:
+        table.add_column("formula", overflow="fold")
+    table.add_column("bytes", justify="right")
+    table.add_column("GB", justify="right")
+    table.add_column("GiB", justify="right")
+    for r in (r for r in rows if r.section == "memory"):
+        cells = [r.item] + ([f"{r.formula} = {r.numbers}"] if formulas else [])
+        table.add_row(*cells, f"{r.total:,}", decimal_bytes(r.total), human_bytes(r.total))
+    out.append(table)
+    out.append(Text("Scores are per layer (one layer's T×T tensors are alive at a time); FLOPs "
+                    "count a multiply-add as 2. --formulas shows every formula with the numbers put in."))
+    return out
+
+
+def cost_data(rows, d, layers: int, preset: str | None, source: str | None) -> dict:
+    return {
+        "command": "cost",
+        "config": {"preset": preset, "batch": d.batch, "seq": d.seq, "d_model": d.d_model,
+                   "heads": d.heads, "kv_heads": d.kv_heads, "d_k": d.d_k, "layers": layers,
+                   "dtype": d.dtype, "bytes_per_element": d.itemsize, "bias": d.bias,
+                   "source": source},
+        "rows": [{"section": r.section, "item": r.item, "formula": r.formula,
+                  "numbers": r.numbers, "per_layer": r.per_layer, "total": r.total,
+                  "unit": r.unit} for r in rows],
+    }

@@ -287,6 +287,44 @@ def cost(
          cost_data(rows, d, layers, preset, p.get("source")))
 
 
+@app.command()
+def verify(
+    config: Annotated[str | None, typer.Option("--config", "-c", help="Verify on a config's Q, K, V (or generated input) instead of random sizes from flags. Example: --config chicken-road")] = None,
+    batch: BatchOpt = 2,
+    seq: SeqOpt = 10,
+    d_model: DModelOpt = 512,
+    heads: HeadsOpt = 8,
+    kv_heads: KvHeadsOpt = None,
+    device: DeviceOpt = Device.cpu,
+    dtype: DtypeOpt = Dtype.float32,
+    mask: MaskOpt = Mask.none,
+    pad: PadOpt = 0,
+    seed: SeedOpt = 0,
+    format: FormatOpt = Format.table,
+    no_color: NoColorOpt = False,
+    width: WidthOpt = None,
+    debug: DebugOpt = False,
+):
+    """Check the module against numpy by hand, nn.MultiheadAttention and F.scaled_dot_product_attention.
+
+    Exits 1 when any difference exceeds the dtype's tolerance.
+    Example: mha-trace verify --heads 8 --kv-heads 2 --mask causal --dtype float64
+    """
+    from mha_trace.render_cost import verify_data, verify_renderables
+    from mha_trace.verify import verify_config, verify_flags
+
+    if config is not None:
+        from mha_trace.config import load
+
+        report = verify_config(load(config), dtype.value, device.value)
+    else:
+        report = verify_flags(batch, seq, d_model, heads, kv_heads, mask.value, pad, dtype.value,
+                              seed, device.value)
+    emit(Output(format, no_color, width), verify_renderables(report), verify_data(report))
+    if not report.passed:
+        raise typer.Exit(1)
+
+
 def main():
     """Console-script entry point."""
     try:

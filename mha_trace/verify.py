@@ -1,0 +1,151 @@
+"""`verify`: the module against independent references, on the same input and weights.
+
+References: numpy written out by hand (float64), torch.nn.MultiheadAttention (per-head weights via
+average_attn_weights=False) and F.scaled_dot_product_attention (attn_mask, enable_gqa).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mha_trace.attention import MultiHeadAttention
+from mha_trace.runtime import DTYPES, check_device, guard_memory
+from mha_trace.errors import MhaError
+
+# max |difference| allowed, relative to the largest |reference value| (at least 1)
+TOLERANCE = {"float64": 1e-10, "float32": 1e-5, "float16": 1e-2, "bfloat16": 5e-2}
+
+
+@dataclass
+class Check:
+    reference: str
+    compares: str  # "output" | "per-head weights"
+    max_abs: float | None  # None: the reference cannot give this quantity
+    tolerance: float
+    note: str = ""
+
+    @property
+    def passed(self) -> bool | None:
+        return None if self.max_abs is None else bool(self.max_abs <= self.tolerance)
+
+
+@dataclass
+class VerifyReport:
+    description: str
+    dtype: str
+    device: str
+    checks: list[Check]
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed is not False for c in self.checks)
+
+
+def numpy_reference(module, q, k, v, mask):
+    """Attention by hand in float64 from the module's weights: (output, weights)."""
+    to = lambda t: t.detach().double().cpu().numpy()
+    lin = lambda layer, x: to(x) @ to(layer.weight).T + (to(layer.bias) if layer.bias is not None else 0)
+    B, T, _ = q.shape
+    H, G, d_k = module.heads, module.kv_heads, module.d_k
+    Q = lin(module.W_q, q).reshape(B, T, H, d_k).transpose(0, 2, 1, 3)
+    K = lin(module.W_k, k).reshape(B, -1, G, d_k).transpose(0, 2, 1, 3).repeat(H // G, axis=1)
+    V = lin(module.W_v, v).reshape(B, -1, G, d_k).transpose(0, 2, 1, 3).repeat(H // G, axis=1)
+    scores = Q @ K.transpose(0, 1, 3, 2) / np.sqrt(d_k)
+    if mask is not None:
+        scores = np.where(to(mask).astype(bool), scores, -np.inf)
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    weights = e / e.sum(-1, keepdims=True)
+    context = (weights @ V).transpose(0, 2, 1, 3).reshape(B, T, H * d_k)
+    return lin(module.W_o, torch.from_numpy(context)), weights
+
+
+def torch_mha_reference(module, q, k, v, mask):
+    ref = torch.nn.MultiheadAttention(module.d_model, module.heads, bias=module.W_q.bias is not None,
+                                      batch_first=True, device=q.device, dtype=q.dtype)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat([module.W_q.weight, module.W_k.weight, module.W_v.weight]))
+        if ref.in_proj_bias is not None:
+            ref.in_proj_bias.copy_(torch.cat([module.W_q.bias, module.W_k.bias, module.W_v.bias]))
+            ref.out_proj.bias.copy_(module.W_o.bias)
+        ref.out_proj.weight.copy_(module.W_o.weight)
+        # nn.MultiheadAttention's boolean mask is True where attention is *not* allowed
+        return ref(q, k, v, attn_mask=None if mask is None else ~mask,
+                   average_attn_weights=False)
+
+
+def sdpa_reference(module, q, k, v, mask):
+    B, T, _ = q.shape
+    H, G, d_k = module.heads, module.kv_heads, module.d_k
+    with torch.no_grad():
+        Q = F.linear(q, module.W_q.weight, module.W_q.bias).view(B, T, H, d_k).transpose(1, 2)
+        K = F.linear(k, module.W_k.weight, module.W_k.bias).view(B, -1, G, d_k).transpose(1, 2)
+        V = F.linear(v, module.W_v.weight, module.W_v.bias).view(B, -1, G, d_k).transpose(1, 2)
+        out = F.scaled_dot_product_attention(Q, K, V, attn_mask=mask, enable_gqa=G != H)
+        return F.linear(out.transpose(1, 2).reshape(B, T, H * d_k), module.W_o.weight, module.W_o.bias)
+
+
+def _max_abs(a, b) -> float:
+    a = a.detach().double().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a, float)
+    b = b.detach().double().cpu().numpy() if isinstance(b, torch.Tensor) else np.asarray(b, float)
+    return float(np.abs(a - b).max())
+
+
+def run_checks(module, q, k, v, mask, dtype: str) -> list[Check]:
+    with torch.no_grad():
+        out, weights = module(q, k, v, mask=mask)
+    scale = lambda ref: TOLERANCE[dtype] * max(1.0, float(np.abs(np.asarray(ref, float)).max()))
+    np_out, np_w = numpy_reference(module, q, k, v, mask)
+    checks = [Check("numpy by hand, float64", "output", _max_abs(out, np_out), scale(np_out)),
+              Check("numpy by hand, float64", "per-head weights", _max_abs(weights, np_w),
+                    TOLERANCE[dtype])]
+    if module.kv_heads == module.heads:
+        ref_out, ref_w = torch_mha_reference(module, q, k, v, mask)
+        checks += [Check("nn.MultiheadAttention", "output", _max_abs(out, ref_out),
+                         scale(np_out)),
+                   Check("nn.MultiheadAttention", "per-head weights",
+                         _max_abs(weights, ref_w), TOLERANCE[dtype])]
+    else:
+        checks.append(Check("nn.MultiheadAttention", "output", None, scale(np_out),
+                            "no grouped-query option in it"))
+    sdpa = sdpa_reference(module, q, k, v, mask)
+    checks += [Check("F.scaled_dot_product_attention", "output", _max_abs(out, sdpa), scale(np_out),
+                     "enable_gqa=True" if module.kv_heads != module.heads else ""),
+               Check("F.scaled_dot_product_attention", "per-head weights", None, TOLERANCE[dtype],
+                     "returns only the output: fused kernels never form the weights")]
+    return checks
+
+
+def verify_flags(batch, seq, d_model, heads, kv_heads, mask_kind, pad, dtype, seed, device) -> VerifyReport:
+    from mha_trace.shapes import ShapesRequest, build_mask, validate
+
+    req = ShapesRequest(batch, seq, d_model, heads, kv_heads, device, dtype, mask_kind, pad, seed)
+    validate(req)
+    if device == "meta":
+        raise MhaError("verify compares numbers, and --device meta holds none (use cpu or cuda)")
+    dev = check_device(device)
+    guard_memory(req.dims(), dev)
+    torch.manual_seed(seed)
+    with torch.device(dev):
+        module = MultiHeadAttention(d_model, heads, kv_heads).to(DTYPES[dtype])
+        x = torch.randn(batch, seq, d_model, dtype=DTYPES[dtype])
+        mask = build_mask(req, dev)
+    desc = (f"batch={batch} seq={seq} d_model={d_model} heads={heads} kv_heads={kv_heads or heads} "
+            f"mask={mask_kind}{f' pad={pad}' if pad else ''} seed={seed}")
+    return VerifyReport(desc, dtype, device, run_checks(module, x, x, x, mask, dtype))
+
+
+def verify_config(config, dtype: str, device: str) -> VerifyReport:
+    from mha_trace.analysis import build, config_mask
+
+    if device == "meta":
+        raise MhaError("verify compares numbers, and --device meta holds none (use cpu or cuda)")
+    dev = check_device(device)
+    module, q, k, v, _ = build(config)
+    module = module.to(device=dev, dtype=DTYPES[dtype])
+    q, k, v = (t.to(device=dev, dtype=DTYPES[dtype]) for t in (q, k, v))
+    mask = config_mask(config)
+    mask = None if mask is None else mask.to(dev)
+    desc = f"config {config.name}: {len(config.tokens)} tokens, d_model={config.d_model} heads={config.heads} mask={config.mask}"
+    return VerifyReport(desc, dtype, device, run_checks(module, q, k, v, mask, dtype))

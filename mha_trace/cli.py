@@ -274,7 +274,7 @@ def cost(
     pick = lambda flag, key, default: flag if flag is not None else p.get(key, default)
     batch, seq = pick(batch, "batch", 1 if preset else 2), pick(seq, "seq", 10)
     d_model, heads, layers = pick(d_model, "d_model", 512), pick(heads, "heads", 8), pick(layers, "layers", 1)
-    kv_heads = kv_heads if kv_heads is not None else (p.get("kv_heads", heads) if heads == p.get("heads") else heads)
+    kv_heads = pick(kv_heads, "kv_heads", heads)
     for name, value in (("batch", batch), ("seq", seq), ("layers", layers)):
         positive(name, value)
     heads_divide(d_model, heads)

@@ -1,0 +1,113 @@
+"""`cost`: every figure derived independently, and never a torch import."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from mha_trace.attention import MultiHeadAttention
+from mha_trace.cost import Dims, cost_rows, load_preset, preset_names
+
+PRESETS = preset_names()
+
+
+def rows_by_item(rows):
+    return {(r.section, r.item): r for r in rows}
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_parameters_match_a_module_built_on_meta(name):
+    p = load_preset(name)
+    with torch.device("meta"):
+        m = MultiHeadAttention(p["d_model"], p["heads"], p["kv_heads"], bias=p["bias"])
+    d = Dims(1, p["seq"], p["d_model"], p["heads"], p["kv_heads"], bias=p["bias"])
+    rows = rows_by_item(cost_rows(d, p["layers"]))
+    assert rows[("parameters", "attention total")].per_layer == sum(x.numel() for x in m.parameters())
+    for layer in ("W_q", "W_k", "W_v", "W_o"):
+        assert rows[("parameters", layer)].per_layer == sum(x.numel() for x in getattr(m, layer).parameters())
+    assert rows[("parameters", "attention total")].total == p["layers"] * sum(x.numel() for x in m.parameters())
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(8, 8), (8, 2)])
+def test_matmul_flops_match_torch_flop_counter(heads, kv_heads):
+    """torch's own counter sees the projections and the two attention matmuls (2 per MAC)."""
+    d = Dims(2, 16, 64, heads, kv_heads, bias=False)
+    with torch.device("meta"):
+        m = MultiHeadAttention(64, heads, kv_heads, bias=False)
+        x = torch.empty(2, 16, 64)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        m(x)
+    rows = rows_by_item(cost_rows(d, 1))
+    matmuls = sum(rows[("flops", item)].per_layer for item in
+                  ("Q projection", "K, V projections", "scores QKᵀ", "weights · V", "output projection"))
+    assert counter.get_total_flops() == matmuls
+
+
+def test_gpt3_kv_cache_and_score_memory_from_first_principles():
+    d = Dims(1, 2048, 12288, 96, 96, "float16")
+    rows = rows_by_item(cost_rows(d, 96))
+    # K and V, 96 heads × 128 dims, 2 bytes, 96 layers, 2048 tokens
+    kv = 2 * 96 * 128 * 2 * 96 * 2048
+    assert rows[("memory", "KV cache, batch × seq × layers")].total == kv == 9_663_676_416
+    assert kv > 3 * 3e9  # the chapter's "~3 GB in fp16" is off by more than 3×
+    long = rows_by_item(cost_rows(Dims(1, 8192, 12288, 96, 96, "float16"), 96))
+    # the chapter: "for H = 96 and N = 8192 ... from ~6 GB": one layer's fp16 scores are 12.9 GB
+    assert long[("memory", "scores, materialised")].total == 96 * 8192 * 8192 * 2 == 12_884_901_888
+    assert long[("memory", "scores, tiled (FlashAttention)")].total == 96 * 8192 * 4
+
+
+def test_gqa_kv_cache_saving():
+    rows = rows_by_item(cost_rows(Dims(8, 4096, 8192, 64, 8, "float16", bias=False), 80))
+    full = 2 * 64 * 128 * 2 * 80 * 8 * 4096
+    kept = rows[("memory", "KV cache, batch × seq × layers")].total
+    assert kept * 8 == full
+    assert rows[("memory", "KV cache saved vs 64 K/V heads")].total == full - kept
+
+
+def test_cli_preset_with_overrides_and_formulas(cli):
+    data = json.loads(cli("cost", "--preset", "llama2-70b", "--seq", "100", "--format", "json").stdout)
+    c = data["config"]
+    assert (c["d_model"], c["heads"], c["kv_heads"], c["layers"], c["seq"], c["batch"]) == (8192, 64, 8, 80, 100, 1)
+    assert data["schema_version"] == 1 and c["source"].startswith("Touvron")
+    out = cli("cost", "--preset", "gpt3-175b", "--dtype", "float16", "--formulas",
+              "--width", "200").stdout
+    assert "2·G·d_k·s·L·B·T = 2·96·128·2·96·1·2048" in out
+    assert "9,663,676,416" in out and "9.66 GB" in out and "9.0 GiB" in out
+
+
+def test_cli_markdown(cli):
+    out = cli("cost", "--format", "markdown").stdout
+    assert "| W_q | 262,656 | 262,656 |" in out
+
+
+def test_cost_golden(cli, golden):
+    golden("cost_gpt3.txt", cli("cost", "--preset", "gpt3-175b", "--dtype", "float16").stdout)
+
+
+def test_cost_never_imports_torch():
+    code = ("import sys; from typer.testing import CliRunner; from mha_trace.cli import app; "
+            "r = CliRunner().invoke(app, ['cost', '--preset', 'gpt3-175b', '--formulas']); "
+            "assert r.exit_code == 0, r.output; r = CliRunner().invoke(app, ['configs']); "
+            "assert r.exit_code == 0; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--preset", "gpt5"), "unknown preset 'gpt5' (presets: bert-base, gpt2-small, gpt3-175b, "
+                           "llama2-70b, llama2-7b, mistral-7b)"),
+    (("--d-model", "100", "--heads", "7"),
+     "d_model=100 is not divisible by heads=7 (valid head counts: 1, 2, 4, 5, 10, 20, 25, 50, 100)"),
+    (("--layers", "0"), "layers=0 must be a positive integer (at least 1)"),
+    (("--seq", "-1"), "seq=-1 must be a positive integer (at least 1)"),
+    (("--preset", "mistral-7b", "--heads", "4"),
+     "heads=4 is not divisible by kv_heads=8 (valid kv-head counts: 1, 2, 4)"),
+])
+def test_cost_bad_input(cli, args, message):
+    result = cli("cost", *args)
+    assert result.exit_code == 2
+    assert result.stderr == f"Error: {message}\n"

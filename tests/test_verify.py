@@ -1,0 +1,51 @@
+"""`verify`: passes on the real module, fails (exit 1) on a wrong one."""
+
+import json
+
+import pytest
+
+import mha_trace.verify as verify_module
+from mha_trace.attention import MultiHeadAttention
+
+
+@pytest.mark.parametrize("args", [
+    (),
+    ("--heads", "8", "--kv-heads", "2", "--mask", "causal", "--dtype", "float64"),
+    ("--mask", "causal", "--pad", "2", "--dtype", "bfloat16", "--d-model", "64"),
+    ("--config", "cat-sat-on-mat", "--dtype", "float64"),
+    ("--config", "animal-street"),
+])
+def test_verify_passes(cli, args):
+    result = cli("verify", "--format", "json", *args)
+    assert result.exit_code == 0, result.stdout
+    data = json.loads(result.stdout)
+    assert data["passed"] is True
+    measured = [c for c in data["checks"] if c["max_abs_diff"] is not None]
+    assert len(measured) >= 3 and all(c["max_abs_diff"] <= c["tolerance"] for c in measured)
+    sdpa_weights = next(c for c in data["checks"] if c["reference"].startswith("F.scaled")
+                        and c["compares"] == "per-head weights")
+    assert sdpa_weights["passed"] is None and "only the output" in sdpa_weights["note"]
+
+
+def test_gqa_notes_that_nn_multihead_attention_cannot_compare(cli):
+    data = json.loads(cli("verify", "--kv-heads", "2", "--format", "json").stdout)
+    mha = [c for c in data["checks"] if c["reference"] == "nn.MultiheadAttention"]
+    assert [c["passed"] for c in mha] == [None] and "grouped-query" in mha[0]["note"]
+
+
+def test_a_wrong_module_fails_with_exit_1(cli, monkeypatch):
+    class Off(MultiHeadAttention):
+        def forward(self, q, k=None, v=None, mask=None):
+            out, weights = super().forward(q, k, v, mask)
+            return out * 1.001, weights
+
+    monkeypatch.setattr(verify_module, "MultiHeadAttention", Off)
+    result = cli("verify")
+    assert result.exit_code == 1
+    assert "FAIL" in result.stdout and "Some comparisons FAIL (exit code 1)." in result.stdout
+
+
+def test_verify_on_meta_is_refused(cli):
+    result = cli("verify", "--device", "meta")
+    assert result.exit_code == 2
+    assert result.stderr == "Error: verify compares numbers, and --device meta holds none (use cpu or cuda)\n"

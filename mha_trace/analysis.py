@@ -6,7 +6,7 @@ identity); for a generated config everything is drawn from the config's seed.
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -187,3 +187,67 @@ def walk(view: HeadsView, position: int) -> Walk:
         heads.append(HeadWalk(h + 1, (h * d_k, (h + 1) * d_k), g + 1, qs, terms, vs, weights @ vs))
     concat = np.concatenate([hw.output for hw in heads])
     return Walk(view, i, sqrt_dk, heads, concat, concat @ view.W_O)
+
+
+@dataclass
+class Ablation:
+    view: HeadsView  # the full run
+    removed: list[int]  # 1-based head numbers
+    output: np.ndarray  # (T, D) with those heads' outputs zeroed before W_O
+    per_token: np.ndarray  # (T,) L2 distance of each token's output from the full output
+    total: float  # L2 norm of the whole difference
+    relative: float  # total / L2 norm of the full output
+
+
+def ablate(config: Config, removed: list[int]) -> Ablation:
+    """Run the module again with the given heads' contributions zeroed before W_O."""
+    view = analyse(config)
+    for h in removed:
+        if not 1 <= h <= config.heads:
+            raise MhaError(f"--head {h} is out of range (this config has heads 1 to {config.heads})")
+    module, q, k, v, _ = build(config)
+    d_k = config.d_k
+
+    def zero_heads(_, args):
+        concat = args[0].clone()
+        for h in removed:
+            concat[..., (h - 1) * d_k:h * d_k] = 0.0
+        return (concat,)
+
+    hook = module.W_o.register_forward_pre_hook(zero_heads)
+    try:
+        with torch.no_grad():
+            output, _ = module(q, k, v, mask=config_mask(config))
+    finally:
+        hook.remove()
+    output = output[0].numpy()
+    diff = output - view.output
+    full_norm = float(np.linalg.norm(view.output))
+    total = float(np.linalg.norm(diff))
+    return Ablation(view, sorted(removed), output, np.linalg.norm(diff, axis=1), total,
+                    total / full_norm if full_norm else float("nan"))
+
+
+def compare(config: Config, head_counts: list[int]) -> list[HeadsView]:
+    """The same Q, K, V (or the same seed) split into each head count."""
+    if not head_counts:
+        raise MhaError("--heads needs a comma-separated list of head counts, e.g. 1,2,4")
+    bad = [h for h in head_counts if h < 1 or config.d_model % h]
+    if bad:
+        from mha_trace.validate import divisors
+
+        verb = "does" if len(bad) == 1 else "do"
+        raise MhaError(f"heads {', '.join(map(str, bad))} {verb} not divide d_model="
+                       f"{config.d_model} (valid head counts: "
+                       f"{', '.join(map(str, divisors(config.d_model)))})")
+    views = []
+    for h in head_counts:
+        base = config
+        if config.kv_heads and h % config.kv_heads:  # GQA grouping that does not fit h: plain MHA
+            base = replace(config, kv_heads=None)
+        views.append(analyse(base.with_overrides(heads=h)))
+    return views
+
+
+def distinct_rows(weights: np.ndarray, decimals: int = 4) -> int:
+    return len({tuple(np.round(row, decimals)) for row in weights})

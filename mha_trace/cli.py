@@ -227,6 +227,71 @@ def explain(
          explain_data(w, decimals, head))
 
 
+def _int_list(text: str, option: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise MhaError(f"{option} expects comma-separated integers like 1,2,4, got '{text}'") from None
+    if not values:
+        raise MhaError(f"{option} needs at least one number, e.g. {option} 1,2,4")
+    return values
+
+
+@app.command()
+def compare(
+    heads: Annotated[str, typer.Option("--heads", "-H", help="Comma-separated head counts, each dividing d_model. Example: --heads 1,2,4")] = "1,2,4",
+    config: ConfigOpt = None,
+    mask: ConfigMaskOpt = None,
+    pad: ConfigPadOpt = None,
+    decimals: DecimalsOpt = 4,
+    format: FormatOpt = Format.table,
+    no_color: NoColorOpt = False,
+    width: WidthOpt = None,
+    debug: DebugOpt = False,
+):
+    """The same input split into different head counts, side by side, with a one-line reading.
+
+    Example: mha-trace compare --heads 1,2,4
+    """
+    from mha_trace.analysis import compare as run_compare
+    from mha_trace.config import load
+    from mha_trace.render_heads import compare_data, compare_renderables
+
+    counts = _int_list(heads, "--heads")
+    c = load(config).with_overrides(mask=mask.value if mask else None, pad=pad)
+    views = run_compare(c, counts)
+    emit(Output(format, no_color, width), compare_renderables(views, decimals),
+         compare_data(views, decimals))
+
+
+@app.command()
+def ablate(
+    head: Annotated[str, typer.Option("--head", help="Head(s) to remove, 1-based, comma-separated. Example: --head 2 or --head 1,3")] = "2",
+    config: ConfigOpt = None,
+    heads: ResplitOpt = None,
+    kv_heads: KvHeadsOpt = None,
+    mask: ConfigMaskOpt = None,
+    pad: ConfigPadOpt = None,
+    decimals: DecimalsOpt = 4,
+    format: FormatOpt = Format.table,
+    no_color: NoColorOpt = False,
+    width: WidthOpt = None,
+    debug: DebugOpt = False,
+):
+    """The output with some heads removed (zeroed before W_O), and how far each token moved.
+
+    Example: mha-trace ablate --head 2
+    """
+    from mha_trace.analysis import ablate as run_ablate
+    from mha_trace.config import load
+    from mha_trace.render_heads import ablate_data, ablate_renderables
+
+    removed = _int_list(head, "--head")
+    c = load(config).with_overrides(heads, kv_heads, mask.value if mask else None, pad)
+    a = run_ablate(c, removed)
+    emit(Output(format, no_color, width), ablate_renderables(a, decimals), ablate_data(a, decimals))
+
+
 @app.command()
 def configs(
     format: FormatOpt = Format.table,
@@ -239,7 +304,7 @@ def configs(
     Example: mha-trace configs
     """
     from mha_trace.config import bundled_names, load
-    from mha_trace.render_heads import configs_data, configs_table
+    from mha_trace.render_configs import configs_data, configs_table
 
     found = [load(name) for name in bundled_names()]
     emit(Output(format, no_color, width), [configs_table(found)], configs_data(found))

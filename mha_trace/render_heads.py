@@ -1,9 +1,12 @@
 """Renderers for `heads`, `explain` and `configs`: rich tables and JSON-ready data."""
 
+import numpy as np
+from rich.columns import Columns
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from mha_trace.analysis import distinct_rows
 from mha_trace.output import new_table
 
 MASKED = "·"
@@ -248,27 +251,70 @@ def explain_data(w, decimals: int, only_head: int | None) -> dict:
     }
 
 
-def configs_table(configs) -> Table:
-    table = new_table("Bundled configs (use: mha-trace heads --config NAME)")
-    table.add_column("name", style="bold", no_wrap=True)
-    table.add_column("title / what it shows", ratio=1)
-    table.add_column("tokens", justify="right")
-    table.add_column("d_model", justify="right")
-    table.add_column("heads", justify="right")
-    table.add_column("form")
-    for c in configs:
-        form = "explicit" if c.explicit else "generated"
-        if c.mask != "none":
-            form += f", {c.mask}"
-        if c.W_O:
-            form += ", W_O"
-        table.add_row(c.name, f"{c.title}\n{c.description}".strip(), str(len(c.tokens)),
-                      str(c.d_model), str(c.heads), form)
-    return table
+def reading(view, first) -> str:
+    """One line on what this head count does to the patterns."""
+    rows = [distinct_rows(w) for w in view.weights]
+    T = len(view.tokens)
+    parts = [f"d_k = {view.d_k}"]
+    if view.d_k == 1:
+        parts.append("each score is a product of two single numbers, so a query can only rank "
+                     "keys by one coordinate and rows repeat")
+    elif view.heads == 1:
+        parts.append("one head: a single compromise pattern per query")
+    else:
+        parts.append(f"{view.heads} heads see {view.heads} different {view.d_k}-dim subspaces")
+    parts.append(f"distinct weight rows per head: {', '.join(map(str, rows))} of {T}")
+    if first is not view:
+        parts.append(f"output moved {np.linalg.norm(view.output - first.output):.4f} (L2) from "
+                     f"H = {first.heads}")
+    return "; ".join(parts) + "."
 
 
-def configs_data(configs) -> dict:
-    return {"command": "configs",
-            "configs": [{"name": c.name, "title": c.title, "description": c.description,
-                         "tokens": list(c.tokens), "d_model": c.d_model, "heads": c.heads,
-                         "mask": c.mask, "explicit": c.explicit} for c in configs]}
+def compare_renderables(views, decimals: int) -> list:
+    c = views[0].config
+    out = [Text(f"{c.title}: the same Q, K, V split into {', '.join(str(v.heads) for v in views)} "
+                f"heads", style="bold")]
+    for v in views:
+        out.append(Text(f"H = {v.heads}, d_k = {v.d_k}", style="bold underline"))
+        tables = [_weights_table(f"head {h + 1}", v.tokens, v.weights[h], v.mask, decimals)
+                  for h in range(v.heads)]
+        out.append(Columns(tables, padding=(0, 4)))
+        out.append(_matrix_table(f"output (H = {v.heads})", v.tokens, v.output, decimals))
+        out.append(Text(reading(v, views[0])))
+    out.append(legend())
+    return out
+
+
+def compare_data(views, decimals: int) -> dict:
+    return {"command": "compare", "config": config_data(views[0]), "decimals": decimals,
+            "runs": [{"heads": v.heads, "d_k": v.d_k,
+                      "weights": [_rounded(w, decimals) for w in v.weights],
+                      "distinct_rows": [distinct_rows(w) for w in v.weights],
+                      "output": _rounded(v.output, decimals),
+                      "reading": reading(v, views[0])} for v in views]}
+
+
+def ablate_renderables(a, decimals: int) -> list:
+    view = a.view
+    names = ", ".join(map(str, a.removed))
+    out = [Text(f"{view.config.title}: output without head{'s' if len(a.removed) > 1 else ''} "
+                f"{names} (zeroed before W_O)  ({describe(view)})", style="bold")]
+    table = new_table("Per-token change")
+    table.add_column("token", style="bold")
+    table.add_column("full output", overflow="fold")
+    table.add_column("ablated output", overflow="fold")
+    table.add_column("L2 distance", justify="right")
+    for t, full, abl, dist in zip(view.tokens, view.output, a.output, a.per_token):
+        table.add_row(t, vector(full, decimals, 8), vector(abl, decimals, 8), fmt(dist, decimals))
+    out.append(table)
+    out.append(Text(f"Total L2 distance: {fmt(a.total, decimals)} "
+                    f"({a.relative:.1%} of the full output's norm {fmt(np.linalg.norm(view.output), decimals)})."))
+    return out
+
+
+def ablate_data(a, decimals: int) -> dict:
+    return {"command": "ablate", "config": config_data(a.view), "decimals": decimals,
+            "removed": a.removed, "full_output": _rounded(a.view.output, decimals),
+            "output": _rounded(a.output, decimals),
+            "per_token_l2": [round(float(x), decimals) for x in a.per_token],
+            "total_l2": round(a.total, decimals), "relative": round(a.relative, decimals)}

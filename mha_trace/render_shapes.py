@@ -6,7 +6,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from mha_trace.cost import human_bytes
+from mha_trace.cost import DTYPE_BYTES, human_bytes
 from mha_trace.output import display_path, new_table
 from mha_trace.shapes import ShapesReport
 
@@ -97,6 +97,12 @@ def shapes_notes(report: ShapesReport) -> Group:
     big = max(steps, key=lambda s: (math.prod(s.shape), -s.index))
     lines.append(f"Largest tensor: row {big.index} {big.text} {_shape(big.shape)}, "
                  f"{human_bytes(math.prod(big.shape) * big.itemsize)}.")
+    if r.kv_heads and r.kv_heads != r.heads:
+        d_k, item = r.d_model // r.heads, DTYPE_BYTES[r.dtype]
+        kv, full = 2 * r.kv_heads * d_k * item, 2 * r.heads * d_k * item
+        lines.append(f"KV cache per token per layer: {human_bytes(kv)} with {r.kv_heads} K/V heads "
+                     f"against {human_bytes(full)} with {r.heads} ({human_bytes(full - kv)} saved, "
+                     f"{r.heads // r.kv_heads}× less).")
     if r.device == "meta":
         lines.append("Device meta: shapes and strides are real, nothing was allocated.")
     return Group(Text(f"Source: {display_path(steps[-1].file)}. What the reshapes did here:"),

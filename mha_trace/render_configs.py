@@ -1,5 +1,7 @@
 """Render the `configs` listing. Imports neither torch nor numpy."""
 
+from rich.table import Table
+
 from mha_trace.output import new_table
 
 

@@ -16,15 +16,16 @@ from mha_trace.errors import MhaError
 from mha_trace.output import Format, Output, emit, make_console
 
 _debug = False
+_argv: list[str] = []
 
 
 class _Group(TyperGroup):
     """Every failure the user can fix becomes one `Error: ...` line with exit code 2 (or 1)."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        global _debug
+        global _debug, _argv
         argv = list(sys.argv[1:] if args is None else args)
-        _debug = "--debug" in argv
+        _debug, _argv = "--debug" in argv, argv
         try:
             rv = super().main(args=argv, prog_name=prog_name, complete_var=complete_var,
                               standalone_mode=False, **extra)
@@ -48,6 +49,11 @@ class _Group(TyperGroup):
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _title() -> str:
+    """The command line as typed, for the title of --svg pictures."""
+    return " ".join(["mha-trace", *_argv])
 
 
 def _fail(message: str, code: int):
@@ -103,6 +109,9 @@ class Mask(str, Enum):
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table (rich, plain when piped), json or markdown. Example: --format json")]
 NoColorOpt = Annotated[bool, typer.Option("--no-color", help="Plain text without colour or escape codes (NO_COLOR does the same). Example: --no-color")]
 WidthOpt = Annotated[int | None, typer.Option("--width", min=40, help="Render at this many columns (default: the terminal's, 100 when piped). Example: --width 120")]
+SvgOpt = Annotated[str | None, typer.Option("--svg", help="Also save what was printed as an SVG picture (for slides). Example: --svg shapes.svg", metavar="FILE")]
+HtmlOpt = Annotated[str | None, typer.Option("--html", help="Also save what was printed as HTML. Example: --html shapes.html", metavar="FILE")]
+PngOpt = Annotated[str | None, typer.Option("--png", help='Save per-head heatmaps as PNG (needs: pip install "mha-trace[plot]"). Example: --png heads.png', metavar="FILE")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show Python tracebacks instead of one-line errors. Example: --debug")]
 
 # sizes
@@ -133,6 +142,8 @@ def shapes(
     format: FormatOpt = Format.table,
     no_color: NoColorOpt = False,
     width: WidthOpt = None,
+    svg: SvgOpt = None,
+    html: HtmlOpt = None,
     debug: DebugOpt = False,
 ):
     """Trace a real forward pass and print the shape, stride and memory of every tensor op.
@@ -144,7 +155,7 @@ def shapes(
 
     report = run_shapes(ShapesRequest(batch, seq, d_model, heads, kv_heads, device.value,
                                       dtype.value, mask.value, pad, seed))
-    out = Output(format, no_color, width)
+    out = Output(format, no_color, width, svg, html, _title())
     console = make_console(out)
     emit(out, [shapes_table(report, console.width), shapes_notes(report)], shapes_data(report),
          console)
@@ -183,6 +194,9 @@ def heads(
     format: FormatOpt = Format.table,
     no_color: NoColorOpt = False,
     width: WidthOpt = None,
+    svg: SvgOpt = None,
+    html: HtmlOpt = None,
+    png: PngOpt = None,
     debug: DebugOpt = False,
 ):
     """Each head's attention weights (rows: queries, columns: keys), their average, the output.
@@ -193,7 +207,13 @@ def heads(
 
     view = _view(config, heads, kv_heads, mask, pad)
     _check_head(head, view)
-    emit(Output(format, no_color, width), heads_renderables(view, decimals, head),
+    if png:
+        from mha_trace.plots import save_heatmaps
+
+        picked = [head - 1] if head else range(view.heads)
+        save_heatmaps(png, view.config.title, [(f"head {h + 1}", view.tokens, view.tokens,
+                                                view.weights[h], view.mask) for h in picked], decimals)
+    emit(Output(format, no_color, width, svg, html, _title()), heads_renderables(view, decimals, head),
          heads_data(view, decimals, head))
 
 
@@ -211,6 +231,9 @@ def explain(
     format: FormatOpt = Format.table,
     no_color: NoColorOpt = False,
     width: WidthOpt = None,
+    svg: SvgOpt = None,
+    html: HtmlOpt = None,
+    png: PngOpt = None,
     debug: DebugOpt = False,
 ):
     """One token through every head: q·k written out for each key, ÷√d_k, softmax, Σ w·v, concat, W_O.
@@ -223,7 +246,17 @@ def explain(
     view = _view(config, heads, kv_heads, mask, pad)
     _check_head(head, view)
     w = walk(view, find_position(view.tokens, token, position))
-    emit(Output(format, no_color, width), explain_renderables(w, decimals, head),
+    if png:
+        import numpy as np
+
+        from mha_trace.plots import save_heatmaps
+
+        rows = np.array([[t.weight for t in hw.terms] for hw in w.heads])
+        keep = None if view.mask is None else np.repeat(view.mask[w.position][None], len(rows), 0)
+        save_heatmaps(png, f"{view.config.title}: the query '{w.token}'",
+                      [("weights per head", [f"head {hw.head}" for hw in w.heads], view.tokens,
+                        rows, keep)], decimals)
+    emit(Output(format, no_color, width, svg, html, _title()), explain_renderables(w, decimals, head),
          explain_data(w, decimals, head))
 
 
@@ -247,6 +280,9 @@ def compare(
     format: FormatOpt = Format.table,
     no_color: NoColorOpt = False,
     width: WidthOpt = None,
+    svg: SvgOpt = None,
+    html: HtmlOpt = None,
+    png: PngOpt = None,
     debug: DebugOpt = False,
 ):
     """The same input split into different head counts, side by side, with a one-line reading.
@@ -260,7 +296,13 @@ def compare(
     counts = _int_list(heads, "--heads")
     c = load(config).with_overrides(mask=mask.value if mask else None, pad=pad)
     views = run_compare(c, counts)
-    emit(Output(format, no_color, width), compare_renderables(views, decimals),
+    if png:
+        from mha_trace.plots import save_heatmaps
+
+        save_heatmaps(png, f"{c.title}: heads {heads}",
+                      [(f"H={v.heads} head {h + 1}", v.tokens, v.tokens, v.weights[h], v.mask)
+                       for v in views for h in range(v.heads)], decimals)
+    emit(Output(format, no_color, width, svg, html, _title()), compare_renderables(views, decimals),
          compare_data(views, decimals))
 
 
@@ -276,6 +318,8 @@ def ablate(
     format: FormatOpt = Format.table,
     no_color: NoColorOpt = False,
     width: WidthOpt = None,
+    svg: SvgOpt = None,
+    html: HtmlOpt = None,
     debug: DebugOpt = False,
 ):
     """The output with some heads removed (zeroed before W_O), and how far each token moved.
@@ -289,7 +333,7 @@ def ablate(
     removed = _int_list(head, "--head")
     c = load(config).with_overrides(heads, kv_heads, mask.value if mask else None, pad)
     a = run_ablate(c, removed)
-    emit(Output(format, no_color, width), ablate_renderables(a, decimals), ablate_data(a, decimals))
+    emit(Output(format, no_color, width, svg, html, _title()), ablate_renderables(a, decimals), ablate_data(a, decimals))
 
 
 @app.command()
@@ -297,6 +341,8 @@ def configs(
     format: FormatOpt = Format.table,
     no_color: NoColorOpt = False,
     width: WidthOpt = None,
+    svg: SvgOpt = None,
+    html: HtmlOpt = None,
     debug: DebugOpt = False,
 ):
     """List the bundled configs: name, title, tokens, d_model, heads, and what each shows.
@@ -307,7 +353,7 @@ def configs(
     from mha_trace.render_configs import configs_data, configs_table
 
     found = [load(name) for name in bundled_names()]
-    emit(Output(format, no_color, width), [configs_table(found)], configs_data(found))
+    emit(Output(format, no_color, width, svg, html, _title()), [configs_table(found)], configs_data(found))
 
 
 @app.command()
@@ -325,6 +371,8 @@ def cost(
     format: FormatOpt = Format.table,
     no_color: NoColorOpt = False,
     width: WidthOpt = None,
+    svg: SvgOpt = None,
+    html: HtmlOpt = None,
     debug: DebugOpt = False,
 ):
     """Parameters, FLOPs per stage, score memory (materialised vs tiled) and KV cache, exactly.
@@ -347,7 +395,7 @@ def cost(
     d = Dims(batch, seq, d_model, heads, kv_heads, dtype.value, bias=pick(bias, "bias", True))
     rows = cost_rows(d, layers)
     label = p.get("name", "custom") if preset else "custom"
-    emit(Output(format, no_color, width),
+    emit(Output(format, no_color, width, svg, html, _title()),
          cost_renderables(rows, d, layers, label, p.get("source"), formulas),
          cost_data(rows, d, layers, preset, p.get("source")))
 
@@ -368,6 +416,8 @@ def verify(
     format: FormatOpt = Format.table,
     no_color: NoColorOpt = False,
     width: WidthOpt = None,
+    svg: SvgOpt = None,
+    html: HtmlOpt = None,
     debug: DebugOpt = False,
 ):
     """Check the module against numpy by hand, nn.MultiheadAttention and F.scaled_dot_product_attention.
@@ -385,7 +435,7 @@ def verify(
     else:
         report = verify_flags(batch, seq, d_model, heads, kv_heads, mask.value, pad, dtype.value,
                               seed, device.value)
-    emit(Output(format, no_color, width), verify_renderables(report), verify_data(report))
+    emit(Output(format, no_color, width, svg, html, _title()), verify_renderables(report), verify_data(report))
     if not report.passed:
         raise typer.Exit(1)
 

@@ -4,6 +4,7 @@ Rich tables on a terminal; no escape codes when piped, when NO_COLOR is set or w
 JSON and markdown for scripts and notes. Only the CLI calls `emit`.
 """
 
+import io
 import json
 import os
 import sys
@@ -30,6 +31,9 @@ class Output:
     format: Format = Format.table
     no_color: bool = False
     width: int | None = None
+    svg: str | None = None  # also save what was printed as SVG / HTML (for slides)
+    html: str | None = None
+    title: str = "mha-trace"
 
 
 def make_console(out: Output, file=None) -> Console:
@@ -46,7 +50,7 @@ def new_table(title: str | None = None, **kwargs) -> Table:
     """The house style: a rule under the header, no outer frame, readable without colour."""
     return Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                  padding=(0, 1), collapse_padding=True, title_justify="left",
-                 title_style="bold", header_style="bold", **kwargs)
+                 title_style="bold", header_style="bold cyan", border_style="cyan", **kwargs)
 
 
 def display_path(path: str) -> str:
@@ -92,21 +96,44 @@ def to_markdown(renderables) -> str:
 
 
 def emit(out: Output, renderables: list, data: dict, console: Console | None = None) -> None:
-    """Print one command's result: `renderables` for table/markdown, `data` for JSON."""
-    if out.format == Format.json:
-        payload = {"schema_version": SCHEMA_VERSION, **data}
-        sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
-        return
-    if out.format == Format.markdown:
-        sys.stdout.write(to_markdown(renderables))
-        return
+    """Print one command's result: `renderables` for table/markdown, `data` for JSON.
+
+    With --svg / --html the same output is rendered once more into a recording console and saved.
+    """
     console = console or make_console(out)
+    if out.format in (Format.json, Format.markdown):
+        if out.format == Format.json:
+            payload = {"schema_version": SCHEMA_VERSION, **data}
+            text = json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
+        else:
+            text = to_markdown(renderables)
+        sys.stdout.write(text)
+        _save_recordings(out, [Text(text.rstrip("\n"))], console.width)
+        return
     if console.is_terminal:
         _print_all(console, renderables)
+    else:
+        with console.capture() as captured:  # piped: plain lines without trailing padding
+            _print_all(console, renderables)
+        console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+    _save_recordings(out, renderables, console.width)
+
+
+def _save_recordings(out: Output, renderables: list, width: int) -> None:
+    if not (out.svg or out.html):
         return
-    with console.capture() as captured:  # piped: plain lines without trailing padding
-        _print_all(console, renderables)
-    console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+    from mha_trace.errors import MhaError
+
+    recorder = Console(record=True, file=io.StringIO(), width=width, color_system="truecolor",
+                       force_terminal=True, highlight=False, emoji=False)
+    _print_all(recorder, renderables)
+    for path, save in ((out.svg, lambda p: recorder.save_svg(p, title=out.title, clear=False)),
+                       (out.html, lambda p: recorder.save_html(p, clear=False))):
+        if path:
+            try:
+                save(path)
+            except OSError as e:
+                raise MhaError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 def _print_all(console: Console, renderables: list) -> None:
@@ -118,7 +145,7 @@ def _print_all(console: Console, renderables: list) -> None:
             title, caption = r.title, r.caption
             r.title = r.caption = None
             if title:
-                console.print(Text(str(title), style="bold"))
+                console.print(Text(str(title), style="bold blue"))
             console.print(r)
             if caption:
                 console.print(Text(str(caption)))

@@ -55,7 +55,7 @@ def shapes_table(report: ShapesReport, width: int = 100):
         table.add_column("dtype")
     table.add_column("alloc", justify="right", no_wrap=True)
     for s in report.steps:
-        alloc = Text("view", style="dim") if s.is_view else human_bytes(s.bytes)
+        alloc = Text("view", style="green") if s.is_view else Text(human_bytes(s.bytes), style="yellow")
         cells = [str(s.index), str(s.line) if s.line else "in", s.text, s.op, _shape(s.shape)]
         cells += [_stride(s.stride)] if wide else []
         cells += ["yes" if s.contiguous else "no"]

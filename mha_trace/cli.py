@@ -53,7 +53,13 @@ class _Group(TyperGroup):
 
 def _title() -> str:
     """The command line as typed, for the title of --svg pictures."""
-    return " ".join(["mha-trace", *_argv])
+    words, skip = ["mha-trace"], False
+    for arg in _argv:
+        if skip or arg.split("=")[0] in ("--svg", "--html", "--png"):
+            skip = not skip and "=" not in arg
+            continue
+        words.append(arg)
+    return " ".join(words)
 
 
 def _fail(message: str, code: int):

@@ -1,0 +1,125 @@
+"""The output layer: terminals (a real pty), pipes, SVG/HTML/PNG files, determinism, completion."""
+
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+
+import pytest
+
+COLOUR = re.compile(r"\x1b\[[0-9;]*(3[0-9]|4[0-9]|38;|48;)[0-9;]*m")
+ANY_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def in_pty(*args, env_extra=None) -> str:
+    """Run the installed command in a real pseudo-terminal of 100 columns; return what it drew."""
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "50",
+           **(env_extra or {})}
+    env.pop("NO_COLOR", None) if "NO_COLOR" not in (env_extra or {}) else None
+    parent, child = pty.openpty()
+    proc = subprocess.Popen(["mha-trace", *args], stdin=child, stdout=child, stderr=child, env=env,
+                            close_fds=True)
+    os.close(child)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([parent], [], [], 60)
+        if not ready:
+            break
+        try:
+            data = os.read(parent, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=60)
+    os.close(parent)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_colour_on_a_terminal_and_not_with_no_color():
+    coloured = in_pty("shapes")
+    assert COLOUR.search(coloured), "no colour codes on a terminal"
+    plain = in_pty("shapes", env_extra={"NO_COLOR": "1"})
+    assert not COLOUR.search(plain)
+    assert "shapes: batch=2 seq=10" in plain
+
+
+def test_default_shapes_table_fits_100_columns_on_a_terminal():
+    text = ANY_ESCAPE.sub("", in_pty("shapes"))
+    lines = text.replace("\r", "").splitlines()
+    assert any("contiguous" in line for line in lines)
+    assert max(len(line) for line in lines) <= 100
+
+
+def test_no_color_flag_on_a_terminal():
+    assert not COLOUR.search(in_pty("heads", "--no-color"))
+
+
+EVERY_COMMAND = [
+    ("shapes",), ("shapes", "--device", "meta", "--seq", "64", "--mask", "causal"),
+    ("heads",), ("heads", "--config", "chicken-road"), ("explain", "--token", "cat"),
+    ("compare",), ("ablate",), ("configs",), ("cost", "--preset", "mistral-7b"), ("verify",),
+]
+
+
+@pytest.mark.parametrize("args", EVERY_COMMAND, ids=" ".join)
+def test_same_command_twice_prints_the_same_bytes(cli, args):
+    for fmt in ("table", "json"):
+        first, second = cli(*args, "--format", fmt), cli(*args, "--format", fmt)
+        assert first.exit_code == 0, first.stderr
+        assert first.stdout == second.stdout and first.stdout
+
+
+def test_svg_and_html_hold_what_was_printed(cli, tmp_path):
+    svg, html = tmp_path / "s.svg", tmp_path / "s.html"
+    result = cli("shapes", "--svg", str(svg), "--html", str(html))
+    assert result.exit_code == 0
+    picture = svg.read_text()
+    assert picture.startswith("<svg") and ">mha-trace&#160;shapes<" in picture
+    text = html.read_text()
+    for fragment in ("self.W_q(q)", "contiguous", "[2, 8, 10, 10]", "attention.py"):
+        assert fragment in text
+    json_svg = tmp_path / "j.svg"
+    assert cli("cost", "--format", "json", "--svg", str(json_svg)).exit_code == 0
+    assert "schema_version" in json_svg.read_text()
+
+
+def test_unwritable_svg_path_is_one_line(cli, tmp_path):
+    result = cli("configs", "--svg", str(tmp_path / "missing" / "x.svg"))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"Error: cannot write {tmp_path / 'missing' / 'x.svg'}: ")
+
+
+@pytest.mark.parametrize("args", [("heads",), ("explain", "--token", "cat", "--mask", "causal"),
+                                  ("compare", "--heads", "1,2")], ids=" ".join)
+def test_png_heatmaps(cli, tmp_path, args):
+    png = tmp_path / "out.png"
+    result = cli(*args, "--png", str(png))
+    assert result.exit_code == 0, result.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+def test_png_without_matplotlib_says_how_to_install(tmp_path):
+    code = ("import sys; sys.modules['matplotlib'] = None; from typer.testing import CliRunner; "
+            "from mha_trace.cli import app; "
+            f"r = CliRunner().invoke(app, ['heads', '--png', {str(tmp_path / 'x.png')!r}]); "
+            "print(r.exit_code); print(r.stderr, end='')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout == ('1\nError: --png needs matplotlib (install it with: '
+                          'pip install "mha-trace[plot]")\n')
+
+
+def test_markdown_everywhere(cli):
+    for args in EVERY_COMMAND:
+        out = cli(*args, "--format", "markdown").stdout
+        assert "|---" in out and "\x1b" not in out, args
+
+
+def test_shell_completion_completes_commands():
+    env = {**os.environ, "_MHA_TRACE_COMPLETE": "complete_bash", "COMP_WORDS": "mha-trace co",
+           "COMP_CWORD": "1"}
+    out = subprocess.run(["mha-trace"], capture_output=True, text=True, env=env, timeout=60)
+    assert out.stdout.split() == ["compare", "configs", "cost"]

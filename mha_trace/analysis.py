@@ -251,3 +251,48 @@ def compare(config: Config, head_counts: list[int]) -> list[HeadsView]:
 
 def distinct_rows(weights: np.ndarray, decimals: int = 4) -> int:
     return len({tuple(np.round(row, decimals)) for row in weights})
+
+
+@dataclass
+class ModuleHeads:
+    """What the user's own module returned for a config's tokens."""
+
+    label: str
+    call: str
+    tokens: tuple
+    weights: np.ndarray  # (H, T, T), or (1, T, T) when the module averages over heads
+    averaged: bool  # the module returned one (T, T) map per batch item
+    output: np.ndarray  # (T, D)
+    mask: np.ndarray | None
+
+
+def module_heads(spec: str, init: str | None, config: Config, d_model: int, heads: int) -> ModuleHeads:
+    """Run --module on the config's tokens (seeded embeddings of width d_model, batch 1)."""
+    from mha_trace import usermodule
+
+    torch.manual_seed(config.seed)
+    module, _, label = usermodule.load(spec, d_model, heads, init, torch.device("cpu"), torch.float64)
+    x = torch.randn(1, len(config.tokens), d_model, dtype=torch.float64)
+    mask = config_mask(config)
+    call, args, kwargs = usermodule.forward_call(module, x, mask)
+    try:
+        with torch.no_grad():
+            result = module(*args, **kwargs)
+    except Exception as e:
+        raise MhaError(f"{label}: forward raised {type(e).__name__}: {str(e).splitlines()[0]} "
+                       f"(mha-trace shapes --module shows where)", exit_code=1) from None
+    output, weights = usermodule.split_result(result, x)
+    if weights is None:
+        raise MhaError(f"{label} returns no attention weights (only its output), so there is "
+                       f"nothing for heads to show; mha-trace shapes --module still traces it",
+                       exit_code=1)
+    w = weights.detach().double().numpy()
+    T = len(config.tokens)
+    if w.shape[-2:] != (T, T):
+        raise MhaError(f"{label} returned weights of shape {list(w.shape)}, expected (..., {T}, {T})",
+                       exit_code=1)
+    w = w.reshape(-1, T, T) if w.ndim <= 3 else w[0]
+    averaged = weights.dim() == 3 and weights.shape[0] == 1 and heads > 1
+    out = output.detach().double().numpy().reshape(-1, T, output.shape[-1])[0]
+    return ModuleHeads(label, call, config.tokens, w, averaged, out,
+                       None if mask is None else mask.numpy())

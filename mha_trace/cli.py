@@ -115,6 +115,8 @@ class Mask(str, Enum):
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table (rich, plain when piped), json or markdown. Example: --format json")]
 NoColorOpt = Annotated[bool, typer.Option("--no-color", help="Plain text without colour or escape codes (NO_COLOR does the same). Example: --no-color")]
 WidthOpt = Annotated[int | None, typer.Option("--width", min=40, help="Render at this many columns (default: the terminal's, 100 when piped). Example: --width 120")]
+ModuleOpt = Annotated[str | None, typer.Option("--module", "-m", help="Trace your own class instead: FILE.py:Class or package.module:Class (this runs your code). Example: --module examples/l04_mha.py:MultiHeadAttention", metavar="SPEC")]
+InitOpt = Annotated[str | None, typer.Option("--init", help="Constructor arguments for --module, as name=value pairs. Example: --init 'd_model=64, num_heads=4'")]
 SvgOpt = Annotated[str | None, typer.Option("--svg", help="Also save what was printed as an SVG picture (for slides). Example: --svg shapes.svg", metavar="FILE")]
 HtmlOpt = Annotated[str | None, typer.Option("--html", help="Also save what was printed as HTML. Example: --html shapes.html", metavar="FILE")]
 PngOpt = Annotated[str | None, typer.Option("--png", help='Save per-head heatmaps as PNG (needs: pip install "mha-trace[plot]"). Example: --png heads.png', metavar="FILE")]
@@ -145,6 +147,8 @@ def shapes(
     mask: MaskOpt = Mask.none,
     pad: PadOpt = 0,
     seed: SeedOpt = 0,
+    module: ModuleOpt = None,
+    init: InitOpt = None,
     format: FormatOpt = Format.table,
     no_color: NoColorOpt = False,
     width: WidthOpt = None,
@@ -156,15 +160,19 @@ def shapes(
 
     Example: mha-trace shapes --d-model 512 --heads 8 --seq 6 --mask causal
     """
-    from mha_trace.render_shapes import shapes_data, shapes_notes, shapes_table
+    from mha_trace.render_shapes import (failure_renderables, shapes_data, shapes_notes,
+                                         shapes_table)
     from mha_trace.shapes import ShapesRequest, run_shapes
 
     report = run_shapes(ShapesRequest(batch, seq, d_model, heads, kv_heads, device.value,
-                                      dtype.value, mask.value, pad, seed))
+                                      dtype.value, mask.value, pad, seed, module, init))
     out = Output(format, no_color, width, svg, html, _title())
     console = make_console(out)
-    emit(out, [shapes_table(report, console.width), shapes_notes(report)], shapes_data(report),
-         console)
+    table = shapes_table(report, console.width)
+    if report.failure:
+        emit(out, [table, *failure_renderables(report)], shapes_data(report), console)
+        raise typer.Exit(1)
+    emit(out, [table, shapes_notes(report)], shapes_data(report), console)
 
 
 ConfigOpt = Annotated[str | None, typer.Option("--config", "-c", help="A TOML config file, or the name of a bundled one (see mha-trace configs); default: the chapter's 'The cat sat on mat'. Example: --config chicken-road")]
@@ -203,6 +211,9 @@ def heads(
     svg: SvgOpt = None,
     html: HtmlOpt = None,
     png: PngOpt = None,
+    module: ModuleOpt = None,
+    init: InitOpt = None,
+    d_model: Annotated[int | None, typer.Option("--d-model", "-d", help="With --module: the width to build it with (default 64). Example: --d-model 64")] = None,
     debug: DebugOpt = False,
 ):
     """Each head's attention weights (rows: queries, columns: keys), their average, the output.
@@ -211,6 +222,11 @@ def heads(
     """
     from mha_trace.render_heads import heads_data, heads_renderables
 
+    if module:
+        return _module_heads(module, init, config, d_model, heads, mask, pad, head, decimals,
+                             Output(format, no_color, width, svg, html, _title()))
+    if d_model is not None:
+        raise MhaError("--d-model goes with --module (a config's width is fixed by the config)")
     view = _view(config, heads, kv_heads, mask, pad)
     _check_head(head, view)
     if png:
@@ -221,6 +237,23 @@ def heads(
                                                 view.weights[h], view.mask) for h in picked], decimals)
     emit(Output(format, no_color, width, svg, html, _title()), heads_renderables(view, decimals, head),
          heads_data(view, decimals, head))
+
+
+def _module_heads(module, init, config, d_model, heads, mask, pad, head, decimals, out):
+    from mha_trace.analysis import module_heads
+    from mha_trace.config import load
+    from mha_trace.render_heads import module_heads_data, module_heads_renderables
+    from mha_trace.validate import heads_divide
+
+    d_model, heads = d_model or 64, heads or 4
+    if init is None:
+        heads_divide(d_model, heads)
+    c = load(config).with_overrides(mask=mask.value if mask else None, pad=pad)
+    m = module_heads(module, init, c, d_model, heads)
+    if head is not None and not 1 <= head <= len(m.weights):
+        raise MhaError(f"--head {head} is out of range (the module returned {len(m.weights)} "
+                       f"weight map{'s' if len(m.weights) > 1 else ''})")
+    emit(out, module_heads_renderables(m, decimals, head), module_heads_data(m, decimals, head))
 
 
 @app.command()

@@ -318,3 +318,27 @@ def ablate_data(a, decimals: int) -> dict:
             "output": _rounded(a.output, decimals),
             "per_token_l2": [round(float(x), decimals) for x in a.per_token],
             "total_l2": round(a.total, decimals), "relative": round(a.relative, decimals)}
+
+
+def module_heads_renderables(m, decimals: int, only_head: int | None) -> list:
+    out = [Text(f"{m.label}, {m.call}: {' '.join(m.tokens)}  (seeded embeddings, batch 1)",
+                style="bold")]
+    if m.averaged:
+        out.append(Text("This module returns one weight map averaged over its heads, so per-head "
+                        "patterns are not available."))
+    heads = [only_head - 1] if only_head else range(len(m.weights))
+    for h in heads:
+        name = "weights as returned (averaged over heads)" if m.averaged else f"Head {h + 1} of {len(m.weights)}"
+        out.append(_weights_table(name, m.tokens, m.weights[h], m.mask, decimals))
+    out.append(_matrix_table("Output", m.tokens, m.output, decimals))
+    out.append(legend())
+    return out
+
+
+def module_heads_data(m, decimals: int, only_head: int | None) -> dict:
+    heads = [only_head - 1] if only_head else range(len(m.weights))
+    return {"command": "heads", "module": m.label, "call": m.call, "tokens": list(m.tokens),
+            "decimals": decimals, "averaged": m.averaged,
+            "mask": None if m.mask is None else m.mask.tolist(),
+            "heads": [{"head": h + 1, "weights": _rounded(m.weights[h], decimals)} for h in heads],
+            "output": _rounded(m.output, decimals)}

@@ -1,6 +1,7 @@
 """Turn a ShapesReport into a rich table, plain-words notes, and JSON data."""
 
 import math
+import os
 
 from rich.console import Group
 from rich.table import Table
@@ -32,8 +33,10 @@ def title(report: ShapesReport) -> str:
     kv = f" kv_heads={r.kv_heads}" if r.kv_heads and r.kv_heads != r.heads else ""
     mask = f" mask={r.mask}" if r.mask != "none" else ""
     pad = f" pad={r.pad}" if r.pad else ""
-    return (f"shapes: batch={r.batch} seq={r.seq} d_model={r.d_model} heads={r.heads}{kv} "
-            f"(d_k={r.d_model // r.heads}){mask}{pad} {r.dtype} on {r.device}")
+    who = f"{report.label}, {report.call}: " if report.label else ""
+    d_k = f" (d_k={r.d_model // r.heads})" if r.d_model % r.heads == 0 else ""
+    return (f"shapes: {who}batch={r.batch} seq={r.seq} d_model={r.d_model} heads={r.heads}{kv}"
+            f"{d_k}{mask}{pad} {r.dtype} on {r.device}")
 
 
 def shapes_table(report: ShapesReport, width: int = 100):
@@ -44,7 +47,8 @@ def shapes_table(report: ShapesReport, width: int = 100):
         table.caption = "stride and dtype hidden below 100 columns (see them with --width 100)"
         table.caption_justify = "left"
     table.add_column("#", justify="right")
-    table.add_column("ln", justify="right")
+    files = {s.file for s in report.steps if s.op != "input"}
+    table.add_column("ln" if len(files) <= 1 else "file:ln", justify="right")
     table.add_column("code", overflow="fold", ratio=1, min_width=12)
     table.add_column("op", overflow="fold", min_width=10, max_width=11)
     table.add_column("shape", overflow="fold", max_width=16)
@@ -56,7 +60,8 @@ def shapes_table(report: ShapesReport, width: int = 100):
     table.add_column("alloc", justify="right", no_wrap=True)
     for s in report.steps:
         alloc = Text("view", style="green") if s.is_view else Text(human_bytes(s.bytes), style="yellow")
-        cells = [str(s.index), str(s.line) if s.line else "in", s.text, s.op, _shape(s.shape)]
+        where = str(s.line) if len(files) <= 1 else f"{os.path.basename(s.file)}:{s.line}"
+        cells = [str(s.index), where if s.line else "in", s.text, s.op, _shape(s.shape)]
         cells += [_stride(s.stride)] if wide else []
         cells += ["yes" if s.contiguous else "no"]
         cells += [SHORT_DTYPES.get(s.dtype, s.dtype)] if wide else []
@@ -105,8 +110,51 @@ def shapes_notes(report: ShapesReport) -> Group:
                      f"{r.heads // r.kv_heads}× less).")
     if r.device == "meta":
         lines.append("Device meta: shapes and strides are real, nothing was allocated.")
+    if report.returned:
+        lines.insert(0, f"forward returned {report.returned}.")
+    path = internal_path(steps)
+    if path:
+        lines.append(path)
     return Group(Text(f"Source: {display_path(steps[-1].file)}. What the reshapes did here:"),
                  notes, Text(""), Text("\n".join(lines)))
+
+
+def internal_path(steps) -> str:
+    """torch.nn.MultiheadAttention hides its ops inside one call: say which one and why."""
+    ops = {s.op for s in steps}
+    if "_native_multi_head_attention" in ops:
+        return ("nn.MultiheadAttention took its fused fast path (torch._native_multi_head_attention: "
+                "eval mode, no autograd): one kernel, so the per-op detail is not visible.")
+    if "multi_head_attention_forward" in ops:
+        return ("nn.MultiheadAttention handed everything to F.multi_head_attention_forward in one "
+                "call (its fused fast path needs eval mode); the tracer sees that call as one step, "
+                "so the per-op detail is hidden inside it.")
+    if "scaled_dot_product_attention" in ops:
+        return ("F.scaled_dot_product_attention is one fused call: QKᵀ, scaling, softmax and the "
+                "weighted sum of V happen inside it, and the weights are never formed.")
+    return ""
+
+
+def failure_renderables(report: ShapesReport) -> list:
+    """The trace up to the failing op, then the op, its line, its inputs and torch's message."""
+    f = report.failure
+    ins = ", ".join(_shape(i) for i in f.inputs) or "none"
+    where = f"{display_path(f.file)}:{f.line}" if f.line else display_path(f.file)
+    lines = [f"forward raised at {where}", f"    {f.source}", f"op: {f.op} ({f.text})",
+             f"input shapes: {ins}", f"torch says: {f.message}"]
+    hint = failure_hint(f)
+    if hint:
+        lines.append(f"hint: {hint}")
+    return [Text("\n".join(lines), style="bold red")]
+
+
+def failure_hint(f) -> str:
+    if f.op == "view" and "contiguous" in f.message:
+        return ("the input to .view() is not contiguous (a transpose made it so); call "
+                ".contiguous() first, or use .reshape()")
+    if f.op in ("matmul", "linear", "mm", "bmm") and "shapes cannot be multiplied" in f.message:
+        return "the inner dimensions differ; check the last dim of the left and the rows of the right"
+    return ""
 
 
 def shapes_data(report: ShapesReport) -> dict:

@@ -8,7 +8,7 @@ from mha_trace.attention import MultiHeadAttention
 from mha_trace.cost import Dims
 from mha_trace.errors import MhaError
 from mha_trace.runtime import DTYPES, check_device, guard_memory, light_meta_kernels
-from mha_trace.tracer import Step, trace
+from mha_trace.tracer import Failure, ForwardFailed, Step, trace
 from mha_trace.validate import heads_divide, kv_heads_divide, positive
 
 
@@ -24,6 +24,8 @@ class ShapesRequest:
     mask: str = "none"  # "none" | "causal"
     pad: int = 0  # mask the last `pad` key positions
     seed: int = 0
+    module: str | None = None  # the user's own class, "file.py:Class"
+    init: str | None = None  # its constructor arguments, "d_model=64, num_heads=4"
 
     def dims(self) -> Dims:
         return Dims(self.batch, self.seq, self.d_model, self.heads, self.kv_heads or self.heads,
@@ -36,6 +38,10 @@ class ShapesReport:
     steps: list[Step]
     parameters: dict  # per projection, from the module itself
     estimate: int  # bytes the memory guard estimated before running
+    label: str = ""  # for --module: "Class from file.py"
+    call: str = ""  # for --module: how forward was called
+    failure: Failure | None = None  # for --module: the op that raised
+    returned: str = ""  # for --module: what forward returned
 
     @property
     def bytes_allocated(self) -> int:
@@ -49,8 +55,12 @@ class ShapesReport:
 def validate(req: ShapesRequest) -> None:
     for name in ("batch", "seq"):
         positive(name, getattr(req, name))
-    heads_divide(req.d_model, req.heads)
+    if req.init is None:  # with --init the user's constructor decides what is valid
+        heads_divide(req.d_model, req.heads)
     if req.kv_heads is not None:
+        if req.module:
+            raise MhaError("--kv-heads applies to the built-in module; with --module your class "
+                           "decides its own K/V heads")
         kv_heads_divide(req.heads, req.kv_heads)
     if not 0 <= req.pad < req.seq:
         raise MhaError(f"pad={req.pad} must be at least 0 and less than seq={req.seq} "
@@ -76,12 +86,42 @@ def run_shapes(req: ShapesRequest) -> ShapesReport:
     torch.manual_seed(req.seed)
     dtype, size = DTYPES[req.dtype], (req.batch, req.seq, req.d_model)
     with torch.device(device), light_meta_kernels(device):
+        if req.module:
+            return _run_user_module(req, device, dtype, size, estimate)
         module = MultiHeadAttention(req.d_model, req.heads, req.kv_heads).to(dtype)
         # meta tensors hold no values, so there is nothing to draw at random
         x = torch.empty(size, dtype=dtype) if device.type == "meta" else torch.randn(size, dtype=dtype)
         mask = build_mask(req, device)
         with torch.no_grad():
             result = trace(module, x, mask=mask)
-    params = {name: sum(p.numel() for p in layer.parameters())
+    return ShapesReport(req, result.steps, _parameters(module), estimate)
+
+
+def _parameters(module) -> dict:
+    counts = {name: sum(p.numel() for p in layer.parameters())
               for name, layer in module.named_children()}
-    return ShapesReport(req, result.steps, params, estimate)
+    own = sum(p.numel() for p in module.parameters(recurse=False))
+    if own or not counts:
+        counts["(own)"] = own
+    return counts
+
+
+def _run_user_module(req, device, dtype, size, estimate) -> ShapesReport:
+    from mha_trace import usermodule
+
+    module, source, label = usermodule.load(req.module, req.d_model, req.heads, req.init,
+                                            device, dtype)
+    x = torch.empty(size, dtype=dtype) if device.type == "meta" else torch.randn(size, dtype=dtype)
+    mask = build_mask(req, device)
+    call, args, kwargs = usermodule.forward_call(module, x, mask)
+    try:
+        with torch.no_grad():
+            result = trace(module, *args, watch=(source,), **kwargs)
+    except ForwardFailed as failed:
+        return ShapesReport(req, failed.trace.steps, _parameters(module), estimate, label, call,
+                            failed.trace.failure)
+    output, weights = usermodule.split_result(result.output, x)
+    returned = f"output {list(output.shape)}" + (
+        f" and weights {list(weights.shape)}" if weights is not None else " (no weights)")
+    return ShapesReport(req, result.steps, _parameters(module), estimate, label, call,
+                        None, returned)

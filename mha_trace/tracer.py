@@ -173,7 +173,8 @@ class _Recorder(TorchFunctionMode):
             result = func(*args, **kwargs)
         except Exception as exc:
             file, line, source, span = self._where()
-            self.failure = Failure(_op_name(func), span, file, line, source,
+            earlier = [s.span for s in self.steps if s.file == file and s.line == line]
+            self.failure = Failure(_op_name(func), _own_part(span, earlier), file, line, source,
                                    [tuple(t.shape) for t in inputs], str(exc).strip().splitlines()[0])
             raise
         outputs = _tensors(result) if isinstance(result, (torch.Tensor, tuple, list)) else []

@@ -187,7 +187,7 @@ def explain_renderables(w, decimals: int, only_head: int | None) -> list:
                           f"÷ {sqrt_txt}")
         table.add_column("key")
         table.add_column("q·k", overflow="fold")
-        table.add_column(f"÷√d_k", justify="right")
+        table.add_column("÷√d_k", justify="right")
         table.add_column("softmax", justify="right")
         for t in hw.terms:
             weight = Text(MASKED + " masked") if t.masked else Text(fmt(t.weight, decimals),

@@ -1,6 +1,5 @@
 """The tracer: shapes in order, strides and views checked against torch's own tensors."""
 
-import sys
 
 import pytest
 import torch

@@ -1,0 +1,112 @@
+"""The Typer app, its error handling and the console-script entry point."""
+
+import os
+import sys
+from typing import Annotated
+
+import typer
+from typer.core import TyperGroup
+
+from mha_trace import __version__
+from mha_trace.errors import MhaError
+
+_debug = False
+_argv: list[str] = []
+
+
+class _Group(TyperGroup):
+    """Every failure the user can fix becomes one `Error: ...` line with exit code 2 (or 1)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        global _debug, _argv
+        argv = list(sys.argv[1:] if args is None else args)
+        _debug, _argv = "--debug" in argv, argv
+        try:
+            rv = super().main(args=argv, prog_name=prog_name, complete_var=complete_var,
+                              standalone_mode=False, **extra)
+        except MhaError as e:
+            if _debug:
+                raise
+            _fail(e.message, e.exit_code)
+        except typer.Abort:
+            _fail("aborted", 130)
+        except typer.TyperException as e:  # click's usage errors, as typer raises them
+            if _debug:
+                raise
+            if type(e).__name__ == "NoArgsIsHelpError":
+                print(e.format_message())
+                sys.exit(0)
+            ctx = getattr(e, "ctx", None)
+            cmd = f" {ctx.info_name}" if ctx is not None and ctx.parent is not None else ""
+            _fail(f"{e.format_message()} (see: mha-trace{cmd} --help)", getattr(e, "exit_code", 2))
+        except KeyboardInterrupt:
+            _fail("interrupted", 130)
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _title() -> str:
+    """The command line as typed, for the title of --svg pictures."""
+    words, skip = ["mha-trace"], False
+    for arg in _argv:
+        if skip or arg.split("=")[0] in ("--svg", "--html", "--png"):
+            skip = not skip and "=" not in arg
+            continue
+        words.append(arg)
+    return " ".join(words)
+
+
+def _fail(message: str, code: int):
+    sys.stderr.write(f"Error: {message}\n")
+    sys.exit(code)
+
+
+app = typer.Typer(
+    cls=_Group,
+    help="See multi-head attention: every tensor shape of a real forward pass, every head's "
+         "weights, one token's dot products.\n\nExample: mha-trace shapes --d-model 512 --heads 8",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool):
+    if value:
+        print(f"mha-trace {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit. Example: mha-trace --version")] = False,
+):
+    """mha-trace: see multi-head attention, one tensor operation at a time."""
+
+
+
+def main():
+    """Console-script entry point."""
+    try:
+        app()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    _exit(code)
+
+
+def _exit(code: int):
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:  # the reader went away (`mha-trace shapes | head`): not an error
+        code = code or 0
+    if "torch" in sys.modules:
+        # torch's interpreter teardown alone costs about 0.3 s and nothing of ours needs it:
+        # everything is written and flushed, so leave at once.
+        os._exit(code)
+    sys.exit(code)
+

@@ -1,0 +1,58 @@
+"""Option types and choices shared by the commands (no torch here)."""
+
+from enum import Enum
+from typing import Annotated
+
+import typer
+
+from mha_trace.output import Format
+
+
+class Device(str, Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+    mps = "mps"
+    meta = "meta"
+
+
+class Dtype(str, Enum):
+    float32 = "float32"
+    float64 = "float64"
+    float16 = "float16"
+    bfloat16 = "bfloat16"
+
+
+class Mask(str, Enum):
+    none = "none"
+    causal = "causal"
+
+
+# options shared by every command
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table (rich, plain when piped), json or markdown. Example: --format json")]
+NoColorOpt = Annotated[bool, typer.Option("--no-color", help="Plain text without colour or escape codes (NO_COLOR does the same). Example: --no-color")]
+WidthOpt = Annotated[int | None, typer.Option("--width", min=40, help="Render at this many columns (default: the terminal's, 100 when piped). Example: --width 120")]
+ModuleOpt = Annotated[str | None, typer.Option("--module", "-m", help="Trace your own class instead: FILE.py:Class or package.module:Class (this runs your code). Example: --module examples/l04_mha.py:MultiHeadAttention", metavar="SPEC")]
+InitOpt = Annotated[str | None, typer.Option("--init", help="Constructor arguments for --module, as name=value pairs. Example: --init 'd_model=64, num_heads=4'")]
+SvgOpt = Annotated[str | None, typer.Option("--svg", help="Also save what was printed as an SVG picture (for slides). Example: --svg shapes.svg", metavar="FILE")]
+HtmlOpt = Annotated[str | None, typer.Option("--html", help="Also save what was printed as HTML. Example: --html shapes.html", metavar="FILE")]
+PngOpt = Annotated[str | None, typer.Option("--png", help='Save per-head heatmaps as PNG (needs: pip install "mha-trace[plot]"). Example: --png heads.png', metavar="FILE")]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Show Python tracebacks instead of one-line errors. Example: --debug")]
+
+# sizes
+BatchOpt = Annotated[int, typer.Option("--batch", "-b", help="Batch size B. Example: --batch 2")]
+SeqOpt = Annotated[int, typer.Option("--seq", "-t", help="Sequence length T (tokens). Example: --seq 10")]
+DModelOpt = Annotated[int, typer.Option("--d-model", "-d", help="Model width d_model; must be divisible by --heads. Example: --d-model 512")]
+HeadsOpt = Annotated[int, typer.Option("--heads", "-H", help="Number of query heads H; d_k = d_model / H. Example: --heads 8")]
+KvHeadsOpt = Annotated[int | None, typer.Option("--kv-heads", help="Key/value heads (grouped-query attention; 1 is multi-query); must divide --heads. Example: --kv-heads 2")]
+DeviceOpt = Annotated[Device, typer.Option("--device", help="Where to run; meta computes shapes without allocating memory. Example: --device meta")]
+DtypeOpt = Annotated[Dtype, typer.Option("--dtype", help="Tensor dtype. Example: --dtype bfloat16")]
+MaskOpt = Annotated[Mask, typer.Option("--mask", help="none, or causal (no query looks at later keys). Example: --mask causal")]
+PadOpt = Annotated[int, typer.Option("--pad", help="Mask the last N key positions as padding. Example: --pad 2")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed for weights and inputs. Example: --seed 0")]
+
+ConfigOpt = Annotated[str | None, typer.Option("--config", "-c", help="A TOML config file, or the name of a bundled one (see mha-trace configs); default: the chapter's 'The cat sat on mat'. Example: --config chicken-road")]
+HeadOpt = Annotated[int | None, typer.Option("--head", help="Show only head N (1-based, as the chapter numbers them). Example: --head 2")]
+ResplitOpt = Annotated[int | None, typer.Option("--heads", "-H", help="Re-split the same Q, K, V into H heads (must divide d_model). Example: --heads 4")]
+ConfigMaskOpt = Annotated[Mask | None, typer.Option("--mask", help="Override the config's mask: none or causal. Example: --mask causal")]
+ConfigPadOpt = Annotated[int | None, typer.Option("--pad", help="Mask the last N tokens as padding keys. Example: --pad 1")]
+DecimalsOpt = Annotated[int, typer.Option("--decimals", min=0, max=12, help="Decimals shown (and kept in JSON). Example: --decimals 6")]

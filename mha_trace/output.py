@@ -90,6 +90,10 @@ def to_markdown(renderables) -> str:
             parts.append(table_markdown(r))
         elif isinstance(r, Group):
             parts.append(to_markdown(r.renderables))
+        elif hasattr(r, "markdown"):
+            parts.append(r.markdown())
+        elif hasattr(r, "renderables"):  # rich Columns
+            parts.append(to_markdown(r.renderables))
         else:
             parts.append(_cell_text(r).rstrip())
     return "\n\n".join(p for p in parts if p) + "\n"

@@ -63,11 +63,11 @@ def cost_data(rows, d, layers: int, preset: str | None, source: str | None) -> d
 
 def verify_renderables(report) -> list:
     table = new_table(f"verify: {report.description}, {report.dtype} on {report.device}")
-    table.add_column("reference", no_wrap=True)
-    table.add_column("compares", no_wrap=True)
-    table.add_column("max |diff|", justify="right")
-    table.add_column("tolerance", justify="right")
-    table.add_column("result")
+    table.add_column("reference", overflow="fold")
+    table.add_column("compares", overflow="fold")
+    table.add_column("max |diff|", justify="right", no_wrap=True)
+    table.add_column("tolerance", justify="right", no_wrap=True)
+    table.add_column("result", no_wrap=True)
     table.add_column("note", overflow="fold", ratio=1)
     for c in report.checks:
         result = {True: Text("pass", style="green"), False: Text("FAIL", style="bold red"),

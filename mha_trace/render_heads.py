@@ -44,22 +44,76 @@ def legend() -> Text:
                 f"{MASKED} marks a masked key (weight exactly 0).")
 
 
-def _weights_table(title: str, tokens, weights, mask, decimals: int) -> Table:
-    table = new_table(title)
-    table.add_column("q \\ k", style="bold")
-    for t in tokens:
-        table.add_column(t, justify="right")
-    for i, row in enumerate(weights):
-        best = max(range(len(row)), key=lambda j: row[j])
-        cells = []
-        for j, w in enumerate(row):
-            if mask is not None and not mask[i][j]:
-                cells.append(Text(MASKED, justify="center"))
-            else:
-                style = shade(w) + Style(bold=j == best)
-                cells.append(Text(fmt(w, decimals), style=style))
-        table.add_row(tokens[i], *cells)
-    return table
+class _WeightsTable:
+    """A weight matrix that splits its key columns into several tables when it cannot fit.
+
+    Numbers are never cut: at 80 columns an 11-token sentence prints as two tables of keys.
+    """
+
+    def __init__(self, title: str, tokens, weights, mask, decimals: int):
+        self.title, self.tokens, self.weights = title, list(tokens), weights
+        self.mask, self.decimals = mask, decimals
+
+    def _widths(self) -> list[int]:
+        return [max(self.decimals + 2, len(t)) for t in self.tokens]
+
+    def _label_width(self) -> int:
+        return max(len("q \\ k"), *(len(t) for t in self.tokens))
+
+    def table(self, keys=None) -> Table:
+        keys = range(len(self.tokens)) if keys is None else keys
+        table = new_table()
+        table.add_column("q \\ k", style="bold", no_wrap=True)
+        for j in keys:
+            table.add_column(self.tokens[j], justify="right", no_wrap=True)
+        for i, row in enumerate(self.weights):
+            best = max(range(len(row)), key=lambda j: row[j])
+            cells = []
+            for j in keys:
+                if self.mask is not None and not self.mask[i][j]:
+                    cells.append(Text(MASKED, justify="center"))
+                else:
+                    style = shade(row[j]) + Style(bold=j == best)
+                    cells.append(Text(fmt(row[j], self.decimals), style=style))
+            table.add_row(self.tokens[i], *cells)
+        return table
+
+    def _chunks(self, width: int) -> list[range]:
+        room, chunks, start, used = width - self._label_width(), [], 0, 0
+        for j, w in enumerate(self._widths()):
+            if j > start and used + w + 2 > room:
+                chunks.append(range(start, j))
+                start, used = j, 0
+            used += w + 2
+        chunks.append(range(start, len(self.tokens)))
+        return chunks
+
+    def __rich_console__(self, console, options):
+        yield Text(self.title, style="bold blue")
+        chunks = self._chunks(options.max_width)
+        for n, keys in enumerate(chunks):
+            if len(chunks) > 1:
+                yield Text(f"keys {keys.start + 1}–{keys.stop} of {len(self.tokens)} "
+                           f"(--width {self._label_width() + sum(self._widths()) + 2 * len(self.tokens)} "
+                           f"shows them in one table)", style="dim")
+            yield self.table(keys)
+
+    def __rich_measure__(self, console, options):
+        from rich.measure import Measurement
+
+        full = self._label_width() + sum(self._widths()) + 2 * len(self.tokens)
+        return Measurement(min(full, options.max_width), full)
+
+    def markdown(self) -> str:
+        from mha_trace.output import table_markdown
+
+        table = self.table()
+        table.title = self.title
+        return table_markdown(table)
+
+
+def _weights_table(title: str, tokens, weights, mask, decimals: int) -> _WeightsTable:
+    return _WeightsTable(title, tokens, weights, mask, decimals)
 
 
 def _matrix_table(title: str, tokens, matrix, decimals: int, first: int = 0) -> Table:

@@ -123,3 +123,13 @@ def test_shell_completion_completes_commands():
            "COMP_CWORD": "1"}
     out = subprocess.run(["mha-trace"], capture_output=True, text=True, env=env, timeout=60)
     assert out.stdout.split() == ["compare", "configs", "cost"]
+
+
+def test_wide_weight_tables_split_their_keys_instead_of_cutting_numbers(cli):
+    out = cli("heads", "--config", "chicken-road", "--head", "1", "--width", "80").stdout
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "keys 1–8 of 11 (--width 97 shows them in one table)" in out
+    assert "…" not in "".join(line for line in lines if line.startswith("The "))
+    wide = cli("heads", "--config", "chicken-road", "--head", "1", "--width", "97").stdout
+    assert "keys 1–" not in wide

@@ -10,7 +10,7 @@ from mha_trace.analysis import distinct_rows
 from mha_trace.output import new_table
 
 MASKED = "·"
-MAX_DIMS = 8  # matrices wider than this show their first dims; JSON has them all
+MAX_DIMS = 6  # matrices wider than this show their first dims; JSON has them all
 
 
 def fmt(x: float, decimals: int) -> str:
@@ -122,7 +122,7 @@ def _matrix_table(title: str, tokens, matrix, decimals: int, first: int = 0) -> 
     table = new_table(title)
     table.add_column("token", style="bold")
     for d in range(shown):
-        table.add_column(f"d{first + d}", justify="right")
+        table.add_column(f"d{first + d}", justify="right", no_wrap=True)
     if shown < width:
         table.add_column(f"… {width - shown} more", justify="left")
     for t, row in zip(tokens, matrix):

@@ -130,6 +130,6 @@ def test_wide_weight_tables_split_their_keys_instead_of_cutting_numbers(cli):
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= 80
     assert "keys 1–8 of 11 (--width 97 shows them in one table)" in out
-    assert "…" not in "".join(line for line in lines if line.startswith("The "))
+    assert not re.search(r"\d…", out)  # no number is cut short
     wide = cli("heads", "--config", "chicken-road", "--head", "1", "--width", "97").stdout
     assert "keys 1–" not in wide

@@ -231,6 +231,8 @@ def explain_renderables(w, decimals: int, only_head: int | None) -> list:
     if not c.explicit:
         out.append(Text(f"q, k, v are the seeded embeddings times W_qᵀ, W_kᵀ, W_vᵀ (seed "
                         f"{c.seed}); the walk starts from those projections."))
+    if view.kv_heads != view.heads:
+        out.append(sharing_table(view))
     sqrt_txt = f"√{view.d_k} = {fmt(w.sqrt_dk, decimals)}"
     for hw in w.heads:
         if only_head and hw.head != only_head:
@@ -396,3 +398,32 @@ def module_heads_data(m, decimals: int, only_head: int | None) -> dict:
             "mask": None if m.mask is None else m.mask.tolist(),
             "heads": [{"head": h + 1, "weights": _rounded(m.weights[h], decimals)} for h in heads],
             "output": _rounded(m.output, decimals)}
+
+
+def module_explain_renderables(m, i: int, decimals: int, only_head: int | None) -> list:
+    """A foreign module exposes its weights, not its projections: its walk starts at the softmax."""
+    out = [Text(f"{m.label}, {m.call}: the query '{m.tokens[i]}' (position {i})", style="bold"),
+           Text("Your module returns its attention weights but not its Q, K and V, so the dot "
+                "products cannot be written out; here is what it computed for this query.")]
+    names = ["weights as returned (averaged over heads)"] if m.averaged else [
+        f"head {h + 1}" for h in range(len(m.weights))]
+    table = new_table(f"Weights of the query '{m.tokens[i]}'")
+    table.add_column("key")
+    picked = [only_head - 1] if only_head else range(len(m.weights))
+    for h in picked:
+        table.add_column(names[h], justify="right", no_wrap=True)
+    for j, t in enumerate(m.tokens):
+        masked = m.mask is not None and not m.mask[i][j]
+        table.add_row(t, *(MASKED if masked else fmt(m.weights[h][i][j], decimals) for h in picked))
+    out.append(table)
+    out.append(Text(f"Output for '{m.tokens[i]}': {vector(m.output[i], decimals)}"))
+    return out
+
+
+def module_explain_data(m, i: int, decimals: int, only_head: int | None) -> dict:
+    picked = [only_head - 1] if only_head else range(len(m.weights))
+    return {"command": "explain", "module": m.label, "call": m.call, "token": m.tokens[i],
+            "position": i, "decimals": decimals, "averaged": m.averaged,
+            "heads": [{"head": h + 1, "weights": [round(float(x), decimals) for x in m.weights[h][i]]}
+                      for h in picked],
+            "output": [round(float(x), decimals) for x in m.output[i]]}

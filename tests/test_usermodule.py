@@ -155,3 +155,21 @@ def test_weights_first_order_is_recognised(cli):
     out = cli("heads", "--module", EX + "chapter_torch_mha.py:MultiHeadAttention", "--d-model",
               "4", "--heads", "2").stdout
     assert "Head 2 of 2" in out and "Output" in out
+
+
+def test_explain_with_a_module_walks_its_returned_weights(cli):
+    spec = EX + "committee_mha.py:MultiHeadAttention"
+    heads = json.loads(cli("heads", "--module", spec, "-d", "8", "-H", "2", "-f", "json").stdout)
+    walk = json.loads(cli("explain", "--module", spec, "-d", "8", "-H", "2", "--token", "sat",
+                          "-f", "json").stdout)
+    assert walk["token"] == "sat" and walk["position"] == 2
+    assert [h["weights"] for h in walk["heads"]] == [h["weights"][2] for h in heads["heads"]]
+    assert walk["output"] == heads["output"][2]
+    out = cli("explain", "--module", spec, "-d", "8", "-H", "2", "--token", "sat").stdout
+    assert "cannot be written out" in " ".join(out.split())
+
+
+def test_d_model_without_module_is_refused(cli):
+    result = cli("explain", "--d-model", "8")
+    assert result.exit_code == 2
+    assert result.stderr == "Error: --d-model goes with --module (a config's width is fixed by the config)\n"

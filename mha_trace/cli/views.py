@@ -66,10 +66,9 @@ def heads(
          heads_data(view, decimals, head))
 
 
-def _module_heads(module, init, config, d_model, heads, mask, pad, head, decimals, out):
+def _load_module_heads(module, init, config, d_model, heads, mask, pad, head):
     from mha_trace.analysis import module_heads
     from mha_trace.config import load
-    from mha_trace.render_heads import module_heads_data, module_heads_renderables
     from mha_trace.validate import heads_divide
 
     d_model, heads = d_model or 64, heads or 4
@@ -80,6 +79,13 @@ def _module_heads(module, init, config, d_model, heads, mask, pad, head, decimal
     if head is not None and not 1 <= head <= len(m.weights):
         raise MhaError(f"--head {head} is out of range (the module returned {len(m.weights)} "
                        f"weight map{'s' if len(m.weights) > 1 else ''})")
+    return m
+
+
+def _module_heads(module, init, config, d_model, heads, mask, pad, head, decimals, out):
+    from mha_trace.render_heads import module_heads_data, module_heads_renderables
+
+    m = _load_module_heads(module, init, config, d_model, heads, mask, pad, head)
     emit(out, module_heads_renderables(m, decimals, head), module_heads_data(m, decimals, head))
 
 
@@ -100,6 +106,9 @@ def explain(
     svg: SvgOpt = None,
     html: HtmlOpt = None,
     png: PngOpt = None,
+    module: ModuleOpt = None,
+    init: InitOpt = None,
+    d_model: Annotated[int | None, typer.Option("--d-model", "-d", help="With --module: the width to build it with (default 64). Example: --d-model 64")] = None,
     debug: DebugOpt = False,
 ):
     """One token through every head: q·k written out for each key, ÷√d_k, softmax, Σ w·v, concat, W_O.
@@ -109,6 +118,17 @@ def explain(
     from mha_trace.analysis import find_position, walk
     from mha_trace.render_heads import explain_data, explain_renderables
 
+    out = Output(format, no_color, width, svg, html, _title())
+    if module:
+        from mha_trace.render_heads import module_explain_data, module_explain_renderables
+
+        m = _load_module_heads(module, init, config, d_model, heads, mask, pad, head)
+        i = find_position(m.tokens, token, position)
+        emit(out, module_explain_renderables(m, i, decimals, head),
+             module_explain_data(m, i, decimals, head))
+        return
+    if d_model is not None:
+        raise MhaError("--d-model goes with --module (a config's width is fixed by the config)")
     view = _view(config, heads, kv_heads, mask, pad)
     _check_head(head, view)
     w = walk(view, find_position(view.tokens, token, position))
@@ -122,8 +142,7 @@ def explain(
         save_heatmaps(png, f"{view.config.title}: the query '{w.token}'",
                       [("weights per head", [f"head {hw.head}" for hw in w.heads], view.tokens,
                         rows, keep)], decimals)
-    emit(Output(format, no_color, width, svg, html, _title()), explain_renderables(w, decimals, head),
-         explain_data(w, decimals, head))
+    emit(out, explain_renderables(w, decimals, head), explain_data(w, decimals, head))
 
 
 def _int_list(text: str, option: str) -> list[int]:

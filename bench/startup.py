@@ -59,7 +59,7 @@ def main():
     cmds = commands()
     walls = {name: [] for name in cmds}
     rss = {name: [] for name in cmds}
-    for name, cmd in cmds.items():  # warm the file cache once
+    for cmd in cmds.values():  # warm the file cache once
         run_once(cmd)
     for _ in range(rounds):
         for name, cmd in cmds.items():

@@ -91,7 +91,7 @@ class _WeightsTable:
     def __rich_console__(self, console, options):
         yield Text(self.title, style="bold blue")
         chunks = self._chunks(options.max_width)
-        for n, keys in enumerate(chunks):
+        for keys in chunks:
             if len(chunks) > 1:
                 yield Text(f"keys {keys.start + 1}–{keys.stop} of {len(self.tokens)} "
                            f"(--width {self._label_width() + sum(self._widths()) + 2 * len(self.tokens)} "

@@ -59,9 +59,12 @@ def available_bytes(device: torch.device) -> int | None:
     return free
 
 
-def guard_memory(dims: Dims, device: torch.device) -> int:
-    """Refuse (exit 1) before allocating anything when the run would not fit; return the estimate."""
-    need = peak_bytes(dims)
+def guard_memory(dims: Dims, device: torch.device, runs: int = 1) -> int:
+    """Refuse (exit 1) before allocating anything when the run would not fit; return the estimate.
+
+    runs: how many forward passes of this size are alive together (verify keeps its references').
+    """
+    need = peak_bytes(dims) * runs
     free = available_bytes(device)
     if free is not None and need > free:
         params = sum(parameters(dims).values()) * dims.itemsize

@@ -59,7 +59,8 @@ def available_bytes(device: torch.device) -> int | None:
     return free
 
 
-def guard_memory(dims: Dims, device: torch.device, runs: int = 1) -> int:
+def guard_memory(dims: Dims, device: torch.device, runs: int = 1,
+                 hint: str = "use --device meta to trace the shapes without allocating") -> int:
     """Refuse (exit 1) before allocating anything when the run would not fit; return the estimate.
 
     runs: how many forward passes of this size are alive together (verify keeps its references').
@@ -72,8 +73,7 @@ def guard_memory(dims: Dims, device: torch.device, runs: int = 1) -> int:
         raise MhaError(
             f"this run needs about {human_bytes(need)} on {device.type} (parameters "
             f"{human_bytes(params)}, score tensors {human_bytes(scores)}) but only "
-            f"{human_bytes(free)} is free (use --device meta to trace the shapes without "
-            f"allocating)", exit_code=1)
+            f"{human_bytes(free)} is free ({hint})", exit_code=1)
     return need
 
 

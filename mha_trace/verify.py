@@ -126,7 +126,8 @@ def verify_flags(batch, seq, d_model, heads, kv_heads, mask_kind, pad, dtype, se
         raise MhaError("verify compares numbers, and --device meta holds none (use cpu or cuda)")
     dev = check_device(device)
     # the module, nn.MultiheadAttention, SDPA and a float64 numpy copy are alive together
-    guard_memory(req.dims(), dev, runs=4)
+    guard_memory(req.dims(), dev, runs=4, hint="verify on smaller sizes: the check does not "
+                 "depend on them")
     torch.manual_seed(seed)
     with torch.device(dev):
         module = MultiHeadAttention(d_model, heads, kv_heads).to(DTYPES[dtype])

@@ -49,3 +49,10 @@ def test_verify_on_meta_is_refused(cli):
     result = cli("verify", "--device", "meta")
     assert result.exit_code == 2
     assert result.stderr == "Error: verify compares numbers, and --device meta holds none (use cpu or cuda)\n"
+
+
+def test_verify_refuses_sizes_that_do_not_fit(cli):
+    result = cli("verify", "--seq", "200000", "--heads", "32", "--d-model", "1024")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error: this run needs about ")
+    assert result.stderr.endswith("(verify on smaller sizes: the check does not depend on them)\n")

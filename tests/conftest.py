@@ -41,3 +41,15 @@ def cli(monkeypatch):
         return runner.invoke(app, list(args), catch_exceptions=False)
 
     return invoke
+
+
+@pytest.fixture
+def golden_run(cli, golden):
+    """golden_run("name.txt", args): run the CLI, expect success, compare stdout with the golden file."""
+
+    def check(name: str, args):
+        result = cli(*args)
+        assert result.exit_code == 0, result.stderr
+        golden(name, result.stdout)
+
+    return check

@@ -19,10 +19,8 @@ GOLDEN_RUNS = {
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN_RUNS))
-def test_rendered_output_matches_golden(cli, golden, name):
-    result = cli(*GOLDEN_RUNS[name])
-    assert result.exit_code == 0, result.stderr
-    golden(name, result.stdout)
+def test_rendered_output_matches_golden(golden_run, name):
+    golden_run(name, GOLDEN_RUNS[name])
 
 
 def test_markdown_tables(cli):

@@ -92,10 +92,8 @@ GOLDEN_RUNS = {
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN_RUNS))
-def test_experiment_views_match_golden(cli, golden, name):
-    result = cli(*GOLDEN_RUNS[name])
-    assert result.exit_code == 0, result.stderr
-    golden(name, result.stdout)
+def test_experiment_views_match_golden(golden_run, name):
+    golden_run(name, GOLDEN_RUNS[name])
 
 
 def test_json_for_every_experiment(cli):

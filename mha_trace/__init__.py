@@ -1,3 +1,17 @@
-"""mha-trace: see multi-head attention, one tensor operation at a time."""
+"""mha-trace: see multi-head attention, one tensor operation at a time.
+
+The Python API (`trace`, `shapes`, `heads`, `explain`, `compare`, `ablate`) is loaded on first
+use, so that `import mha_trace` (and `mha-trace --help`) does not import torch.
+"""
 
 __version__ = "0.1.0"
+
+__all__ = ["trace", "shapes", "heads", "explain", "compare", "ablate"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from mha_trace import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'mha_trace' has no attribute '{name}'")

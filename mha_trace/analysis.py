@@ -1,8 +1,8 @@
-"""Per-head weights and one token's walk-through, computed from a config. Returns plain data.
+"""Per-head weights, one token's walk-through, ablation and head-count comparison. Plain data.
 
-The numbers come from attention.MultiHeadAttention itself, run in float64: for an explicit config
-its projections are identities (so heads are column slices of Q, K, V) and W_o is W_O^T (or the
-identity); for a generated config everything is drawn from the config's seed.
+The numbers come from attention.MultiHeadAttention itself, run as `run.from_config` sets it up
+(float64; for an explicit config the projections are identities, so heads are column slices of Q,
+K, V). The records render themselves (`Shows`): in a terminal, in Jupyter, as JSON.
 """
 
 import math
@@ -11,13 +11,15 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from mha_trace.attention import MultiHeadAttention
 from mha_trace.config import Config
 from mha_trace.errors import MhaError
+from mha_trace.output import Shows
+from mha_trace.run import Run, from_config
+from mha_trace.validate import divisors
 
 
 @dataclass
-class HeadsView:
+class HeadsView(Shows):
     config: Config
     mask: np.ndarray | None  # (T, T) bool, True where a query may look; None when unmasked
     x: np.ndarray | None  # (T, D) generated embeddings; None for explicit Q, K, V
@@ -53,74 +55,56 @@ class HeadsView:
         """The K/V head that query head h (0-based) reads under grouped-query attention."""
         return h // (self.heads // self.kv_heads)
 
+    def renderables(self, width: int = 100, decimals: int = 4, head: int | None = None) -> list:
+        from mha_trace.render.heads import heads_renderables
 
-def config_mask(config: Config) -> torch.Tensor | None:
-    T = len(config.tokens)
-    if config.mask == "none" and config.pad == 0:
-        return None
-    keep = torch.ones(T, T, dtype=torch.bool)
-    if config.mask == "causal":
-        keep = keep.tril()
-    if config.pad:
-        keep[:, T - config.pad:] = False
-    return keep
+        return heads_renderables(self, decimals, head)
+
+    def data(self, decimals: int = 4, head: int | None = None) -> dict:
+        from mha_trace.render.heads import heads_data
+
+        return heads_data(self, decimals, head)
 
 
-def build(config: Config):
-    """(module, q, k, v, x) for a config; q, k, v are the inputs handed to forward, (1, T, D)."""
-    D, H, G = config.d_model, config.heads, config.kv_heads or config.heads
-    torch.manual_seed(config.seed)
-    module = MultiHeadAttention(D, H, G, bias=False).double()
-    if config.explicit:
-        eye = torch.eye(D, dtype=torch.float64)
-        with torch.no_grad():
-            module.W_q.weight.copy_(eye)
-            # K/V heads are column slices too; under GQA the first G slices of K and V
-            module.W_k.weight.copy_(eye[: G * config.d_k])
-            module.W_v.weight.copy_(eye[: G * config.d_k])
-            W_O = torch.tensor(config.W_O, dtype=torch.float64) if config.W_O else eye
-            module.W_o.weight.copy_(W_O.T)  # nn.Linear computes x @ weight.T
-        q, k, v = (torch.tensor(m, dtype=torch.float64)[None] for m in (config.Q, config.K, config.V))
-        return module, q, k, v, None
-    x = torch.randn(1, len(config.tokens), D, dtype=torch.float64)
-    return module, x, x, x, x
-
-
-def analyse(config: Config) -> HeadsView:
-    module, q, k, v, x = build(config)
-    mask = config_mask(config)
+def analyse(source: Run | Config) -> HeadsView:
+    """Every head's weights, the projections, the concatenation and the output of one run."""
+    run = from_config(source) if isinstance(source, Config) else source
+    module, (q, k, v) = run.module, run.args
     captured = {}
     hook = module.W_o.register_forward_pre_hook(lambda _, args: captured.update(concat=args[0]))
     try:
+        output, weights = run.forward()
         with torch.no_grad():
-            output, weights = module(q, k, v, mask=mask)
             qp, kp, vp = module.W_q(q), module.W_k(k), module.W_v(v)
     finally:
         hook.remove()
+    numpy = lambda t: t[0].double().cpu().numpy()
     return HeadsView(
-        config=config, mask=None if mask is None else mask.numpy(),
-        x=None if x is None else x[0].numpy(), q=qp[0].numpy(), k=kp[0].numpy(),
-        v=vp[0].numpy(), weights=weights[0].numpy(), concat=captured["concat"][0].numpy(),
-        output=output[0].numpy(), W_O=module.W_o.weight.detach().T.numpy())
+        config=run.config, mask=None if run.mask is None else run.mask.cpu().numpy(),
+        x=None if run.x is None else numpy(run.x), q=numpy(qp), k=numpy(kp), v=numpy(vp),
+        weights=numpy(weights), concat=numpy(captured["concat"]), output=numpy(output),
+        W_O=module.W_o.weight.detach().double().cpu().T.numpy())
 
 
 def find_position(tokens, token: str | None, position: int | None) -> int:
     """The index of the token to explain; a repeated token needs --position."""
     if position is not None:
         if not 0 <= position < len(tokens):
-            raise MhaError(f"--position {position} is out of range (positions 0 to "
-                           f"{len(tokens) - 1}: {', '.join(tokens)})")
+            raise MhaError(f"position {position} is out of range (positions 0 to "
+                           f"{len(tokens) - 1}: {', '.join(tokens)})", quantity="position")
         if token is not None and tokens[position] != token:
-            raise MhaError(f"--position {position} is '{tokens[position]}', not '{token}'")
+            raise MhaError(f"position {position} is '{tokens[position]}', not '{token}'",
+                           quantity="position")
         return position
     if token is None:
         return 0
     found = [i for i, t in enumerate(tokens) if t == token]
     if not found:
-        raise MhaError(f"token '{token}' is not in the sentence (tokens: {', '.join(tokens)})")
+        raise MhaError(f"token '{token}' is not in the sentence (tokens: {', '.join(tokens)})",
+                       quantity="token")
     if len(found) > 1:
         raise MhaError(f"token '{token}' appears at positions {', '.join(map(str, found))} "
-                       f"(pick one with --position)")
+                       f"(pick one with --position)", quantity="token")
     return found[0]
 
 
@@ -146,7 +130,7 @@ class HeadWalk:
 
 
 @dataclass
-class Walk:
+class Walk(Shows):
     view: HeadsView
     position: int
     sqrt_dk: float
@@ -158,11 +142,21 @@ class Walk:
     def token(self) -> str:
         return self.view.tokens[self.position]
 
+    def renderables(self, width: int = 100, decimals: int = 4, head: int | None = None) -> list:
+        from mha_trace.render.explain import explain_renderables
+
+        return explain_renderables(self, decimals, head)
+
+    def data(self, decimals: int = 4, head: int | None = None) -> dict:
+        from mha_trace.render.explain import explain_data
+
+        return explain_data(self, decimals, head)
+
 
 def walk(view: HeadsView, position: int) -> Walk:
     """One token through every head, each number computed by hand (numpy, float64).
 
-    The weights are then checked against the module's own: the walk-through must describe the
+    The tests check that these weights equal the module's own: the walk-through describes the
     computation that ran, not a parallel one.
     """
     d_k, i = view.d_k, position
@@ -180,7 +174,6 @@ def walk(view: HeadsView, position: int) -> Walk:
         if allowed.any():
             e = np.exp(scaled[allowed] - scaled[allowed].max())
             weights[allowed] = e / e.sum()
-        np.testing.assert_allclose(weights, view.weights[h, i], rtol=1e-9, atol=1e-12)
         terms = [KeyTerm(t, list(zip(qs.tolist(), ks[j].tolist())), float(dots[j]),
                          float(scaled[j]), not allowed[j], float(weights[j]))
                  for j, t in enumerate(view.tokens)]
@@ -190,7 +183,7 @@ def walk(view: HeadsView, position: int) -> Walk:
 
 
 @dataclass
-class Ablation:
+class Ablation(Shows):
     view: HeadsView  # the full run
     removed: list[int]  # 1-based head numbers
     output: np.ndarray  # (T, D) with those heads' outputs zeroed before W_O
@@ -198,14 +191,25 @@ class Ablation:
     total: float  # L2 norm of the whole difference
     relative: float  # total / L2 norm of the full output
 
+    def renderables(self, width: int = 100, decimals: int = 4) -> list:
+        from mha_trace.render.ablate import ablate_renderables
+
+        return ablate_renderables(self, decimals)
+
+    def data(self, decimals: int = 4) -> dict:
+        from mha_trace.render.ablate import ablate_data
+
+        return ablate_data(self, decimals)
+
 
 def ablate(config: Config, removed: list[int]) -> Ablation:
     """Run the module again with the given heads' contributions zeroed before W_O."""
-    view = analyse(config)
     for h in removed:
         if not 1 <= h <= config.heads:
-            raise MhaError(f"--head {h} is out of range (this config has heads 1 to {config.heads})")
-    module, q, k, v, _ = build(config)
+            raise MhaError(f"head {h} is out of range (this config has heads 1 to {config.heads})",
+                           quantity="head")
+    view = analyse(config)
+    run = from_config(config)
     d_k = config.d_k
 
     def zero_heads(_, args):
@@ -214,10 +218,9 @@ def ablate(config: Config, removed: list[int]) -> Ablation:
             concat[..., (h - 1) * d_k:h * d_k] = 0.0
         return (concat,)
 
-    hook = module.W_o.register_forward_pre_hook(zero_heads)
+    hook = run.module.W_o.register_forward_pre_hook(zero_heads)
     try:
-        with torch.no_grad():
-            output, _ = module(q, k, v, mask=config_mask(config))
+        output, _ = run.forward()
     finally:
         hook.remove()
     output = output[0].numpy()
@@ -234,12 +237,10 @@ def compare(config: Config, head_counts: list[int]) -> list[HeadsView]:
         raise MhaError("--heads needs a comma-separated list of head counts, e.g. 1,2,4")
     bad = [h for h in head_counts if h < 1 or config.d_model % h]
     if bad:
-        from mha_trace.validate import divisors
-
         verb = "does" if len(bad) == 1 else "do"
         raise MhaError(f"heads {', '.join(map(str, bad))} {verb} not divide d_model="
                        f"{config.d_model} (valid head counts: "
-                       f"{', '.join(map(str, divisors(config.d_model)))})")
+                       f"{', '.join(map(str, divisors(config.d_model)))})", quantity="heads")
     views = []
     for h in head_counts:
         base = config
@@ -254,7 +255,7 @@ def distinct_rows(weights: np.ndarray, decimals: int = 4) -> int:
 
 
 @dataclass
-class ModuleHeads:
+class ModuleHeads(Shows):
     """What the user's own module returned for a config's tokens."""
 
     label: str
@@ -265,34 +266,39 @@ class ModuleHeads:
     output: np.ndarray  # (T, D)
     mask: np.ndarray | None
 
+    def renderables(self, width: int = 100, decimals: int = 4, head: int | None = None) -> list:
+        from mha_trace.render.heads import module_heads_renderables
 
-def module_heads(spec: str, init: str | None, config: Config, d_model: int, heads: int) -> ModuleHeads:
-    """Run --module on the config's tokens (seeded embeddings of width d_model, batch 1)."""
+        return module_heads_renderables(self, decimals, head)
+
+    def data(self, decimals: int = 4, head: int | None = None) -> dict:
+        from mha_trace.render.heads import module_heads_data
+
+        return module_heads_data(self, decimals, head)
+
+
+def module_heads(run: Run) -> ModuleHeads:
+    """Run the user's module (`run.from_module`) and keep the weights it returns, per head."""
     from mha_trace import usermodule
 
-    torch.manual_seed(config.seed)
-    module, _, label = usermodule.load(spec, d_model, heads, init, torch.device("cpu"), torch.float64)
-    x = torch.randn(1, len(config.tokens), d_model, dtype=torch.float64)
-    mask = config_mask(config)
-    call, args, kwargs = usermodule.forward_call(module, x, mask)
     try:
-        with torch.no_grad():
-            result = module(*args, **kwargs)
+        result = run.forward()
     except Exception as e:
-        raise MhaError(f"{label}: forward raised {type(e).__name__}: {str(e).splitlines()[0]} "
+        raise MhaError(f"{run.label}: forward raised {type(e).__name__}: {str(e).splitlines()[0]} "
                        f"(mha-trace shapes --module shows where)", exit_code=1) from None
+    x = run.args[0]
     output, weights = usermodule.split_result(result, x)
     if weights is None:
-        raise MhaError(f"{label} returns no attention weights (only its output), so there is "
+        raise MhaError(f"{run.label} returns no attention weights (only its output), so there is "
                        f"nothing for heads to show; mha-trace shapes --module still traces it",
                        exit_code=1)
-    w = weights.detach().double().numpy()
-    T = len(config.tokens)
+    w = weights.detach().double().cpu().numpy()
+    T = len(run.tokens)
     if w.shape[-2:] != (T, T):
-        raise MhaError(f"{label} returned weights of shape {list(w.shape)}, expected (..., {T}, {T})",
-                       exit_code=1)
+        raise MhaError(f"{run.label} returned weights of shape {list(w.shape)}, expected "
+                       f"(..., {T}, {T})", exit_code=1)
     w = w.reshape(-1, T, T) if w.ndim <= 3 else w[0]
-    averaged = weights.dim() == 3 and weights.shape[0] == 1 and heads > 1
-    out = output.detach().double().numpy().reshape(-1, T, output.shape[-1])[0]
-    return ModuleHeads(label, call, config.tokens, w, averaged, out,
-                       None if mask is None else mask.numpy())
+    averaged = weights.dim() == 3 and weights.shape[0] == 1 and run.sizes.heads > 1
+    out = output.detach().double().cpu().numpy().reshape(-1, T, output.shape[-1])[0]
+    return ModuleHeads(run.label, run.call, run.tokens, w, averaged, out,
+                       None if run.mask is None else run.mask.cpu().numpy())

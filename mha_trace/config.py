@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mha_trace.errors import MhaError
-from mha_trace.validate import divisors
+from mha_trace.validate import check_sizes
 
 DEFAULT = "cat-sat-on-mat"
 TOP_KEYS = {"title", "description", "tokens", "sentence", "heads", "kv_heads", "d_model", "seed",
@@ -213,17 +213,9 @@ def _parse(data: dict, text: str, shown: str, name: str) -> Config:
 
 
 def _check_sizes(c: Config, where) -> None:
-    """Rules that involve several keys (or a flag that overrides one)."""
-    if c.heads < 1:
-        raise MhaError(f"{where('heads')}: expected a positive integer, found {c.heads}")
-    if c.d_model % c.heads:
-        valid = ", ".join(map(str, divisors(c.d_model)))
-        raise MhaError(f"{where('heads')}: d_model={c.d_model} is not divisible by "
-                       f"heads={c.heads} (valid head counts: {valid})")
-    if c.kv_heads is not None and (c.kv_heads < 1 or c.heads % c.kv_heads):
-        valid = ", ".join(map(str, divisors(c.heads)))
-        raise MhaError(f"{where('kv_heads')}: heads={c.heads} is not divisible by "
-                       f"kv_heads={c.kv_heads} (valid kv-head counts: {valid})")
-    if c.pad >= len(c.tokens):
-        raise MhaError(f"{where('pad')}: pad={c.pad} must be less than the {len(c.tokens)} "
-                       f"tokens (every query needs one key it may look at)")
+    """Rules that involve several keys (or a flag that overrides one): validate's, with the key."""
+    try:
+        check_sizes(1, len(c.tokens), c.d_model, c.heads, c.kv_heads, c.pad)
+    except MhaError as e:
+        key = e.quantity if e.quantity in ("heads", "kv_heads", "pad") else "heads"
+        raise MhaError(f"{where(key)}: {e.message}") from None

@@ -18,7 +18,7 @@ class Dims:
     kv_heads: int
     dtype: str = "float32"
     bias: bool = True
-    mask: bool = False  # a boolean (T, T) mask is passed to forward
+    mask: str = "none"  # "none"; "pad": one row of T expanded to (T, T); "full": a (T, T) matrix
 
     @property
     def d_k(self) -> int:
@@ -47,17 +47,22 @@ def parameters(d: Dims) -> dict:
 def forward_bytes(d: Dims) -> dict:
     """Bytes newly allocated by one eager forward pass of attention.MultiHeadAttention.
 
-    Nothing is assumed freed, so the total is an upper bound on the peak. Views allocate nothing.
+    Nothing is assumed freed, so the total is an upper bound on the peak; it equals what the
+    traced run reports. Views allocate nothing.
     """
     B, T, D, H, s = d.batch, d.seq, d.d_model, d.heads, d.itemsize
     btd, bht2 = B * T * D * s, B * H * T * T * s
+    masked = d.mask != "none"
+    # merging heads copies only when (B, T, H, d_k) is not already row-major: H > 1 and T > 1
+    merge_copies = 1 if H > 1 and T > 1 else 0
     parts = {
         "input": btd,
         "projections": btd + 2 * B * T * d.kv_dim * s,  # W_q(q), W_k(k), W_v(v)
         "kv repeat": 2 * btd if d.kv_heads != d.heads else 0,  # K, V expanded to H heads
-        "scores": bht2 * (3 + (2 if d.mask else 0)),  # QK^T, / sqrt(d_k), [masked_fill], softmax, [zero]
-        "mask": 3 * T * T if d.mask else 0,  # the bool mask and its two negations (1 byte each)
-        "context": 3 * btd,  # weights @ V, contiguous copy, W_o
+        "scores": bht2 * (3 + (2 if masked else 0)),  # QK^T, / sqrt(d_k), [masked_fill], softmax, [zero]
+        # the bool mask (a padding row is stored once: T bytes) and its two negations, 1 byte each
+        "mask": (T if d.mask == "pad" else T * T) + 2 * T * T if masked else 0,
+        "context": (2 + merge_copies) * btd,  # weights @ V, [contiguous copy], W_o
     }
     return parts
 

@@ -5,9 +5,11 @@ class MhaError(Exception):
     """A user-facing error: printed as one `Error: ...` line, never as a traceback.
 
     exit_code 2 means bad input (flags, configs); 1 means the environment or a failed check.
+    quantity names what was wrong ("heads", "pad"); the CLI adds the flag that sets it.
     """
 
-    def __init__(self, message: str, exit_code: int = 2):
+    def __init__(self, message: str, exit_code: int = 2, quantity: str | None = None):
         super().__init__(message)
         self.message = message
         self.exit_code = exit_code
+        self.quantity = quantity

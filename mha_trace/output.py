@@ -4,6 +4,7 @@ Rich tables on a terminal; no escape codes when piped, when NO_COLOR is set or w
 JSON and markdown for scripts and notes. Only the CLI calls `emit`.
 """
 
+import copy
 import io
 import json
 import os
@@ -34,6 +35,45 @@ class Output:
     svg: str | None = None  # also save what was printed as SVG / HTML (for slides)
     html: str | None = None
     title: str = "mha-trace"
+    png: str | None = None  # per-head heatmaps (heads, explain, compare)
+
+
+class Shows:
+    """A result that renders itself: in a terminal (rich), in Jupyter (HTML) and as JSON.
+
+    Subclasses give `renderables(width)` (rich renderables, as the CLI prints them) and `data()`
+    (the JSON the CLI prints with --format json, without schema_version).
+    """
+
+    def renderables(self, width: int = PLAIN_WIDTH) -> list:
+        raise NotImplementedError
+
+    def data(self) -> dict:
+        raise NotImplementedError
+
+    def to_json(self) -> str:
+        return json.dumps({"schema_version": SCHEMA_VERSION, **self.data()}, indent=2,
+                          ensure_ascii=False)
+
+    def __rich_console__(self, console, options):
+        for i, r in enumerate(self.renderables(options.max_width)):
+            if i:
+                yield Text("")
+            yield from _titled(r)
+
+    def _repr_html_(self) -> str:
+        recorder = Console(record=True, file=io.StringIO(), width=PLAIN_WIDTH, force_terminal=True,
+                           color_system="truecolor", highlight=False, emoji=False)
+        recorder.print(self)
+        return recorder.export_html(inline_styles=True, code_format="<pre style=\"font-family:"
+                                    "Menlo,'DejaVu Sans Mono',monospace\">{code}</pre>")
+
+    def __str__(self) -> str:
+        console = Console(file=io.StringIO(), width=PLAIN_WIDTH, color_system=None,
+                          highlight=False, emoji=False)
+        with console.capture() as captured:
+            console.print(self)
+        return "".join(line.rstrip() + "\n" for line in captured.get().splitlines())
 
 
 def make_console(out: Output, file=None) -> Console:
@@ -140,19 +180,20 @@ def _save_recordings(out: Output, renderables: list, width: int) -> None:
                 raise MhaError(f"cannot write {path}: {e.strerror or e}") from None
 
 
+def _titled(r) -> list:
+    """A table's title and caption as full-width lines, not wrapped to the table's own width."""
+    if not (isinstance(r, Table) and (r.title or r.caption)):
+        return [r]
+    title, caption = r.title, r.caption
+    bare = copy.copy(r)
+    bare.title = bare.caption = None
+    return ([Text(str(title), style="bold blue")] if title else []) + [bare] + (
+        [Text(str(caption))] if caption else [])
+
+
 def _print_all(console: Console, renderables: list) -> None:
     for i, r in enumerate(renderables):
         if i:
             console.print()
-        if isinstance(r, Table) and (r.title or r.caption):
-            # title and caption as full-width lines, not wrapped to the table's own width
-            title, caption = r.title, r.caption
-            r.title = r.caption = None
-            if title:
-                console.print(Text(str(title), style="bold blue"))
-            console.print(r)
-            if caption:
-                console.print(Text(str(caption)))
-            r.title, r.caption = title, caption
-        else:
-            console.print(r)
+        for part in _titled(r):
+            console.print(part)

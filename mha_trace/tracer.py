@@ -211,7 +211,9 @@ def _input_steps(module, args, kwargs, recorder):
             where = inspect.getsourcefile(type(module)) or "?"
             recorder._record("input", name, where, 0, "", "", [value], [])
             recorder.steps[-1].is_view = False
-            recorder.steps[-1].bytes = value.numel() * value.element_size()
+            # what the tensor holds in memory: an expanded (T, T) mask stores one row of T
+            recorder.steps[-1].bytes = min(value.numel() * value.element_size(),
+                                           value.untyped_storage().nbytes())
 
 
 def trace(module, *args, watch=(), **kwargs) -> Trace:

@@ -8,7 +8,6 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -22,23 +21,13 @@ HEADS_NAMES = ("heads", "num_heads", "n_head", "n_heads", "h", "nhead", "head_co
 MASK_NAMES = ("mask", "attn_mask", "attention_mask")
 
 
-@dataclass
-class UserModule:
-    module: nn.Module
-    source: str  # the file the class is defined in (the rows are attributed to it)
-    label: str  # "MultiHeadAttention from examples/l04_mha.py"
-    call: str  # how forward is called, e.g. "forward(q, k, v, mask)"
-    args: tuple
-    kwargs: dict
-
-
 def _import(target: str):
     path = Path(target)
     if target.endswith(".py") or "/" in target or path.exists():
         if path.is_dir():
-            raise MhaError(f"--module {target}: is a directory, expected a .py file")
+            raise MhaError(f"module {target}: is a directory, expected a .py file", quantity="module")
         if not path.is_file():
-            raise MhaError(f"--module {target}: file not found")
+            raise MhaError(f"module {target}: file not found", quantity="module")
         name = f"mha_trace_user_{path.stem}"
         spec = importlib.util.spec_from_file_location(name, path.resolve())
         module = importlib.util.module_from_spec(spec)
@@ -46,17 +35,17 @@ def _import(target: str):
         try:
             spec.loader.exec_module(module)
         except Exception as e:
-            raise MhaError(f"--module {target}: importing it raised {type(e).__name__}: {e}") from None
+            raise MhaError(f"module {target}: importing it raised {type(e).__name__}: {e}", quantity="module") from None
         return module
     try:
         return importlib.import_module(target)
     except ImportError as e:
-        raise MhaError(f"--module {target}: cannot import it ({e})") from None
+        raise MhaError(f"module {target}: cannot import it ({e})", quantity="module") from None
 
 
 def load_class(spec: str) -> type:
     if ":" not in spec:
-        raise MhaError(f"--module {spec}: expected FILE.py:ClassName or package.module:ClassName")
+        raise MhaError(f"module {spec}: expected FILE.py:ClassName or package.module:ClassName", quantity="module")
     target, name = spec.rsplit(":", 1)
     module = _import(target)
     cls = getattr(module, name, None)
@@ -64,10 +53,10 @@ def load_class(spec: str) -> type:
         classes = sorted(n for n, v in vars(module).items() if isinstance(v, type)
                          and issubclass(v, nn.Module) and v.__module__ == module.__name__)
         listed = ", ".join(classes) if classes else "none"
-        raise MhaError(f"--module {spec}: no class '{name}' in {target} "
-                       f"(nn.Module classes there: {listed})")
+        raise MhaError(f"module {spec}: no class '{name}' in {target} "
+                       f"(nn.Module classes there: {listed})", quantity="module")
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        raise MhaError(f"--module {spec}: {name} is not a torch.nn.Module subclass")
+        raise MhaError(f"module {spec}: {name} is not a torch.nn.Module subclass", quantity="module")
     return cls
 
 
@@ -79,8 +68,8 @@ def parse_init(text: str) -> dict:
             raise ValueError("positional values")
         return {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
     except (SyntaxError, ValueError) as e:
-        raise MhaError(f"--init '{text}': expected name=value pairs such as "
-                       f"'d_model=64, num_heads=4' ({e})") from None
+        raise MhaError(f"'{text}': expected name=value pairs such as "
+                       f"'d_model=64, num_heads=4' ({e})", quantity="init") from None
 
 
 def construct(cls: type, d_model: int, heads: int, init: str | None) -> nn.Module:
@@ -133,8 +122,8 @@ def forward_call(module: nn.Module, x: torch.Tensor, mask: torch.Tensor | None):
     kwargs = {}
     if mask is not None:
         if mask_param is None:
-            raise MhaError(f"{type(module).__name__}.forward takes no mask argument, so --mask and "
-                           f"--pad cannot be applied")
+            raise MhaError(f"{type(module).__name__}.forward takes no mask argument, so no causal "
+                           f"or padding mask can be applied", quantity="mask")
         # nn.MultiheadAttention's boolean attn_mask is True where attention is blocked
         kwargs[mask_param.name] = ~mask if isinstance(module, nn.MultiheadAttention) else mask
     elif mask_param is not None and mask_param.default is mask_param.empty:

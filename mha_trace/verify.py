@@ -10,9 +10,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mha_trace.attention import MultiHeadAttention
 from mha_trace.errors import MhaError
-from mha_trace.runtime import DTYPES, check_device, guard_memory
+from mha_trace.output import Shows
+from mha_trace.run import Run, Sizes, from_config, from_sizes
 
 # max |difference| allowed, relative to the largest |reference value| (at least 1)
 TOLERANCE = {"float64": 1e-10, "float32": 1e-5, "float16": 1e-2, "bfloat16": 5e-2}
@@ -32,7 +32,7 @@ class Check:
 
 
 @dataclass
-class VerifyReport:
+class VerifyReport(Shows):
     description: str
     dtype: str
     device: str
@@ -41,6 +41,16 @@ class VerifyReport:
     @property
     def passed(self) -> bool:
         return all(c.passed is not False for c in self.checks)
+
+    def renderables(self, width: int = 100) -> list:
+        from mha_trace.render.verify import verify_renderables
+
+        return verify_renderables(self)
+
+    def data(self) -> dict:
+        from mha_trace.render.verify import verify_data
+
+        return verify_data(self)
 
 
 def numpy_reference(module, q, k, v, mask):
@@ -117,37 +127,36 @@ def run_checks(module, q, k, v, mask, dtype: str) -> list[Check]:
     return checks
 
 
-def verify_flags(batch, seq, d_model, heads, kv_heads, mask_kind, pad, dtype, seed, device) -> VerifyReport:
-    from mha_trace.shapes import ShapesRequest, build_mask, validate
-
-    req = ShapesRequest(batch, seq, d_model, heads, kv_heads, device, dtype, mask_kind, pad, seed)
-    validate(req)
+def _numbers_on(device: str) -> None:
     if device == "meta":
-        raise MhaError("verify compares numbers, and --device meta holds none (use cpu or cuda)")
-    dev = check_device(device)
+        raise MhaError("verify compares numbers, and the meta device holds none (use cpu or cuda)",
+                       quantity="device")
+
+
+def verify(run: Run) -> VerifyReport:
+    """Run every reference on the run's module, inputs and mask."""
+    _numbers_on(run.sizes.device)
+    s, c = run.sizes, run.config
+    if c is not None:
+        desc = (f"config {c.name}: {len(c.tokens)} tokens, d_model={c.d_model} heads={c.heads}"
+                f"{f' kv_heads={c.kv_heads}' if c.kv_heads else ''} mask={c.mask}"
+                f"{f' pad={c.pad}' if c.pad else ''}")
+    else:
+        desc = (f"batch={s.batch} seq={s.seq} d_model={s.d_model} heads={s.heads} "
+                f"kv_heads={s.kv_heads or s.heads} mask={s.mask}{f' pad={s.pad}' if s.pad else ''} "
+                f"seed={s.seed}")
+    q, k, v = (run.args * 3)[:3] if len(run.args) == 1 else run.args
+    return VerifyReport(desc, s.dtype, s.device, run_checks(run.module, q, k, v, run.mask, s.dtype))
+
+
+def verify_sizes(sizes: Sizes) -> VerifyReport:
+    """The built-in module at these sizes against every reference."""
+    _numbers_on(sizes.device)
     # the module, nn.MultiheadAttention, SDPA and a float64 numpy copy are alive together
-    guard_memory(req.dims(), dev, runs=4, hint="verify on smaller sizes: the check does not "
-                 "depend on them")
-    torch.manual_seed(seed)
-    with torch.device(dev):
-        module = MultiHeadAttention(d_model, heads, kv_heads).to(DTYPES[dtype])
-        x = torch.randn(batch, seq, d_model, dtype=DTYPES[dtype])
-        mask = build_mask(req, dev)
-    desc = (f"batch={batch} seq={seq} d_model={d_model} heads={heads} kv_heads={kv_heads or heads} "
-            f"mask={mask_kind}{f' pad={pad}' if pad else ''} seed={seed}")
-    return VerifyReport(desc, dtype, device, run_checks(module, x, x, x, mask, dtype))
+    return verify(from_sizes(sizes, guard_runs=4, hint="verify on smaller sizes: the check does "
+                             "not depend on them"))
 
 
-def verify_config(config, dtype: str, device: str) -> VerifyReport:
-    from mha_trace.analysis import build, config_mask
-
-    if device == "meta":
-        raise MhaError("verify compares numbers, and --device meta holds none (use cpu or cuda)")
-    dev = check_device(device)
-    module, q, k, v, _ = build(config)
-    module = module.to(device=dev, dtype=DTYPES[dtype])
-    q, k, v = (t.to(device=dev, dtype=DTYPES[dtype]) for t in (q, k, v))
-    mask = config_mask(config)
-    mask = None if mask is None else mask.to(dev)
-    desc = f"config {config.name}: {len(config.tokens)} tokens, d_model={config.d_model} heads={config.heads} mask={config.mask}"
-    return VerifyReport(desc, dtype, device, run_checks(module, q, k, v, mask, dtype))
+def verify_config(config, dtype: str = "float64", device: str = "cpu") -> VerifyReport:
+    _numbers_on(device)
+    return verify(from_config(config, dtype, device))

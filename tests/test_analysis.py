@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from mha_trace.analysis import analyse, build, walk
+from mha_trace.analysis import analyse, walk
 from mha_trace.config import Config, load
+from mha_trace.run import from_config
 
 
 def numpy_mha(Q, K, V, heads, W_O=None, mask=None):
@@ -65,7 +66,8 @@ def test_resplitting_the_chapter_example_into_4_heads():
 @pytest.mark.parametrize("name", ["chicken-road", "animal-street"])
 def test_generated_configs_match_torch_multihead_attention(name):
     config = load(name)
-    module, x, _, _, _ = build(config)
+    run = from_config(config)
+    module, x = run.module, run.x
     ref = torch.nn.MultiheadAttention(config.d_model, config.heads, bias=False,
                                       batch_first=True).double()
     with torch.no_grad():

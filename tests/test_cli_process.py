@@ -25,7 +25,7 @@ def test_version_from_console_script_and_module():
 def test_error_in_a_real_process_is_one_line_without_traceback():
     p = run("mha-trace", "shapes", "--d-model", "10", "--heads", "3")
     assert p.returncode == 2
-    assert p.stderr == "Error: d_model=10 is not divisible by heads=3 (valid head counts: 1, 2, 5, 10)\n"
+    assert p.stderr == "Error: --heads: d_model=10 is not divisible by heads=3 (valid head counts: 1, 2, 5, 10)\n"
     assert "Traceback" not in p.stderr
 
 

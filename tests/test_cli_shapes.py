@@ -53,7 +53,7 @@ def test_json_bytes_agree_with_the_memory_estimate(cli):
     """The guard's formula (cost.py) and what the traced run allocated are the same number."""
     for args, dims in [((), Dims(2, 10, 512, 8, 8)),
                        (("--mask", "causal", "--kv-heads", "2", "--dtype", "float64"),
-                        Dims(2, 10, 512, 8, 2, "float64", mask=True))]:
+                        Dims(2, 10, 512, 8, 2, "float64", mask="full"))]:
         data = json.loads(cli("shapes", "--format", "json", *args).stdout)
         params = sum(parameters(dims).values()) * dims.itemsize
         assert params + data["summary"]["bytes_allocated"] == peak_bytes(dims)
@@ -80,14 +80,14 @@ def test_memory_guard_refuses_before_allocating(cli):
 
 @pytest.mark.parametrize("args,message", [
     (("--d-model", "10", "--heads", "3"),
-     "Error: d_model=10 is not divisible by heads=3 (valid head counts: 1, 2, 5, 10)\n"),
-    (("--batch", "0"), "Error: batch=0 must be a positive integer (at least 1)\n"),
-    (("--seq", "-3"), "Error: seq=-3 must be a positive integer (at least 1)\n"),
-    (("--d-model", "0"), "Error: d_model=0 must be a positive integer (at least 1)\n"),
-    (("--heads", "0"), "Error: heads=0 must be a positive integer (at least 1)\n"),
+     "Error: --heads: d_model=10 is not divisible by heads=3 (valid head counts: 1, 2, 5, 10)\n"),
+    (("--batch", "0"), "Error: --batch: batch=0 must be a positive integer (at least 1)\n"),
+    (("--seq", "-3"), "Error: --seq: seq=-3 must be a positive integer (at least 1)\n"),
+    (("--d-model", "0"), "Error: --d-model: d_model=0 must be a positive integer (at least 1)\n"),
+    (("--heads", "0"), "Error: --heads: heads=0 must be a positive integer (at least 1)\n"),
     (("--kv-heads", "3"),
-     "Error: heads=8 is not divisible by kv_heads=3 (valid kv-head counts: 1, 2, 4, 8)\n"),
-    (("--pad", "10"), "Error: pad=10 must be at least 0 and less than seq=10 "
+     "Error: --kv-heads: heads=8 is not divisible by kv_heads=3 (valid kv-head counts: 1, 2, 4, 8)\n"),
+    (("--pad", "10"), "Error: --pad: pad=10 must be at least 0 and less than seq=10 "
                       "(every query needs one key it may look at)\n"),
     (("--batch", "two"), "Error: Invalid value for '--batch' / '-b': Input should be a valid "
                          "integer, unable to parse string as an integer "

@@ -72,14 +72,14 @@ def test_bundled_config_by_name_or_path(cli):
 
 
 @pytest.mark.parametrize("args,message", [
-    (("explain", "--token", "dog"), "token 'dog' is not in the sentence (tokens: The, cat, sat, on, mat)"),
+    (("explain", "--token", "dog"), "--token 'dog' is not in the sentence (tokens: The, cat, sat, on, mat)"),
     (("explain", "--position", "9"), "--position 9 is out of range (positions 0 to 4: The, cat, sat, on, mat)"),
     (("explain", "--position", "1", "--token", "sat"), "--position 1 is 'cat', not 'sat'"),
     (("heads", "--head", "3"), "--head 3 is out of range (this config has heads 1 to 2)"),
     (("heads", "--head", "0"), "--head 0 is out of range (this config has heads 1 to 2)"),
     (("heads", "--heads", "3"), "--heads: d_model=4 is not divisible by heads=3 (valid head counts: 1, 2, 4)"),
-    (("heads", "--heads", "0"), "--heads: expected a positive integer, found 0"),
-    (("heads", "--pad", "5"), "--pad: pad=5 must be less than the 5 tokens (every query needs one key it may look at)"),
+    (("heads", "--heads", "0"), "--heads: heads=0 must be a positive integer (at least 1)"),
+    (("heads", "--pad", "5"), "--pad: pad=5 must be at least 0 and less than seq=5 (every query needs one key it may look at)"),
 ])
 def test_bad_flags(cli, args, message):
     result = cli(*args)
@@ -92,6 +92,6 @@ def test_repeated_token_needs_a_position(cli, tmp_path):
     path.write_text('sentence = "a b a"\nd_model = 4\nheads = 2\n')
     result = cli("explain", "--config", str(path), "--token", "a")
     assert result.exit_code == 2
-    assert result.stderr == "Error: token 'a' appears at positions 0, 2 (pick one with --position)\n"
+    assert result.stderr == "Error: --token 'a' appears at positions 0, 2 (pick one with --position)\n"
     ok = cli("explain", "--config", str(path), "--token", "a", "--position", "2")
     assert ok.exit_code == 0 and "the query 'a' (position 2)" in ok.stdout

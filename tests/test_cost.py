@@ -101,11 +101,11 @@ def test_cost_never_imports_torch():
     (("--preset", "gpt5"), "unknown preset 'gpt5' (presets: bert-base, gpt2-small, gpt3-175b, "
                            "llama2-70b, llama2-7b, mistral-7b)"),
     (("--d-model", "100", "--heads", "7"),
-     "d_model=100 is not divisible by heads=7 (valid head counts: 1, 2, 4, 5, 10, 20, 25, 50, 100)"),
-    (("--layers", "0"), "layers=0 must be a positive integer (at least 1)"),
-    (("--seq", "-1"), "seq=-1 must be a positive integer (at least 1)"),
+     "--heads: d_model=100 is not divisible by heads=7 (valid head counts: 1, 2, 4, 5, 10, 20, 25, 50, 100)"),
+    (("--layers", "0"), "--layers: layers=0 must be a positive integer (at least 1)"),
+    (("--seq", "-1"), "--seq: seq=-1 must be a positive integer (at least 1)"),
     (("--preset", "mistral-7b", "--heads", "4"),
-     "heads=4 is not divisible by kv_heads=8 (valid kv-head counts: 1, 2, 4)"),
+     "--kv-heads: heads=4 is not divisible by kv_heads=8 (valid kv-head counts: 1, 2, 4)"),
 ])
 def test_cost_bad_input(cli, args, message):
     result = cli("cost", *args)

@@ -116,13 +116,13 @@ def test_masked_keys_in_explain_are_marked(cli):
 
 @pytest.mark.parametrize("args,message", [
     (("ablate", "--head", "3"), "--head 3 is out of range (this config has heads 1 to 2)"),
-    (("ablate", "--head", ""), "--head needs at least one number, e.g. --head 1,2,4"),
-    (("ablate", "--head", "x"), "--head expects comma-separated integers like 1,2,4, got 'x'"),
-    (("compare", "--heads", "3,8"), "heads 3, 8 do not divide d_model=4 (valid head counts: 1, 2, 4)"),
-    (("compare", "--heads", "0"), "heads 0 does not divide d_model=4 (valid head counts: 1, 2, 4)"),
+    (("ablate", "--head", ""), "--head: needs at least one number, e.g. 1,2,4"),
+    (("ablate", "--head", "x"), "--head: expected comma-separated integers like 1,2,4, got 'x'"),
+    (("compare", "--heads", "3,8"), "--heads 3, 8 do not divide d_model=4 (valid head counts: 1, 2, 4)"),
+    (("compare", "--heads", "0"), "--heads 0 does not divide d_model=4 (valid head counts: 1, 2, 4)"),
     (("heads", "--kv-heads", "3"), "--kv-heads: heads=2 is not divisible by kv_heads=3 (valid kv-head counts: 1, 2)"),
-    (("compare", "--pad", "5"), "--pad: pad=5 must be less than the 5 tokens (every query needs one key it may look at)"),
-    (("shapes", "--pad", "12", "--seq", "12"), "pad=12 must be at least 0 and less than seq=12 (every query needs one key it may look at)"),
+    (("compare", "--pad", "5"), "--pad: pad=5 must be at least 0 and less than seq=5 (every query needs one key it may look at)"),
+    (("shapes", "--pad", "12", "--seq", "12"), "--pad: pad=12 must be at least 0 and less than seq=12 (every query needs one key it may look at)"),
 ])
 def test_experiment_bad_input(cli, args, message):
     result = cli(*args)

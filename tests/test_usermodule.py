@@ -65,8 +65,8 @@ def test_mask_reaches_the_users_forward(cli):
     assert "masked_fill" in [s["op"] for s in data["steps"]]
     result = shapes(cli, EX + "reference_sheet_mha.py:MultiHeadAttention", "--mask", "causal")
     assert result.exit_code == 2
-    assert result.stderr == ("Error: MultiHeadAttention.forward takes no mask argument, so --mask "
-                             "and --pad cannot be applied\n")
+    assert result.stderr == ("Error: --mask: MultiHeadAttention.forward takes no mask argument, so "
+                             "no causal or padding mask can be applied\n")
 
 
 def test_init_for_other_parameter_names(cli, tmp_path):

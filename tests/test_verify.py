@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-import mha_trace.verify as verify_module
+import mha_trace.run as run_module
 from mha_trace.attention import MultiHeadAttention
 
 
@@ -39,7 +39,7 @@ def test_a_wrong_module_fails_with_exit_1(cli, monkeypatch):
             out, weights = super().forward(q, k, v, mask)
             return out * 1.001, weights
 
-    monkeypatch.setattr(verify_module, "MultiHeadAttention", Off)
+    monkeypatch.setattr(run_module, "MultiHeadAttention", Off)
     result = cli("verify")
     assert result.exit_code == 1
     assert "FAIL" in result.stdout and "Some comparisons FAIL (exit code 1)." in result.stdout
@@ -48,7 +48,7 @@ def test_a_wrong_module_fails_with_exit_1(cli, monkeypatch):
 def test_verify_on_meta_is_refused(cli):
     result = cli("verify", "--device", "meta")
     assert result.exit_code == 2
-    assert result.stderr == "Error: verify compares numbers, and --device meta holds none (use cpu or cuda)\n"
+    assert result.stderr == "Error: --device: verify compares numbers, and the meta device holds none (use cpu or cuda)\n"
 
 
 def test_verify_refuses_sizes_that_do_not_fit(cli):

@@ -27,7 +27,7 @@ class _Group(TyperGroup):
         except MhaError as e:
             if _debug:
                 raise
-            _fail(e.message, e.exit_code)
+            _fail(_with_flag(e), e.exit_code)
         except typer.Abort:
             _fail("aborted", 130)
         except typer.TyperException as e:  # click's usage errors, as typer raises them
@@ -57,6 +57,16 @@ def _title() -> str:
     return " ".join(words)
 
 
+def _with_flag(e: MhaError) -> str:
+    """The library names the quantity (heads); the command line adds the flag that sets it."""
+    if not e.quantity:
+        return e.message
+    flag = "--" + e.quantity.replace("_", "-")
+    if e.message.startswith(f"{e.quantity} "):  # "head 3 is out of range" -> "--head 3 is ..."
+        return flag + e.message[len(e.quantity):]
+    return f"{flag}: {e.message}"
+
+
 def _fail(message: str, code: int):
     sys.stderr.write(f"Error: {message}\n")
     sys.exit(code)
@@ -83,6 +93,7 @@ def _version(value: bool):
 def _main(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit. Example: mha-trace --version")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show Python tracebacks instead of one-line errors (also after the command). Example: mha-trace --debug shapes")] = False,
 ):
     """mha-trace: see multi-head attention, one tensor operation at a time."""
 

@@ -1,11 +1,16 @@
-"""Option types and choices shared by the commands (no torch here)."""
+"""Option types and choices shared by the commands, and the output options declared once.
 
+No torch here: `--help` imports this file.
+"""
+
+import functools
+import inspect
 from enum import Enum
 from typing import Annotated
 
 import typer
 
-from mha_trace.output import Format
+from mha_trace.output import Format, Output
 
 
 class Device(str, Enum):
@@ -56,3 +61,35 @@ ResplitOpt = Annotated[int | None, typer.Option("--heads", "-H", help="Re-split 
 ConfigMaskOpt = Annotated[Mask | None, typer.Option("--mask", help="Override the config's mask: none or causal. Example: --mask causal")]
 ConfigPadOpt = Annotated[int | None, typer.Option("--pad", help="Mask the last N tokens as padding keys. Example: --pad 1")]
 DecimalsOpt = Annotated[int, typer.Option("--decimals", min=0, max=12, help="Decimals shown (and kept in JSON). Example: --decimals 6")]
+
+
+_OUTPUT = [("format", FormatOpt, Format.table), ("no_color", NoColorOpt, False),
+           ("width", WidthOpt, None), ("svg", SvgOpt, None), ("html", HtmlOpt, None)]
+
+
+def output_options(png: bool = False):
+    """Give a command the output options (--format, --no-color, --width, --svg, --html, [--png])
+    and --debug, declared here once; the command receives them as one `out: Output`.
+    """
+    def wrap(command):
+        from mha_trace.cli.app import _title
+
+        sig = inspect.signature(command)
+        own = [p for p in sig.parameters.values() if p.name != "out"]
+        extra = _OUTPUT + ([("png", PngOpt, None)] if png else []) + [("debug", DebugOpt, False)]
+        added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                   annotation=annotation) for name, annotation, default in extra]
+
+        @functools.wraps(command)
+        def run(**kwargs):
+            kwargs.pop("debug")  # read from argv before parsing, wherever it stands
+            out = Output(*(kwargs.pop(name) for name, _, _ in _OUTPUT), title=_title(),
+                         png=kwargs.pop("png", None))
+            return command(out=out, **kwargs)
+
+        run.__signature__ = sig.replace(parameters=[
+            p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + added)
+        run.__annotations__ = {p.name: p.annotation for p in run.__signature__.parameters.values()}
+        return run
+
+    return wrap

@@ -1,14 +1,14 @@
 """`shapes`: a real forward pass of the module (or the user's own), traced op by op."""
 
-
 import typer
 
-from mha_trace.cli.app import _title, app
+from mha_trace.cli.app import app
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
-from mha_trace.output import Format, Output, emit, make_console
+from mha_trace.output import Output, emit, make_console
 
 
 @app.command()
+@output_options()
 def shapes(
     batch: BatchOpt = 2,
     seq: SeqOpt = 10,
@@ -22,27 +22,19 @@ def shapes(
     seed: SeedOpt = 0,
     module: ModuleOpt = None,
     init: InitOpt = None,
-    format: FormatOpt = Format.table,
-    no_color: NoColorOpt = False,
-    width: WidthOpt = None,
-    svg: SvgOpt = None,
-    html: HtmlOpt = None,
-    debug: DebugOpt = False,
+    out: Output = None,
 ):
     """Trace a real forward pass and print the shape, stride and memory of every tensor op.
 
     Example: mha-trace shapes --d-model 512 --heads 8 --seq 6 --mask causal
     """
-    from mha_trace.render_shapes import (failure_renderables, shapes_data, shapes_notes,
-                                         shapes_table)
-    from mha_trace.shapes import ShapesRequest, run_shapes
+    from mha_trace.run import Sizes, from_module, from_sizes
+    from mha_trace.shapes import trace_run
 
-    report = run_shapes(ShapesRequest(batch, seq, d_model, heads, kv_heads, device.value,
-                                      dtype.value, mask.value, pad, seed, module, init))
-    out = Output(format, no_color, width, svg, html, _title())
+    sizes = Sizes(batch, seq, d_model, heads, kv_heads, mask.value, pad, dtype.value, device.value,
+                  seed)
+    report = trace_run(from_module(module, sizes, init) if module else from_sizes(sizes))
     console = make_console(out)
-    table = shapes_table(report, console.width)
+    emit(out, report.renderables(console.width), report.data(), console)
     if report.failure:
-        emit(out, [table, *failure_renderables(report)], shapes_data(report), console)
         raise typer.Exit(1)
-    emit(out, [table, shapes_notes(report)], shapes_data(report), console)

@@ -4,26 +4,45 @@ from typing import Annotated
 
 import typer
 
-from mha_trace.cli.app import _title, app
+from mha_trace.cli.app import app
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
 from mha_trace.errors import MhaError
-from mha_trace.output import Format, Output, emit
+from mha_trace.output import Output, emit
+
+ModuleDModelOpt = Annotated[int | None, typer.Option("--d-model", "-d", help="With --module: the width to build it with (default 64). Example: --d-model 64")]
 
 
-def _view(config, heads, kv_heads, mask, pad):
-    from mha_trace.analysis import analyse
+def _config(config, heads=None, kv_heads=None, mask=None, pad=None):
     from mha_trace.config import load
 
-    c = load(config).with_overrides(heads, kv_heads, mask.value if mask else None, pad)
-    return analyse(c)
+    return load(config).with_overrides(heads, kv_heads, mask.value if mask else None, pad)
 
 
-def _check_head(head, view):
-    if head is not None and not 1 <= head <= view.heads:
-        raise MhaError(f"--head {head} is out of range (this config has heads 1 to {view.heads})")
+def _check_head(head, count: int, what: str = "this config has"):
+    if head is not None and not 1 <= head <= count:
+        raise MhaError(f"head {head} is out of range ({what} heads 1 to {count})", quantity="head")
+
+
+def _module_heads(module, init, config, d_model, heads, mask, pad, head):
+    """The user's module on a config's tokens: what it returns, per head."""
+    from mha_trace.analysis import module_heads
+    from mha_trace.run import from_module, module_sizes_for_config
+
+    c = _config(config, mask=mask, pad=pad)
+    m = module_heads(from_module(module, module_sizes_for_config(c, d_model or 64, heads or 4),
+                                 init, tokens=c.tokens, config=c))
+    _check_head(head, len(m.weights), "the module returned")
+    return m
+
+
+def _no_d_model(d_model):
+    if d_model is not None:
+        raise MhaError("d_model goes with --module (a config's width is fixed by the config)",
+                       quantity="d_model")
 
 
 @app.command()
+@output_options(png=True)
 def heads(
     config: ConfigOpt = None,
     head: HeadOpt = None,
@@ -32,64 +51,35 @@ def heads(
     mask: ConfigMaskOpt = None,
     pad: ConfigPadOpt = None,
     decimals: DecimalsOpt = 4,
-    format: FormatOpt = Format.table,
-    no_color: NoColorOpt = False,
-    width: WidthOpt = None,
-    svg: SvgOpt = None,
-    html: HtmlOpt = None,
-    png: PngOpt = None,
     module: ModuleOpt = None,
     init: InitOpt = None,
-    d_model: Annotated[int | None, typer.Option("--d-model", "-d", help="With --module: the width to build it with (default 64). Example: --d-model 64")] = None,
-    debug: DebugOpt = False,
+    d_model: ModuleDModelOpt = None,
+    out: Output = None,
 ):
     """Each head's attention weights (rows: queries, columns: keys), their average, the output.
 
     Example: mha-trace heads --config chicken-road --head 3
     """
-    from mha_trace.render_heads import heads_data, heads_renderables
-
     if module:
-        return _module_heads(module, init, config, d_model, heads, mask, pad, head, decimals,
-                             Output(format, no_color, width, svg, html, _title()))
-    if d_model is not None:
-        raise MhaError("--d-model goes with --module (a config's width is fixed by the config)")
-    view = _view(config, heads, kv_heads, mask, pad)
-    _check_head(head, view)
-    if png:
+        m = _module_heads(module, init, config, d_model, heads, mask, pad, head)
+        emit(out, m.renderables(decimals=decimals, head=head), m.data(decimals, head))
+        return
+    from mha_trace.analysis import analyse
+
+    _no_d_model(d_model)
+    view = analyse(_config(config, heads, kv_heads, mask, pad))
+    _check_head(head, view.heads)
+    if out.png:
         from mha_trace.plots import save_heatmaps
 
         picked = [head - 1] if head else range(view.heads)
-        save_heatmaps(png, view.config.title, [(f"head {h + 1}", view.tokens, view.tokens,
-                                                view.weights[h], view.mask) for h in picked], decimals)
-    emit(Output(format, no_color, width, svg, html, _title()), heads_renderables(view, decimals, head),
-         heads_data(view, decimals, head))
-
-
-def _load_module_heads(module, init, config, d_model, heads, mask, pad, head):
-    from mha_trace.analysis import module_heads
-    from mha_trace.config import load
-    from mha_trace.validate import heads_divide
-
-    d_model, heads = d_model or 64, heads or 4
-    if init is None:
-        heads_divide(d_model, heads)
-    c = load(config).with_overrides(mask=mask.value if mask else None, pad=pad)
-    m = module_heads(module, init, c, d_model, heads)
-    if head is not None and not 1 <= head <= len(m.weights):
-        raise MhaError(f"--head {head} is out of range (the module returned {len(m.weights)} "
-                       f"weight map{'s' if len(m.weights) > 1 else ''})")
-    return m
-
-
-def _module_heads(module, init, config, d_model, heads, mask, pad, head, decimals, out):
-    from mha_trace.render_heads import module_heads_data, module_heads_renderables
-
-    m = _load_module_heads(module, init, config, d_model, heads, mask, pad, head)
-    emit(out, module_heads_renderables(m, decimals, head), module_heads_data(m, decimals, head))
+        save_heatmaps(out.png, view.config.title, [(f"head {h + 1}", view.tokens, view.tokens,
+                                                    view.weights[h], view.mask) for h in picked], decimals)
+    emit(out, view.renderables(decimals=decimals, head=head), view.data(decimals, head))
 
 
 @app.command()
+@output_options(png=True)
 def explain(
     token: Annotated[str | None, typer.Option("--token", "-t", help="The query token to follow (default: the first). Example: --token cat")] = None,
     position: Annotated[int | None, typer.Option("--position", "-p", help="Pick the token by position (0-based), needed when it repeats. Example: --position 4")] = None,
@@ -100,98 +90,86 @@ def explain(
     mask: ConfigMaskOpt = None,
     pad: ConfigPadOpt = None,
     decimals: DecimalsOpt = 4,
-    format: FormatOpt = Format.table,
-    no_color: NoColorOpt = False,
-    width: WidthOpt = None,
-    svg: SvgOpt = None,
-    html: HtmlOpt = None,
-    png: PngOpt = None,
     module: ModuleOpt = None,
     init: InitOpt = None,
-    d_model: Annotated[int | None, typer.Option("--d-model", "-d", help="With --module: the width to build it with (default 64). Example: --d-model 64")] = None,
-    debug: DebugOpt = False,
+    d_model: ModuleDModelOpt = None,
+    out: Output = None,
 ):
     """One token through every head: q·k written out for each key, ÷√d_k, softmax, Σ w·v, concat, W_O.
 
     Example: mha-trace explain --token cat
     """
     from mha_trace.analysis import find_position, walk
-    from mha_trace.render_heads import explain_data, explain_renderables
 
-    out = Output(format, no_color, width, svg, html, _title())
     if module:
-        from mha_trace.render_heads import module_explain_data, module_explain_renderables
+        from mha_trace.render.explain import module_explain_data, module_explain_renderables
 
-        m = _load_module_heads(module, init, config, d_model, heads, mask, pad, head)
+        m = _module_heads(module, init, config, d_model, heads, mask, pad, head)
         i = find_position(m.tokens, token, position)
         emit(out, module_explain_renderables(m, i, decimals, head),
              module_explain_data(m, i, decimals, head))
         return
-    if d_model is not None:
-        raise MhaError("--d-model goes with --module (a config's width is fixed by the config)")
-    view = _view(config, heads, kv_heads, mask, pad)
-    _check_head(head, view)
+    from mha_trace.analysis import analyse
+
+    _no_d_model(d_model)
+    view = analyse(_config(config, heads, kv_heads, mask, pad))
+    _check_head(head, view.heads)
     w = walk(view, find_position(view.tokens, token, position))
-    if png:
+    if out.png:
         import numpy as np
 
         from mha_trace.plots import save_heatmaps
 
         rows = np.array([[t.weight for t in hw.terms] for hw in w.heads])
         keep = None if view.mask is None else np.repeat(view.mask[w.position][None], len(rows), 0)
-        save_heatmaps(png, f"{view.config.title}: the query '{w.token}'",
+        save_heatmaps(out.png, f"{view.config.title}: the query '{w.token}'",
                       [("weights per head", [f"head {hw.head}" for hw in w.heads], view.tokens,
                         rows, keep)], decimals)
-    emit(out, explain_renderables(w, decimals, head), explain_data(w, decimals, head))
+    emit(out, w.renderables(decimals=decimals, head=head), w.data(decimals, head))
 
 
-def _int_list(text: str, option: str) -> list[int]:
+def _int_list(text: str, quantity: str) -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise MhaError(f"{option} expects comma-separated integers like 1,2,4, got '{text}'") from None
+        raise MhaError(f"expected comma-separated integers like 1,2,4, got '{text}'",
+                       quantity=quantity) from None
     if not values:
-        raise MhaError(f"{option} needs at least one number, e.g. {option} 1,2,4")
+        raise MhaError("needs at least one number, e.g. 1,2,4", quantity=quantity)
     return values
 
 
 @app.command()
+@output_options(png=True)
 def compare(
     heads: Annotated[str, typer.Option("--heads", "-H", help="Comma-separated head counts, each dividing d_model. Example: --heads 1,2,4")] = "1,2,4",
     config: ConfigOpt = None,
     mask: ConfigMaskOpt = None,
     pad: ConfigPadOpt = None,
     decimals: DecimalsOpt = 4,
-    format: FormatOpt = Format.table,
-    no_color: NoColorOpt = False,
-    width: WidthOpt = None,
-    svg: SvgOpt = None,
-    html: HtmlOpt = None,
-    png: PngOpt = None,
-    debug: DebugOpt = False,
+    out: Output = None,
 ):
     """The same input split into different head counts, side by side, with a one-line reading.
 
     Example: mha-trace compare --heads 1,2,4
     """
     from mha_trace.analysis import compare as run_compare
-    from mha_trace.config import load
-    from mha_trace.render_heads import compare_data, compare_renderables
+    from mha_trace.render.compare import compare_data, compare_renderables
 
-    counts = _int_list(heads, "--heads")
-    c = load(config).with_overrides(mask=mask.value if mask else None, pad=pad)
+    counts = _int_list(heads, "heads")
+    c = _config(config, mask=mask, pad=pad)
     views = run_compare(c, counts)
-    if png:
+    if out.png:
         from mha_trace.plots import save_heatmaps
 
-        save_heatmaps(png, f"{c.title}: heads {heads}",
+        save_heatmaps(out.png, f"{c.title}: heads {heads}",
                       [(f"H={v.heads} head {h + 1}", v.tokens, v.tokens, v.weights[h], v.mask)
                        for v in views for h in range(v.heads)], decimals)
-    emit(Output(format, no_color, width, svg, html, _title()), compare_renderables(views, decimals),
-         compare_data(views, decimals))
+    emit(out, compare_renderables(views, decimals), compare_data(views, decimals))
 
 
 @app.command()
+@output_options()
 def ablate(
     head: Annotated[str, typer.Option("--head", help="Head(s) to remove, 1-based, comma-separated. Example: --head 2 or --head 1,3")] = "2",
     config: ConfigOpt = None,
@@ -200,44 +178,27 @@ def ablate(
     mask: ConfigMaskOpt = None,
     pad: ConfigPadOpt = None,
     decimals: DecimalsOpt = 4,
-    format: FormatOpt = Format.table,
-    no_color: NoColorOpt = False,
-    width: WidthOpt = None,
-    svg: SvgOpt = None,
-    html: HtmlOpt = None,
-    debug: DebugOpt = False,
+    out: Output = None,
 ):
     """The output with some heads removed (zeroed before W_O), and how far each token moved.
 
     Example: mha-trace ablate --head 2
     """
     from mha_trace.analysis import ablate as run_ablate
-    from mha_trace.config import load
-    from mha_trace.render_heads import ablate_data, ablate_renderables
 
-    removed = _int_list(head, "--head")
-    c = load(config).with_overrides(heads, kv_heads, mask.value if mask else None, pad)
-    a = run_ablate(c, removed)
-    emit(Output(format, no_color, width, svg, html, _title()), ablate_renderables(a, decimals), ablate_data(a, decimals))
+    a = run_ablate(_config(config, heads, kv_heads, mask, pad), _int_list(head, "head"))
+    emit(out, a.renderables(decimals=decimals), a.data(decimals))
 
 
 @app.command()
-def configs(
-    format: FormatOpt = Format.table,
-    no_color: NoColorOpt = False,
-    width: WidthOpt = None,
-    svg: SvgOpt = None,
-    html: HtmlOpt = None,
-    debug: DebugOpt = False,
-):
+@output_options()
+def configs(out: Output = None):
     """List the bundled configs: name, title, tokens, d_model, heads, and what each shows.
 
     Example: mha-trace configs
     """
     from mha_trace.config import bundled_names, load
-    from mha_trace.render_configs import configs_data, configs_table
+    from mha_trace.render.configs import configs_data, configs_table
 
     found = [load(name) for name in bundled_names()]
-    emit(Output(format, no_color, width, svg, html, _title()), [configs_table(found)], configs_data(found))
-
-
+    emit(out, [configs_table(found)], configs_data(found))

@@ -7,7 +7,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from mha_trace.cost import DTYPE_BYTES, human_bytes
+from mha_trace.cost import human_bytes
 from mha_trace.output import display_path, new_table
 from mha_trace.shapes import ShapesReport
 
@@ -29,11 +29,11 @@ def _rows(steps, op) -> str:
 
 
 def title(report: ShapesReport) -> str:
-    r = report.request
+    r, run = report.sizes, report.run
     kv = f" kv_heads={r.kv_heads}" if r.kv_heads and r.kv_heads != r.heads else ""
     mask = f" mask={r.mask}" if r.mask != "none" else ""
     pad = f" pad={r.pad}" if r.pad else ""
-    who = f"{report.label}, {report.call}: " if report.label else ""
+    who = f"{run.label}, {run.call}: " if run.label else ""
     d_k = f" (d_k={r.d_model // r.heads})" if r.d_model % r.heads == 0 else ""
     return (f"shapes: {who}batch={r.batch} seq={r.seq} d_model={r.d_model} heads={r.heads}{kv}"
             f"{d_k}{mask}{pad} {r.dtype} on {r.device}")
@@ -72,7 +72,7 @@ def shapes_table(report: ShapesReport, width: int = 100):
 
 def shapes_notes(report: ShapesReport) -> Group:
     """Plain words for students: what view, transpose and contiguous did in this run."""
-    steps, r = report.steps, report.request
+    steps, r = report.steps, report.sizes
     notes = Table.grid(padding=(0, 2))
     notes.add_column(no_wrap=True)
     notes.add_column()
@@ -99,12 +99,11 @@ def shapes_notes(report: ShapesReport) -> Group:
     verb = "would allocate" if r.device == "meta" else "allocated"
     lines.append(f"Forward pass {verb} {human_bytes(report.bytes_allocated)} in {len(new)} new "
                  "tensors (inputs included).")
-    big = max(steps, key=lambda s: (math.prod(s.shape), -s.index))
+    big = report.largest
     lines.append(f"Largest tensor: row {big.index} {big.text} {_shape(big.shape)}, "
                  f"{human_bytes(math.prod(big.shape) * big.itemsize)}.")
-    if r.kv_heads and r.kv_heads != r.heads:
-        d_k, item = r.d_model // r.heads, DTYPE_BYTES[r.dtype]
-        kv, full = 2 * r.kv_heads * d_k * item, 2 * r.heads * d_k * item
+    if report.kv_cache_per_token:
+        kv, full = report.kv_cache_per_token
         lines.append(f"KV cache per token per layer: {human_bytes(kv)} with {r.kv_heads} K/V heads "
                      f"against {human_bytes(full)} with {r.heads} ({human_bytes(full - kv)} saved, "
                      f"{r.heads // r.kv_heads}× less).")
@@ -158,7 +157,7 @@ def failure_hint(f) -> str:
 
 
 def shapes_data(report: ShapesReport) -> dict:
-    r = report.request
+    r = report.sizes
     return {
         "command": "shapes",
         "config": {"batch": r.batch, "seq": r.seq, "d_model": r.d_model, "heads": r.heads,

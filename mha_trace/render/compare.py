@@ -1,0 +1,51 @@
+"""Render `compare`: the same input split into several head counts, side by side."""
+
+import numpy as np
+from rich.columns import Columns
+from rich.text import Text
+
+from mha_trace.analysis import distinct_rows
+from mha_trace.render.matrices import matrix_table, rounded, weights_table, config_data, legend
+
+
+def reading(view, first) -> str:
+    """One line on what this head count does to the patterns."""
+    rows = [distinct_rows(w) for w in view.weights]
+    T = len(view.tokens)
+    parts = [f"d_k = {view.d_k}"]
+    if view.d_k == 1:
+        parts.append("each score is a product of two single numbers, so a query can only rank "
+                     "keys by one coordinate and rows repeat")
+    elif view.heads == 1:
+        parts.append("one head: a single compromise pattern per query")
+    else:
+        parts.append(f"{view.heads} heads see {view.heads} different {view.d_k}-dim subspaces")
+    parts.append(f"distinct weight rows per head: {', '.join(map(str, rows))} of {T}")
+    if first is not view:
+        parts.append(f"output moved {np.linalg.norm(view.output - first.output):.4f} (L2) from "
+                     f"H = {first.heads}")
+    return "; ".join(parts) + "."
+
+
+def compare_renderables(views, decimals: int) -> list:
+    c = views[0].config
+    out = [Text(f"{c.title}: the same Q, K, V split into {', '.join(str(v.heads) for v in views)} "
+                f"heads", style="bold")]
+    for v in views:
+        out.append(Text(f"H = {v.heads}, d_k = {v.d_k}", style="bold underline"))
+        tables = [weights_table(f"head {h + 1}", v.tokens, v.weights[h], v.mask, decimals)
+                  for h in range(v.heads)]
+        out.append(Columns(tables, padding=(0, 4)))
+        out.append(matrix_table(f"output (H = {v.heads})", v.tokens, v.output, decimals))
+        out.append(Text(reading(v, views[0])))
+    out.append(legend())
+    return out
+
+
+def compare_data(views, decimals: int) -> dict:
+    return {"command": "compare", "config": config_data(views[0]), "decimals": decimals,
+            "runs": [{"heads": v.heads, "d_k": v.d_k,
+                      "weights": [rounded(w, decimals) for w in v.weights],
+                      "distinct_rows": [distinct_rows(w) for w in v.weights],
+                      "output": rounded(v.output, decimals),
+                      "reading": reading(v, views[0])} for v in views]}

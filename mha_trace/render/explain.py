@@ -1,0 +1,128 @@
+"""Render `explain`: one query token through every head, each product written out."""
+
+from rich.text import Text
+
+from mha_trace.output import new_table
+from mha_trace.render.matrices import (MASKED, MAX_DIMS, matrix_table, config_data, describe, fmt,
+                                       shade, sharing_table, short, vector)
+
+
+def _dot_text(products, dot: float, decimals: int) -> str:
+    terms = [f"{short(q)}×{short(k)}" for q, k in products]
+    if len(terms) > 4:
+        terms = terms[:2] + ["…"] + terms[-1:]
+        return " + ".join(terms) + f" = {fmt(dot, decimals)} ({len(products)} terms)"
+    return " + ".join(terms) + f" = {fmt(dot, decimals)}"
+
+
+def explain_renderables(w, decimals: int, only_head: int | None) -> list:
+    view = w.view
+    c = view.config
+    out = [Text(f"{c.title}: the query '{w.token}' (position {w.position}) through every head  "
+                f"({describe(view)})", style="bold")]
+    if not c.explicit:
+        out.append(Text(f"q, k, v are the seeded embeddings times W_qᵀ, W_kᵀ, W_vᵀ (seed "
+                        f"{c.seed}); the walk starts from those projections."))
+    if view.kv_heads != view.heads:
+        out.append(sharing_table(view))
+    sqrt_txt = f"√{view.d_k} = {fmt(w.sqrt_dk, decimals)}"
+    for hw in w.heads:
+        if only_head and hw.head != only_head:
+            continue
+        kv = f", K/V head {hw.kv_head}" if view.kv_heads != view.heads else ""
+        table = new_table(f"Head {hw.head}: dims {hw.dims[0]}–{hw.dims[1] - 1}{kv}, "
+                          f"q[{w.token}] = [{', '.join(short(x) for x in hw.query)}], "
+                          f"÷ {sqrt_txt}")
+        table.add_column("key")
+        table.add_column("q·k", overflow="fold")
+        table.add_column("÷√d_k", justify="right")
+        table.add_column("softmax", justify="right")
+        for t in hw.terms:
+            weight = Text(MASKED + " masked") if t.masked else Text(fmt(t.weight, decimals),
+                                                                     style=shade(t.weight))
+            table.add_row(t.token, _dot_text(t.products, t.dot, decimals),
+                          fmt(t.scaled, decimals), weight, style="dim" if t.masked else None)
+        table.caption = weighted_sum(hw, decimals)
+        table.caption_justify = "left"
+        out.append(table)
+    if len(w.heads) <= 4:
+        parts = " | ".join(vector(hw.output, decimals) for hw in w.heads)
+        out.append(Text(f"Concatenation: [{parts}] = {vector(w.concat, decimals)}"))
+    else:
+        out.append(Text(f"Concatenation of the {len(w.heads)} head outputs: "
+                        f"{vector(w.concat, decimals)}"))
+    if view.wo_identity:
+        out.append(Text("W_O is the identity here (the chapter skips it), so the output for "
+                        f"'{w.token}' is the concatenation: {vector(w.output, decimals)}"))
+        return out
+    if len(view.W_O) <= MAX_DIMS:
+        out.append(matrix_table("W_O (rows: concatenation dims, columns: output dims)",
+                                 [f"c{i}" for i in range(len(view.W_O))], view.W_O, decimals))
+    else:
+        out.append(Text(f"W_O is a {len(view.W_O)}×{len(view.W_O)} matrix drawn from the seed; "
+                        "every output dim mixes every head."))
+    out.append(Text(f"Output = concatenation @ W_O = {vector(w.output, decimals)}"))
+    return out
+
+
+def weighted_sum(hw, decimals: int) -> str:
+    """Σ_j w_j·v_j written out for small heads; summarised by its largest terms otherwise."""
+    used = [(t, v) for t, v in zip(hw.terms, hw.values) if not t.masked and t.weight]
+    result = f" = {vector(hw.output, decimals)}  → head {hw.head} output"
+    if len(hw.output) <= 4 and len(used) <= 6:
+        return "weighted sum of V: " + " + ".join(
+            f"{fmt(t.weight, decimals)}×[{', '.join(short(x) for x in v)}]" for t, v in used) + result
+    top = sorted(used, key=lambda tv: -tv[0].weight)[:3]
+    names = ", ".join(f"{t.token} {fmt(t.weight, decimals)}" for t, _ in top)
+    return f"weighted sum of the {len(used)} value rows (largest weights: {names})" + result
+
+
+def explain_data(w, decimals: int, only_head: int | None) -> dict:
+    r = lambda x: round(float(x), decimals)
+    return {
+        "command": "explain",
+        "config": config_data(w.view),
+        "decimals": decimals,
+        "token": w.token,
+        "position": w.position,
+        "sqrt_d_k": r(w.sqrt_dk),
+        "heads": [{"head": hw.head, "dims": list(hw.dims), "kv_head": hw.kv_head,
+                   "query": [r(x) for x in hw.query],
+                   "keys": [{"token": t.token, "products": [[r(q), r(k)] for q, k in t.products],
+                             "dot": r(t.dot), "scaled": r(t.scaled), "masked": t.masked,
+                             "weight": r(t.weight)} for t in hw.terms],
+                   "output": [r(x) for x in hw.output]}
+                  for hw in w.heads if not only_head or hw.head == only_head],
+        "concat": [r(x) for x in w.concat],
+        "output": [r(x) for x in w.output],
+        "W_O_identity": w.view.wo_identity,
+    }
+
+
+def module_explain_renderables(m, i: int, decimals: int, only_head: int | None) -> list:
+    """A foreign module exposes its weights, not its projections: its walk starts at the softmax."""
+    out = [Text(f"{m.label}, {m.call}: the query '{m.tokens[i]}' (position {i})", style="bold"),
+           Text("Your module returns its attention weights but not its Q, K and V, so the dot "
+                "products cannot be written out; here is what it computed for this query.")]
+    names = ["weights as returned (averaged over heads)"] if m.averaged else [
+        f"head {h + 1}" for h in range(len(m.weights))]
+    table = new_table(f"Weights of the query '{m.tokens[i]}'")
+    table.add_column("key")
+    picked = [only_head - 1] if only_head else range(len(m.weights))
+    for h in picked:
+        table.add_column(names[h], justify="right", no_wrap=True)
+    for j, t in enumerate(m.tokens):
+        masked = m.mask is not None and not m.mask[i][j]
+        table.add_row(t, *(MASKED if masked else fmt(m.weights[h][i][j], decimals) for h in picked))
+    out.append(table)
+    out.append(Text(f"Output for '{m.tokens[i]}': {vector(m.output[i], decimals)}"))
+    return out
+
+
+def module_explain_data(m, i: int, decimals: int, only_head: int | None) -> dict:
+    picked = [only_head - 1] if only_head else range(len(m.weights))
+    return {"command": "explain", "module": m.label, "call": m.call, "token": m.tokens[i],
+            "position": i, "decimals": decimals, "averaged": m.averaged,
+            "heads": [{"head": h + 1, "weights": [round(float(x), decimals) for x in m.weights[h][i]]}
+                      for h in picked],
+            "output": [round(float(x), decimals) for x in m.output[i]]}

@@ -1,0 +1,192 @@
+"""One description of a run: the module, what forward is handed, the mask, the tokens, the sizes.
+
+Every source of a run becomes a `Run`, and every command consumes one:
+
+    from_sizes(Sizes(d_model=512, heads=8))     sizes from flags: the built-in module, random input
+    from_config(load("cat-sat-on-mat"))         a TOML config: its Q, K, V (or seeded embeddings)
+    from_module("my_mha.py:MHA", Sizes(...))    the user's own class, built and called by signature
+
+The checks happen here, once, before anything is allocated: sizes (`validate`), the device and the
+memory guard (`runtime`).
+"""
+
+from dataclasses import dataclass, field, replace
+
+import torch
+import torch.nn as nn
+
+from mha_trace.attention import MultiHeadAttention
+from mha_trace.config import Config
+from mha_trace.cost import Dims
+from mha_trace.errors import MhaError
+from mha_trace.runtime import DTYPES, check_device, guard_memory
+from mha_trace.validate import check_sizes
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What the flags say: sizes, mask, device, dtype and seed (the defaults are the L04 table's)."""
+
+    batch: int = 2
+    seq: int = 10
+    d_model: int = 512
+    heads: int = 8
+    kv_heads: int | None = None
+    mask: str = "none"  # "none" | "causal"
+    pad: int = 0  # the last `pad` keys are padding
+    dtype: str = "float32"
+    device: str = "cpu"
+    seed: int = 0
+
+    def dims(self, bias: bool = True) -> Dims:
+        return Dims(self.batch, self.seq, self.d_model, self.heads, self.kv_heads or self.heads,
+                    self.dtype, bias=bias, mask=mask_kind(self.mask, self.pad, self.seq))
+
+
+@dataclass
+class Run:
+    """A module and exactly what its forward is handed; `module(*args, **kwargs)` is the run."""
+
+    module: nn.Module
+    args: tuple
+    kwargs: dict
+    sizes: Sizes
+    label: str = ""  # "" for the built-in module, else "MultiHeadAttention from my_mha.py"
+    call: str = "forward(q, k, v, mask)"
+    mask: torch.Tensor | None = None  # (T, T) bool, True where a query may look
+    tokens: tuple = ()  # one label per position (configs); () for random input
+    x: torch.Tensor | None = None  # the embeddings, when they were drawn at random
+    config: Config | None = None
+    source: str = ""  # the file the trace attributes rows to (the module's own)
+    estimate: int = 0  # bytes the memory guard estimated (0 when it could not tell)
+    notes: list = field(default_factory=list)  # plain-words remarks about how the run was set up
+
+    @property
+    def builtin(self) -> bool:
+        return type(self.module) is MultiHeadAttention
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self.sizes.device)
+
+    def forward(self):
+        with torch.no_grad():
+            return self.module(*self.args, **self.kwargs)
+
+
+def mask_kind(mask: str, pad: int, seq: int) -> str:
+    """'none', 'pad' (one row expanded: T bytes) or 'full' (a (T, T) matrix)."""
+    if mask == "causal":
+        return "full"
+    return "pad" if pad else "none"
+
+
+def make_mask(seq: int, mask: str = "none", pad: int = 0, device=None) -> torch.Tensor | None:
+    """(T, T) bool, True where query i may look at key j; None when nothing is masked.
+
+    A padding-only mask is the same for every query: one row of T, expanded (no T·T copy).
+    """
+    if mask == "none" and pad == 0:
+        return None
+    pos = torch.arange(seq, device=device)
+    keep = pos[None, :] < seq - pad  # padding: the last `pad` keys are not real tokens
+    if mask == "causal":
+        return keep & (pos[None, :] <= pos[:, None])  # causal: no looking ahead
+    return keep.expand(seq, seq)
+
+
+def _device(sizes: Sizes) -> torch.device:
+    return check_device(sizes.device)
+
+
+def from_sizes(sizes: Sizes, guard_runs: int = 1,
+               hint: str = "use --device meta to trace the shapes without allocating") -> Run:
+    """The built-in module at these sizes, on random input (meta: no values at all)."""
+    check_sizes(sizes.batch, sizes.seq, sizes.d_model, sizes.heads, sizes.kv_heads, sizes.pad)
+    device = _device(sizes)
+    estimate = guard_memory(sizes.dims(), device, runs=guard_runs, hint=hint)
+    torch.manual_seed(sizes.seed)
+    dtype, shape = DTYPES[sizes.dtype], (sizes.batch, sizes.seq, sizes.d_model)
+    with torch.device(device):
+        module = MultiHeadAttention(sizes.d_model, sizes.heads, sizes.kv_heads).to(dtype)
+        # meta tensors hold no values, so there is nothing to draw at random
+        x = torch.empty(shape, dtype=dtype) if device.type == "meta" else torch.randn(shape, dtype=dtype)
+        mask = make_mask(sizes.seq, sizes.mask, sizes.pad, device)
+    kwargs = {} if mask is None else {"mask": mask}
+    call = "forward(q)" if mask is None else "forward(q, mask)"
+    return Run(module, (x,), kwargs, sizes, call=call, mask=mask, x=x, source=_source(module),
+               estimate=estimate)
+
+
+def config_sizes(config: Config, dtype: str = "float64", device: str = "cpu") -> Sizes:
+    return Sizes(1, len(config.tokens), config.d_model, config.heads, config.kv_heads,
+                 config.mask, config.pad, dtype, device, config.seed)
+
+
+def from_config(config: Config, dtype: str = "float64", device: str = "cpu") -> Run:
+    """A config's run, in float64 by default: the numbers the chapter's tables print.
+
+    Explicit Q, K, V: the projections are identities, so heads are column slices of Q, K, V, and
+    W_o is the config's W_O (or the identity). Generated: everything drawn from the config's seed.
+    """
+    sizes = config_sizes(config, dtype, device)
+    dev = _device(sizes)
+    estimate = guard_memory(sizes.dims(bias=False), dev, hint="use a config with fewer tokens "
+                            "or a smaller d_model")
+    D, H, G = config.d_model, config.heads, config.kv_heads or config.heads
+    torch.manual_seed(config.seed)
+    module = MultiHeadAttention(D, H, G, bias=False).double()
+    x = None
+    if config.explicit:
+        eye = torch.eye(D, dtype=torch.float64)
+        with torch.no_grad():
+            module.W_q.weight.copy_(eye)
+            # K/V heads are column slices too; under GQA the first G slices of K and V
+            module.W_k.weight.copy_(eye[: G * config.d_k])
+            module.W_v.weight.copy_(eye[: G * config.d_k])
+            W_O = torch.tensor(config.W_O, dtype=torch.float64) if config.W_O else eye
+            module.W_o.weight.copy_(W_O.T)  # nn.Linear computes x @ weight.T
+        q, k, v = (torch.tensor(m, dtype=torch.float64)[None] for m in (config.Q, config.K, config.V))
+    else:
+        x = torch.randn(1, len(config.tokens), D, dtype=torch.float64)
+        q = k = v = x
+    dt = DTYPES[dtype]
+    module = module.to(device=dev, dtype=dt)
+    q, k, v = (t.to(device=dev, dtype=dt) for t in (q, k, v))
+    mask = make_mask(len(config.tokens), config.mask, config.pad, dev)
+    return Run(module, (q, k, v), {"mask": mask}, sizes, mask=mask, tokens=config.tokens,
+               x=None if x is None else q, config=config, source=_source(module), estimate=estimate)
+
+
+def from_module(spec: str, sizes: Sizes, init: str | None = None, tokens: tuple = (),
+                config: Config | None = None) -> Run:
+    """The user's own class (`FILE.py:Class`), built from the sizes and called by its signature."""
+    from mha_trace import usermodule
+
+    check_sizes(sizes.batch, sizes.seq, sizes.d_model, None if init else sizes.heads, None,
+                sizes.pad)
+    if sizes.kv_heads is not None:
+        raise MhaError("kv_heads applies to the built-in module; your class decides its own K/V "
+                       "heads", quantity="kv_heads")
+    device = _device(sizes)
+    estimate = guard_memory(sizes.dims(), device)
+    torch.manual_seed(sizes.seed)
+    dtype, shape = DTYPES[sizes.dtype], (sizes.batch, sizes.seq, sizes.d_model)
+    module, source, label = usermodule.load(spec, sizes.d_model, sizes.heads, init, device, dtype)
+    with torch.device(device):
+        x = torch.empty(shape, dtype=dtype) if device.type == "meta" else torch.randn(shape, dtype=dtype)
+        mask = make_mask(sizes.seq, sizes.mask, sizes.pad, device)
+    call, args, kwargs = usermodule.forward_call(module, x, mask)
+    return Run(module, args, kwargs, sizes, label=label, call=call, mask=mask, tokens=tokens, x=x,
+               config=config, source=source, estimate=estimate)
+
+
+def module_sizes_for_config(config: Config, d_model: int, heads: int) -> Sizes:
+    """A user module on a config's tokens: batch 1, the config's length, mask and seed."""
+    return replace(config_sizes(config), d_model=d_model, heads=heads, kv_heads=None)
+
+
+def _source(module) -> str:
+    import inspect
+
+    return inspect.getsourcefile(type(module)) or "?"

@@ -1,11 +1,45 @@
-"""Shared test helpers: golden files and a CLI runner."""
+"""Shared test helpers: golden files, a CLI runner, and processes that run the code under test.
 
+The suite runs from any directory (`cd /tmp && python -m pytest /path/to/tests`): every test runs
+in the repository's root, and a subprocess's `mha-trace` is a shim for `python -m mha_trace` with
+this checkout first on PYTHONPATH, never whatever `mha-trace` comes first on PATH.
+"""
+
+import os
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 GOLDEN = Path(__file__).parent / "golden"
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # this checkout's package, not an installed copy
+    sys.path.insert(0, str(REPO))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def code_under_test(tmp_path_factory):
+    """`mha-trace` in subprocesses runs this checkout's package with this interpreter."""
+    bin_dir = tmp_path_factory.mktemp("bin")
+    shim = bin_dir / "mha-trace"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m mha_trace "$@"\n')
+    shim.chmod(0o755)
+    saved = {k: os.environ.get(k) for k in ("PATH", "PYTHONPATH")}
+    os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), saved["PYTHONPATH"]]))
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(autouse=True)
+def in_repo_root(monkeypatch):
+    """Relative paths in tests (examples/, configs/) mean the checkout's, wherever pytest started."""
+    monkeypatch.chdir(REPO)
 
 
 def pytest_addoption(parser):

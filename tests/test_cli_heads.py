@@ -4,6 +4,7 @@ import json
 import math
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -53,10 +54,11 @@ def test_configs_json_lists_every_bundled_config(cli):
     assert chicken["heads"] == 8 and chicken["tokens"][-1] == "wide."
 
 
-def test_installed_command_finds_bundled_configs_from_another_directory(tmp_path):
+def test_installed_package_finds_bundled_configs_from_another_directory(tmp_path):
+    """The installed wheel (not this checkout) carries configs/: run it from an empty directory."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    run = lambda *a: subprocess.run(["mha-trace", *a], cwd=tmp_path, capture_output=True,
-                                    text=True, env=env, timeout=120)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "mha_trace", *a], cwd=tmp_path,
+                                    capture_output=True, text=True, env=env, timeout=120)
     listing = run("configs")
     assert listing.returncode == 0 and "chicken-road" in listing.stdout
     heads = run("heads", "--config", "chicken-road", "--head", "1")

@@ -100,9 +100,9 @@ def _main(
 
 
 def main():
-    """Console-script entry point."""
+    """Console-script entry point (`python -m mha_trace` too: it names itself mha-trace)."""
     try:
-        app()
+        app(prog_name="mha-trace")
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

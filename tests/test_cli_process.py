@@ -65,3 +65,11 @@ def test_every_command_and_option_has_help_with_an_example(name):
     for param in command.params:
         if param.name != "help":
             assert "Example:" in (param.help or ""), f"{name} {param.name}"
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_debug_works_wherever_it_stands(where):
+    args = ["shapes", "--heads", "3", "--d-model", "10"]
+    args = ["--debug", *args] if where == "before" else [*args, "--debug"]
+    p = run("mha-trace", *args)
+    assert p.returncode != 0 and "Traceback" in p.stderr and "MhaError" in p.stderr

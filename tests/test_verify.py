@@ -56,3 +56,17 @@ def test_verify_refuses_sizes_that_do_not_fit(cli):
     assert result.exit_code == 1
     assert result.stderr.startswith("Error: this run needs about ")
     assert result.stderr.endswith("(verify on smaller sizes: the check does not depend on them)\n")
+
+
+def test_verify_applies_config_overrides(cli):
+    data = json.loads(cli("verify", "--config", "cat-sat-on-mat", "--heads", "4", "--mask", "causal",
+                          "--format", "json").stdout)
+    assert data["passed"] is True
+    assert data["description"] == "config cat-sat-on-mat: 5 tokens, d_model=4 heads=4 mask=causal"
+
+
+def test_verify_refuses_flag_sizes_beside_a_config(cli):
+    result = cli("verify", "--config", "cat-sat-on-mat", "--seq", "8")
+    assert result.exit_code == 2
+    assert result.stderr == ("Error: --seq goes with sizes from flags; a config fixes its tokens, "
+                             "width and seed\n")

@@ -88,11 +88,11 @@ def make_mask(seq: int, mask: str = "none", pad: int = 0, device=None) -> torch.
     """
     if mask == "none" and pad == 0:
         return None
-    pos = torch.arange(seq, device=device)
+    pos = torch.arange(seq, device="cpu")  # built on the CPU: meta holds no values
     keep = pos[None, :] < seq - pad  # padding: the last `pad` keys are not real tokens
     if mask == "causal":
-        return keep & (pos[None, :] <= pos[:, None])  # causal: no looking ahead
-    return keep.expand(seq, seq)
+        keep = keep & (pos[None, :] <= pos[:, None])  # causal: no looking ahead
+    return keep.to(device).expand(seq, seq)
 
 
 def _device(sizes: Sizes) -> torch.device:

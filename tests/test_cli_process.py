@@ -73,3 +73,12 @@ def test_debug_works_wherever_it_stands(where):
     args = ["--debug", *args] if where == "before" else [*args, "--debug"]
     p = run("mha-trace", *args)
     assert p.returncode != 0 and "Traceback" in p.stderr and "MhaError" in p.stderr
+
+
+def test_meta_trace_imports_neither_sympy_nor_dynamo_and_leaves_no_stand_ins():
+    code = ("import sys; from mha_trace.run import Sizes, from_sizes; from mha_trace.shapes import "
+            "trace_run; r = trace_run(from_sizes(Sizes(batch=1, seq=64, d_model=96, heads=8, "
+            "kv_heads=2, mask='causal', pad=3, device='meta'))); "
+            "print(sorted(n for n in ('sympy', 'torch._dynamo', "
+            "'torch.fx.experimental.symbolic_shapes') if n in sys.modules), r.largest.shape)")
+    assert run(sys.executable, "-c", code).stdout.strip() == "[] (1, 8, 64, 64)"

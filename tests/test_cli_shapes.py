@@ -89,9 +89,12 @@ def test_memory_guard_refuses_before_allocating(cli):
      "Error: --kv-heads: heads=8 is not divisible by kv_heads=3 (valid kv-head counts: 1, 2, 4, 8)\n"),
     (("--pad", "10"), "Error: --pad: pad=10 must be at least 0 and less than seq=10 "
                       "(every query needs one key it may look at)\n"),
-    (("--batch", "two"), "Error: Invalid value for '--batch' / '-b': Input should be a valid "
-                         "integer, unable to parse string as an integer "
+    (("--batch", "two"), "Error: Invalid value for '--batch' / '-b': 'two' is not a whole number "
                          "(see: mha-trace shapes --help)\n"),
+    (("--dtype", "float8"), "Error: Invalid value for '--dtype': 'float8' is not one of 'float32', "
+                            "'float64', 'float16', 'bfloat16' (see: mha-trace shapes --help)\n"),
+    (("--width", "39"), "Error: Invalid value for '--width': 39 is less than the minimum, 40 "
+                        "(see: mha-trace shapes --help)\n"),
 ])
 def test_bad_input_is_one_line_exit_2(cli, args, message):
     result = cli("shapes", *args)

@@ -17,9 +17,9 @@ import sys
 import time
 
 TARGETS = {  # name: (wall ratio, peak-RSS ratio) targets from the issues; None where none is set
-    "mha-trace --help": (0.25, None),
-    "mha-trace shapes": (1.15, None),
-    "mha-trace shapes (GPT-3, meta)": (1.6, 1.4),
+    "mha-trace --help": (0.1, None),
+    "mha-trace shapes": (0.85, None),
+    "mha-trace shapes (GPT-3, meta)": (1.0, 1.4),
     "mha-trace cost --preset gpt3-175b": (0.25, None),
 }
 

@@ -1,12 +1,12 @@
 """mha-trace: see multi-head attention, one tensor operation at a time.
 
-The Python API (`trace`, `shapes`, `heads`, `explain`, `compare`, `ablate`) is loaded on first
+The Python API (`trace`, `trace_sizes`, `heads`, `explain`, `compare`, `ablate`) is loaded on first
 use, so that `import mha_trace` (and `mha-trace --help`) does not import torch.
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["trace", "shapes", "heads", "explain", "compare", "ablate"]
+__all__ = ["trace", "trace_sizes", "heads", "explain", "compare", "ablate"]
 
 
 def __getattr__(name: str):

@@ -2,6 +2,7 @@
 
     import mha_trace
     t = mha_trace.trace(module, x)            # any nn.Module and its forward arguments
+    mha_trace.trace_sizes(d_model=512, heads=8)  # the built-in module, like `mha-trace shapes`
     t                                          # Jupyter: the shapes table as HTML; terminal: rich
     t.steps[3].shape, t.to_json()
     h = mha_trace.heads("cat-sat-on-mat")     # a bundled name, a path, or a Config
@@ -46,10 +47,10 @@ def trace(module, *args, **kwargs) -> ShapesReport:
     return trace_run(run)
 
 
-def shapes(**sizes) -> ShapesReport:
+def trace_sizes(**sizes) -> ShapesReport:
     """The built-in module at these sizes, traced: like `mha-trace shapes` with the same flags.
 
-    >>> shapes(d_model=512, heads=8, mask="causal").largest.shape
+    >>> trace_sizes(d_model=512, heads=8, mask="causal").largest.shape
     (2, 8, 10, 10)
     """
     from mha_trace.run import from_sizes

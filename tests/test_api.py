@@ -1,0 +1,82 @@
+"""The Python API as the README shows it: results that render themselves in a terminal and in
+Jupyter, and numbers equal to the CLI's."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import mha_trace
+
+EXAMPLES = sorted(Path("examples").glob("*.py"))
+
+
+def test_import_is_light():
+    code = "import sys, mha_trace; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False"
+
+
+def test_trace_any_module_renders_as_text_html_and_json():
+    mha = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+    x = torch.randn(2, 10, 64)
+    t = mha_trace.trace(mha, x, x, x)
+    assert (t.steps[0].shape, t.steps[0].op) == ((2, 10, 64), "input")
+    text = str(t)
+    assert text.startswith("shapes: MultiheadAttention, forward(x, x, x): batch=2 seq=10 d_model=64")
+    assert "multi_head_attention_forward" in text
+    html = t._repr_html_()
+    assert html.startswith("<pre") and html.rstrip().endswith("</pre>") and "multi_head_attention_forward" in html
+    data = json.loads(t.to_json())
+    assert data["schema_version"] == 1 and data["steps"][0]["shape"] == [2, 10, 64]
+
+
+def test_shapes_equals_the_command(cli):
+    api = mha_trace.trace_sizes(d_model=64, heads=4, mask="causal").data()
+    command = json.loads(cli("shapes", "--d-model", "64", "--heads", "4", "--mask", "causal",
+                             "--format", "json").stdout)
+    assert {"schema_version": 1, **api} == command
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_trace_runs_every_example(path):
+    from mha_trace.run import Sizes, from_module
+
+    name = "CausalSelfAttention" if path.name == "nanogpt_attention.py" else "MultiHeadAttention"
+    run = from_module(f"{path}:{name}", Sizes(batch=1, seq=5, d_model=64, heads=4))
+    if path.name == "broken_view.py":
+        assert mha_trace.trace(run.module, *run.args, **run.kwargs).failure.op == "view"
+        return
+    t = mha_trace.trace(run.module, *run.args, **run.kwargs)
+    assert t.failure is None and t.steps[0].shape == (1, 5, 64)
+    assert any(s.op in ("softmax", "scaled_dot_product_attention") for s in t.steps)
+
+
+def test_heads_and_explain_give_the_chapters_numbers():
+    h = mha_trace.heads("cat-sat-on-mat")
+    assert h.weights.shape == (2, 5, 5)
+    assert round(float(h.weights[0, 1, 0]), 4) == 0.3664
+    w = mha_trace.explain(h, token="cat")
+    assert w.heads[0].terms[0].dot == 2.0
+    np.testing.assert_allclose([t.weight for t in w.heads[0].terms], h.weights[0, 1], atol=1e-12)
+    assert "Head 1: dims 0–1" in str(w)
+
+
+def test_explain_and_compare_and_ablate_match_the_cli(cli):
+    for api, args in [(mha_trace.explain(token="cat"), ("explain", "--token", "cat")),
+                      (mha_trace.compare(head_counts=(1, 2, 4)), ("compare", "--heads", "1,2,4")),
+                      (mha_trace.ablate("chicken-road", removed=(3,)),
+                       ("ablate", "--config", "chicken-road", "--head", "3"))]:
+        assert {"schema_version": 1, **api.data()} == json.loads(cli(*args, "--format", "json").stdout)
+
+
+def test_heads_takes_overrides_and_config_objects():
+    from mha_trace.config import load
+
+    assert mha_trace.heads(load("chicken-road"), heads=2).weights.shape == (2, 11, 11)
+    with pytest.raises(mha_trace.errors.MhaError, match="heads=3"):
+        mha_trace.heads("cat-sat-on-mat", heads=3)

@@ -29,7 +29,8 @@ class HeadsView(Shows):
     weights: np.ndarray  # (H, T, T)
     concat: np.ndarray  # (T, D): the heads' outputs side by side, before W_O
     output: np.ndarray  # (T, D)
-    W_O: np.ndarray  # (D, D), output = concat @ W_O (+ nothing: configs have no biases)
+    W_O: np.ndarray  # (D, D), output = concat @ W_O + b_O
+    b_O: np.ndarray | None = None  # (D,) the output projection's bias (configs have none)
 
     @property
     def tokens(self):
@@ -69,7 +70,7 @@ class HeadsView(Shows):
 def analyse(source: Run | Config) -> HeadsView:
     """Every head's weights, the projections, the concatenation and the output of one run."""
     run = from_config(source) if isinstance(source, Config) else source
-    module, (q, k, v) = run.module, run.args
+    module, (q, k, v) = run.module, run.qkv
     captured = {}
     hook = module.W_o.register_forward_pre_hook(lambda _, args: captured.update(concat=args[0]))
     try:
@@ -83,7 +84,8 @@ def analyse(source: Run | Config) -> HeadsView:
         config=run.config, mask=None if run.mask is None else run.mask.cpu().numpy(),
         x=None if run.x is None else numpy(run.x), q=numpy(qp), k=numpy(kp), v=numpy(vp),
         weights=numpy(weights), concat=numpy(captured["concat"]), output=numpy(output),
-        W_O=module.W_o.weight.detach().double().cpu().T.numpy())
+        W_O=module.W_o.weight.detach().double().cpu().T.numpy(),
+        b_O=None if module.W_o.bias is None else module.W_o.bias.detach().double().cpu().numpy())
 
 
 def find_position(tokens, token: str | None, position: int | None) -> int:
@@ -179,7 +181,8 @@ def walk(view: HeadsView, position: int) -> Walk:
                  for j, t in enumerate(view.tokens)]
         heads.append(HeadWalk(h + 1, (h * d_k, (h + 1) * d_k), g + 1, qs, terms, vs, weights @ vs))
     concat = np.concatenate([hw.output for hw in heads])
-    return Walk(view, i, sqrt_dk, heads, concat, concat @ view.W_O)
+    output = concat @ view.W_O + (0 if view.b_O is None else view.b_O)
+    return Walk(view, i, sqrt_dk, heads, concat, output)
 
 
 @dataclass

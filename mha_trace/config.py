@@ -39,6 +39,7 @@ class Config:
     K: tuple | None = None
     V: tuple | None = None
     W_O: tuple | None = None  # output = concat @ W_O
+    origin: str = ""  # where the run came from when not a file: "all-MiniLM-L6-v2 layer 4"
 
     @property
     def explicit(self) -> bool:

@@ -69,6 +69,11 @@ class Run:
     def device(self) -> torch.device:
         return torch.device(self.sizes.device)
 
+    @property
+    def qkv(self) -> tuple:
+        """(q, k, v) as forward receives them: forward(x) is self-attention, q = k = v = x."""
+        return self.args * 3 if len(self.args) == 1 else self.args[:3]
+
     def forward(self):
         with torch.no_grad():
             return self.module(*self.args, **self.kwargs)
@@ -190,3 +195,23 @@ def _source(module) -> str:
     import inspect
 
     return inspect.getsourcefile(type(module)) or "?"
+
+
+def from_model(sentence, layer: int) -> Run:
+    """One layer's self-attention of a pretrained model, on that layer's real input.
+
+    sentence: `models.<name>.Sentence` (the text already through the whole model); layer from 1.
+    """
+    model = sentence.model
+    if not 1 <= layer <= model.layers:
+        raise MhaError(f"layer {layer} is out of range ({model.name} has layers 1 to "
+                       f"{model.layers})", quantity="layer")
+    module = model.encoder.layers[layer - 1].attention
+    x = sentence.inputs[layer - 1]
+    T = x.size(1)
+    origin = f"{model.name} layer {layer}"
+    config = Config(model.name, "", sentence.text, "", sentence.labels, model.heads,
+                    model.d_model, origin=origin)
+    sizes = Sizes(1, T, model.d_model, model.heads, None, "none", 0, "float32", "cpu", 0)
+    return Run(module, (x,), {}, sizes, label=f"{origin} attention", call="forward(x)",
+               tokens=sentence.labels, x=x, config=config, source=_source(module))

@@ -145,7 +145,7 @@ def verify(run: Run) -> VerifyReport:
         desc = (f"batch={s.batch} seq={s.seq} d_model={s.d_model} heads={s.heads} "
                 f"kv_heads={s.kv_heads or s.heads} mask={s.mask}{f' pad={s.pad}' if s.pad else ''} "
                 f"seed={s.seed}")
-    q, k, v = (run.args * 3)[:3] if len(run.args) == 1 else run.args
+    q, k, v = run.qkv
     return VerifyReport(desc, s.dtype, s.device, run_checks(run.module, q, k, v, run.mask, s.dtype))
 
 

@@ -56,7 +56,10 @@ PadOpt = Annotated[int, typer.Option("--pad", help="Mask the last N key position
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed for weights and inputs. Example: --seed 0")]
 
 ConfigOpt = Annotated[str | None, typer.Option("--config", "-c", help="A TOML config file, or the name of a bundled one (see mha-trace configs); default: the chapter's 'The cat sat on mat'. Example: --config chicken-road")]
-HeadOpt = Annotated[int | None, typer.Option("--head", help="Show only head N (1-based, as the chapter numbers them). Example: --head 2")]
+HeadOpt = Annotated[str | None, typer.Option("--head", help="Show only head N (1-based, as the chapter numbers them); with --model, LAYER.HEAD. Example: --head 2, or --head 4.1", metavar="N|L.H")]
+PretrainedOpt = Annotated[str | None, typer.Option("--model", help="A pretrained model, loaded offline from its PyPI package: minilm (all-MiniLM-L6-v2). Example: --model minilm", metavar="NAME")]
+SentenceOpt = Annotated[str | None, typer.Option("--sentence", "-s", help="With --model: the text to run (default: \"The animal didn't cross the street because it was too tired.\"). Example: --sentence \"The cat sat on the mat.\"")]
+LayerOpt = Annotated[int | None, typer.Option("--layer", "-l", help="With --model: the layer (from 1). Example: --layer 4")]
 ResplitOpt = Annotated[int | None, typer.Option("--heads", "-H", help="Re-split the same Q, K, V into H heads (must divide d_model). Example: --heads 4")]
 ConfigMaskOpt = Annotated[Mask | None, typer.Option("--mask", help="Override the config's mask: none or causal. Example: --mask causal")]
 ConfigPadOpt = Annotated[int | None, typer.Option("--pad", help="Mask the last N tokens as padding keys. Example: --pad 1")]

@@ -22,12 +22,30 @@ def shapes(
     seed: SeedOpt = 0,
     module: ModuleOpt = None,
     init: InitOpt = None,
+    model: PretrainedOpt = None,
+    sentence: SentenceOpt = None,
+    layer: LayerOpt = None,
     out: Output = None,
 ):
     """Trace a real forward pass and print the shape, stride and memory of every tensor op.
 
+    With --model, one real layer's attention on the sentence's hidden states.
     Example: mha-trace shapes --d-model 512 --heads 8 --seq 6 --mask causal
+    Example: mha-trace shapes --model minilm --sentence "The cat sat on the mat." --layer 1
     """
+    if model:
+        from mha_trace.cli import pretrained
+
+        # the size flags are typer defaults here; only non-default ones clash with --model
+        changed = {name: value for name, value, default in (
+            ("batch", batch, 2), ("seq", seq, 10), ("d_model", d_model, 512), ("heads", heads, 8),
+            ("kv_heads", kv_heads, None), ("mask", mask, Mask.none), ("pad", pad, 0),
+            ("module", module, None), ("init", init, None)) if value != default}
+        pretrained.refuse_with_model(**changed)
+        return pretrained.shapes(model, sentence, layer, out)
+    from mha_trace.cli.pretrained import needs_model
+
+    needs_model(sentence, layer)
     from mha_trace.run import Sizes, from_module, from_sizes
     from mha_trace.shapes import trace_run
 

@@ -23,6 +23,17 @@ def _check_head(head, count: int, what: str = "this config has"):
         raise MhaError(f"head {head} is out of range ({what} heads 1 to {count})", quantity="head")
 
 
+def _head_number(head: str | None) -> int | None:
+    """--head for a config or a user's module: one number (a model's L.H goes with --model)."""
+    if head is None:
+        return None
+    try:
+        return int(head)
+    except ValueError:
+        hint = " (LAYER.HEAD goes with --model)" if "." in head else ""
+        raise MhaError(f"head '{head}' is not a whole number{hint}", quantity="head") from None
+
+
 def _module_heads(module, init, config, d_model, heads, mask, pad, head):
     """The user's module on a config's tokens: what it returns, per head."""
     from mha_trace.analysis import module_heads
@@ -54,12 +65,31 @@ def heads(
     module: ModuleOpt = None,
     init: InitOpt = None,
     d_model: ModuleDModelOpt = None,
+    model: PretrainedOpt = None,
+    sentence: SentenceOpt = None,
+    layer: LayerOpt = None,
+    overview: Annotated[bool, typer.Option("--overview", help="With --model: every layer.head as a small map, on one screen (the default when neither --layer nor --head is given). Example: --overview")] = False,
+    words: Annotated[bool, typer.Option("--words", help="With --model: group word pieces into words (to a word: the sum over its pieces; from a word: the mean). Example: --words")] = False,
+    hide_special: Annotated[bool, typer.Option("--hide-special", help="With --model: leave out the [CLS] and [SEP] rows and columns. Example: --hide-special")] = False,
     out: Output = None,
 ):
     """Each head's attention weights (rows: queries, columns: keys), their average, the output.
 
+    With --model, a pretrained model's real heads: every head at a glance, one layer, or one.
     Example: mha-trace heads --config chicken-road --head 3
+    Example: mha-trace heads --model minilm --sentence "The animal didn't cross the street because it was too tired." --head 4.1
     """
+    if model:
+        from mha_trace.cli import pretrained
+
+        pretrained.refuse_with_model(config=config, heads=heads, kv_heads=kv_heads, mask=mask,
+                                     pad=pad, module=module, init=init, d_model=d_model)
+        return pretrained.heads(model, sentence, layer, head, overview, words, hide_special,
+                                decimals, out)
+    from mha_trace.cli.pretrained import needs_model
+
+    needs_model(sentence, layer, overview=overview, words=words, hide_special=hide_special)
+    head = _head_number(head)
     if module:
         m = _module_heads(module, init, config, d_model, heads, mask, pad, head)
         emit(out, m.renderables(decimals=decimals, head=head), m.data(decimals, head))
@@ -93,13 +123,30 @@ def explain(
     module: ModuleOpt = None,
     init: InitOpt = None,
     d_model: ModuleDModelOpt = None,
+    model: PretrainedOpt = None,
+    sentence: SentenceOpt = None,
+    layer: LayerOpt = None,
     out: Output = None,
 ):
     """One token through every head: q·k written out for each key, ÷√d_k, softmax, Σ w·v, concat, W_O.
 
+    With --model, through a real layer's heads (--head L.H for one, --layer L for all; layer 1 by default).
     Example: mha-trace explain --token cat
+    Example: mha-trace explain --model minilm --token it --head 6.12
     """
     from mha_trace.analysis import find_position, walk
+
+    if model:
+        from mha_trace.cli import pretrained
+
+        pretrained.refuse_with_model(config=config, heads=heads, kv_heads=kv_heads, mask=mask,
+                                     pad=pad, module=module, init=init, d_model=d_model,
+                                     png=out.png)
+        return pretrained.explain(model, sentence, layer, head, token, position, decimals, out)
+    from mha_trace.cli.pretrained import needs_model
+
+    needs_model(sentence, layer)
+    head = _head_number(head)
 
     if module:
         from mha_trace.render.explain import module_explain_data, module_explain_renderables
@@ -171,22 +218,38 @@ def compare(
 @app.command()
 @output_options()
 def ablate(
-    head: Annotated[str, typer.Option("--head", help="Head(s) to remove, 1-based, comma-separated. Example: --head 2 or --head 1,3")] = "2",
+    head: Annotated[str | None, typer.Option("--head", help="Head(s) to remove, 1-based, comma-separated (default 2); with --model, LAYER.HEAD. Example: --head 1,3, or --head 6.12,3.1")] = None,
     config: ConfigOpt = None,
     heads: ResplitOpt = None,
     kv_heads: KvHeadsOpt = None,
     mask: ConfigMaskOpt = None,
     pad: ConfigPadOpt = None,
     decimals: DecimalsOpt = 4,
+    model: PretrainedOpt = None,
+    sentence: SentenceOpt = None,
     out: Output = None,
 ):
     """The output with some heads removed (zeroed before W_O), and how far each token moved.
 
+    With --model, through the whole model: how far each token's final vector moves.
     Example: mha-trace ablate --head 2
+    Example: mha-trace ablate --model minilm --head 6.12,3.1
     """
     from mha_trace.analysis import ablate as run_ablate
 
-    a = run_ablate(_config(config, heads, kv_heads, mask, pad), _int_list(head, "head"))
+    if model:
+        from mha_trace.cli import pretrained
+
+        pretrained.refuse_with_model(config=config, heads=heads, kv_heads=kv_heads, mask=mask,
+                                     pad=pad)
+        if head is None:
+            raise MhaError("with --model, name the heads to remove, e.g. --head 6.12",
+                           quantity="head")
+        return pretrained.ablate(model, sentence, head, decimals, out)
+    from mha_trace.cli.pretrained import needs_model
+
+    needs_model(sentence, None)
+    a = run_ablate(_config(config, heads, kv_heads, mask, pad), _int_list("2" if head is None else head, "head"))
     emit(out, a.renderables(decimals=decimals), a.data(decimals))
 
 

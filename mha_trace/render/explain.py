@@ -7,6 +7,11 @@ from mha_trace.render.matrices import (MASKED, MAX_DIMS, matrix_table, config_da
                                        shade, sharing_table, short, vector)
 
 
+def _query(q, decimals: int) -> str:
+    """The chapter's short numbers for a small head; the first 8 and a count for a big one."""
+    return "[" + ", ".join(short(x) for x in q) + "]" if len(q) <= 8 else vector(q, decimals, 8)
+
+
 def _dot_text(products, dot: float, decimals: int) -> str:
     terms = [f"{short(q)}×{short(k)}" for q, k in products]
     if len(terms) > 4:
@@ -20,7 +25,11 @@ def explain_renderables(w, decimals: int, only_head: int | None) -> list:
     c = view.config
     out = [Text(f"{c.title}: the query '{w.token}' (position {w.position}) through every head  "
                 f"({describe(view)})", style="bold")]
-    if not c.explicit:
+    if c.origin:
+        out.append(Text(f"q, k, v are this layer's input (the hidden states of the {len(c.tokens)} "
+                        f"tokens) times the trained W_qᵀ, W_kᵀ, W_vᵀ plus their biases; the walk "
+                        f"starts from those projections."))
+    elif not c.explicit:
         out.append(Text(f"q, k, v are the seeded embeddings times W_qᵀ, W_kᵀ, W_vᵀ (seed "
                         f"{c.seed}); the walk starts from those projections."))
     if view.kv_heads != view.heads:
@@ -31,7 +40,7 @@ def explain_renderables(w, decimals: int, only_head: int | None) -> list:
             continue
         kv = f", K/V head {hw.kv_head}" if view.kv_heads != view.heads else ""
         table = new_table(f"Head {hw.head}: dims {hw.dims[0]}–{hw.dims[1] - 1}{kv}, "
-                          f"q[{w.token}] = [{', '.join(short(x) for x in hw.query)}], "
+                          f"q[{w.token}] = {_query(hw.query, decimals)}, "
                           f"÷ {sqrt_txt}")
         table.add_column("key")
         table.add_column("q·k", overflow="fold")
@@ -59,9 +68,12 @@ def explain_renderables(w, decimals: int, only_head: int | None) -> list:
         out.append(matrix_table("W_O (rows: concatenation dims, columns: output dims)",
                                  [f"c{i}" for i in range(len(view.W_O))], view.W_O, decimals))
     else:
-        out.append(Text(f"W_O is a {len(view.W_O)}×{len(view.W_O)} matrix drawn from the seed; "
+        n = len(view.W_O)
+        what = f"a trained {n}×{n} matrix" if c.origin else f"a {n}×{n} matrix drawn from the seed"
+        out.append(Text(f"W_O is {what}; "
                         "every output dim mixes every head."))
-    out.append(Text(f"Output = concatenation @ W_O = {vector(w.output, decimals)}"))
+    bias = "" if view.b_O is None else " + b_O"
+    out.append(Text(f"Output = concatenation @ W_O{bias} = {vector(w.output, decimals)}"))
     return out
 
 

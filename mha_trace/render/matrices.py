@@ -148,7 +148,7 @@ def sharing_table(view) -> Table:
 
 def describe(view) -> str:
     c = view.config
-    form = "explicit Q, K, V" if c.explicit else f"generated, seed {c.seed}"
+    form = c.origin or ("explicit Q, K, V" if c.explicit else f"generated, seed {c.seed}")
     parts = [f"{len(c.tokens)} tokens", f"d_model {c.d_model}",
              f"{c.heads} head" + ("s" if c.heads > 1 else ""),
              f"d_k {c.d_k}", form]
@@ -167,6 +167,7 @@ def rounded(matrix, decimals: int):
 
 def config_data(view) -> dict:
     c = view.config
-    return {"name": c.name, "title": c.title, "tokens": list(c.tokens), "d_model": c.d_model,
+    data = {"name": c.name, "title": c.title, "tokens": list(c.tokens), "d_model": c.d_model,
             "heads": c.heads, "kv_heads": view.kv_heads, "d_k": c.d_k, "mask": c.mask,
-            "pad": c.pad, "explicit": c.explicit, "seed": None if c.explicit else c.seed}
+            "pad": c.pad, "explicit": c.explicit, "seed": None if c.explicit or c.origin else c.seed}
+    return {**data, "origin": c.origin} if c.origin else data

@@ -1,0 +1,58 @@
+"""The user cache directory, and a file check that is paid once per file version.
+
+Hashing a 90 MB weights file costs about 0.25 s of CPU; the check is redone whenever the file's
+size or modification time changes, and at every run where the cache cannot be written.
+"""
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from mha_trace.errors import MhaError
+
+
+def cache_dir() -> Path:
+    """$MHA_TRACE_CACHE, else $XDG_CACHE_HOME/mha-trace, else ~/.cache/mha-trace."""
+    if os.environ.get("MHA_TRACE_CACHE"):
+        return Path(os.environ["MHA_TRACE_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "mha-trace"
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_file(path: Path, size: int, digest: str, install: str) -> None:
+    """Exit 1 with the install command unless the file has the expected size and sha256."""
+    try:
+        stat = path.stat()
+    except OSError:
+        raise MhaError(f"{path} is missing (reinstall it with: {install})", exit_code=1) from None
+    if stat.st_size != size:
+        raise MhaError(f"{path} has {stat.st_size:,} bytes, expected {size:,}: the file is "
+                       f"damaged (reinstall it with: {install})", exit_code=1)
+    record = cache_dir() / "verified.json"
+    key, stamp = str(path), [stat.st_size, stat.st_mtime_ns, digest]
+    try:
+        known = json.loads(record.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if known.get(key) == stamp:
+        return
+    if sha256(path) != digest:
+        raise MhaError(f"{path} does not have the expected sha256: the file is damaged "
+                       f"(reinstall it with: {install})", exit_code=1)
+    known[key] = stamp
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        temporary = record.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(known))
+        temporary.replace(record)
+    except OSError:
+        pass  # an unwritable cache only means hashing again next time

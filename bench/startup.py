@@ -21,6 +21,8 @@ TARGETS = {  # name: (wall ratio, peak-RSS ratio) targets from the issues; None 
     "mha-trace shapes": (0.85, None),
     "mha-trace shapes (GPT-3, meta)": (1.0, 1.4),
     "mha-trace cost --preset gpt3-175b": (0.25, None),
+    "mha-trace heads --model minilm": (1.3, 1.4),
+    "mha-trace survey --model minilm": (2.0, None),
 }
 
 
@@ -37,14 +39,20 @@ def commands() -> dict:
     }
     if subprocess.run(cli + ["cost", "--help"], capture_output=True).returncode == 0:
         cmds["mha-trace cost --preset gpt3-175b"] = cli + ["cost", "--preset", "gpt3-175b"]
+    sentence = "The animal didn't cross the street because it was too tired."
+    if subprocess.run(cli + ["heads", "--model", "minilm", "--head", "1.1"], capture_output=True).returncode == 0:
+        cmds["mha-trace heads --model minilm"] = cli + ["heads", "--model", "minilm", "--sentence", sentence]
+        cmds["mha-trace survey --model minilm"] = cli + ["survey", "--model", "minilm"]
     return cmds
 
 
 def run_once(cmd: list) -> tuple[float, int]:
     """Wall seconds and peak RSS (bytes) of one whole process."""
     start = time.perf_counter()
+    # bytecode is written once (the warm-up round) and then used, as an installed package's is
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "NO_COLOR": "1"})
+                            env={**env, "NO_COLOR": "1"})
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:

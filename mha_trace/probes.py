@@ -57,7 +57,7 @@ def ablate(sentence, removed: list[tuple[int, int]]) -> ModelAblation:
         hooks.append(model.encoder.layers[layer - 1].attention.W_o.register_forward_pre_hook(zero))
     try:
         with torch.no_grad():
-            out, _, _ = model.encoder(torch.tensor([sentence.ids]))
+            out, _, _ = model.run(sentence.ids)
     finally:
         for hook in hooks:
             hook.remove()

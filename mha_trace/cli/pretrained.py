@@ -63,6 +63,10 @@ def heads(model, sentence, layer, head, overview, words, hide_special, decimals,
         picked = [(_layer(s, layer), h) for h in range(1, s.model.heads + 1)]
     else:
         picked = [(l, h) for l in range(1, s.model.layers + 1) for h in range(1, s.model.heads + 1)]
+    whole = head is None and layer is None
+    if out.png and whole:
+        raise MhaError("png draws one layer (--layer L) or one head (--head L.H); the "
+                       f"{len(picked)}-head overview is drawn as text", quantity="png")
     if out.png:
         from mha_trace.plots import save_heatmaps
 
@@ -70,11 +74,13 @@ def heads(model, sentence, layer, head, overview, words, hide_special, decimals,
                       [(f"head {l}.{h}", tokens, tokens, weights[l - 1, h - 1], None)
                        for l, h in picked], decimals)
     data = heads_data(s, tokens, weights, picked, decimals, words)
-    if head is None and layer is None and (overview or not (words or hide_special)):
+    if whole:
         from mha_trace.output import make_console
 
-        emit(out, draw_overview(s, make_console(out).width), data)
+        emit(out, draw_overview(s, tokens, weights, make_console(out).width), data)
         return
+    if overview:
+        raise MhaError("--overview shows every head; it does not go with --layer or --head")
     where = f"layer {picked[0][0]}" if len(picked) > 1 else f"head {picked[0][0]}.{picked[0][1]}"
     title = f"{s.model.name}, {where}: \"{s.text}\""
     if hide_special:

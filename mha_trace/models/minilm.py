@@ -65,20 +65,24 @@ class Layer(nn.Module):
 
 
 class Encoder(nn.Module):
-    """Token, position and segment embeddings, then the layers. Returns every layer's input."""
+    """Position and segment embeddings added to the token vectors, then the layers.
 
-    def __init__(self, vocab, positions, d_model, heads, d_ff, layers, eps):
+    Takes the tokens' word vectors (B, T, D) rather than their ids: the 30522-row table stays in
+    the file and only the rows a sentence uses are read (`Model.word_vectors`).
+    Returns the output and every layer's input and weights.
+    """
+
+    def __init__(self, positions, d_model, heads, d_ff, layers, eps):
         super().__init__()
-        self.words = nn.Embedding(vocab, d_model)
         self.positions = nn.Embedding(positions, d_model)
         self.segments = nn.Embedding(2, d_model)
         self.embed_norm = nn.LayerNorm(d_model, eps=eps)
         self.layers = nn.ModuleList(Layer(d_model, heads, d_ff, eps) for _ in range(layers))
 
-    def forward(self, ids):
-        T = ids.size(1)
+    def forward(self, words):
+        T = words.size(1)
         # one segment: every token gets segment 0
-        x = self.words(ids) + self.positions.weight[:T] + self.segments.weight[0]  # (B, T, D)
+        x = words + self.positions.weight[:T] + self.segments.weight[0]  # (B, T, D)
         x = self.embed_norm(x)
         inputs, weights = [], []
         for layer in self.layers:
@@ -126,13 +130,23 @@ class Model:
         self.tokenizer.no_truncation()
         meta = torch.device("meta")
         with meta, light_meta_kernels(meta):  # shapes only: the weights are assigned from the file
-            self.encoder = Encoder(config["vocab_size"], self.max_positions, self.d_model,
-                                   self.heads, config["intermediate_size"], self.layers,
+            self.encoder = Encoder(self.max_positions, self.d_model, self.heads,
+                                   config["intermediate_size"], self.layers,
                                    config["layer_norm_eps"])
-        with safe_open(folder / "model.safetensors", framework="pt") as f:
-            state = {ours: f.get_tensor(theirs) for ours, theirs in _names(self.layers).items()}
+        self._file = safe_open(folder / "model.safetensors", framework="pt")
+        self._words = self._file.get_slice("embeddings.word_embeddings.weight")
+        state = {ours: self._file.get_tensor(theirs) for ours, theirs in _names(self.layers).items()}
         self.encoder.load_state_dict(state, assign=True)
         self.encoder.eval()
+
+    def word_vectors(self, ids) -> torch.Tensor:
+        """(1, T, D): the embedding rows of these token ids, read from the file one by one."""
+        return torch.cat([self._words[i:i + 1] for i in ids])[None]
+
+    def run(self, ids):
+        """The encoder on token ids: (output, every layer's input, every layer's weights)."""
+        with torch.no_grad():
+            return self.encoder(self.word_vectors(ids))
 
     def tokenize(self, text: str):
         encoding = self.tokenizer.encode(text)
@@ -143,9 +157,7 @@ class Model:
 
     def encode(self, text: str) -> Sentence:
         encoding = self.tokenize(text)
-        ids = torch.tensor([encoding.ids])
-        with torch.no_grad():
-            out, inputs, weights = self.encoder(ids)
+        out, inputs, weights = self.run(encoding.ids)
         return Sentence(self, text, tuple(encoding.ids), tuple(encoding.tokens),
                         tuple(encoding.word_ids), inputs,
                         torch.stack(weights)[:, 0].numpy(), out[0].numpy())
@@ -153,8 +165,7 @@ class Model:
 
 def _names(layers: int) -> dict:
     """Our parameter names -> the file's (HF BertModel's)."""
-    names = {"words.weight": "embeddings.word_embeddings.weight",
-             "positions.weight": "embeddings.position_embeddings.weight",
+    names = {"positions.weight": "embeddings.position_embeddings.weight",
              "segments.weight": "embeddings.token_type_embeddings.weight",
              "embed_norm.weight": "embeddings.LayerNorm.weight",
              "embed_norm.bias": "embeddings.LayerNorm.bias"}

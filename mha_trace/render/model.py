@@ -38,10 +38,13 @@ def braille_map(weights: np.ndarray) -> list[Text]:
     return lines
 
 
-def overview(sentence, width: int) -> list:
-    """Every layer.head of the model as a small braille map, laid out to fit `width`."""
-    model, w = sentence.model, sentence.weights
-    T = len(sentence.tokens)
+def overview(sentence, tokens, w: np.ndarray, width: int) -> list:
+    """Every layer.head of the model as a small braille map, laid out to fit `width`.
+
+    tokens, w: the sentence's labels and (layers, heads, T, T) weights, or their words.
+    """
+    model = sentence.model
+    T = len(tokens)
     cell, tall = math.ceil(T / 2), math.ceil(T / 4)
     out = [Text(f"{model.name}: every head on \"{sentence.text}\"  ({T} tokens, "
                 f"{model.layers} layers × {model.heads} heads)", style="bold")]
@@ -65,7 +68,7 @@ def overview(sentence, width: int) -> list:
                 grid.append(" ")
     out.append(grid)
     out.append(Text(f"Each map: rows are queries, columns keys, 4 queries × 2 keys per character, "
-                    f"in token order ({' '.join(sentence.labels)}). A dot is a key that gets at "
+                    f"in token order ({' '.join(tokens)}). A dot is a key that gets at "
                     f"least half of its query's largest weight. One head large: --head L.H; a "
                     f"layer's tables: --layer L."))
     return out

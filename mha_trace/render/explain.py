@@ -23,7 +23,8 @@ def _dot_text(products, dot: float, decimals: int) -> str:
 def explain_renderables(w, decimals: int, only_head: int | None) -> list:
     view = w.view
     c = view.config
-    out = [Text(f"{c.title}: the query '{w.token}' (position {w.position}) through every head  "
+    through = f"head {only_head}" if only_head else "every head"
+    out = [Text(f"{c.title}: the query '{w.token}' (position {w.position}) through {through}  "
                 f"({describe(view)})", style="bold")]
     if c.origin:
         out.append(Text(f"q, k, v are this layer's input (the hidden states of the {len(c.tokens)} "

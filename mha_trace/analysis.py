@@ -14,7 +14,7 @@ import torch
 from mha_trace.config import Config
 from mha_trace.errors import MhaError
 from mha_trace.output import Shows
-from mha_trace.run import Run, from_config
+from mha_trace.run import Run, check_finite, from_config
 from mha_trace.validate import divisors
 
 
@@ -75,6 +75,7 @@ def analyse(source: Run | Config) -> HeadsView:
     hook = module.W_o.register_forward_pre_hook(lambda _, args: captured.update(concat=args[0]))
     try:
         output, weights = run.forward()
+        check_finite(output, weights)
         with torch.no_grad():
             qp, kp, vp = module.W_q(q), module.W_k(k), module.W_v(v)
     finally:
@@ -285,9 +286,12 @@ def module_heads(run: Run) -> ModuleHeads:
     from mha_trace import usermodule
 
     try:
-        result = run.forward()
+        with usermodule.user_code(f"{run.label}: forward"):
+            result = run.forward()
+    except MhaError:
+        raise
     except Exception as e:
-        raise MhaError(f"{run.label}: forward raised {type(e).__name__}: {str(e).splitlines()[0]} "
+        raise MhaError(f"{run.label}: forward raised {usermodule.explain_exception(e)} "
                        f"(mha-trace shapes --module shows where)", exit_code=1) from None
     x = run.args[0]
     output, weights = usermodule.split_result(result, x)

@@ -8,13 +8,15 @@ Optional everywhere: title, description, heads, kv_heads, mask = "none" | "causa
 
 import difflib
 import math
+import os
 import re
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from mha_trace.errors import MhaError
-from mha_trace.validate import check_sizes
+from mha_trace.errors import MhaError, printable
+from mha_trace.files import read_text
+from mha_trace.validate import check_sizes, seed_fits
 
 DEFAULT = "cat-sat-on-mat"
 TOP_KEYS = {"title", "description", "tokens", "sentence", "heads", "kv_heads", "d_model", "seed",
@@ -71,33 +73,34 @@ def bundled_names() -> list[str]:
 
 
 def resolve(name_or_path: str | None) -> Path:
-    """A config's path from a file path or a bundled name (`chicken-road`)."""
+    """A config's path: a file path, or a bare name (no folder) of a bundled config."""
     if name_or_path is None:
         return bundled_dir() / f"{DEFAULT}.toml"
     path = Path(name_or_path)
-    if path.is_dir():
-        raise MhaError(f"{name_or_path}: is a directory, expected a .toml config file")
-    if path.is_file():
-        return path
-    bundled = bundled_dir() / f"{path.stem}.toml"
-    if path.parent == Path(".") or path.parent.name == "configs":
+    bare = "/" not in name_or_path and os.sep not in name_or_path
+    if bare and not path.exists():
+        bundled = bundled_dir() / f"{name_or_path.removesuffix('.toml')}.toml"
         if bundled.is_file():
             return bundled
-    names = ", ".join(bundled_names())
-    raise MhaError(f"{name_or_path}: config file not found (bundled configs: {names})")
+        names = ", ".join(bundled_names())
+        raise MhaError(f"{printable(name_or_path)}: no such file, and no bundled config of that "
+                       f"name (bundled configs: {names})")
+    return path
+
+
+MAX_CONFIG_BYTES = 10 * 2**20
 
 
 def load(name_or_path: str | None = None) -> Config:
     path = resolve(name_or_path)
-    shown = str(name_or_path) if name_or_path else f"configs/{DEFAULT}.toml (default)"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise MhaError(f"{shown}: cannot read the file ({e.__class__.__name__}: {e})") from None
+    shown = printable(str(name_or_path)) if name_or_path else f"configs/{DEFAULT}.toml (default)"
+    text = read_text(path, shown, "a .toml config file", MAX_CONFIG_BYTES)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise MhaError(f"{shown}: TOML syntax error: {e}") from None
+    except RecursionError:
+        raise MhaError(f"{shown}: nested too deeply to be a config") from None
     return _parse(data, text, shown, path.stem)
 
 
@@ -207,6 +210,7 @@ def _parse(data: dict, text: str, shown: str, name: str) -> Config:
         key = "W_O" if "W_O" in data else "qkv.W_O"
         W_O = matrix(key, W_O, d_model, d_model, f"d_model={d_model}, one per concatenated dim")
 
+    tokens, title, description = [printable(t) for t in tokens], printable(title), printable(description)
     config = Config(name, shown, title, description, tuple(tokens), heads, d_model, kv_heads,
                     mask, pad, seed, Q, K, V, W_O)
     _check_sizes(config, lambda key: f"{shown}: {key}{_line(text, key)}")
@@ -217,6 +221,7 @@ def _check_sizes(c: Config, where) -> None:
     """Rules that involve several keys (or a flag that overrides one): validate's, with the key."""
     try:
         check_sizes(1, len(c.tokens), c.d_model, c.heads, c.kv_heads, c.pad)
+        seed_fits(c.seed)
     except MhaError as e:
-        key = e.quantity if e.quantity in ("heads", "kv_heads", "pad") else "heads"
+        key = e.quantity if e.quantity in ("heads", "kv_heads", "pad", "seed", "d_model") else "heads"
         raise MhaError(f"{where(key)}: {e.message}") from None

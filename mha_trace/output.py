@@ -112,7 +112,7 @@ def _cell_text(cell) -> str:
 def table_markdown(table: Table) -> str:
     """A rich Table as a GitHub-flavoured markdown table (title as a heading, caption after)."""
     columns = table.columns
-    header = [_cell_text(c.header) for c in columns]
+    header = [_cell_text(c.header).replace("|", "\\|") for c in columns]
     rows = zip(*[[_cell_text(cell).replace("\n", " ") for cell in c._cells] for c in columns])
     lines = [f"**{_cell_text(table.title)}**", ""] if table.title else []
     lines.append("| " + " | ".join(header) + " |")
@@ -166,18 +166,15 @@ def emit(out: Output, renderables: list, data: dict, console: Console | None = N
 def _save_recordings(out: Output, renderables: list, width: int) -> None:
     if not (out.svg or out.html):
         return
-    from mha_trace.errors import MhaError
+    from mha_trace.files import write_atomic
 
     recorder = Console(record=True, file=io.StringIO(), width=width, color_system="truecolor",
                        force_terminal=True, highlight=False, emoji=False)
     _print_all(recorder, renderables)
-    for path, save in ((out.svg, lambda p: recorder.save_svg(p, title=out.title, clear=False)),
-                       (out.html, lambda p: recorder.save_html(p, clear=False))):
-        if path:
-            try:
-                save(path)
-            except OSError as e:
-                raise MhaError(f"cannot write {path}: {e.strerror or e}") from None
+    if out.svg:
+        write_atomic(out.svg, recorder.export_svg(title=out.title, clear=False), "svg")
+    if out.html:
+        write_atomic(out.html, recorder.export_html(clear=False), "html")
 
 
 def _titled(r) -> list:

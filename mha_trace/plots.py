@@ -49,9 +49,13 @@ def save_heatmaps(path: str, title: str, panels: list, decimals: int = 4) -> Non
                             fontsize=size, color="white" if v > 0.5 else "black")
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
+    import io
+
+    from mha_trace.files import write_atomic
+
+    buffer = io.BytesIO()
     try:
-        fig.savefig(path, dpi=150, metadata={"Software": None})
-    except OSError as e:
-        raise MhaError(f"cannot write {path}: {e.strerror or e}") from None
+        fig.savefig(buffer, format="png", dpi=150, metadata={"Software": None})
     finally:
         plt.close(fig)
+    write_atomic(path, buffer.getvalue(), "png")

@@ -20,7 +20,7 @@ from mha_trace.config import Config
 from mha_trace.cost import Dims
 from mha_trace.errors import MhaError
 from mha_trace.runtime import DTYPES, check_device, guard_memory
-from mha_trace.validate import check_sizes
+from mha_trace.validate import addressable, check_sizes, seed_fits
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,15 @@ class Run:
             return self.module(*self.args, **self.kwargs)
 
 
+def check_finite(output, weights) -> None:
+    """Refuse results that overflowed: NaN weights must never print under "rows sum to 1"."""
+    for name, t in (("weights", weights), ("output", output)):
+        if t is not None and t.device.type != "meta" and not torch.isfinite(t).all():
+            raise MhaError(f"the attention {name} are not finite numbers (inf or NaN): the "
+                           f"inputs are too large for {str(t.dtype).removeprefix('torch.')} "
+                           f"(a dot product q·k overflows); scale them down")
+
+
 def mask_kind(mask: str, pad: int, seq: int) -> str:
     """'none', 'pad' (one row expanded: T bytes) or 'full' (a (T, T) matrix)."""
     if mask == "causal":
@@ -108,6 +117,8 @@ def from_sizes(sizes: Sizes, guard_runs: int = 1,
                hint: str = "use --device meta to trace the shapes without allocating") -> Run:
     """The built-in module at these sizes, on random input (meta: no values at all)."""
     check_sizes(sizes.batch, sizes.seq, sizes.d_model, sizes.heads, sizes.kv_heads, sizes.pad)
+    seed_fits(sizes.seed)
+    addressable(sizes.batch, sizes.heads, sizes.seq, sizes.dims().itemsize)
     device = _device(sizes)
     estimate = guard_memory(sizes.dims(), device, runs=guard_runs, hint=hint)
     torch.manual_seed(sizes.seed)
@@ -170,6 +181,8 @@ def from_module(spec: str, sizes: Sizes, init: str | None = None, tokens: tuple 
 
     check_sizes(sizes.batch, sizes.seq, sizes.d_model, None if init else sizes.heads, None,
                 sizes.pad)
+    seed_fits(sizes.seed)
+    addressable(sizes.batch, sizes.heads, sizes.seq, sizes.dims().itemsize)
     if sizes.kv_heads is not None:
         raise MhaError("kv_heads applies to the built-in module; your class decides its own K/V "
                        "heads", quantity="kv_heads")

@@ -27,19 +27,53 @@ def check_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def _cgroup_free() -> int | None:
+def _read_int(path: str) -> int | None:
     try:
-        with open("/sys/fs/cgroup/memory.max") as f:
-            limit = f.read().strip()
-        with open("/sys/fs/cgroup/memory.current") as f:
-            used = int(f.read())
-    except (OSError, ValueError):
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
         return None
-    return None if limit == "max" else int(limit) - used
+    return int(text) if text.isdigit() else None  # "max" (v2) means no limit
+
+
+def _cgroup_free() -> int | None:
+    """What the memory cgroup still allows: v2 (memory.max) or v1 (memory.limit_in_bytes)."""
+    for limit_file, used_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                  ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                   "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        limit, used = _read_int(limit_file), _read_int(used_file)
+        if limit is not None and used is not None and limit < 2**60:  # v1 writes ~2**63 for none
+            return max(limit - used, 0)
+    return None
+
+
+def _address_space_free() -> int | None:
+    """RLIMIT_AS (ulimit -v) less this process's own address space (torch alone maps GBs)."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, OSError, ValueError):
+        return None
+    if soft == resource.RLIM_INFINITY:
+        return None
+    size = None
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    size = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return max(soft - (size or 0), 0)
 
 
 def available_bytes(device: torch.device) -> int | None:
-    """Free memory on the device, or None where it cannot be told (meta needs none)."""
+    """Free memory on the device, or None where it cannot be told (meta needs none).
+
+    On the CPU the smallest of: MemAvailable, what the memory cgroup (v1 or v2) still allows,
+    and the address space RLIMIT_AS leaves this process (its own baseline counted).
+    """
     if device.type == "meta":
         return None
     if device.type == "cuda":
@@ -52,12 +86,13 @@ def available_bytes(device: torch.device) -> int | None:
                     free = int(line.split()[1]) * 1024
     except OSError:
         pass
-    cgroup = _cgroup_free()
-    if cgroup is not None:
-        free = cgroup if free is None else min(free, cgroup)
     if free is None and hasattr(os, "sysconf"):
-        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return free
+        try:
+            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError):
+            pass
+    limits = [x for x in (free, _cgroup_free(), _address_space_free()) if x is not None]
+    return min(limits) if limits else None
 
 
 def guard_memory(dims: Dims, device: torch.device, runs: int = 1,
@@ -76,6 +111,18 @@ def guard_memory(dims: Dims, device: torch.device, runs: int = 1,
             f"{human_bytes(params)}, score tensors {human_bytes(scores)}) but only "
             f"{human_bytes(free)} is free ({hint})", exit_code=1)
     return need
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Compute on one thread: float sums then add in one order whatever OMP_NUM_THREADS says,
+    so printed differences are the same on every machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @contextlib.contextmanager

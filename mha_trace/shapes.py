@@ -5,6 +5,7 @@
 ((2, 8, 10, 64), 'matmul')
 """
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -68,7 +69,10 @@ class ShapesReport(Shows):
 
 def trace_run(run: Run) -> ShapesReport:
     """Trace the run's forward pass; a failure inside a user's module is kept, not raised."""
-    with light_meta_kernels(run.device):
+    from mha_trace.usermodule import user_code
+
+    guard = contextlib.nullcontext() if run.builtin else user_code(f"{run.label}: forward")
+    with light_meta_kernels(run.device), guard:
         try:
             result = trace(run.module, *run.args, watch=(run.source,), **run.kwargs)
         except ForwardFailed as failed:

@@ -78,6 +78,23 @@ class ForwardFailed(Exception):
         self.trace = trace
 
 
+def _message(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else f"{type(exc).__name__} (no message)"
+
+
+def _failure_of(exc: BaseException, own_file: str | None) -> Failure:
+    """An exception raised by Python code in forward (not a torch op): its own line."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = [f for f in frames if f.filename == own_file] or frames[-1:]
+    where = mine[-1] if mine else None
+    return Failure(type(exc).__name__, "", where.filename if where else own_file or "?",
+                   where.lineno if where else 0, (where.line or "") if where else "", [],
+                   f"{type(exc).__name__}: {_message(exc)}" if str(exc).strip() else _message(exc))
+
+
 def _tensors(obj):
     """Tensors in an argument tree (one level of lists, tuples and dicts deep is enough here)."""
     if isinstance(obj, torch.Tensor):
@@ -175,7 +192,7 @@ class _Recorder(TorchFunctionMode):
             file, line, source, span = self._where()
             earlier = [s.span for s in self.steps if s.file == file and s.line == line]
             self.failure = Failure(_op_name(func), _own_part(span, earlier), file, line, source,
-                                   [tuple(t.shape) for t in inputs], str(exc).strip().splitlines()[0])
+                                   [tuple(t.shape) for t in inputs], _message(exc))
             raise
         outputs = _tensors(result) if isinstance(result, (torch.Tensor, tuple, list)) else []
         if outputs:
@@ -231,6 +248,6 @@ def trace(module, *args, watch=(), **kwargs) -> Trace:
     except Exception as exc:
         failed = Trace(recorder.steps, None, recorder.failure)
         if failed.failure is None:
-            failed.failure = Failure("forward", "", own_file or "?", 0, "", [], str(exc))
+            failed.failure = _failure_of(exc, own_file)
         raise ForwardFailed(failed) from exc
     return Trace(recorder.steps, output)

@@ -4,16 +4,21 @@ This runs the user's code: importing their file executes it, as `python file.py`
 """
 
 import ast
+import contextlib
 import importlib
 import importlib.util
 import inspect
+import io
+import os
 import sys
+import traceback
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
-from mha_trace.errors import MhaError
+from mha_trace.errors import MhaError, printable
+from mha_trace.files import regular_file
 
 D_MODEL_NAMES = ("d_model", "embed_dim", "n_embd", "dim", "hidden_size", "model_dim", "emb_dim",
                  "hidden_dim", "d")
@@ -21,21 +26,71 @@ HEADS_NAMES = ("heads", "num_heads", "n_head", "n_heads", "h", "nhead", "head_co
 MASK_NAMES = ("mask", "attn_mask", "attention_mask")
 
 
+class UserExit(BaseException):  # not an Exception: no `except Exception` on the way swallows it
+    """The user's code called sys.exit() or os._exit(): the module's doing, not the tool's."""
+
+
+def explain_exception(e: BaseException) -> str:
+    """'ValueError: bad shape', or for an empty message (a bare assert) the type and the line."""
+    text = str(e).strip()
+    if text:
+        return f"{type(e).__name__}: {text.splitlines()[0]}"
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno} " \
+            f"({frames[-1].line})" if frames else ""
+    return f"{type(e).__name__}{where}"
+
+
+@contextlib.contextmanager
+def user_code(what: str):
+    """Run the user's code: its exits become its failure, its prints go to stderr.
+
+    `what` names the step ("importing examples/x.py", "MultiHeadAttention.forward"). A print in
+    user code must never corrupt --format json, and sys.exit()/os._exit() in it must never be
+    taken for the tool's own exit status.
+    """
+    printed = io.StringIO()
+
+    def no_hard_exit(code=0):
+        raise UserExit(f"{what} called os._exit({code})")
+
+    real_exit, os._exit = os._exit, no_hard_exit
+    try:
+        with contextlib.redirect_stdout(printed):
+            yield
+    except SystemExit as e:
+        raise MhaError(f"{printable(what)} called sys.exit({e.code!r}); the module ended itself",
+                       exit_code=1) from None
+    except UserExit as e:
+        raise MhaError(f"{printable(str(e))}; the module ended itself", exit_code=1) from None
+    finally:
+        os._exit = real_exit
+        if printed.getvalue():
+            for line in printed.getvalue().rstrip("\n").splitlines():
+                sys.stderr.write(f"{printable(what)} printed: {printable(line)}\n")
+
+
 def _import(target: str):
     path = Path(target)
     if target.endswith(".py") or "/" in target or path.exists():
-        if path.is_dir():
-            raise MhaError(f"module {target}: is a directory, expected a .py file", quantity="module")
-        if not path.is_file():
-            raise MhaError(f"module {target}: file not found", quantity="module")
+        regular_file(path, f"module {printable(target)}", "a .py file", quantity="module")
+        if path.suffix != ".py":
+            raise MhaError(f"module {printable(target)}: expected a .py file", quantity="module")
         name = f"mha_trace_user_{path.stem}"
         spec = importlib.util.spec_from_file_location(name, path.resolve())
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:  # a sibling import works as it does under `python FILE.py`
+            sys.path.insert(0, folder)
         try:
-            spec.loader.exec_module(module)
+            with user_code(f"importing {target}"):
+                spec.loader.exec_module(module)
+        except MhaError:
+            raise
         except Exception as e:
-            raise MhaError(f"module {target}: importing it raised {type(e).__name__}: {e}", quantity="module") from None
+            raise MhaError(f"module {printable(target)}: importing it raised "
+                           f"{printable(explain_exception(e))}", quantity="module") from None
         return module
     try:
         return importlib.import_module(target)
@@ -98,9 +153,13 @@ def construct(cls: type, d_model: int, heads: int, init: str | None) -> nn.Modul
     except TypeError as e:
         raise MhaError(f"cannot build {shown}: {e}") from None
     try:
-        return cls(**kwargs)
+        with user_code(f"{cls.__name__}.__init__"):
+            return cls(**kwargs)
+    except MhaError:
+        raise
     except Exception as e:
-        raise MhaError(f"cannot build {shown} with {kwargs}: {type(e).__name__}: {e}") from None
+        raise MhaError(f"cannot build {shown} with {kwargs}: "
+                       f"{printable(explain_exception(e))}") from None
 
 
 def forward_call(module: nn.Module, x: torch.Tensor, mask: torch.Tensor | None):
@@ -133,21 +192,39 @@ def forward_call(module: nn.Module, x: torch.Tensor, mask: torch.Tensor | None):
 
 
 def split_result(result, x: torch.Tensor):
-    """(output, weights or None) from a tensor, (output, weights) or (weights, output)."""
+    """(output, weights or None) from a tensor, (output, weights) or (weights, output).
+
+    The output keeps the input's width (d_model); weights end in (T, T), are non-negative and
+    their rows sum to 1. When T == d_model the shapes alone cannot tell them apart, so the values
+    decide; when even they cannot, the user is asked rather than guessed for.
+    """
     if isinstance(result, torch.Tensor):
         return result, None
     tensors = [t for t in result if isinstance(t, torch.Tensor)] if isinstance(result, (tuple, list)) else []
     if not tensors:
         raise MhaError(f"forward returned {type(result).__name__}, expected a tensor or a tuple "
                        f"of (output, weights)", exit_code=1)
-    # the output keeps the input's last dim (d_model); weights end in (T, T)
     T, D = x.shape[-2], x.shape[-1]
     outputs = [t for t in tensors if t.dim() >= 2 and t.shape[-1] == D and t.shape[-2] == T]
-    if len(outputs) > 1:  # T == D: prefer the one shaped like the input
-        outputs = [t for t in outputs if t.dim() == x.dim()] or outputs
+    if len(outputs) > 1:
+        not_weights = [t for t in outputs if not _rows_sum_to_one(t)]
+        if len(not_weights) == 1:
+            outputs = not_weights
+        else:
+            shapes = " and ".join(str(list(t.shape)) for t in outputs)
+            raise MhaError(f"forward returned {shapes}: with seq = d_model = {D} neither shape nor "
+                           f"values tell the output from the weights (return (output, weights) "
+                           f"with different seq and d_model, e.g. --seq {T + 1})", exit_code=1)
     output = outputs[0] if outputs else tensors[0]
     rest = [t for t in tensors if t is not output]
     return output, (rest[0] if rest else None)
+
+
+def _rows_sum_to_one(t: torch.Tensor) -> bool:
+    if t.device.type == "meta" or not t.is_floating_point():
+        return False
+    t = t.detach().double()
+    return bool((t >= 0).all() and torch.allclose(t.sum(-1), torch.ones((), dtype=t.dtype), atol=1e-3))
 
 
 def load(spec: str, d_model: int, heads: int, init: str | None, device, dtype) -> tuple:

@@ -20,10 +20,36 @@ def divisors(n: int) -> list[int]:
     return small + large[::-1]
 
 
+MAX_SIZE = 2**31 - 1  # any one size: batch, seq, d_model, heads, layers (GPT-3 uses 12,288)
+MAX_SEED = 2**64 - 1  # torch.manual_seed takes 64 bits
+MAX_BYTES = 2**62  # one tensor: torch's storage sizes are signed 64-bit byte counts
+
+
 def positive(name: str, value: int) -> int:
     if value < 1:
         raise MhaError(f"{name}={value} must be a positive integer (at least 1)", quantity=name)
+    if value > MAX_SIZE:
+        raise MhaError(f"{name}={_short(value)} is too large (at most {MAX_SIZE:,})", quantity=name)
     return value
+
+
+def seed_fits(seed: int) -> None:
+    if not 0 <= seed <= MAX_SEED:
+        raise MhaError(f"seed={_short(seed)} must be from 0 to 2**64 - 1", quantity="seed")
+
+
+def addressable(batch: int, heads: int, seq: int, itemsize: int) -> None:
+    """The largest tensor of a run, the (B, H, T, T) scores, must fit torch's storage sizes."""
+    size = batch * heads * seq * seq * itemsize
+    if size > MAX_BYTES:
+        raise MhaError(f"the scores would be a [{batch}, {heads}, {seq}, {seq}] tensor of "
+                       f"{size:.2e} bytes, more than torch can address even on the meta device "
+                       f"(at most 2**62 bytes); the cost command counts such sizes", quantity="seq")
+
+
+def _short(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:10]}…({len(text)} digits)"
 
 
 def heads_divide(d_model: int, heads: int) -> None:

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 
 from mha_trace.errors import MhaError
 from mha_trace.output import Shows
-from mha_trace.run import Run, Sizes, from_config, from_sizes
+from mha_trace.run import Run, Sizes, check_finite, from_config, from_sizes
+from mha_trace.runtime import one_thread
 
 # max |difference| allowed, relative to the largest |reference value| (at least 1)
 TOLERANCE = {"float64": 1e-10, "float32": 1e-5, "float16": 1e-2, "bfloat16": 5e-2}
@@ -105,6 +106,7 @@ def _max_abs(a, b) -> float:
 def run_checks(module, q, k, v, mask, dtype: str) -> list[Check]:
     with torch.no_grad():
         out, weights = module(q, k, v, mask=mask)
+    check_finite(out, weights)
     scale = lambda ref: TOLERANCE[dtype] * max(1.0, float(np.abs(np.asarray(ref, float)).max()))
     np_out, np_w = numpy_reference(module, q, k, v, mask)
     checks = [Check("numpy by hand, float64", "output", _max_abs(out, np_out), scale(np_out)),
@@ -146,7 +148,9 @@ def verify(run: Run) -> VerifyReport:
                 f"kv_heads={s.kv_heads or s.heads} mask={s.mask}{f' pad={s.pad}' if s.pad else ''} "
                 f"seed={s.seed}")
     q, k, v = run.qkv
-    return VerifyReport(desc, s.dtype, s.device, run_checks(run.module, q, k, v, run.mask, s.dtype))
+    with one_thread():
+        checks = run_checks(run.module, q, k, v, run.mask, s.dtype)
+    return VerifyReport(desc, s.dtype, s.device, checks)
 
 
 def verify_sizes(sizes: Sizes) -> VerifyReport:

@@ -58,8 +58,14 @@ def test_bad_config_is_one_line(cli, tmp_path, name):
 def test_missing_file_and_directory(cli, tmp_path):
     result = cli("heads", "--config", str(tmp_path / "nope.toml"))
     assert result.exit_code == 2
-    assert result.stderr == (f"Error: {tmp_path / 'nope.toml'}: config file not found (bundled "
-                             "configs: animal-street, cat-sat-on-mat, chicken-road, permuted-wo)\n")
+    assert result.stderr == f"Error: {tmp_path / 'nope.toml'}: not found\n"
+    # a path with a folder never falls back to the bundled config of the same name
+    result = cli("heads", "--config", str(tmp_path / "chicken-road.toml"))
+    assert result.stderr == f"Error: {tmp_path / 'chicken-road.toml'}: not found\n"
+    result = cli("heads", "--config", "nope")
+    assert result.stderr == ("Error: nope: no such file, and no bundled config of that name "
+                             "(bundled configs: animal-street, cat-sat-on-mat, chicken-road, "
+                             "permuted-wo)\n")
     result = cli("heads", "--config", str(tmp_path))
     assert result.exit_code == 2
     assert result.stderr == f"Error: {tmp_path}: is a directory, expected a .toml config file\n"

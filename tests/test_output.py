@@ -90,7 +90,8 @@ def test_svg_and_html_hold_what_was_printed(cli, tmp_path):
 def test_unwritable_svg_path_is_one_line(cli, tmp_path):
     result = cli("configs", "--svg", str(tmp_path / "missing" / "x.svg"))
     assert result.exit_code == 2
-    assert result.stderr.startswith(f"Error: cannot write {tmp_path / 'missing' / 'x.svg'}: ")
+    assert result.stderr == (f"Error: --svg: {tmp_path / 'missing' / 'x.svg'}: the folder "
+                             f"{tmp_path / 'missing'} does not exist\n")
 
 
 @pytest.mark.parametrize("args", [("heads",), ("explain", "--token", "cat", "--mask", "causal"),

@@ -108,7 +108,7 @@ def test_shape_mismatch_names_both_inputs(cli):
 
 
 @pytest.mark.parametrize("spec,message", [
-    ("nope.py:X", "--module nope.py: file not found"),
+    ("nope.py:X", "--module nope.py: not found"),
     ("examples/l04_mha.py:Nope", "--module examples/l04_mha.py:Nope: no class 'Nope' in "
                                  "examples/l04_mha.py (nn.Module classes there: MultiHeadAttention)"),
     ("examples/l04_mha.py:math", "--module examples/l04_mha.py:math: math is not a torch.nn.Module subclass"),

@@ -9,7 +9,7 @@ import typer
 from typer.core import TyperGroup
 
 from mha_trace import __version__
-from mha_trace.errors import MhaError
+from mha_trace.errors import MhaError, printable
 
 _debug = False
 _argv: list[str] = []
@@ -106,7 +106,20 @@ class _Group(TyperGroup):
             cmd = f" {ctx.info_name}" if ctx is not None and ctx.parent is not None else ""
             _fail(f"{e.format_message()} (see: mha-trace{cmd} --help)", getattr(e, "exit_code", 2))
         except KeyboardInterrupt:
-            _fail("interrupted", 130)
+            _fail("interrupted (Ctrl-C)", 130)
+        except OSError as e:  # writing the output failed: a full disk, a closed pipe or stdout
+            if _debug:
+                raise
+            _fail(f"cannot write the output: {e.strerror or e}", 1)
+        except MemoryError:
+            _fail("the run ran out of memory (try smaller sizes, or --device meta for shapes)", 1)
+        except Exception as e:  # a bug of ours: still one line on stage; --debug has the rest
+            if _debug:
+                raise
+            if "can't allocate memory" in str(e) or "out of memory" in str(e):
+                _fail(f"the run ran out of memory: {str(e).strip().splitlines()[-1][:200]}", 1)
+            _fail(f"unexpected {type(e).__name__}: {str(e).strip()[:300]} (a bug in mha-trace: "
+                  f"--debug shows the traceback)", 1)
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)
@@ -134,7 +147,11 @@ def _with_flag(e: MhaError) -> str:
 
 
 def _fail(message: str, code: int):
-    sys.stderr.write(f"Error: {message}\n")
+    try:
+        sys.stderr.write(f"Error: {printable(message)}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):  # no stderr to tell: the exit code still does
+        pass
     sys.exit(code)
 
 
@@ -172,6 +189,12 @@ def main():
     of thousands of objects and no cycles worth collecting, and the collections cost about 0.15 s.
     """
     gc.disable()
+    if sys.stdout is None or sys.stdout.closed:  # started with stdout closed (`mha-trace ... >&-`)
+        _fail("standard output is closed, so there is nowhere to print", 1)
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if stream is not None and not encoding.startswith("utf"):
+            stream.reconfigure(errors="replace")  # PYTHONIOENCODING=ascii: ? for what cannot show
     try:
         app(prog_name="mha-trace")
         code = 0
@@ -186,6 +209,13 @@ def _exit(code: int):
         sys.stderr.flush()
     except BrokenPipeError:  # the reader went away (`mha-trace shapes | head`): not an error
         code = code or 0
+    except OSError as e:  # a full disk
+        try:
+            sys.stderr.write(f"Error: cannot write the output: {e.strerror or e}\n")
+            sys.stderr.flush()
+        except OSError:
+            pass
+        code = code or 1
     if "torch" in sys.modules:
         # torch's interpreter teardown alone costs about 0.3 s and nothing of ours needs it:
         # everything is written and flushed, so leave at once.

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from mha_trace.files import check_outputs
 from mha_trace.output import Format, Output
 
 
@@ -70,6 +71,19 @@ _OUTPUT = [("format", FormatOpt, Format.table), ("no_color", NoColorOpt, False),
            ("width", WidthOpt, None), ("svg", SvgOpt, None), ("html", HtmlOpt, None)]
 
 
+def _inputs(kwargs: dict) -> list:
+    """The files a command reads (its config, the user's module): outputs never overwrite them."""
+    from mha_trace.config import bundled_dir
+
+    found = []
+    if kwargs.get("config"):
+        name = kwargs["config"]
+        found += [name, str(bundled_dir() / f"{name.removesuffix('.toml')}.toml")]
+    if kwargs.get("module"):
+        found.append(kwargs["module"].rsplit(":", 1)[0])
+    return found
+
+
 def output_options(png: bool = False):
     """Give a command the output options (--format, --no-color, --width, --svg, --html, [--png])
     and --debug, declared here once; the command receives them as one `out: Output`.
@@ -88,6 +102,7 @@ def output_options(png: bool = False):
             kwargs.pop("debug")  # read from argv before parsing, wherever it stands
             out = Output(*(kwargs.pop(name) for name, _, _ in _OUTPUT), title=_title(),
                          png=kwargs.pop("png", None))
+            check_outputs({"svg": out.svg, "html": out.html, "png": out.png}, _inputs(kwargs))
             return command(out=out, **kwargs)
 
         run.__signature__ = sig.replace(parameters=[

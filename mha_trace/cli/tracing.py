@@ -55,4 +55,9 @@ def shapes(
     console = make_console(out)
     emit(out, report.renderables(console.width), report.data(), console)
     if report.failure:
-        raise typer.Exit(1)
+        from mha_trace.errors import MhaError
+        from mha_trace.output import display_path
+
+        f = report.failure
+        where = f"{display_path(f.file)}:{f.line}" if f.line else display_path(f.file)
+        raise MhaError(f"forward raised at {where}: {f.message}", exit_code=1)

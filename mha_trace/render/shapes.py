@@ -169,6 +169,11 @@ def shapes_data(report: ShapesReport) -> dict:
                    "contiguous": s.contiguous, "view": s.is_view, "dtype": s.dtype,
                    "bytes": s.bytes, "inputs": [list(i) for i in s.inputs]}
                   for s in report.steps],
+        "failure": None if not report.failure else {
+            "op": report.failure.op, "text": report.failure.text,
+            "file": display_path(report.failure.file), "line": report.failure.line,
+            "source": report.failure.source, "inputs": [list(i) for i in report.failure.inputs],
+            "message": report.failure.message, "hint": failure_hint(report.failure) or None},
         "summary": {"parameters": sum(report.parameters.values()),
                     "parameters_by_layer": report.parameters,
                     "bytes_allocated": report.bytes_allocated,

@@ -25,6 +25,15 @@ MAX_SEED = 2**64 - 1  # torch.manual_seed takes 64 bits
 MAX_BYTES = 2**62  # one tensor: torch's storage sizes are signed 64-bit byte counts
 
 
+def valid_counts(n: int, wanted: int) -> str:
+    """The divisors of n as a hint: all of them, or the 12 closest to what was asked for."""
+    found = divisors(n)
+    if len(found) <= 12:
+        return ", ".join(map(str, found))
+    near = sorted(sorted(found, key=lambda d: (abs(d - wanted), d))[:12])
+    return ", ".join(map(str, near)) + f" (12 of the {len(found)} that divide {n:,})"
+
+
 def positive(name: str, value: int) -> int:
     if value < 1:
         raise MhaError(f"{name}={value} must be a positive integer (at least 1)", quantity=name)
@@ -56,7 +65,7 @@ def heads_divide(d_model: int, heads: int) -> None:
     positive("d_model", d_model)
     positive("heads", heads)
     if d_model % heads:
-        valid = ", ".join(map(str, divisors(d_model)))
+        valid = valid_counts(d_model, heads)
         raise MhaError(f"d_model={d_model} is not divisible by heads={heads} "
                        f"(valid head counts: {valid})", quantity="heads")
 
@@ -64,7 +73,7 @@ def heads_divide(d_model: int, heads: int) -> None:
 def kv_heads_divide(heads: int, kv_heads: int) -> None:
     positive("kv_heads", kv_heads)
     if heads % kv_heads:
-        valid = ", ".join(map(str, divisors(heads)))
+        valid = valid_counts(heads, kv_heads)
         raise MhaError(f"heads={heads} is not divisible by kv_heads={kv_heads} "
                        f"(valid kv-head counts: {valid})", quantity="kv_heads")
 

@@ -120,6 +120,8 @@ class _Group(TyperGroup):
                 _fail(f"the run ran out of memory: {str(e).strip().splitlines()[-1][:200]}", 1)
             _fail(f"unexpected {type(e).__name__}: {str(e).strip()[:300]} (a bug in mha-trace: "
                   f"--debug shows the traceback)", 1)
+        if rv == 130:  # typer turns Ctrl-C into a silent Exit(130)
+            _fail("interrupted (Ctrl-C)", 130)
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)

@@ -1,0 +1,395 @@
+"""Nothing a user types or feeds in breaks the tool: generated cases per category.
+
+For every case: the exit code is in the documented set (0 ok, 1 environment or failed check,
+2 bad input, 130 interrupted), stderr is empty or one `Error:` line (the failure view of a user's
+module is the documented exception), no traceback, and no file changed that was not asked for.
+In-process with CliRunner where possible; subprocesses where the environment must differ.
+"""
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import xml.dom.minidom
+from pathlib import Path
+
+import pytest
+
+EXIT_CODES = {0, 1, 2}
+
+
+def check_clean(result, codes=EXIT_CODES):
+    assert result.exit_code in codes, (result.exit_code, result.stderr)
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
+    lines = result.stderr.splitlines()
+    assert lines == [] or (len(lines) == 1 and lines[0].startswith("Error: ")), result.stderr
+    assert "\x1b" not in result.stderr
+
+
+def snapshot(folder: Path) -> dict:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir() if p.is_file()}
+
+
+# 1. sizes ---------------------------------------------------------------------------------------
+
+VALUES = ["-1", "0", "1", "2", "3", "7", "8", "64", "4096", "2147483648", str(10**23), "1" + "0" * 399,
+          "x", "1.5", ""]
+
+
+def _random_flags(rng: random.Random, big: bool) -> list:
+    flags = []
+    for flag in ("--batch", "--seq", "--d-model", "--heads", "--kv-heads", "--pad", "--seed"):
+        if rng.random() < 0.6:
+            value = rng.choice(VALUES) if big else rng.choice(VALUES[:8] + VALUES[-3:])
+            flags += [flag, value]
+    return flags
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_size_flags(cli, tmp_path, monkeypatch, seed):
+    monkeypatch.chdir(tmp_path)
+    rng = random.Random(seed)
+    for _ in range(30):
+        command = rng.choice(["shapes", "verify", "cost", "shapes"])
+        big = command == "cost" or rng.random() < 0.5
+        flags = _random_flags(rng, big)
+        if command == "shapes" and big:
+            flags += ["--device", "meta"]
+        if command == "cost":
+            flags = [f for f in flags if f != "--seed"] if "--seed" not in flags else flags[:flags.index("--seed")]
+        result = cli(command, *flags)
+        check_clean(result)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args,message", [
+    (("cost", "--d-model", "1000000000001", "--heads", "2"),
+     "--d-model: d_model=1000000000001 is too large (at most 2,147,483,647)"),
+    (("cost", "--d-model", "2147483646", "--heads", "4"),
+     "--heads: d_model=2147483646 is not divisible by heads=4 (valid head counts: 1, 2, 3, 6, 7, 9, "
+     "11, 14, 18, 21, 22, 31 (12 of the 192 that divide 2,147,483,646))"),
+    (("shapes", "--seed", str(2**64)), "--seed: seed=18446744073709551616 must be from 0 to 2**64 - 1"),
+    (("cost", "--seq", "1" + "0" * 399), "--seq: seq=1000000000…(400 digits) is too large (at most 2,147,483,647)"),
+    (("cost", "--d-model", str(10**23)), "--d-model: d_model=100000000000000000000000 is too large (at most 2,147,483,647)"),
+    (("shapes", "--device", "meta", "--batch", "100000", "--seq", "10000000", "--d-model", "8"),
+     "--seq: the scores would be a [100000, 8, 10000000, 10000000] tensor of 3.20e+20 bytes, more "
+     "than torch can address even on the meta device (at most 2**62 bytes); the cost command counts such sizes"),
+])
+def test_size_bounds_are_named(cli, args, message):
+    result = cli(*args)
+    assert (result.exit_code, result.stderr) == (2, f"Error: {message}\n")
+
+
+def test_divisors_of_large_numbers():
+    from mha_trace.validate import divisors
+
+    assert divisors(2**31 - 1) == [1, 2**31 - 1]  # a prime: √n steps, not n
+    assert divisors(10**12 + 1) == [1, 73, 137, 10001, 99990001, 7299270073, 13698630137, 10**12 + 1]
+    assert divisors(36) == [1, 2, 3, 4, 6, 9, 12, 18, 36]
+
+
+# 2. configs -------------------------------------------------------------------------------------
+
+VALID = (Path("configs") / "cat-sat-on-mat.toml").read_text()
+
+
+def _malformed(rng: random.Random) -> bytes:
+    lines = VALID.splitlines()
+    kind = rng.randrange(12)
+    if kind == 0:  # drop a line
+        del lines[rng.randrange(len(lines))]
+    elif kind == 1:  # a value of the wrong type
+        i = rng.choice([n for n, l in enumerate(lines) if "=" in l])
+        lines[i] = lines[i].split("=")[0] + "= " + rng.choice(['"x"', "true", "[]", "{}", "-3", "1e400",
+                                                                "nan", "inf", "0", "[[1]]"])
+    elif kind == 2:  # numbers too large to square
+        return VALID.replace("1.0", rng.choice(["1e160", "1e300", "-1e200"])).encode()
+    elif kind == 3:  # an unknown key
+        lines.insert(1, rng.choice(["haeds = 2", "qkv = 3", "[extra]", "mask = 'sideways'"]))
+    elif kind == 4:  # truncated
+        return VALID[: rng.randrange(len(VALID))].encode()
+    elif kind == 5:  # random bytes
+        return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200)))
+    elif kind == 6:  # deep nesting
+        depth = rng.choice([50, 5000, 100000])
+        return ("a = " + "[" * depth + "]" * depth).encode()
+    elif kind == 7:  # control characters in text
+        return VALID.replace('"cat"', '"c\\u001b[31mat\\u0007"').encode()
+    elif kind == 8:  # sizes that do not fit each other
+        return VALID.replace("heads = 2", rng.choice(["heads = 3", "heads = 0", "heads = 99",
+                                                      "heads = 2\nkv_heads = 3", "heads = 2\npad = 5",
+                                                      "heads = 2\npad = -1", "heads = 2\nseed = 1"])).encode()
+    elif kind == 9:  # a byte-order mark (valid)
+        return b"\xef\xbb\xbf" + VALID.encode()
+    elif kind == 10:  # an empty file
+        return b""
+    else:  # a row of the wrong length
+        return VALID.replace("[1.0, 0.0, 1.0, 0.0]", "[1.0, 0.0, 1.0]", 1).encode()
+    return "\n".join(lines).encode()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_malformed_configs(cli, tmp_path, seed):
+    rng = random.Random(seed)
+    for n in range(25):
+        path = tmp_path / f"c{n}.toml"
+        path.write_bytes(_malformed(rng))
+        before = snapshot(tmp_path)
+        for command in ("heads", "explain", "compare", "ablate", "verify"):
+            result = cli(command, "--config", str(path))
+            check_clean(result, {0, 2})
+            assert "nan" not in result.stdout.lower().split()
+        assert snapshot(tmp_path) == before
+
+
+# 3. paths ---------------------------------------------------------------------------------------
+
+def test_paths_that_are_not_files(cli, tmp_path):
+    fifo = tmp_path / "pipe.toml"
+    os.mkfifo(fifo)
+    (tmp_path / "bin.toml").write_bytes(b"\x7fELF\0\0\x01")
+    (tmp_path / "latin.toml").write_bytes("title = 'caf\xe9'".encode("latin-1"))
+    cases = {
+        str(fifo): f"{fifo}: is a named pipe (FIFO), expected a .toml config file",
+        "/dev/zero": "/dev/zero: is a character device, expected a .toml config file",
+        str(tmp_path): f"{tmp_path}: is a directory, expected a .toml config file",
+        str(tmp_path / "bin.toml"): f"{tmp_path / 'bin.toml'}: is a binary file, expected a .toml config file",
+        str(tmp_path / "latin.toml"): f"{tmp_path / 'latin.toml'}: is not UTF-8 text (byte 12), expected a .toml config file",
+        "some/dir/chicken-road.toml": "some/dir/chicken-road.toml: not found",
+    }
+    for path, message in cases.items():
+        result = cli("heads", "--config", path)
+        assert (result.exit_code, result.stderr) == (2, f"Error: {message}\n")
+    result = cli("shapes", "--module", f"{fifo}:X")
+    assert result.stderr == f"Error: --module {fifo}: is a named pipe (FIFO), expected a .py file\n"
+    assert cli("cost", "--preset", "../README").stderr.startswith("Error: --preset '../README' is not bundled")
+
+
+def test_a_byte_order_mark_is_accepted(cli, tmp_path):
+    path = tmp_path / "bom.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + VALID.encode())
+    assert cli("heads", "--config", str(path)).stdout == cli("heads").stdout
+
+
+# 4. files written -------------------------------------------------------------------------------
+
+def test_outputs_never_overwrite_inputs_or_each_other(cli, tmp_path):
+    config = tmp_path / "c.svg"  # a config may have any name
+    config.write_text(VALID)
+    module = tmp_path / "m.py"
+    module.write_text(Path("examples/l04_mha.py").read_text())
+    before = snapshot(tmp_path)
+    cases = [
+        (("heads", "--config", str(config), "--svg", str(config)),
+         f"--svg: {config} is an input of this command ({config}); it is never overwritten"),
+        (("heads", "--svg", str(tmp_path / "a.svg"), "--html", str(tmp_path / "a.svg")),
+         f"--html: {tmp_path / 'a.svg'} does not end in .html or .htm"),
+        (("heads", "--html", str(tmp_path / "a.html"), "--svg", str(tmp_path / "a.html")),
+         f"--svg: {tmp_path / 'a.html'} does not end in .svg"),
+        (("heads", "--png", str(tmp_path)),
+         f"--png: {tmp_path} is a directory; give a file name, e.g. {tmp_path / 'picture.png'}"),
+        (("heads", "--svg", str(tmp_path / "x.txt")), f"--svg: {tmp_path / 'x.txt'} does not end in .svg"),
+    ]
+    for args, message in cases:
+        result = cli(*args)
+        assert (result.exit_code, result.stderr) == (2, f"Error: {message}\n")
+    assert snapshot(tmp_path) == before
+    svg = tmp_path / "shapes.svg"
+    assert cli("shapes", "--module", f"{module}:MultiHeadAttention", "--d-model", "8", "--heads",
+               "2", "--svg", str(svg)).exit_code == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.svg", "m.py", "shapes.svg"]  # no temp files
+
+
+def _run(*args, env=None, **kwargs):
+    return subprocess.run(["mha-trace", *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})}, **kwargs)
+
+
+def test_full_device_closed_stdout_and_ascii_terminal():
+    with open("/dev/full", "w") as full:
+        p = subprocess.run(["mha-trace", "shapes"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert (p.returncode, p.stderr) == (1, "Error: cannot write the output: No space left on device\n")
+    p = subprocess.run("mha-trace shapes >&-", shell=True, capture_output=True, text=True, timeout=120)
+    assert (p.returncode, p.stderr) == (1, "Error: standard output is closed, so there is nowhere to print\n")
+    p = _run("explain", env={"PYTHONIOENCODING": "ascii"})
+    assert p.returncode == 0 and p.stderr == "" and "q[The] = [1.0, 0.0]" in p.stdout
+
+
+# 5. hostile text --------------------------------------------------------------------------------
+
+EVIL = '''title = "evil \\u001b[31mred\\u001b[0m"
+tokens = ["a\\u001b]0;pwned\\u0007", "b|c", "c\\rd", "\\u202eevil"]
+heads = 2
+[qkv]
+Q = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, 0.5]]
+K = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, 0.5]]
+V = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, 0.5]]
+'''
+
+
+def test_control_characters_never_reach_the_terminal(cli, tmp_path):
+    path = tmp_path / "evil.toml"
+    path.write_text(EVIL)
+    for command in ("heads", "explain", "compare", "ablate", "verify", "configs"):
+        for fmt in ("table", "markdown", "json"):
+            extra = ("--heads", "1,2") if command == "compare" else ()
+            result = cli(command, "--config", str(path), "--format", fmt, *extra) \
+                if command != "configs" else cli(command, "--format", fmt)
+            check_clean(result, {0})
+            assert not any(ch in result.stdout for ch in "\x1b\x07\r\u202e"), (command, fmt)
+    assert "a\\x1b]0;pwned\\x07" in cli("heads", "--config", str(path)).stdout
+    error = cli("explain", "--config", str(path), "--token", "zzz")
+    assert error.stderr == ("Error: --token 'zzz' is not in the sentence (tokens: a\\x1b]0;pwned\\x07, "
+                            "b|c, c\\rd, \\u202eevil)\n")
+    markdown = cli("heads", "--config", str(path), "--format", "markdown").stdout
+    assert "| b\\|c |" in markdown
+    svg, page = tmp_path / "e.svg", tmp_path / "e.html"
+    assert cli("heads", "--config", str(path), "--svg", str(svg), "--html", str(page)).exit_code == 0
+    xml.dom.minidom.parse(str(svg))
+    assert all(ord(ch) >= 32 or ch in "\n\t" for ch in page.read_text())
+
+
+# 6. user modules --------------------------------------------------------------------------------
+
+ODD = '''
+import os, sys, time, pathlib
+import torch, torch.nn as nn
+from helper_for_odd import scale
+
+
+class Base(nn.Module):
+    def __init__(self, d_model, heads):
+        super().__init__()
+        self.proj = nn.Linear(d_model, d_model)
+
+
+class SysExit(Base):
+    def forward(self, x):
+        sys.exit(5)
+
+
+class HardExit(Base):
+    def forward(self, x):
+        os._exit(7)
+
+
+class Printer(Base):
+    def forward(self, x):
+        print("hello from forward")
+        return self.proj(x) * scale
+
+
+class BareAssert(Base):
+    def forward(self, x):
+        y = self.proj(x)
+        assert y.shape[0] == 99
+        return y
+
+
+class Builtin(nn.Module):
+    forward = print
+
+    def __init__(self, d_model, heads):
+        super().__init__()
+
+
+class Sleeper(Base):
+    def forward(self, x):
+        pathlib.Path(os.environ["MARK"]).write_text("in forward")
+        time.sleep(60)
+
+
+class Ambiguous(Base):
+    def forward(self, x):
+        return torch.ones_like(x), torch.ones_like(x)
+'''
+
+
+@pytest.fixture
+def odd(tmp_path):
+    (tmp_path / "odd.py").write_text(ODD)
+    (tmp_path / "helper_for_odd.py").write_text("scale = 2.0\n")
+    return tmp_path / "odd.py"
+
+
+@pytest.mark.parametrize("cls,code,message", [
+    ("SysExit", 1, "SysExit from {path}: forward called sys.exit(5); the module ended itself"),
+    ("HardExit", 1, "HardExit from {path}: forward called os._exit(7); the module ended itself"),
+    ("BareAssert", 1, "forward raised at {path}:32: AssertionError (no message)"),
+    ("Builtin", 2, "cannot call Builtin.forward(*args, sep=' ', end='\\n', file=None, flush=False): "
+                   "expected one input (x) or three (q, k, v)"),
+    ("Ambiguous", 1, "forward returned [2, 8, 8] and [2, 8, 8]: with seq = d_model = 8 neither shape "
+                     "nor values tell the output from the weights (return (output, weights) with "
+                     "different seq and d_model, e.g. --seq 9)"),
+])
+def test_odd_modules_fail_cleanly(odd, cls, code, message):
+    for fmt in ("table", "json"):
+        p = _run("shapes", "--module", f"{odd}:{cls}", "--d-model", "8", "--heads", "2", "--seq", "8",
+                 "--format", fmt)
+        assert p.returncode == code, p.stderr
+        assert p.stderr == f"Error: {message.format(path=odd)}\n"
+        if fmt == "json" and cls == "BareAssert":  # a failed forward is in the JSON too
+            assert json.loads(p.stdout)["failure"]["message"] == "AssertionError (no message)"
+
+
+def test_prints_in_user_code_go_to_stderr_and_json_stays_valid(odd):
+    p = _run("shapes", "--module", f"{odd}:Printer", "--d-model", "8", "--heads", "2", "--format", "json")
+    assert p.returncode == 0
+    assert json.loads(p.stdout)["command"] == "shapes"  # the sibling import worked, too
+    assert p.stderr == f"Printer from {odd}: forward printed: hello from forward\n"
+
+
+def test_non_python_module_paths(cli, tmp_path):
+    text = tmp_path / "mha.txt"
+    text.write_text("class X: pass\n")
+    assert cli("shapes", "--module", f"{text}:X").stderr == f"Error: --module {text}: expected a .py file\n"
+
+
+def test_ctrl_c_prints_one_line_and_exits_130(odd, tmp_path):
+    mark = tmp_path / "mark"
+    p = subprocess.Popen(["mha-trace", "shapes", "--module", f"{odd}:Sleeper", "--d-model", "8",
+                          "--heads", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "MARK": str(mark)})
+    for _ in range(600):
+        if mark.exists():
+            break
+        time.sleep(0.1)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert (p.returncode, err) == (130, "Error: interrupted (Ctrl-C)\n")
+
+
+# 7. memory guard --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_cgroup_limits_are_read(tmp_path, monkeypatch, version):
+    from mha_trace import runtime
+
+    files = {"v2": {"memory.max": "1000000", "memory.current": "400000"},
+             "v1": {"memory/memory.limit_in_bytes": "2000000", "memory/memory.usage_in_bytes": "500000"}}
+    for name, value in files[version].items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(value + "\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: real_open(
+        str(path).replace("/sys/fs/cgroup", str(tmp_path)), *a, **k))
+    assert runtime._cgroup_free() == (600000 if version == "v2" else 1500000)
+
+
+def test_address_space_limit_is_respected():
+    p = subprocess.run("ulimit -v 3000000; mha-trace shapes --seq 4000", shell=True,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1
+    assert p.stderr.startswith("Error: this run needs about 3.0 GiB on cpu") and "GiB is free" in p.stderr
+
+
+# 8. stable output -------------------------------------------------------------------------------
+
+def test_verify_prints_the_same_whatever_the_thread_count():
+    outputs = {_run("verify", "--seq", "64", "--d-model", "256", env={"OMP_NUM_THREADS": t}).stdout
+               for t in ("1", "2", "4")}
+    assert len(outputs) == 1

@@ -78,6 +78,8 @@ def analyse(source: Run | Config) -> HeadsView:
         check_finite(output, weights)
         with torch.no_grad():
             qp, kp, vp = module.W_q(q), module.W_k(k), module.W_v(v)
+            if module.rope:  # the dot products use the rotated q and k
+                qp, kp = (_rotated(t, module) for t in (qp, kp))
     finally:
         hook.remove()
     numpy = lambda t: t[0].double().cpu().numpy()
@@ -87,6 +89,15 @@ def analyse(source: Run | Config) -> HeadsView:
         weights=numpy(weights), concat=numpy(captured["concat"]), output=numpy(output),
         W_O=module.W_o.weight.detach().double().cpu().T.numpy(),
         b_O=None if module.W_o.bias is None else module.W_o.bias.detach().double().cpu().numpy())
+
+
+def _rotated(t, module):
+    """(1, T, n·d_k) projections turned by RoPE head by head, as forward turns them."""
+    from mha_trace.attention import rope
+
+    B, T, width = t.shape
+    heads = t.view(B, T, width // module.d_k, module.d_k).transpose(1, 2)
+    return rope(heads, 0, module.rope_base).transpose(1, 2).reshape(B, T, width)
 
 
 def find_position(tokens, token: str | None, position: int | None) -> int:

@@ -6,12 +6,49 @@ Nothing in this file knows about tracing or printing: the tracer watches it from
 >>> out, weights = mha(torch.randn(2, 10, 512))
 >>> out.shape, weights.shape
 (torch.Size([2, 10, 512]), torch.Size([2, 8, 10, 10]))
+
+The options modern models use are plain switches, nanoGPT-style: `rope` (rotary positions, as
+LLaMA), `window` (sliding-window attention, as Mistral), `impl="sdpa"` (the fused kernel, which
+never forms the weights) and a `KVCache` for decoding one token at a time.
 """
 
 import math
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
+
+
+def rotate_half(x):
+    """(x1, x2) -> (-x2, x1) on the two halves of the last dim: RoPE's pairing (LLaMA)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope(x, start, base):
+    """Rotate each pair (x_i, x_{i+d/2}) of x (B, H, T, d) by angle position · base^(-2i/d)."""
+    T, d = x.size(-2), x.size(-1)
+    exact = torch.float64 if x.dtype == torch.float64 else torch.float32
+    inv_freq = base ** (-torch.arange(0, d, 2, dtype=exact, device=x.device) / d)  # (d/2,)
+    positions = torch.arange(start, start + T, dtype=exact, device=x.device)  # (T,)
+    angles = torch.cat([positions[:, None] * inv_freq] * 2, dim=-1)  # (T, d)
+    return x * angles.cos().to(x.dtype) + rotate_half(x) * angles.sin().to(x.dtype)
+
+
+class KVCache:
+    """The keys and values of the tokens seen so far; it grows by concatenation, one step at a time."""
+
+    def __init__(self):
+        self.k = self.v = None
+
+    def __len__(self):
+        return 0 if self.k is None else self.k.size(2)
+
+    def append(self, k, v):
+        """Add this step's keys and values (B, Hkv, T_new, d_k); return all of them so far."""
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)  # (B, Hkv, T_past + T_new, d_k)
+        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+        return self.k, self.v
 
 
 class MultiHeadAttention(nn.Module):
@@ -21,13 +58,17 @@ class MultiHeadAttention(nn.Module):
     (grouped-query attention; kv_heads=1 is multi-query attention).
     """
 
-    def __init__(self, d_model, heads, kv_heads=None, bias=True):
+    def __init__(self, d_model, heads, kv_heads=None, bias=True, rope=False, rope_base=10000.0,
+                 window=None, impl="explicit"):
         super().__init__()
         kv_heads = kv_heads or heads
         self.d_model = d_model
         self.heads = heads
         self.kv_heads = kv_heads
         self.d_k = d_model // heads
+        self.rope, self.rope_base = rope, rope_base  # rotary positions on Q and K
+        self.window = window  # a query sees at most `window` keys, itself included
+        self.impl = impl  # "explicit": the lecture's formula; "sdpa": the fused kernel
 
         # four linear layers: Q, K, V projections (K and V smaller under GQA) and the output mix
         self.W_q = nn.Linear(d_model, d_model, bias=bias)
@@ -35,34 +76,59 @@ class MultiHeadAttention(nn.Module):
         self.W_v = nn.Linear(d_model, kv_heads * self.d_k, bias=bias)
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
 
-    def forward(self, q, k=None, v=None, mask=None):
+    def forward(self, q, k=None, v=None, mask=None, cache=None):
         """q, k, v: (B, T, d_model); k and v default to q. mask: bool, True where a query may look.
+        cache: a KVCache when decoding; this call's tokens come after the ones it holds.
 
-        Returns the output (B, T, d_model) and the per-head weights (B, H, T, T).
+        Returns the output (B, T, d_model) and the per-head weights (B, H, T, T_keys), or None
+        for the weights with impl="sdpa".
         """
         k = q if k is None else k
         v = q if v is None else v
         B = q.size(0)
+        start = 0 if cache is None else len(cache)  # position of this call's first token
 
         # project, then split d_model into heads and move heads next to batch
         Q = self.W_q(q).view(B, -1, self.heads, self.d_k).transpose(1, 2)  # (B, H, T, d_k)
         K = self.W_k(k).view(B, -1, self.kv_heads, self.d_k).transpose(1, 2)  # (B, Hkv, T, d_k)
         V = self.W_v(v).view(B, -1, self.kv_heads, self.d_k).transpose(1, 2)  # (B, Hkv, T, d_k)
 
-        # grouped-query attention: each K/V head serves heads // kv_heads query heads
-        if self.kv_heads != self.heads:
-            K = K.repeat_interleave(self.heads // self.kv_heads, dim=1)  # (B, H, T, d_k)
-            V = V.repeat_interleave(self.heads // self.kv_heads, dim=1)  # (B, H, T, d_k)
+        # rotary positions: turn Q and K by their token's position (relative positions survive q·k)
+        if self.rope:
+            Q = rope(Q, start, self.rope_base)  # (B, H, T, d_k)
+            K = rope(K, start, self.rope_base)  # (B, Hkv, T, d_k)
 
-        # scaled dot-product attention, all heads at once
-        scores = torch.matmul(Q, K.transpose(-2, -1)) / math.sqrt(self.d_k)  # (B, H, T, T)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(scores, dim=-1)  # (B, H, T, T)
-        if mask is not None:
-            # a query row with every key masked has nothing to look at: weight 0, not NaN
-            weights = weights.masked_fill(~mask, 0.0)
-        context = torch.matmul(weights, V)  # (B, H, T, d_k)
+        # decoding: keep this step's K and V, attend to everything kept so far
+        if cache is not None:
+            K, V = cache.append(K, V)  # (B, Hkv, T_keys, d_k)
+
+        # sliding window: query i sees keys i - window + 1 .. i
+        if self.window is not None:
+            i = torch.arange(start, start + Q.size(2), device=Q.device)[:, None]
+            j = torch.arange(K.size(2), device=Q.device)[None, :]
+            band = (j <= i) & (j > i - self.window)  # (T, T_keys)
+            mask = band if mask is None else mask & band
+
+        if self.impl == "sdpa":
+            # one fused call: the (B, H, T, T_keys) scores and weights are never formed
+            context = F.scaled_dot_product_attention(Q, K, V, attn_mask=mask,
+                                                     enable_gqa=self.kv_heads != self.heads)
+            weights = None
+        else:
+            # grouped-query attention: each K/V head serves heads // kv_heads query heads
+            if self.kv_heads != self.heads:
+                K = K.repeat_interleave(self.heads // self.kv_heads, dim=1)  # (B, H, T_keys, d_k)
+                V = V.repeat_interleave(self.heads // self.kv_heads, dim=1)  # (B, H, T_keys, d_k)
+
+            # scaled dot-product attention, all heads at once
+            scores = torch.matmul(Q, K.transpose(-2, -1)) / math.sqrt(self.d_k)  # (B, H, T, T_keys)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            weights = torch.softmax(scores, dim=-1)  # (B, H, T, T_keys)
+            if mask is not None:
+                # a query row with every key masked has nothing to look at: weight 0, not NaN
+                weights = weights.masked_fill(~mask, 0.0)
+            context = torch.matmul(weights, V)  # (B, H, T, d_k)
 
         # concatenate heads: back to (B, T, H, d_k), copy to one block, merge H and d_k
         context = context.transpose(1, 2).contiguous().view(B, -1, self.d_model)  # (B, T, d_model)

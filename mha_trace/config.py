@@ -16,11 +16,11 @@ from pathlib import Path
 
 from mha_trace.errors import MhaError, printable
 from mha_trace.files import read_text
-from mha_trace.validate import check_sizes, seed_fits
+from mha_trace.validate import check_sizes, positive, seed_fits
 
 DEFAULT = "cat-sat-on-mat"
 TOP_KEYS = {"title", "description", "tokens", "sentence", "heads", "kv_heads", "d_model", "seed",
-            "mask", "pad", "qkv", "W_O"}
+            "mask", "pad", "qkv", "W_O", "rope", "rope_base", "window"}
 QKV_KEYS = {"Q", "K", "V", "W_O"}
 
 
@@ -42,6 +42,9 @@ class Config:
     V: tuple | None = None
     W_O: tuple | None = None  # output = concat @ W_O
     origin: str = ""  # where the run came from when not a file: "all-MiniLM-L6-v2 layer 4"
+    rope: bool = False  # rotary positions on each head's columns of Q and K
+    rope_base: float = 10000.0
+    window: int | None = None  # sliding window (causal): a query sees at most this many keys
 
     @property
     def explicit(self) -> bool:
@@ -51,12 +54,14 @@ class Config:
     def d_k(self) -> int:
         return self.d_model // self.heads
 
-    def with_overrides(self, heads=None, kv_heads=None, mask=None, pad=None) -> "Config":
+    def with_overrides(self, heads=None, kv_heads=None, mask=None, pad=None, rope=None,
+                       rope_base=None, window=None) -> "Config":
         """The same config with command-line overrides, checked like the file's own values."""
-        new = replace(self, heads=self.heads if heads is None else heads,
-                      kv_heads=self.kv_heads if kv_heads is None else kv_heads,
-                      mask=self.mask if mask is None else mask,
-                      pad=self.pad if pad is None else pad)
+        pick = lambda new, old: old if new is None else new
+        new = replace(self, heads=pick(heads, self.heads), kv_heads=pick(kv_heads, self.kv_heads),
+                      mask=pick(mask, self.mask), pad=pick(pad, self.pad),
+                      rope=pick(rope, self.rope), rope_base=pick(rope_base, self.rope_base),
+                      window=pick(window, self.window))
         _check_sizes(new, lambda key: f"--{key.replace('_', '-')}")
         return new
 
@@ -170,6 +175,13 @@ def _parse(data: dict, text: str, shown: str, name: str) -> Config:
     if mask not in ("none", "causal"):
         raise fail("mask", "'none' or 'causal'", mask)
     pad = integer("pad", data.get("pad", 0), 0)
+    rope = data.get("rope", False)
+    if not isinstance(rope, bool):
+        raise fail("rope", "true or false", rope)
+    rope_base = data.get("rope_base", 10000.0)
+    if isinstance(rope_base, bool) or not isinstance(rope_base, (int, float)) or not 1 < rope_base < 1e300:
+        raise fail("rope_base", "a number more than 1 (LLaMA uses 10000)", rope_base)
+    window = integer("window", data["window"], 1) if "window" in data else None
     title = string("title", data.get("title", " ".join(tokens)))
     description = string("description", data.get("description", ""))
     T = len(tokens)
@@ -212,7 +224,8 @@ def _parse(data: dict, text: str, shown: str, name: str) -> Config:
 
     tokens, title, description = [printable(t) for t in tokens], printable(title), printable(description)
     config = Config(name, shown, title, description, tuple(tokens), heads, d_model, kv_heads,
-                    mask, pad, seed, Q, K, V, W_O)
+                    mask, pad, seed, Q, K, V, W_O, rope=rope, rope_base=float(rope_base),
+                    window=window)
     _check_sizes(config, lambda key: f"{shown}: {key}{_line(text, key)}")
     return config
 
@@ -222,6 +235,12 @@ def _check_sizes(c: Config, where) -> None:
     try:
         check_sizes(1, len(c.tokens), c.d_model, c.heads, c.kv_heads, c.pad)
         seed_fits(c.seed)
+        if c.rope and c.d_k % 2:
+            raise MhaError(f"rope turns pairs of dims, so d_k = {c.d_k} must be even",
+                           quantity="heads")
+        if c.window is not None:
+            positive("window", c.window)
     except MhaError as e:
-        key = e.quantity if e.quantity in ("heads", "kv_heads", "pad", "seed", "d_model") else "heads"
+        key = e.quantity if e.quantity in ("heads", "kv_heads", "pad", "seed", "d_model",
+                                           "window") else "heads"
         raise MhaError(f"{where(key)}: {e.message}") from None

@@ -19,6 +19,8 @@ class Dims:
     dtype: str = "float32"
     bias: bool = True
     mask: str = "none"  # "none"; "pad": one row of T expanded to (T, T); "full": a (T, T) matrix
+    window: int | None = None  # sliding window: a query sees at most this many keys
+    rope: bool = False  # rotary positions (no parameters)
 
     @property
     def d_k(self) -> int:
@@ -158,19 +160,26 @@ def cost_rows(d: Dims, layers: int) -> list[Row]:
 
     add("memory", "scores, materialised", "B·H·T·T·s", f"{B}·{H}·{T}·{T}·{s}", B * H * T * T * s, "bytes",
         total=B * H * T * T * s)
-    add("memory", "scores, tiled (FlashAttention)", "B·H·T·4 (fp32 row stats)", f"{B}·{H}·{T}·4",
-        B * H * T * 4, "bytes", total=B * H * T * 4)
+    W = T if d.window is None else min(T, d.window)  # keys a query sees (and the cache keeps)
+    if d.window is not None:
+        add("memory", f"scores, sliding window {d.window} (band only)", "B·H·T·min(T, W)·s",
+            f"{B}·{H}·{T}·{W}·{s}", B * H * T * W * s, "bytes", total=B * H * T * W * s)
+    add("memory", "scores, tiled (FlashAttention-2)", "B·H·T·4 (one fp32 logsumexp per row)",
+        f"{B}·{H}·{T}·4", B * H * T * 4, "bytes", total=B * H * T * 4)
     add("memory", "KV cache per token, one layer", "2·G·d_k·s", f"2·{G}·{k}·{s}", 2 * G * k * s, "bytes",
         total=2 * G * k * s)
     add("memory", "KV cache per token, all layers", "2·G·d_k·s·L", f"2·{G}·{k}·{s}·{L}", 2 * G * k * s * L,
         "bytes", total=2 * G * k * s * L)
-    add("memory", "KV cache, batch × seq × layers", "2·G·d_k·s·L·B·T", f"2·{G}·{k}·{s}·{L}·{B}·{T}",
-        2 * G * k * s * L * B * T, "bytes", total=2 * G * k * s * L * B * T)
+    cached, tokens = ("T", T) if d.window is None else ("min(T, W)", W)
+    add("memory", "KV cache, batch × seq × layers" if d.window is None else
+        f"KV cache, batch × layers × {W} tokens (window)", f"2·G·d_k·s·L·B·{cached}",
+        f"2·{G}·{k}·{s}·{L}·{B}·{tokens}", 2 * G * k * s * L * B * tokens, "bytes",
+        total=2 * G * k * s * L * B * tokens)
     if G != H:
-        full = 2 * H * k * s * L * B * T
-        add("memory", f"KV cache saved vs {H} K/V heads", "2·(H − G)·d_k·s·L·B·T",
-            f"2·({H} − {G})·{k}·{s}·{L}·{B}·{T}", full - 2 * G * k * s * L * B * T, "bytes",
-            total=full - 2 * G * k * s * L * B * T)
+        full = 2 * H * k * s * L * B * tokens
+        add("memory", f"KV cache saved vs {H} K/V heads", f"2·(H − G)·d_k·s·L·B·{cached}",
+            f"2·({H} − {G})·{k}·{s}·{L}·{B}·{tokens}", full - 2 * G * k * s * L * B * tokens, "bytes",
+            total=full - 2 * G * k * s * L * B * tokens)
     return rows
 
 

@@ -63,14 +63,14 @@ class Shows:
 
     def _repr_html_(self) -> str:
         recorder = Console(record=True, file=io.StringIO(), width=PLAIN_WIDTH, force_terminal=True,
-                           color_system="truecolor", highlight=False, emoji=False)
+                           color_system="truecolor", highlight=False, emoji=False, markup=False)
         recorder.print(self)
         return recorder.export_html(inline_styles=True, code_format="<pre style=\"font-family:"
                                     "Menlo,'DejaVu Sans Mono',monospace\">{code}</pre>")
 
     def __str__(self) -> str:
         console = Console(file=io.StringIO(), width=PLAIN_WIDTH, color_system=None,
-                          highlight=False, emoji=False)
+                          highlight=False, emoji=False, markup=False)
         with console.capture() as captured:
             console.print(self)
         return "".join(line.rstrip() + "\n" for line in captured.get().splitlines())
@@ -83,7 +83,7 @@ def make_console(out: Output, file=None) -> Console:
         width = PLAIN_WIDTH
     no_color = out.no_color or bool(os.environ.get("NO_COLOR"))
     return Console(file=file, width=width, no_color=no_color, highlight=False,
-                   color_system=None if no_color else "auto", emoji=False)
+                   color_system=None if no_color else "auto", emoji=False, markup=False)
 
 
 def new_table(title: str | None = None, **kwargs) -> Table:
@@ -169,7 +169,7 @@ def _save_recordings(out: Output, renderables: list, width: int) -> None:
     from mha_trace.files import write_atomic
 
     recorder = Console(record=True, file=io.StringIO(), width=width, color_system="truecolor",
-                       force_terminal=True, highlight=False, emoji=False)
+                       force_terminal=True, highlight=False, emoji=False, markup=False)
     _print_all(recorder, renderables)
     if out.svg:
         write_atomic(out.svg, recorder.export_svg(title=out.title, clear=False), "svg")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.nn as nn
 
-from mha_trace.attention import MultiHeadAttention
+from mha_trace.attention import KVCache, MultiHeadAttention
 from mha_trace.config import Config
 from mha_trace.cost import Dims
 from mha_trace.errors import MhaError
@@ -37,6 +37,20 @@ class Sizes:
     dtype: str = "float32"
     device: str = "cpu"
     seed: int = 0
+    rope: bool = False  # rotary positions on Q and K
+    rope_base: float = 10000.0
+    window: int | None = None  # sliding window: a query sees at most this many keys (causal)
+    impl: str = "explicit"  # "explicit" | "sdpa" (the fused kernel)
+    decode: int = 0  # after a prefill over `seq` tokens, this many one-token steps
+
+    @property
+    def modern(self) -> bool:
+        """Any option past the textbook forward pass (their bytes are counted by a meta trace)."""
+        return self.rope or self.window is not None or self.impl != "explicit" or self.decode > 0
+
+    def module_options(self) -> dict:
+        return {"rope": self.rope, "rope_base": self.rope_base, "window": self.window,
+                "impl": self.impl}
 
     def dims(self, bias: bool = True) -> Dims:
         return Dims(self.batch, self.seq, self.d_model, self.heads, self.kv_heads or self.heads,
@@ -59,7 +73,7 @@ class Run:
     config: Config | None = None
     source: str = ""  # the file the trace attributes rows to (the module's own)
     estimate: int = 0  # bytes the memory guard estimated (0 when it could not tell)
-    notes: list = field(default_factory=list)  # plain-words remarks about how the run was set up
+    phases: list = field(default_factory=list)  # decoding: [(label, args, kwargs)] in order
 
     @property
     def builtin(self) -> bool:
@@ -95,17 +109,21 @@ def mask_kind(mask: str, pad: int, seq: int) -> str:
     return "pad" if pad else "none"
 
 
-def make_mask(seq: int, mask: str = "none", pad: int = 0, device=None) -> torch.Tensor | None:
+def make_mask(seq: int, mask: str = "none", pad: int = 0, device=None,
+              window: int | None = None) -> torch.Tensor | None:
     """(T, T) bool, True where query i may look at key j; None when nothing is masked.
 
     A padding-only mask is the same for every query: one row of T, expanded (no T·T copy).
+    A sliding window of W lets query i see keys i - W + 1 .. i (causal, Mistral's convention).
     """
-    if mask == "none" and pad == 0:
+    if mask == "none" and pad == 0 and window is None:
         return None
     pos = torch.arange(seq, device="cpu")  # built on the CPU: meta holds no values
     keep = pos[None, :] < seq - pad  # padding: the last `pad` keys are not real tokens
-    if mask == "causal":
+    if mask == "causal" or window is not None:
         keep = keep & (pos[None, :] <= pos[:, None])  # causal: no looking ahead
+    if window is not None:
+        keep = keep & (pos[None, :] > pos[:, None] - window)  # at most `window` keys back
     return keep.to(device).expand(seq, seq)
 
 
@@ -113,25 +131,67 @@ def _device(sizes: Sizes) -> torch.device:
     return check_device(sizes.device)
 
 
+def check_modern(sizes: Sizes) -> None:
+    from mha_trace.validate import positive
+
+    if sizes.rope and (sizes.d_model // sizes.heads) % 2:
+        raise MhaError(f"rope turns pairs of dims, so d_k = d_model / heads = "
+                       f"{sizes.d_model // sizes.heads} must be even", quantity="rope")
+    if not sizes.rope_base > 1:
+        raise MhaError(f"rope_base={sizes.rope_base} must be more than 1 (LLaMA uses 10000)",
+                       quantity="rope_base")
+    if sizes.window is not None:
+        positive("window", sizes.window)
+    if sizes.decode:
+        positive("decode", sizes.decode)
+        if sizes.pad:
+            raise MhaError("pad does not go with --decode (decoding appends real tokens)",
+                           quantity="pad")
+
+
 def from_sizes(sizes: Sizes, guard_runs: int = 1,
                hint: str = "use --device meta to trace the shapes without allocating") -> Run:
-    """The built-in module at these sizes, on random input (meta: no values at all)."""
+    """The built-in module at these sizes, on random input (meta: no values at all).
+
+    With --decode, the input is `seq` prompt tokens and `decode` more, fed one at a time.
+    """
     check_sizes(sizes.batch, sizes.seq, sizes.d_model, sizes.heads, sizes.kv_heads, sizes.pad)
+    check_modern(sizes)
     seed_fits(sizes.seed)
-    addressable(sizes.batch, sizes.heads, sizes.seq, sizes.dims().itemsize)
+    addressable(sizes.batch, sizes.heads, sizes.seq + sizes.decode, sizes.dims().itemsize)
     device = _device(sizes)
-    estimate = guard_memory(sizes.dims(), device, runs=guard_runs, hint=hint)
+    need = _meta_estimate(sizes) if sizes.modern and device.type != "meta" else None
+    estimate = guard_memory(sizes.dims(), device, runs=guard_runs, hint=hint, need=need)
     torch.manual_seed(sizes.seed)
     dtype, shape = DTYPES[sizes.dtype], (sizes.batch, sizes.seq, sizes.d_model)
     with torch.device(device):
-        module = MultiHeadAttention(sizes.d_model, sizes.heads, sizes.kv_heads).to(dtype)
+        module = MultiHeadAttention(sizes.d_model, sizes.heads, sizes.kv_heads,
+                                    **sizes.module_options()).to(dtype)
         # meta tensors hold no values, so there is nothing to draw at random
-        x = torch.empty(shape, dtype=dtype) if device.type == "meta" else torch.randn(shape, dtype=dtype)
-        mask = make_mask(sizes.seq, sizes.mask, sizes.pad, device)
+        draw = torch.empty if device.type == "meta" else torch.randn
+        x = draw(shape, dtype=dtype)
+        steps = [draw((sizes.batch, 1, sizes.d_model), dtype=dtype) for _ in range(sizes.decode)]
+        mask = make_mask(sizes.seq, "causal" if sizes.decode else sizes.mask, sizes.pad, device)
     kwargs = {} if mask is None else {"mask": mask}
     call = "forward(q)" if mask is None else "forward(q, mask)"
-    return Run(module, (x,), kwargs, sizes, call=call, mask=mask, x=x, source=_source(module),
-               estimate=estimate)
+    run = Run(module, (x,), kwargs, sizes, call=call, mask=mask, x=x, source=_source(module),
+              estimate=estimate)
+    if sizes.decode:
+        cache = KVCache()
+        run.phases = [("prefill", (x,), {**kwargs, "cache": cache})] + [
+            (f"decode step {i + 1}", (t,), {"cache": cache}) for i, t in enumerate(steps)]
+        run.call = "forward(q, mask, cache), then forward(token, cache) per step"
+    return run
+
+
+def _meta_estimate(sizes: Sizes) -> int:
+    """Bytes the run allocates, counted by tracing the same run on the meta device (no memory):
+    the estimate that fits each implementation (fused SDPA, RoPE, windows, decoding)."""
+    from mha_trace.shapes import trace_run
+
+    report = trace_run(from_sizes(replace(sizes, device="meta")))
+    params = sum(p.numel() for p in report.run.module.parameters()) * sizes.dims().itemsize
+    return params + report.bytes_allocated
 
 
 def config_sizes(config: Config, dtype: str = "float64", device: str = "cpu") -> Sizes:
@@ -145,13 +205,17 @@ def from_config(config: Config, dtype: str = "float64", device: str = "cpu") -> 
     Explicit Q, K, V: the projections are identities, so heads are column slices of Q, K, V, and
     W_o is the config's W_O (or the identity). Generated: everything drawn from the config's seed.
     """
-    sizes = config_sizes(config, dtype, device)
+    rope, rope_base, window = config.rope, config.rope_base, config.window
+    sizes = replace(config_sizes(config, dtype, device), rope=rope, rope_base=rope_base,
+                    window=window)
+    check_modern(sizes)
     dev = _device(sizes)
     estimate = guard_memory(sizes.dims(bias=False), dev, hint="use a config with fewer tokens "
                             "or a smaller d_model")
     D, H, G = config.d_model, config.heads, config.kv_heads or config.heads
     torch.manual_seed(config.seed)
-    module = MultiHeadAttention(D, H, G, bias=False).double()
+    module = MultiHeadAttention(D, H, G, bias=False, rope=rope, rope_base=rope_base,
+                                window=window).double()
     x = None
     if config.explicit:
         eye = torch.eye(D, dtype=torch.float64)
@@ -169,7 +233,7 @@ def from_config(config: Config, dtype: str = "float64", device: str = "cpu") -> 
     dt = DTYPES[dtype]
     module = module.to(device=dev, dtype=dt)
     q, k, v = (t.to(device=dev, dtype=dt) for t in (q, k, v))
-    mask = make_mask(len(config.tokens), config.mask, config.pad, dev)
+    mask = make_mask(len(config.tokens), config.mask, config.pad, dev, window)
     return Run(module, (q, k, v), {"mask": mask}, sizes, mask=mask, tokens=config.tokens,
                x=None if x is None else q, config=config, source=_source(module), estimate=estimate)
 

@@ -96,12 +96,14 @@ def available_bytes(device: torch.device) -> int | None:
 
 
 def guard_memory(dims: Dims, device: torch.device, runs: int = 1,
-                 hint: str = "use --device meta to trace the shapes without allocating") -> int:
+                 hint: str = "use --device meta to trace the shapes without allocating",
+                 need: int | None = None) -> int:
     """Refuse (exit 1) before allocating anything when the run would not fit; return the estimate.
 
     runs: how many forward passes of this size are alive together (verify keeps its references').
+    need: the bytes of one pass when already counted (a meta trace); else the formula's.
     """
-    need = peak_bytes(dims) * runs
+    need = (peak_bytes(dims) if need is None else need) * runs
     free = available_bytes(device)
     if free is not None and need > free:
         params = sum(parameters(dims).values()) * dims.itemsize

@@ -13,7 +13,7 @@ from mha_trace.cost import DTYPE_BYTES
 from mha_trace.output import Shows
 from mha_trace.run import Run
 from mha_trace.runtime import light_meta_kernels
-from mha_trace.tracer import Failure, ForwardFailed, Step, trace
+from mha_trace.tracer import Failure, ForwardFailed, Step, trace_phases
 
 
 @dataclass
@@ -55,6 +55,34 @@ class ShapesReport(Shows):
         per_head = 2 * (s.d_model // s.heads) * DTYPE_BYTES[s.dtype]  # K and V, d_k each
         return per_head * s.kv_heads, per_head * s.heads
 
+    @property
+    def query_len(self) -> int:
+        return self.sizes.seq
+
+    @property
+    def key_len(self) -> int:
+        return self.sizes.seq
+
+    @property
+    def fused_savings(self) -> int:
+        """Bytes the explicit path spends on the (B, H, T, T) scores and weights."""
+        from dataclasses import replace
+
+        from mha_trace.cost import forward_bytes
+
+        mask = "full" if self.run.mask is not None else "none"
+        return forward_bytes(replace(self.sizes.dims(), mask=mask))["scores"]
+
+    @property
+    def kv_cache_by_phase(self) -> list[tuple[str, int, int]]:
+        """Decoding: (phase, tokens in the cache, bytes of K and V) after each call, one layer."""
+        s = self.sizes
+        if not s.decode:
+            return []
+        per_token = 2 * s.batch * (s.kv_heads or s.heads) * (s.d_model // s.heads) * DTYPE_BYTES[s.dtype]
+        phases = ["prefill"] + [f"decode step {i + 1}" for i in range(s.decode)]
+        return [(p, s.seq + i, per_token * (s.seq + i)) for i, p in enumerate(phases)]
+
     def renderables(self, width: int = 100) -> list:
         from mha_trace.render.shapes import failure_renderables, shapes_notes, shapes_table
 
@@ -74,7 +102,8 @@ def trace_run(run: Run) -> ShapesReport:
     guard = contextlib.nullcontext() if run.builtin else user_code(f"{run.label}: forward")
     with light_meta_kernels(run.device), guard:
         try:
-            result = trace(run.module, *run.args, watch=(run.source,), **run.kwargs)
+            phases = run.phases or [("", run.args, run.kwargs)]
+            result = trace_phases(run.module, phases, watch=(run.source,))
         except ForwardFailed as failed:
             return ShapesReport(run, failed.trace.steps, parameters(run.module),
                                 failed.trace.failure)

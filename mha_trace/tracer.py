@@ -48,6 +48,7 @@ class Step:
     itemsize: int  # bytes per element
     inputs: list = field(default_factory=list)  # shapes of the tensor inputs
     span: str = ""  # the whole expression that this call ends, for prefix stripping
+    phase: str = ""  # which call of forward: "" for one pass, "prefill" / "decode step 1" ...
 
 
 @dataclass
@@ -215,7 +216,7 @@ class _Recorder(TorchFunctionMode):
             span=span))
 
 
-def _input_steps(module, args, kwargs, recorder):
+def _input_steps(module, args, kwargs, recorder, phase=""):
     """One "input" row per distinct tensor handed to forward, named by forward's parameters."""
     try:
         bound = inspect.signature(module.forward).bind(*args, **kwargs).arguments
@@ -231,6 +232,7 @@ def _input_steps(module, args, kwargs, recorder):
             # what the tensor holds in memory: an expanded (T, T) mask stores one row of T
             recorder.steps[-1].bytes = min(value.numel() * value.element_size(),
                                            value.untyped_storage().nbytes())
+            recorder.steps[-1].phase = phase
 
 
 def trace(module, *args, watch=(), **kwargs) -> Trace:
@@ -239,15 +241,30 @@ def trace(module, *args, watch=(), **kwargs) -> Trace:
     watch: extra source files whose lines the rows are attributed to (the module's own file is
     always watched). Raises ForwardFailed, carrying the steps so far, when forward raises.
     """
+    return trace_phases(module, [("", args, kwargs)], watch)
+
+
+def trace_phases(module, phases, watch=()) -> Trace:
+    """Run forward once per phase, in order, under one recorder: [(label, args, kwargs), ...].
+
+    Decoding is a prefill call and then one call per new token; every step carries its phase.
+    The output is the last call's.
+    """
     own_file = inspect.getsourcefile(type(module))
     recorder = _Recorder({f for f in (own_file, *watch) if f})
-    _input_steps(module, args, kwargs, recorder)
-    try:
-        with recorder:
-            output = module(*args, **kwargs)
-    except Exception as exc:
-        failed = Trace(recorder.steps, None, recorder.failure)
-        if failed.failure is None:
-            failed.failure = _failure_of(exc, own_file)
-        raise ForwardFailed(failed) from exc
+    output = None
+    for label, args, kwargs in phases:
+        first = len(recorder.steps)
+        _input_steps(module, args, kwargs, recorder, label)
+        try:
+            with recorder:
+                output = module(*args, **kwargs)
+        except Exception as exc:
+            failed = Trace(recorder.steps, None, recorder.failure)
+            if failed.failure is None:
+                failed.failure = _failure_of(exc, own_file)
+            raise ForwardFailed(failed) from exc
+        finally:
+            for step in recorder.steps[first:]:
+                step.phase = label
     return Trace(recorder.steps, output)

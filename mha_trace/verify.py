@@ -54,6 +54,29 @@ class VerifyReport(Shows):
         return verify_data(self)
 
 
+def numpy_rope(x: np.ndarray, base: float) -> np.ndarray:
+    """RoPE by hand: pair (x_i, x_{i+d/2}) at position p turns by the angle p · base^(-2i/d)."""
+    T, d = x.shape[-2], x.shape[-1]
+    half = d // 2
+    out = np.empty_like(x)
+    for p in range(T):
+        for i in range(half):
+            a = p * base ** (-2 * i / d)
+            x1, x2 = x[..., p, i], x[..., p, i + half]
+            out[..., p, i] = x1 * np.cos(a) - x2 * np.sin(a)
+            out[..., p, i + half] = x2 * np.cos(a) + x1 * np.sin(a)
+    return out
+
+
+def reference_mask(module, mask, T: int) -> np.ndarray | None:
+    """The mask the references use: the run's, and the module's sliding window built by hand."""
+    keep = None if mask is None else mask.detach().cpu().numpy().astype(bool)
+    if module.window is not None:
+        band = np.tril(np.ones((T, T), bool)) & np.triu(np.ones((T, T), bool), -(module.window - 1))
+        keep = band if keep is None else keep & band
+    return keep
+
+
 def numpy_reference(module, q, k, v, mask):
     """Attention by hand in float64 from the module's weights: (output, weights)."""
     to = lambda t: t.detach().double().cpu().numpy()
@@ -61,11 +84,15 @@ def numpy_reference(module, q, k, v, mask):
     B, T, _ = q.shape
     H, G, d_k = module.heads, module.kv_heads, module.d_k
     Q = lin(module.W_q, q).reshape(B, T, H, d_k).transpose(0, 2, 1, 3)
-    K = lin(module.W_k, k).reshape(B, -1, G, d_k).transpose(0, 2, 1, 3).repeat(H // G, axis=1)
+    K = lin(module.W_k, k).reshape(B, -1, G, d_k).transpose(0, 2, 1, 3)
+    if module.rope:
+        Q, K = numpy_rope(Q, module.rope_base), numpy_rope(K, module.rope_base)
+    K = K.repeat(H // G, axis=1)
     V = lin(module.W_v, v).reshape(B, -1, G, d_k).transpose(0, 2, 1, 3).repeat(H // G, axis=1)
     scores = Q @ K.transpose(0, 1, 3, 2) / np.sqrt(d_k)
-    if mask is not None:
-        scores = np.where(to(mask).astype(bool), scores, -np.inf)
+    keep = reference_mask(module, mask, T)
+    if keep is not None:
+        scores = np.where(keep, scores, -np.inf)
     e = np.exp(scores - scores.max(-1, keepdims=True))
     weights = e / e.sum(-1, keepdims=True)
     context = (weights @ V).transpose(0, 2, 1, 3).reshape(B, T, H * d_k)
@@ -75,6 +102,7 @@ def numpy_reference(module, q, k, v, mask):
 def torch_mha_reference(module, q, k, v, mask):
     ref = torch.nn.MultiheadAttention(module.d_model, module.heads, bias=module.W_q.bias is not None,
                                       batch_first=True, device=q.device, dtype=q.dtype)
+    keep = reference_mask(module, mask, q.size(1))
     with torch.no_grad():
         ref.in_proj_weight.copy_(torch.cat([module.W_q.weight, module.W_k.weight, module.W_v.weight]))
         if ref.in_proj_bias is not None:
@@ -82,18 +110,24 @@ def torch_mha_reference(module, q, k, v, mask):
             ref.out_proj.bias.copy_(module.W_o.bias)
         ref.out_proj.weight.copy_(module.W_o.weight)
         # nn.MultiheadAttention's boolean mask is True where attention is *not* allowed
-        return ref(q, k, v, attn_mask=None if mask is None else ~mask,
-                   average_attn_weights=False)
+        blocked = None if keep is None else torch.from_numpy(~keep).to(q.device)
+        return ref(q, k, v, attn_mask=blocked, average_attn_weights=False)
 
 
 def sdpa_reference(module, q, k, v, mask):
+    """F.scaled_dot_product_attention with an explicit mask (and RoPE turned by hand)."""
     B, T, _ = q.shape
     H, G, d_k = module.heads, module.kv_heads, module.d_k
+    keep = reference_mask(module, mask, T)
     with torch.no_grad():
         Q = F.linear(q, module.W_q.weight, module.W_q.bias).view(B, T, H, d_k).transpose(1, 2)
         K = F.linear(k, module.W_k.weight, module.W_k.bias).view(B, -1, G, d_k).transpose(1, 2)
         V = F.linear(v, module.W_v.weight, module.W_v.bias).view(B, -1, G, d_k).transpose(1, 2)
-        out = F.scaled_dot_product_attention(Q, K, V, attn_mask=mask, enable_gqa=G != H)
+        if module.rope:
+            turn = lambda t: torch.from_numpy(numpy_rope(t.double().cpu().numpy(), module.rope_base))
+            Q, K = (turn(t).to(device=q.device, dtype=q.dtype) for t in (Q, K))
+        attn_mask = None if keep is None else torch.from_numpy(keep).to(q.device)
+        out = F.scaled_dot_product_attention(Q, K, V, attn_mask=attn_mask, enable_gqa=G != H)
         return F.linear(out.transpose(1, 2).reshape(B, T, H * d_k), module.W_o.weight, module.W_o.bias)
 
 
@@ -108,22 +142,32 @@ def run_checks(module, q, k, v, mask, dtype: str) -> list[Check]:
         out, weights = module(q, k, v, mask=mask)
     check_finite(out, weights)
     scale = lambda ref: TOLERANCE[dtype] * max(1.0, float(np.abs(np.asarray(ref, float)).max()))
+    fused = "the module runs the fused path (--impl sdpa), which returns no weights"
+
+    def weights_check(reference: str, ref_w) -> Check:
+        if weights is None:
+            return Check(reference, "per-head weights", None, TOLERANCE[dtype], fused)
+        return Check(reference, "per-head weights", _max_abs(weights, ref_w), TOLERANCE[dtype])
+
     np_out, np_w = numpy_reference(module, q, k, v, mask)
     checks = [Check("numpy by hand, float64", "output", _max_abs(out, np_out), scale(np_out)),
-              Check("numpy by hand, float64", "per-head weights", _max_abs(weights, np_w),
-                    TOLERANCE[dtype])]
-    if module.kv_heads == module.heads:
+              weights_check("numpy by hand, float64", np_w)]
+    if module.rope:
+        checks.append(Check("nn.MultiheadAttention", "output", None, scale(np_out),
+                            "no RoPE option in it"))
+    elif module.kv_heads == module.heads:
         ref_out, ref_w = torch_mha_reference(module, q, k, v, mask)
-        checks += [Check("nn.MultiheadAttention", "output", _max_abs(out, ref_out),
-                         scale(np_out)),
-                   Check("nn.MultiheadAttention", "per-head weights",
-                         _max_abs(weights, ref_w), TOLERANCE[dtype])]
+        checks += [Check("nn.MultiheadAttention", "output", _max_abs(out, ref_out), scale(np_out)),
+                   weights_check("nn.MultiheadAttention", ref_w)]
     else:
         checks.append(Check("nn.MultiheadAttention", "output", None, scale(np_out),
                             "no grouped-query option in it"))
     sdpa = sdpa_reference(module, q, k, v, mask)
+    notes = ["enable_gqa=True" if module.kv_heads != module.heads else "",
+             "explicit window mask" if module.window is not None else "",
+             "RoPE turned in numpy" if module.rope else ""]
     checks += [Check("F.scaled_dot_product_attention", "output", _max_abs(out, sdpa), scale(np_out),
-                     "enable_gqa=True" if module.kv_heads != module.heads else ""),
+                     ", ".join(n for n in notes if n)),
                Check("F.scaled_dot_product_attention", "per-head weights", None, TOLERANCE[dtype],
                      "returns only the output: fused kernels never form the weights")]
     return checks
@@ -147,6 +191,9 @@ def verify(run: Run) -> VerifyReport:
         desc = (f"batch={s.batch} seq={s.seq} d_model={s.d_model} heads={s.heads} "
                 f"kv_heads={s.kv_heads or s.heads} mask={s.mask}{f' pad={s.pad}' if s.pad else ''} "
                 f"seed={s.seed}")
+    modern = "".join([" rope" if s.rope else "", f" window={s.window}" if s.window else "",
+                      " impl=sdpa" if s.impl != "explicit" else ""])
+    desc += modern
     q, k, v = run.qkv
     with one_thread():
         checks = run_checks(run.module, q, k, v, run.mask, s.dtype)

@@ -23,6 +23,8 @@ def cost(
     dtype: DtypeOpt = Dtype.float32,
     bias: Annotated[bool | None, typer.Option("--bias/--no-bias", help="Projection biases (default: the preset's, else yes). Example: --no-bias")] = None,
     formulas: Annotated[bool, typer.Option("--formulas", help="Show each formula with the numbers put in. Example: --formulas")] = False,
+    window: Annotated[int | None, typer.Option("--window", help="Sliding-window attention: the KV cache keeps at most W tokens per layer (default: the preset's). Example: --window 4096")] = None,
+    rope: Annotated[bool | None, typer.Option("--rope/--no-rope", help="Rotary positions (default: the preset's); they add no parameters. Example: --rope")] = None,
     out: Output = None,
 ):
     """Parameters, FLOPs per stage, score memory (materialised vs tiled) and KV cache, exactly.
@@ -40,7 +42,11 @@ def cost(
     kv_heads = pick(kv_heads, "kv_heads", heads)
     positive("layers", layers)
     check_sizes(batch, seq, d_model, heads, kv_heads)
-    d = Dims(batch, seq, d_model, heads, kv_heads, dtype.value, bias=pick(bias, "bias", True))
+    window = pick(window, "window", None)
+    if window is not None:
+        positive("window", window)
+    d = Dims(batch, seq, d_model, heads, kv_heads, dtype.value, bias=pick(bias, "bias", True),
+             window=window, rope=pick(rope, "rope", False))
     rows = cost_rows(d, layers)
     label = p.get("name", "custom") if preset else "custom"
     emit(out, cost_renderables(rows, d, layers, label, p.get("source"), formulas),
@@ -61,12 +67,17 @@ def verify(
     mask: Annotated[Mask | None, typer.Option("--mask", help="none, or causal (default none, or the config's). Example: --mask causal")] = None,
     pad: Annotated[int | None, typer.Option("--pad", help="Mask the last N key positions as padding (default 0, or the config's). Example: --pad 2")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Random seed for weights and inputs (default 0). Example: --seed 0")] = None,
+    rope: RopeOpt = False,
+    rope_base: ConfigRopeBaseOpt = None,
+    window: WindowOpt = None,
+    impl: ImplOpt = Impl.explicit,
     out: Output = None,
 ):
     """Check the module against numpy by hand, nn.MultiheadAttention and F.scaled_dot_product_attention.
 
     Exits 1 when any difference exceeds the dtype's tolerance.
     Example: mha-trace verify --heads 8 --kv-heads 2 --mask causal --dtype float64
+    Example: mha-trace verify --rope --window 4 --kv-heads 2 --dtype float64
     """
     from mha_trace.verify import verify_config, verify_sizes
 
@@ -79,15 +90,21 @@ def verify(
         if fixed:
             raise MhaError(f"{', '.join(fixed)} {'goes' if len(fixed) == 1 else 'go'} with sizes "
                            f"from flags; a config fixes its tokens, width and seed")
-        report = verify_config(load(config).with_overrides(heads, kv_heads, mask, pad),
+        if impl != Impl.explicit:
+            raise MhaError("impl goes with sizes from flags (a config runs the explicit module)",
+                           quantity="impl")
+        report = verify_config(load(config).with_overrides(heads, kv_heads, mask, pad,
+                                                           rope or None, rope_base, window),
                                dtype.value, device.value)
     else:
         from mha_trace.run import Sizes
 
         given = lambda v, default: default if v is None else v
+        causal = "causal" if window is not None else given(mask, "none")
         report = verify_sizes(Sizes(given(batch, 2), given(seq, 10), given(d_model, 512),
-                                    given(heads, 8), kv_heads, given(mask, "none"), given(pad, 0),
-                                    dtype.value, device.value, given(seed, 0)))
+                                    given(heads, 8), kv_heads, causal, given(pad, 0),
+                                    dtype.value, device.value, given(seed, 0), rope,
+                                    given(rope_base, 10000.0), window, impl.value))
     emit(out, report.renderables(), report.data())
     if not report.passed:
         raise typer.Exit(1)

@@ -56,6 +56,17 @@ MaskOpt = Annotated[Mask, typer.Option("--mask", help="none, or causal (no query
 PadOpt = Annotated[int, typer.Option("--pad", help="Mask the last N key positions as padding. Example: --pad 2")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed for weights and inputs. Example: --seed 0")]
 
+class Impl(str, Enum):
+    explicit = "explicit"
+    sdpa = "sdpa"
+
+
+RopeOpt = Annotated[bool, typer.Option("--rope", help="Rotary positions (RoPE, as LLaMA): turn Q and K in each head by token position. Example: --rope")]
+RopeBaseOpt = Annotated[float, typer.Option("--rope-base", help="RoPE's base: pair i turns by position · base^(-2i/d_k) (LLaMA 10000, SmolLM2 100000). Example: --rope-base 100000")]
+WindowOpt = Annotated[int | None, typer.Option("--window", help="Sliding-window attention (Mistral): a query sees at most W keys, itself included; implies a causal mask. Example: --window 4")]
+ConfigRopeBaseOpt = Annotated[float | None, typer.Option("--rope-base", help="RoPE's base (default: the config's, else 10000). Example: --rope-base 100000")]
+ImplOpt = Annotated[Impl, typer.Option("--impl", help="explicit (the lecture's formula) or sdpa (F.scaled_dot_product_attention, which never forms the weights). Example: --impl sdpa")]
+
 ConfigOpt = Annotated[str | None, typer.Option("--config", "-c", help="A TOML config file, or the name of a bundled one (see mha-trace configs); default: the chapter's 'The cat sat on mat'. Example: --config chicken-road")]
 HeadOpt = Annotated[str | None, typer.Option("--head", help="Show only head N (1-based, as the chapter numbers them); with --model, LAYER.HEAD. Example: --head 2, or --head 4.1", metavar="N|L.H")]
 PretrainedOpt = Annotated[str | None, typer.Option("--model", help="A pretrained model, loaded offline from its PyPI package: minilm (all-MiniLM-L6-v2). Example: --model minilm", metavar="NAME")]

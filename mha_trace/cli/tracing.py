@@ -1,8 +1,11 @@
 """`shapes`: a real forward pass of the module (or the user's own), traced op by op."""
 
+from typing import Annotated
+
 import typer
 
 from mha_trace.cli.app import app
+from mha_trace.errors import MhaError
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
 from mha_trace.output import Output, emit, make_console
 
@@ -22,6 +25,12 @@ def shapes(
     seed: SeedOpt = 0,
     module: ModuleOpt = None,
     init: InitOpt = None,
+    rope: RopeOpt = False,
+    rope_base: RopeBaseOpt = 10000.0,
+    window: WindowOpt = None,
+    impl: ImplOpt = Impl.explicit,
+    compare_impl: Annotated[bool, typer.Option("--compare-impl", help="With --impl sdpa: also run the explicit path and compare what each allocates and which tensors the fused path never makes. Example: --impl sdpa --compare-impl")] = False,
+    decode: Annotated[int, typer.Option("--decode", help="After a prefill over --seq tokens, decode N more one at a time with a growing KV cache (implies a causal mask). Example: --decode 3")] = 0,
     model: PretrainedOpt = None,
     sentence: SentenceOpt = None,
     layer: LayerOpt = None,
@@ -32,6 +41,7 @@ def shapes(
     With --model, one real layer's attention on the sentence's hidden states.
     Example: mha-trace shapes --d-model 512 --heads 8 --seq 6 --mask causal
     Example: mha-trace shapes --model minilm --sentence "The cat sat on the mat." --layer 1
+    Example: mha-trace shapes --decode 3 --mask causal --kv-heads 2
     """
     if model:
         from mha_trace.cli import pretrained
@@ -40,7 +50,9 @@ def shapes(
         changed = {name: value for name, value, default in (
             ("batch", batch, 2), ("seq", seq, 10), ("d_model", d_model, 512), ("heads", heads, 8),
             ("kv_heads", kv_heads, None), ("mask", mask, Mask.none), ("pad", pad, 0),
-            ("module", module, None), ("init", init, None)) if value != default}
+            ("module", module, None), ("init", init, None), ("rope", rope, False),
+            ("window", window, None), ("impl", impl, Impl.explicit), ("decode", decode, 0),
+            ("compare_impl", compare_impl, False)) if value != default}
         pretrained.refuse_with_model(**changed)
         return pretrained.shapes(model, sentence, layer, out)
     from mha_trace.cli.pretrained import needs_model
@@ -49,13 +61,29 @@ def shapes(
     from mha_trace.run import Sizes, from_module, from_sizes
     from mha_trace.shapes import trace_run
 
-    sizes = Sizes(batch, seq, d_model, heads, kv_heads, mask.value, pad, dtype.value, device.value,
-                  seed)
+    if module and (rope or window or decode or impl != Impl.explicit):
+        raise MhaError("--rope, --window, --impl and --decode set up the built-in module; your "
+                       "class decides its own", quantity="module")
+    if compare_impl and impl != Impl.sdpa:
+        raise MhaError("compare_impl goes with --impl sdpa (it compares the fused path with the "
+                       "explicit one)", quantity="compare_impl")
+    causal = "causal" if (window is not None or decode) else mask.value
+    sizes = Sizes(batch, seq, d_model, heads, kv_heads, causal, pad, dtype.value, device.value,
+                  seed, rope, rope_base, window, impl.value, decode)
     report = trace_run(from_module(module, sizes, init) if module else from_sizes(sizes))
     console = make_console(out)
-    emit(out, report.renderables(console.width), report.data(), console)
+    renderables, data = report.renderables(console.width), report.data()
+    if compare_impl:
+        from dataclasses import replace
+
+        from mha_trace.render.shapes import compare_impl_table
+
+        explicit = trace_run(from_sizes(replace(sizes, impl="explicit")))
+        renderables += compare_impl_table(explicit, report)
+        data["compare_impl"] = {"explicit_bytes": explicit.bytes_allocated,
+                                "sdpa_bytes": report.bytes_allocated}
+    emit(out, renderables, data, console)
     if report.failure:
-        from mha_trace.errors import MhaError
         from mha_trace.output import display_path
 
         f = report.failure

@@ -12,10 +12,12 @@ from mha_trace.output import Output, emit
 ModuleDModelOpt = Annotated[int | None, typer.Option("--d-model", "-d", help="With --module: the width to build it with (default 64). Example: --d-model 64")]
 
 
-def _config(config, heads=None, kv_heads=None, mask=None, pad=None):
+def _config(config, heads=None, kv_heads=None, mask=None, pad=None, rope=False, rope_base=None,
+            window=None):
     from mha_trace.config import load
 
-    return load(config).with_overrides(heads, kv_heads, mask.value if mask else None, pad)
+    return load(config).with_overrides(heads, kv_heads, mask.value if mask else None, pad,
+                                       rope or None, rope_base, window)
 
 
 def _check_head(head, count: int, what: str = "this config has"):
@@ -61,6 +63,9 @@ def heads(
     kv_heads: KvHeadsOpt = None,
     mask: ConfigMaskOpt = None,
     pad: ConfigPadOpt = None,
+    rope: RopeOpt = False,
+    rope_base: ConfigRopeBaseOpt = None,
+    window: WindowOpt = None,
     decimals: DecimalsOpt = 4,
     module: ModuleOpt = None,
     init: InitOpt = None,
@@ -97,7 +102,7 @@ def heads(
     from mha_trace.analysis import analyse
 
     _no_d_model(d_model)
-    view = analyse(_config(config, heads, kv_heads, mask, pad))
+    view = analyse(_config(config, heads, kv_heads, mask, pad, rope, rope_base, window))
     _check_head(head, view.heads)
     if out.png:
         from mha_trace.plots import save_heatmaps
@@ -119,6 +124,9 @@ def explain(
     kv_heads: KvHeadsOpt = None,
     mask: ConfigMaskOpt = None,
     pad: ConfigPadOpt = None,
+    rope: RopeOpt = False,
+    rope_base: ConfigRopeBaseOpt = None,
+    window: WindowOpt = None,
     decimals: DecimalsOpt = 4,
     module: ModuleOpt = None,
     init: InitOpt = None,
@@ -159,7 +167,7 @@ def explain(
     from mha_trace.analysis import analyse
 
     _no_d_model(d_model)
-    view = analyse(_config(config, heads, kv_heads, mask, pad))
+    view = analyse(_config(config, heads, kv_heads, mask, pad, rope, rope_base, window))
     _check_head(head, view.heads)
     w = walk(view, find_position(view.tokens, token, position))
     if out.png:
@@ -193,6 +201,9 @@ def compare(
     config: ConfigOpt = None,
     mask: ConfigMaskOpt = None,
     pad: ConfigPadOpt = None,
+    rope: RopeOpt = False,
+    rope_base: ConfigRopeBaseOpt = None,
+    window: WindowOpt = None,
     decimals: DecimalsOpt = 4,
     out: Output = None,
 ):
@@ -204,7 +215,7 @@ def compare(
     from mha_trace.render.compare import compare_data, compare_renderables
 
     counts = _int_list(heads, "heads")
-    c = _config(config, mask=mask, pad=pad)
+    c = _config(config, mask=mask, pad=pad, rope=rope, rope_base=rope_base, window=window)
     views = run_compare(c, counts)
     if out.png:
         from mha_trace.plots import save_heatmaps
@@ -224,6 +235,9 @@ def ablate(
     kv_heads: KvHeadsOpt = None,
     mask: ConfigMaskOpt = None,
     pad: ConfigPadOpt = None,
+    rope: RopeOpt = False,
+    rope_base: ConfigRopeBaseOpt = None,
+    window: WindowOpt = None,
     decimals: DecimalsOpt = 4,
     model: PretrainedOpt = None,
     sentence: SentenceOpt = None,
@@ -249,7 +263,8 @@ def ablate(
     from mha_trace.cli.pretrained import needs_model
 
     needs_model(sentence, None)
-    a = run_ablate(_config(config, heads, kv_heads, mask, pad), _int_list("2" if head is None else head, "head"))
+    a = run_ablate(_config(config, heads, kv_heads, mask, pad, rope, rope_base, window),
+                   _int_list("2" if head is None else head, "head"))
     emit(out, a.renderables(decimals=decimals), a.data(decimals))
 
 

@@ -43,8 +43,19 @@ def cost_renderables(rows, d, layers: int, label: str, source: str | None, formu
         cells = [r.item] + ([f"{r.formula} = {r.numbers}"] if formulas else [])
         table.add_row(*cells, f"{r.total:,}", decimal_bytes(r.total), human_bytes(r.total))
     out.append(table)
-    out.append(Text("Scores are per layer (one layer's T×T tensors are alive at a time); FLOPs "
-                    "count a multiply-add as 2. --formulas shows every formula with the numbers put in."))
+    notes = ["Scores are per layer (one layer's T×T tensors are alive at a time); FLOPs count a "
+             "multiply-add as 2. The tiled row follows FlashAttention-2 (Dao 2023), which keeps one "
+             "fp32 logsumexp per query row for the backward pass; FlashAttention-1 (Dao et al. "
+             "2022) kept two, the row max and sum (8 bytes a row)."]
+    if d.rope:
+        notes.append("RoPE adds no parameters: it turns Q and K by position with cos/sin of fixed "
+                     "angles, computed, not learned.")
+    if d.window is not None:
+        notes.append(f"Sliding window {d.window}: a query sees at most {d.window} keys, so the "
+                     f"KV cache keeps the last {d.window} tokens per layer (a rolling buffer).")
+    if not formulas:
+        notes.append("--formulas shows every formula with the numbers put in.")
+    out.append(Text(" ".join(notes)))
     return out
 
 
@@ -54,7 +65,7 @@ def cost_data(rows, d, layers: int, preset: str | None, source: str | None) -> d
         "config": {"preset": preset, "batch": d.batch, "seq": d.seq, "d_model": d.d_model,
                    "heads": d.heads, "kv_heads": d.kv_heads, "d_k": d.d_k, "layers": layers,
                    "dtype": d.dtype, "bytes_per_element": d.itemsize, "bias": d.bias,
-                   "source": source},
+                   "rope": d.rope, "window": d.window, "source": source},
         "rows": [{"section": r.section, "item": r.item, "formula": r.formula,
                   "numbers": r.numbers, "per_layer": r.per_layer, "total": r.total,
                   "unit": r.unit} for r in rows],

@@ -156,6 +156,10 @@ def describe(view) -> str:
         parts.insert(3, f"{view.kv_heads} K/V heads")
     if c.mask != "none":
         parts.append(f"mask {c.mask}")
+    if c.rope:
+        parts.append(f"RoPE base {c.rope_base:g}")
+    if c.window is not None:
+        parts.append(f"window {c.window}")
     if c.pad:
         parts.append(f"pad {c.pad}")
     return ", ".join(parts)
@@ -169,5 +173,6 @@ def config_data(view) -> dict:
     c = view.config
     data = {"name": c.name, "title": c.title, "tokens": list(c.tokens), "d_model": c.d_model,
             "heads": c.heads, "kv_heads": view.kv_heads, "d_k": c.d_k, "mask": c.mask,
-            "pad": c.pad, "explicit": c.explicit, "seed": None if c.explicit or c.origin else c.seed}
+            "pad": c.pad, "explicit": c.explicit, "seed": None if c.explicit or c.origin else c.seed,
+            "rope": c.rope, "rope_base": c.rope_base, "window": c.window}
     return {**data, "origin": c.origin} if c.origin else data

@@ -7,7 +7,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from mha_trace.cost import human_bytes
+from mha_trace.cost import DTYPE_BYTES, human_bytes
 from mha_trace.output import display_path, new_table
 from mha_trace.shapes import ShapesReport
 
@@ -34,9 +34,12 @@ def title(report: ShapesReport) -> str:
     mask = f" mask={r.mask}" if r.mask != "none" else ""
     pad = f" pad={r.pad}" if r.pad else ""
     who = f"{run.label}, {run.call}: " if run.label else ""
+    extra = "".join([" rope" if r.rope else "", f" window={r.window}" if r.window else "",
+                     " impl=sdpa" if r.impl != "explicit" else "",
+                     f" decode={r.decode}" if r.decode else ""])
     d_k = f" (d_k={r.d_model // r.heads})" if r.d_model % r.heads == 0 else ""
     return (f"shapes: {who}batch={r.batch} seq={r.seq} d_model={r.d_model} heads={r.heads}{kv}"
-            f"{d_k}{mask}{pad} {r.dtype} on {r.device}")
+            f"{d_k}{mask}{pad}{extra} {r.dtype} on {r.device}")
 
 
 def shapes_table(report: ShapesReport, width: int = 100):
@@ -58,7 +61,13 @@ def shapes_table(report: ShapesReport, width: int = 100):
     if wide:
         table.add_column("dtype")
     table.add_column("alloc", justify="right", no_wrap=True)
+    phase = ""
     for s in report.steps:
+        if s.phase != phase:
+            phase = s.phase
+            table.add_section()
+            table.add_row("", "", Text(phase_label(report, phase), style="bold magenta"),
+                          *[""] * (len(table.columns) - 3))
         alloc = Text("view", style="green") if s.is_view else Text(human_bytes(s.bytes), style="yellow")
         where = str(s.line) if len(files) <= 1 else f"{os.path.basename(s.file)}:{s.line}"
         cells = [str(s.index), where if s.line else "in", s.text, s.op, _shape(s.shape)]
@@ -68,6 +77,64 @@ def shapes_table(report: ShapesReport, width: int = 100):
         table.add_row(*cells, alloc,
                       style="bold" if s.op == "contiguous" and not s.is_view else None)
     return table
+
+
+def phase_label(report: ShapesReport, phase: str) -> str:
+    """'prefill: tokens 0-9' / 'decode step 2: token 11'."""
+    T = report.sizes.seq
+    if phase == "prefill":
+        return f"prefill: tokens 0–{T - 1}"
+    step = int(phase.rsplit(" ", 1)[1])
+    return f"step {step}: token {T + step - 1}"
+
+
+def modern_notes(report: ShapesReport) -> list[str]:
+    """RoPE, the sliding window, the fused path and the KV cache, in plain words."""
+    r, lines = report.sizes, []
+    if r.rope:
+        lines.append(f"RoPE: Q and K of each head are turned pair by pair (dims i and i + d_k/2, "
+                     f"the rotate-half pairing of LLaMA) by position · {r.rope_base:g}^(-2i/d_k); "
+                     f"V is not turned, and no parameter is added.")
+    if r.window is not None:
+        lines.append(f"Sliding window: query i sees keys i - {r.window - 1} .. i (at most "
+                     f"{r.window}, itself included); the band is built inside forward.")
+    if r.impl == "sdpa":
+        saved = report.fused_savings
+        lines.append(f"Fused path: F.scaled_dot_product_attention never forms the "
+                     f"[{r.batch}, {r.heads}, {report.query_len}, {report.key_len}] scores or "
+                     f"weights; the explicit path allocates {human_bytes(saved)} for them "
+                     f"(QKᵀ, ÷√d_k, softmax{', the two masked_fills' if report.run.mask is not None else ''}).")
+    cache = report.kv_cache_by_phase
+    if cache:
+        per_token = cache[-1][2] // cache[-1][1]
+        kv = r.kv_heads or r.heads
+        steps = ", ".join(f"{tokens} tokens {human_bytes(size)}" for _, tokens, size in cache)
+        lines.append(f"KV cache (one layer): {steps}; {human_bytes(per_token)} per token "
+                     f"(2 · B · Hkv · d_k · s = 2 · {r.batch} · {kv} · {r.d_model // r.heads} · "
+                     f"{DTYPE_BYTES[r.dtype]}). It grows by concatenation: each step's torch.cat "
+                     f"copies the whole cache (a preallocated cache would write in place).")
+    return lines
+
+
+def compare_impl_table(explicit: ShapesReport, fused: ShapesReport) -> list:
+    """Explicit against fused: what each allocates, and the tensors only the explicit path makes."""
+    table = new_table("Explicit against fused (the same sizes, mask and weights)")
+    table.add_column("implementation")
+    table.add_column("new tensors", justify="right")
+    table.add_column("allocated", justify="right")
+    table.add_column("largest tensor")
+    for name, rep in (("explicit (the lecture's formula)", explicit),
+                      ("sdpa (F.scaled_dot_product_attention)", fused)):
+        big = rep.largest
+        table.add_row(name, str(sum(1 for s in rep.steps if s.bytes)), human_bytes(rep.bytes_allocated),
+                      f"{big.op} {_shape(big.shape)}")
+    gone = [s for s in explicit.steps if len(s.shape) == 4 and s.shape[-1] == explicit.key_len
+            and s.shape[-2] == explicit.query_len and s.bytes]
+    lines = [f"Never materialised by the fused path: " + "; ".join(
+        f"row {s.index} {s.op} {_shape(s.shape)} {human_bytes(s.bytes)}" for s in gone) + "."]
+    lines.append(f"Saved: {human_bytes(explicit.bytes_allocated - fused.bytes_allocated)} of "
+                 f"{human_bytes(explicit.bytes_allocated)}; the outputs agree (the tests check it).")
+    return [table, Text("\n".join(lines))]
 
 
 def shapes_notes(report: ShapesReport) -> Group:
@@ -107,6 +174,7 @@ def shapes_notes(report: ShapesReport) -> Group:
         lines.append(f"KV cache per token per layer: {human_bytes(kv)} with {r.kv_heads} K/V heads "
                      f"against {human_bytes(full)} with {r.heads} ({human_bytes(full - kv)} saved, "
                      f"{r.heads // r.kv_heads}× less).")
+    lines += modern_notes(report)
     if r.device == "meta":
         lines.append("Device meta: shapes and strides are real, nothing was allocated.")
     if report.returned:
@@ -163,11 +231,12 @@ def shapes_data(report: ShapesReport) -> dict:
         "config": {"batch": r.batch, "seq": r.seq, "d_model": r.d_model, "heads": r.heads,
                    "kv_heads": r.kv_heads or r.heads, "d_k": r.d_model // r.heads,
                    "device": r.device, "dtype": r.dtype, "mask": r.mask, "pad": r.pad,
-                   "seed": r.seed},
+                   "seed": r.seed, "rope": r.rope, "rope_base": r.rope_base,
+                   "window": r.window, "impl": r.impl, "decode": r.decode},
         "steps": [{"step": s.index, "op": s.op, "text": s.text, "file": display_path(s.file), "line": s.line,
                    "source": s.source, "shape": list(s.shape), "stride": list(s.stride),
                    "contiguous": s.contiguous, "view": s.is_view, "dtype": s.dtype,
-                   "bytes": s.bytes, "inputs": [list(i) for i in s.inputs]}
+                   "bytes": s.bytes, "inputs": [list(i) for i in s.inputs], "phase": s.phase}
                   for s in report.steps],
         "failure": None if not report.failure else {
             "op": report.failure.op, "text": report.failure.text,

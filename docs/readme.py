@@ -19,7 +19,10 @@ def output(command: str) -> str:
     """What the command prints, stdout then stderr, as a pipe sees it."""
     command = command.split("  #")[0]  # drop a trailing comment
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR")}
-    p = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env,
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(README.parent), env.get("PYTHONPATH")]))
+    # this checkout's code, never whatever `mha-trace` comes first on PATH
+    shim = f'mha-trace() {{ "{sys.executable}" -m mha_trace "$@"; }}; '
+    p = subprocess.run(["bash", "-c", shim + command], capture_output=True, text=True, env=env,
                        cwd=README.parent, timeout=300)
     return p.stdout + p.stderr
 

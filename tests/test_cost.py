@@ -57,7 +57,7 @@ def test_gpt3_kv_cache_and_score_memory_from_first_principles():
     long = rows_by_item(cost_rows(Dims(1, 8192, 12288, 96, 96, "float16"), 96))
     # the chapter: "for H = 96 and N = 8192 ... from ~6 GB": one layer's fp16 scores are 12.9 GB
     assert long[("memory", "scores, materialised")].total == 96 * 8192 * 8192 * 2 == 12_884_901_888
-    assert long[("memory", "scores, tiled (FlashAttention)")].total == 96 * 8192 * 4
+    assert long[("memory", "scores, tiled (FlashAttention-2)")].total == 96 * 8192 * 4
 
 
 def test_gqa_kv_cache_saving():

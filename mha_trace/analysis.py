@@ -113,6 +113,8 @@ def find_position(tokens, token: str | None, position: int | None) -> int:
     if token is None:
         return 0
     found = [i for i, t in enumerate(tokens) if t == token]
+    if not found:  # a byte-level token shows its leading space as ▁: "it" finds "▁it"
+        found = [i for i, t in enumerate(tokens) if t.removeprefix("▁") == token]
     if not found:
         raise MhaError(f"token '{token}' is not in the sentence (tokens: {', '.join(tokens)})",
                        quantity="token")

@@ -31,41 +31,113 @@ def check_heads(model, heads: list[tuple[int, int]]) -> None:
 
 @dataclass
 class ModelAblation:
-    sentence: object  # models.<name>.Sentence: the full run
+    sentence: object  # models.sentence.Sentence: the full run
     removed: list  # [(layer, head)]
     output: np.ndarray  # (T, D) final vectors with those heads zeroed before W_O
     distance: np.ndarray  # (T,) L2 distance from the full model's final vectors
     relative: np.ndarray  # (T,) distance / norm of the full vector
     cosine: np.ndarray  # (T,) cosine similarity with the full vector
+    next_full: np.ndarray | None = None  # causal models: next-token probabilities, full model
+    next_ablated: np.ndarray | None = None  # ... and with the heads removed
+
+    @property
+    def top(self) -> int:
+        return int(np.argmax(self.next_full))
+
+    @property
+    def kl(self) -> float:
+        """KL(full ‖ ablated) of the next-token distributions, in nats."""
+        p, q = self.next_full, self.next_ablated
+        keep = p > 0
+        return float(np.sum(p[keep] * (np.log(p[keep]) - np.log(np.maximum(q[keep], 1e-45)))))
+
+
+def _zeroing_hooks(model, plan: dict) -> list:
+    """plan: layer -> [(batch rows or None for all, head)]: zero those heads' slices before W_O."""
+    d_k = model.d_model // model.heads
+    hooks = []
+    for layer, targets in plan.items():
+        def zero(_, args, targets=targets):
+            concat = args[0].clone()
+            for rows, h in targets:
+                index = slice(None) if rows is None else rows
+                concat[index, :, (h - 1) * d_k:h * d_k] = 0.0
+            return (concat,)
+
+        hooks.append(model.attention_module(layer).W_o.register_forward_pre_hook(zero))
+    return hooks
+
+
+def _run_with(model, ids, plan: dict, batch: int = 1):
+    hooks = _zeroing_hooks(model, plan)
+    try:
+        with torch.no_grad():
+            out, _, _ = model.run(ids, batch=batch)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return out
+
+
+def next_token_probabilities(model, hidden: torch.Tensor) -> np.ndarray:
+    """(B, V) softmax of the last position's logits."""
+    return torch.softmax(model.logits(hidden).double(), dim=-1).numpy()
 
 
 def ablate(sentence, removed: list[tuple[int, int]]) -> ModelAblation:
     """Run the model again with the given heads' slices of the concatenation zeroed before W_O."""
     model = sentence.model
     check_heads(model, removed)
-    d_k = model.d_model // model.heads
-    hooks = []
-    for layer in sorted({l for l, _ in removed}):
-        heads = [h for l, h in removed if l == layer]
-
-        def zero(_, args, heads=heads):
-            concat = args[0].clone()
-            for h in heads:
-                concat[..., (h - 1) * d_k:h * d_k] = 0.0
-            return (concat,)
-
-        hooks.append(model.encoder.layers[layer - 1].attention.W_o.register_forward_pre_hook(zero))
-    try:
-        with torch.no_grad():
-            out, _, _ = model.run(sentence.ids)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    out, full = out[0].numpy(), sentence.output
-    distance = np.linalg.norm(out - full, axis=1)
+    plan = {}
+    for layer, head in removed:
+        plan.setdefault(layer, []).append((None, head))
+    out = _run_with(model, sentence.ids, plan)
+    full = sentence.output
+    ablated = out[0].numpy()
+    distance = np.linalg.norm(ablated - full, axis=1)
     norms = np.linalg.norm(full, axis=1)
-    cosine = (out * full).sum(1) / (np.linalg.norm(out, axis=1) * norms)
-    return ModelAblation(sentence, sorted(removed), out, distance, distance / norms, cosine)
+    cosine = (ablated * full).sum(1) / (np.linalg.norm(ablated, axis=1) * norms)
+    result = ModelAblation(sentence, sorted(removed), ablated, distance, distance / norms, cosine)
+    if model.causal:
+        result.next_full = next_token_probabilities(model, torch.from_numpy(full)[None])[0]
+        result.next_ablated = next_token_probabilities(model, out)[0]
+    return result
+
+
+@dataclass
+class HeadRanking:
+    sentence: object
+    heads: list  # [(layer, head)] in the order of `effect`, largest first
+    effect: np.ndarray  # causal: KL of the next-token distribution; else mean relative movement
+    top_drop: np.ndarray | None  # causal: how much the top-1 token's probability fell
+    measure: str
+    top_token: int | None = None  # causal: the full model's most likely next token
+
+
+def rank_heads(sentence) -> HeadRanking:
+    """Remove every head on its own, all in one batched pass (one copy of the sentence per head)."""
+    model = sentence.model
+    heads = [(l, h) for l in range(1, model.layers + 1) for h in range(1, model.heads + 1)]
+    plan = {}
+    for row, (layer, head) in enumerate(heads):
+        plan.setdefault(layer, []).append(([row], head))
+    out = _run_with(model, sentence.ids, plan, batch=len(heads))
+    full = torch.from_numpy(sentence.output)[None]
+    if model.causal:
+        p = next_token_probabilities(model, full)[0]
+        q = next_token_probabilities(model, out)
+        keep = p > 0
+        effect = np.sum(p[keep] * (np.log(p[keep]) - np.log(np.maximum(q[:, keep], 1e-45))), axis=1)
+        top = int(np.argmax(p))
+        drop, measure = p[top] - q[:, top], "KL(full ‖ ablated) of the next-token distribution"
+    else:
+        top = None
+        moved = np.linalg.norm(out.numpy() - sentence.output, axis=2)
+        effect = (moved / np.linalg.norm(sentence.output, axis=1)).mean(1)
+        drop, measure = None, "mean relative movement of the final vectors"
+    order = np.argsort(-effect, kind="stable")
+    return HeadRanking(sentence, [heads[i] for i in order], effect[order],
+                       None if drop is None else drop[order], measure, top)
 
 
 def _is_punctuation(token: str) -> bool:
@@ -83,13 +155,16 @@ def detector_scores(sentence) -> dict[str, np.ndarray]:
     T = len(tokens)
     i = np.arange(T)
     punct = np.array([_is_punctuation(t) for t in tokens])
-    scores = {
-        "previous token": w[..., i[1:], i[1:] - 1].mean(-1),
-        "next token": w[..., i[:-1], i[:-1] + 1].mean(-1),
-        "self": w[..., i, i].mean(-1),
-        "first token ([CLS])": w[..., :, 0].mean(-1),
-        "last token ([SEP])": w[..., :, T - 1].mean(-1),
-    }
+    causal = getattr(getattr(sentence, "model", None), "causal", False)
+    scores = {"previous token": w[..., i[1:], i[1:] - 1].mean(-1)}
+    if not causal:  # a causal model's query never sees the next token or the last one
+        scores["next token"] = w[..., i[:-1], i[:-1] + 1].mean(-1)
+    scores["self"] = w[..., i, i].mean(-1)
+    if causal:
+        scores["first token (sink)"] = w[..., 1:, 0].mean(-1)  # the first query has no choice
+    else:
+        scores["first token ([CLS])"] = w[..., :, 0].mean(-1)
+        scores["last token ([SEP])"] = w[..., :, T - 1].mean(-1)
     if punct.any():
         scores["punctuation"] = w[..., :, punct].sum(-1).mean(-1)
     return scores
@@ -149,8 +224,38 @@ def _word_spans(sentence) -> dict:
         if i and sentence.words[i - 1] == word:
             current += tok.removeprefix("##")
         else:
-            current, start = tok, i
+            current, start = tok.removeprefix("▁"), i
         end_of_word = i + 1 == len(sentence.tokens) or sentence.words[i + 1] != word
         if end_of_word and current not in spans:
             spans[current] = list(range(start, i + 1))
     return spans
+
+
+@dataclass
+class Prediction:
+    model: object
+    text: str
+    top: list  # [(token id, probability)], most likely first
+    generated: list  # greedy continuation, token ids
+
+
+def predict(model, text: str, k: int = 10, generate: int = 0) -> Prediction:
+    """The next-token distribution of a causal model; with generate, that many greedy tokens."""
+    if not model.causal:
+        raise MhaError(f"{model.name} is an encoder: it has no next token to predict (try "
+                       f"--model smollm2)", quantity="model")
+    _, ids = model.tokenize(text)
+    out, _, _ = model.run(ids)
+    p = next_token_probabilities(model, out)[0]
+    order = np.argsort(-p, kind="stable")[:k]
+    generated = []
+    for _ in range(generate):  # greedy: the most likely token, again and again
+        if len(ids) >= model.max_positions:
+            break
+        out, _, _ = model.run(ids)
+        nxt = int(torch.argmax(model.logits(out)[0]))
+        generated.append(nxt)
+        ids = ids + [nxt]
+        if nxt == model.eos:
+            break
+    return Prediction(model, text, [(int(i), float(p[i])) for i in order], generated)

@@ -277,18 +277,48 @@ def _source(module) -> str:
 def from_model(sentence, layer: int) -> Run:
     """One layer's self-attention of a pretrained model, on that layer's real input.
 
-    sentence: `models.<name>.Sentence` (the text already through the whole model); layer from 1.
+    sentence: `models.sentence.Sentence` (the text already through the whole model); layer from 1.
+    A causal model's run carries its causal mask.
     """
     model = sentence.model
     if not 1 <= layer <= model.layers:
         raise MhaError(f"layer {layer} is out of range ({model.name} has layers 1 to "
                        f"{model.layers})", quantity="layer")
-    module = model.encoder.layers[layer - 1].attention
-    x = sentence.inputs[layer - 1]
+    module = model.attention_module(layer)
+    x = model.attention_input(sentence, layer)
     T = x.size(1)
     origin = f"{model.name} layer {layer}"
+    mask_kind = "causal" if model.causal else "none"
     config = Config(model.name, "", sentence.text, "", sentence.labels, model.heads,
-                    model.d_model, origin=origin)
-    sizes = Sizes(1, T, model.d_model, model.heads, None, "none", 0, "float32", "cpu", 0)
-    return Run(module, (x,), {}, sizes, label=f"{origin} attention", call="forward(x)",
-               tokens=sentence.labels, x=x, config=config, source=_source(module))
+                    model.d_model, kv_heads=model.kv_heads, mask=mask_kind, origin=origin,
+                    rope=module.rope, rope_base=module.rope_base)
+    sizes = Sizes(1, T, model.d_model, model.heads, model.kv_heads, mask_kind, 0, "float32", "cpu",
+                  0, rope=module.rope, rope_base=module.rope_base)
+    mask = make_mask(T, mask_kind)
+    return Run(module, (x,), {} if mask is None else {"mask": mask}, sizes,
+               label=f"{origin} attention", call="forward(x)" if mask is None else "forward(x, mask)",
+               mask=mask, tokens=sentence.labels, x=x, config=config, source=_source(module))
+
+
+def from_model_decode(model, ids: list, prompt: int, layer: int, labels: tuple) -> Run:
+    """Real decoding through one layer's attention: its inputs for the prompt (the prefill) and
+    then for each generated token, one at a time, into a KVCache (a causal model's layer input
+    for a token does not depend on later tokens, so one full pass gives every step's input)."""
+    if not 1 <= layer <= model.layers:
+        raise MhaError(f"layer {layer} is out of range ({model.name} has layers 1 to "
+                       f"{model.layers})", quantity="layer")
+    _, inputs, _ = model.run(ids)
+    x = inputs[layer - 1]  # (1, T + N, D)
+    module = model.attention_module(layer)
+    steps = len(ids) - prompt
+    sizes = Sizes(1, prompt, model.d_model, model.heads, model.kv_heads, "causal", 0, "float32",
+                  "cpu", 0, rope=module.rope, rope_base=module.rope_base, decode=steps)
+    mask = make_mask(prompt, "causal")
+    cache = KVCache()
+    phases = [("prefill", (x[:, :prompt],), {"mask": mask, "cache": cache})] + [
+        (f"decode step {i + 1}", (x[:, prompt + i:prompt + i + 1],), {"cache": cache})
+        for i in range(steps)]
+    return Run(module, (x[:, :prompt],), {"mask": mask}, sizes,
+               label=f"{model.name} layer {layer} attention",
+               call="forward(x, mask, cache), then forward(token, cache) per generated token",
+               mask=mask, tokens=labels, x=x, source=_source(module), phases=phases)

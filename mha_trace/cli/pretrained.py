@@ -86,7 +86,7 @@ def heads(model, sentence, layer, head, overview, words, hide_special, decimals,
     if hide_special:
         title += "  ([CLS] and [SEP] hidden: rows no longer sum to 1)"
     emit(out, head_tables(title, tokens, weights[picked[0][0] - 1], [h for _, h in picked],
-                          picked[0][0], decimals, words), data)
+                          picked[0][0], decimals, words, s.model.causal), data)
 
 
 def layer_view(model, sentence, layer, head):
@@ -115,22 +115,46 @@ def explain(model, sentence, layer, head, token, position, decimals, out: Output
     emit(out, w.renderables(decimals=decimals, head=only), w.data(decimals, only))
 
 
-def shapes(model, sentence, layer, out: Output):
+def shapes(model, sentence, layer, out: Output, decode: int = 0):
     from mha_trace.output import make_console
     from mha_trace.run import from_model
     from mha_trace.shapes import trace_run
 
+    if decode:
+        from mha_trace.models import load
+        from mha_trace.probes import predict
+        from mha_trace.run import from_model_decode
+
+        m = load(model)
+        if not m.causal:
+            raise MhaError(f"decode needs a causal model; {m.name} is an encoder (try --model "
+                           f"smollm2)", quantity="decode")
+        text = DEFAULT_SENTENCE if sentence is None else sentence
+        p = predict(m, text, 1, decode)  # greedy tokens: what real decoding feeds back
+        _, ids = m.tokenize(text)
+        labels = tuple(m.token_text(i) for i in ids + p.generated)
+        report = trace_run(from_model_decode(m, ids + p.generated, len(ids), layer or 1, labels))
+        console = make_console(out)
+        emit(out, report.renderables(console.width), report.data(), console)
+        return
     s = encode(model, sentence)
     report = trace_run(from_model(s, _layer(s, layer or 1)))
     console = make_console(out)
     emit(out, report.renderables(console.width), report.data(), console)
 
 
-def ablate(model, sentence, head, decimals, out: Output):
+def ablate(model, sentence, head, decimals, out: Output, rank: bool = False, top: int = 20):
     from mha_trace.models import parse_head
     from mha_trace.probes import ablate as run_ablate
     from mha_trace.render.model import ablation_data, ablation_renderables
 
+    if rank:
+        from mha_trace.probes import rank_heads
+        from mha_trace.render.model import ranking_data, ranking_renderables
+
+        r = rank_heads(encode(model, sentence))
+        emit(out, ranking_renderables(r, top), ranking_data(r))
+        return
     removed = [parse_head(part.strip()) for part in head.split(",") if part.strip()]
     if not removed:
         raise MhaError("needs at least one LAYER.HEAD, e.g. 6.12", quantity="head")
@@ -164,3 +188,24 @@ def survey(
     result = run_survey(load(model), sentences, source.lower() if source else None, to,
                         builtin=sentence is None)
     emit(out, survey_renderables(result, top), survey_data(result, top))
+
+
+@app.command()
+@output_options()
+def predict(
+    model: Annotated[str, typer.Option("--model", help="A causal model: smollm2. Example: --model smollm2", metavar="NAME")] = "smollm2",
+    sentence: Annotated[str, typer.Option("--sentence", "-s", help="The text to continue (plain, no chat template). Example: --sentence \"The capital of France is\"")] = "The capital of France is",
+    top: Annotated[int, typer.Option("--top", min=1, max=100, help="How many next tokens to list. Example: --top 5")] = 10,
+    generate: Annotated[int, typer.Option("--generate", min=0, max=200, help="Also continue greedily for N tokens. Example: --generate 8")] = 0,
+    out: Output = None,
+):
+    """A causal model's next-token distribution: the top tokens with their probabilities.
+
+    Example: mha-trace predict --model smollm2 --sentence "The capital of France is" --generate 5
+    """
+    from mha_trace.models import load
+    from mha_trace.probes import predict as run_predict
+    from mha_trace.render.model import prediction_data, prediction_renderables
+
+    p = run_predict(load(model), sentence, top, generate)
+    emit(out, prediction_renderables(p), prediction_data(p))

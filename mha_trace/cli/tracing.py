@@ -51,10 +51,10 @@ def shapes(
             ("batch", batch, 2), ("seq", seq, 10), ("d_model", d_model, 512), ("heads", heads, 8),
             ("kv_heads", kv_heads, None), ("mask", mask, Mask.none), ("pad", pad, 0),
             ("module", module, None), ("init", init, None), ("rope", rope, False),
-            ("window", window, None), ("impl", impl, Impl.explicit), ("decode", decode, 0),
+            ("window", window, None), ("impl", impl, Impl.explicit),
             ("compare_impl", compare_impl, False)) if value != default}
         pretrained.refuse_with_model(**changed)
-        return pretrained.shapes(model, sentence, layer, out)
+        return pretrained.shapes(model, sentence, layer, out, decode)
     from mha_trace.cli.pretrained import needs_model
 
     needs_model(sentence, layer)

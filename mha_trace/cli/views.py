@@ -241,6 +241,8 @@ def ablate(
     decimals: DecimalsOpt = 4,
     model: PretrainedOpt = None,
     sentence: SentenceOpt = None,
+    rank: Annotated[bool, typer.Option("--rank", help="With --model: remove every head on its own and rank them by their effect (one batched pass). Example: --rank")] = False,
+    top: Annotated[int, typer.Option("--top", min=1, max=10000, help="With --rank: how many heads to list. Example: --top 10")] = 20,
     out: Output = None,
 ):
     """The output with some heads removed (zeroed before W_O), and how far each token moved.
@@ -256,13 +258,15 @@ def ablate(
 
         pretrained.refuse_with_model(config=config, heads=heads, kv_heads=kv_heads, mask=mask,
                                      pad=pad)
-        if head is None:
-            raise MhaError("with --model, name the heads to remove, e.g. --head 6.12",
-                           quantity="head")
-        return pretrained.ablate(model, sentence, head, decimals, out)
+        if head is None and not rank:
+            raise MhaError("with --model, name the heads to remove, e.g. --head 6.12 (or rank "
+                           "them all with --rank)", quantity="head")
+        if head is not None and rank:
+            raise MhaError("--head and --rank do not go together (--rank removes every head)")
+        return pretrained.ablate(model, sentence, head, decimals, out, rank, top)
     from mha_trace.cli.pretrained import needs_model
 
-    needs_model(sentence, None)
+    needs_model(sentence, None, rank=rank)
     a = run_ablate(_config(config, heads, kv_heads, mask, pad, rope, rope_base, window),
                    _int_list("2" if head is None else head, "head"))
     emit(out, a.renderables(decimals=decimals), a.data(decimals))

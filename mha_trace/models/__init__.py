@@ -6,7 +6,7 @@ every view (shapes, heads, explain, ablate) works on them unchanged. Nothing her
 
 from mha_trace.errors import MhaError
 
-MODELS = ("minilm",)
+MODELS = ("minilm", "smollm2")
 
 
 def load(name: str):
@@ -15,6 +15,10 @@ def load(name: str):
         from mha_trace.models.minilm import load as load_minilm
 
         return load_minilm()
+    if name == "smollm2":
+        from mha_trace.models.smollm2 import load as load_smollm2
+
+        return load_smollm2()
     raise MhaError(f"model '{name}' is not one of {', '.join(MODELS)}", quantity="model")
 
 

@@ -28,6 +28,37 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _stamps() -> tuple[Path, dict]:
+    record = cache_dir() / "verified.json"
+    try:
+        return record, json.loads(record.read_text())
+    except (OSError, ValueError):
+        return record, {}
+
+
+def _remember(record: Path, known: dict) -> None:
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        temporary = record.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(known))
+        temporary.replace(record)
+    except OSError:
+        pass  # an unwritable cache only means hashing again next time
+
+
+def file_sha256(path: Path) -> str:
+    """The file's sha256, computed once per file version (its size and modification time)."""
+    stat = path.stat()
+    record, known = _stamps()
+    stamp = known.get(str(path))
+    if isinstance(stamp, list) and len(stamp) == 3 and stamp[:2] == [stat.st_size, stat.st_mtime_ns]:
+        return stamp[2]
+    digest = sha256(path)
+    known[str(path)] = [stat.st_size, stat.st_mtime_ns, digest]
+    _remember(record, known)
+    return digest
+
+
 def verify_file(path: Path, size: int, digest: str, install: str) -> None:
     """Exit 1 with the install command unless the file has the expected size and sha256."""
     try:
@@ -37,22 +68,6 @@ def verify_file(path: Path, size: int, digest: str, install: str) -> None:
     if stat.st_size != size:
         raise MhaError(f"{path} has {stat.st_size:,} bytes, expected {size:,}: the file is "
                        f"damaged (reinstall it with: {install})", exit_code=1)
-    record = cache_dir() / "verified.json"
-    key, stamp = str(path), [stat.st_size, stat.st_mtime_ns, digest]
-    try:
-        known = json.loads(record.read_text())
-    except (OSError, ValueError):
-        known = {}
-    if known.get(key) == stamp:
-        return
-    if sha256(path) != digest:
+    if file_sha256(path) != digest:
         raise MhaError(f"{path} does not have the expected sha256: the file is damaged "
                        f"(reinstall it with: {install})", exit_code=1)
-    known[key] = stamp
-    try:
-        record.parent.mkdir(parents=True, exist_ok=True)
-        temporary = record.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(known))
-        temporary.replace(record)
-    except OSError:
-        pass  # an unwritable cache only means hashing again next time

@@ -12,10 +12,8 @@ Each layer's self-attention is the lecture's own MultiHeadAttention with the loa
 
 import importlib.util
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -23,6 +21,7 @@ import torch.nn.functional as F
 from mha_trace.attention import MultiHeadAttention
 from mha_trace.errors import MhaError
 from mha_trace.models.cache import verify_file
+from mha_trace.models.sentence import Sentence
 from mha_trace.runtime import light_meta_kernels
 
 NAME = "all-MiniLM-L6-v2"
@@ -92,31 +91,12 @@ class Encoder(nn.Module):
         return x, inputs, weights
 
 
-@dataclass
-class Sentence:
-    """One sentence through the model: its tokens, every layer's input and weights, the output."""
-
-    model: "Model"
-    text: str
-    ids: tuple
-    tokens: tuple  # WordPiece pieces as the model sees them ("##" kept)
-    words: tuple  # the word each token belongs to (None for [CLS] and [SEP])
-    inputs: list  # per layer: its input (1, T, D)
-    weights: np.ndarray  # (layers, heads, T, T)
-    output: np.ndarray  # (T, D): the final hidden states
-
-    @property
-    def labels(self) -> tuple:
-        """Tokens as tables show them: a repeated token carries its position (the·1, the·5)."""
-        seen = [t for t in self.tokens]
-        return tuple(f"{t}·{i}" if seen.count(t) > 1 else t for i, t in enumerate(seen))
-
-
 class Model:
     """The loaded model: its encoder (float32), its tokenizer and its sizes."""
 
     name = NAME
     causal = False
+    kv_heads = None  # every head has its own K and V
 
     def __init__(self, folder: Path):
         from safetensors import safe_open
@@ -143,10 +123,17 @@ class Model:
         """(1, T, D): the embedding rows of these token ids, read from the file one by one."""
         return torch.cat([self._words[i:i + 1] for i in ids])[None]
 
-    def run(self, ids):
-        """The encoder on token ids: (output, every layer's input, every layer's weights)."""
+    def run(self, ids, batch: int = 1):
+        """The encoder on token ids: (output, every layer's input, every layer's weights).
+
+        batch > 1 runs copies of the sentence together (head ablations, one per copy).
+        """
+        words = self.word_vectors(ids)
         with torch.no_grad():
-            return self.encoder(self.word_vectors(ids))
+            return self.encoder(words.expand(batch, *words.shape[1:]))
+
+    def attention_module(self, layer: int):
+        return self.encoder.layers[layer - 1].attention
 
     def tokenize(self, text: str):
         encoding = self.tokenizer.encode(text)
@@ -161,6 +148,10 @@ class Model:
         return Sentence(self, text, tuple(encoding.ids), tuple(encoding.tokens),
                         tuple(encoding.word_ids), inputs,
                         torch.stack(weights)[:, 0].numpy(), out[0].numpy())
+
+    def attention_input(self, sentence, layer: int):
+        """What layer `layer`'s attention reads (BERT: the layer's input itself)."""
+        return sentence.inputs[layer - 1]
 
 
 def _names(layers: int) -> dict:

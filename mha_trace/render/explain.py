@@ -27,8 +27,10 @@ def explain_renderables(w, decimals: int, only_head: int | None) -> list:
     out = [Text(f"{c.title}: the query '{w.token}' (position {w.position}) through {through}  "
                 f"({describe(view)})", style="bold")]
     if c.origin:
+        biases = " plus their biases" if view.b_O is not None else ""
+        turned = ", q and k then turned by RoPE" if c.rope else ""
         out.append(Text(f"q, k, v are this layer's input (the hidden states of the {len(c.tokens)} "
-                        f"tokens) times the trained W_qᵀ, W_kᵀ, W_vᵀ plus their biases; the walk "
+                        f"tokens) times the trained W_qᵀ, W_kᵀ, W_vᵀ{biases}{turned}; the walk "
                         f"starts from those projections."))
     elif not c.explicit:
         out.append(Text(f"q, k, v are the seeded embeddings times W_qᵀ, W_kᵀ, W_vᵀ (seed "

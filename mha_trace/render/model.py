@@ -95,11 +95,13 @@ def _distinct(labels: list) -> list:
 
 
 def head_tables(title: str, tokens, weights, picked: list, layer: int, decimals: int,
-                words: bool) -> list:
-    """One weights table per (layer, head) picked, heads counted from 1."""
+                words: bool, causal: bool = False) -> list:
+    """One weights table per (layer, head) picked, heads counted from 1; a causal model's
+    future keys show as masked."""
     out = [Text(title, style="bold")]
+    mask = np.tril(np.ones((len(tokens), len(tokens)), bool)) if causal else None
     for h in picked:
-        out.append(weights_table(f"Head {layer}.{h}", tokens, weights[h - 1], None, decimals))
+        out.append(weights_table(f"Head {layer}.{h}", tokens, weights[h - 1], mask, decimals))
     note = (" Rows and columns are words: to a word is the sum over its pieces, from a word the "
             "mean." if words else "")
     out.append(Text(legend().plain + note))
@@ -129,6 +131,14 @@ def ablation_renderables(a, decimals: int) -> list:
     for t, d, r, c in zip(a.sentence.labels, a.distance, a.relative, a.cosine):
         table.add_row(t, fmt(d, decimals), f"{r:.1%}", fmt(c, decimals))
     out.append(table)
+    if a.next_full is not None:
+        m, top = a.sentence.model, a.top
+        order = np.argsort(-a.next_ablated)[:5]
+        out.append(Text(f"Next token: {m.token_text(top)!r} {a.next_full[top]:.1%} with every head, "
+                        f"{a.next_ablated[top]:.1%} without (a change of "
+                        f"{100 * (a.next_ablated[top] - a.next_full[top]):+.1f} points); KL(full ‖ ablated) = "
+                        f"{a.kl:.4f} nats. Top 5 without: "
+                        + ", ".join(f"{m.token_text(int(i))!r} {a.next_ablated[i]:.1%}" for i in order)))
     out.append(Text(f"Largest move: {a.sentence.labels[int(np.argmax(a.relative))]} "
                     f"({float(np.max(a.relative)):.1%} of its vector's norm). Relative = L2 "
                     f"distance ÷ the norm of the full model's vector; cosine 1 means the "
@@ -138,8 +148,80 @@ def ablation_renderables(a, decimals: int) -> list:
 
 def ablation_data(a, decimals: int) -> dict:
     r = lambda xs: [round(float(x), decimals) for x in xs]
-    return {"command": "ablate", "model": a.sentence.model.name, "sentence": a.sentence.text,
+    data = {"command": "ablate", "model": a.sentence.model.name, "sentence": a.sentence.text,
             "tokens": list(a.sentence.labels),
             "removed": [{"layer": l, "head": h} for l, h in a.removed],
             "l2_distance": r(a.distance), "relative": r(a.relative), "cosine": r(a.cosine),
             "decimals": decimals}
+    if a.next_full is not None:
+        m = a.sentence.model
+        data["next_token"] = {"token": m.token_text(a.top), "id": a.top,
+                              "p_full": float(a.next_full[a.top]),
+                              "p_ablated": float(a.next_ablated[a.top]), "kl": a.kl}
+    return data
+
+
+def ranking_renderables(r, top: int) -> list:
+    from mha_trace.output import new_table
+
+    m = r.sentence.model
+    out = [Text(f"{m.name}: every head removed on its own, ranked by its effect on "
+                f"\"{r.sentence.text}\" ({len(r.heads)} heads, one batched pass)", style="bold")]
+    shown = min(top, len(r.heads))
+    table = new_table(f"The {shown} heads whose removal matters most ({r.measure})")
+    table.add_column("#", justify="right")
+    table.add_column("head", justify="right")
+    table.add_column("effect", justify="right")
+    if r.top_drop is not None:
+        top = m.token_text(r.top_token)
+        table.add_column(f"p({top}) change", justify="right")
+    for i in range(shown):
+        l, h = r.heads[i]
+        cells = [str(i + 1), f"{l}.{h}", f"{r.effect[i]:.4f}"]
+        if r.top_drop is not None:
+            cells.append(f"{-100 * r.top_drop[i]:+.1f} pts")
+        table.add_row(*cells)
+    out.append(table)
+    quiet = int(np.sum(r.effect < 1e-3))
+    out.append(Text(f"{quiet} of {len(r.heads)} heads change it by less than 0.001; --top N lists "
+                    f"more, --format json has them all."))
+    return out
+
+
+def ranking_data(r) -> dict:
+    return {"command": "ablate", "model": r.sentence.model.name, "sentence": r.sentence.text,
+            "measure": r.measure,
+            "ranking": [{"layer": l, "head": h, "effect": float(e),
+                         **({} if r.top_drop is None else {"top_drop": float(d)})}
+                        for (l, h), e, d in zip(r.heads, r.effect,
+                                                r.top_drop if r.top_drop is not None else r.effect)]}
+
+
+def prediction_renderables(p) -> list:
+    from mha_trace.output import new_table
+
+    m = p.model
+    out = [Text(f"{m.name}: the next token after \"{p.text}\"", style="bold")]
+    table = new_table(f"Top {len(p.top)} next tokens")
+    table.add_column("#", justify="right")
+    table.add_column("token")
+    table.add_column("id", justify="right")
+    table.add_column("probability", justify="right")
+    for i, (token, prob) in enumerate(p.top):
+        table.add_row(str(i + 1), repr(m.token_text(token)), str(token), f"{prob:.2%}")
+    out.append(table)
+    if p.generated:
+        from mha_trace.errors import printable
+
+        out.append(Text(f"Greedy, {len(p.generated)} tokens: "
+                        + printable(p.text + m.tokenizer.decode(p.generated))))
+    out.append(Text("Plain text in, no chat template; ▁ marks a leading space."))
+    return out
+
+
+def prediction_data(p) -> dict:
+    return {"command": "predict", "model": p.model.name, "sentence": p.text,
+            "top": [{"token": p.model.token_text(t), "id": t, "probability": float(q)}
+                    for t, q in p.top],
+            "generated": [{"token": p.model.token_text(t), "id": t} for t in p.generated],
+            "text": p.text + p.model.tokenizer.decode(p.generated) if p.generated else p.text}

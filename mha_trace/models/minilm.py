@@ -113,15 +113,21 @@ class Model:
             self.encoder = Encoder(self.max_positions, self.d_model, self.heads,
                                    config["intermediate_size"], self.layers,
                                    config["layer_norm_eps"])
-        self._file = safe_open(folder / "model.safetensors", framework="pt")
-        self._words = self._file.get_slice("embeddings.word_embeddings.weight")
-        state = {ours: self._file.get_tensor(theirs) for ours, theirs in _names(self.layers).items()}
+        self._weights = folder / "model.safetensors"
+        # the file is mapped only while reading: its pages would otherwise stay in this
+        # process's memory beside the copies
+        with safe_open(self._weights, framework="pt") as f:
+            state = {ours: f.get_tensor(theirs) for ours, theirs in _names(self.layers).items()}
         self.encoder.load_state_dict(state, assign=True)
         self.encoder.eval()
 
     def word_vectors(self, ids) -> torch.Tensor:
         """(1, T, D): the embedding rows of these token ids, read from the file one by one."""
-        return torch.cat([self._words[i:i + 1] for i in ids])[None]
+        from safetensors import safe_open
+
+        with safe_open(self._weights, framework="pt") as f:
+            words = f.get_slice("embeddings.word_embeddings.weight")
+            return torch.cat([words[i:i + 1] for i in ids])[None]
 
     def run(self, ids, batch: int = 1):
         """The encoder on token ids: (output, every layer's input, every layer's weights).

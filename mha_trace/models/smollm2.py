@@ -17,6 +17,7 @@ own MultiHeadAttention (rope, 3 K/V heads, no biases).
 
 import importlib.util
 import json
+import mmap
 import os
 from pathlib import Path
 
@@ -156,7 +157,9 @@ class Model:
         self.d_model, self.max_positions, self.rope_base = s["d_model"], s["context"], s["rope_base"]
         self.add_bos, self.bos, self.eos = s["add_bos"], s["bos"], s["eos"]
         self.tokenizer, self.tensors = tokenizer, meta["tensors"]
-        self._file = np.memmap(path, dtype=np.uint8, mode="c")  # copy-on-write: nothing is written
+        with open(path, "rb") as f:  # copy-on-write: nothing is written, and no write is possible
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        self._file = np.frombuffer(self._map, dtype=np.uint8)
         with torch.device("meta"):
             self.blocks = nn.ModuleList(Block(self.d_model, self.heads, self.kv_heads, s["d_ff"],
                                               self.rope_base, s["eps"]) for _ in range(self.layers))
@@ -172,6 +175,13 @@ class Model:
         container = nn.Module()
         container.blocks, container.norm = self.blocks, self.norm
         container.load_state_dict(state, assign=True, strict=False)  # the FFN stays on meta
+        self._release()
+
+    def _release(self) -> None:
+        """Let go of the file's pages this process touched: dequantised, they are not needed, and
+        they stay in the OS's page cache for the next read."""
+        if hasattr(mmap, "MADV_DONTNEED"):
+            self._map.madvise(mmap.MADV_DONTNEED)
 
     def _raw(self, name: str, rows=None) -> np.ndarray:
         t = self.tensors[name]
@@ -212,6 +222,7 @@ class Model:
                 x, h, w = block(x, mask)
                 for part in ("gate", "up", "down"):
                     getattr(block, part).weight = nn.Parameter(torch.empty(0), requires_grad=False)
+                self._release()
                 inputs.append(h[:1])
                 weights.append(w[:1])
             self.last_batch = x

@@ -131,19 +131,25 @@ def _device(sizes: Sizes) -> torch.device:
     return check_device(sizes.device)
 
 
+MAX_DECODE = 1000
+
+
 def check_modern(sizes: Sizes) -> None:
     from mha_trace.validate import positive
 
     if sizes.rope and (sizes.d_model // sizes.heads) % 2:
         raise MhaError(f"rope turns pairs of dims, so d_k = d_model / heads = "
                        f"{sizes.d_model // sizes.heads} must be even", quantity="rope")
-    if not sizes.rope_base > 1:
-        raise MhaError(f"rope_base={sizes.rope_base} must be more than 1 (LLaMA uses 10000)",
+    if not 1 < sizes.rope_base < 1e300:  # nan and inf included
+        raise MhaError(f"rope_base={sizes.rope_base} must be a finite number more than 1 (LLaMA uses 10000)",
                        quantity="rope_base")
     if sizes.window is not None:
         positive("window", sizes.window)
     if sizes.decode:
         positive("decode", sizes.decode)
+        if sizes.decode > MAX_DECODE:
+            raise MhaError(f"decode={sizes.decode} is more steps than a trace can show (at most "
+                           f"{MAX_DECODE}; every step is a block of rows)", quantity="decode")
         if sizes.pad:
             raise MhaError("pad does not go with --decode (decoding appends real tokens)",
                            quantity="pad")

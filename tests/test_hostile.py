@@ -46,6 +46,12 @@ def _random_flags(rng: random.Random, big: bool) -> list:
         if rng.random() < 0.6:
             value = rng.choice(VALUES) if big else rng.choice(VALUES[:8] + VALUES[-3:])
             flags += [flag, value]
+    # the modern options: RoPE, windows, the fused path, decoding
+    for flag, values in (("--rope", None), ("--rope-base", ["nan", "inf", "-1", "1", "1e308", "x"]),
+                         ("--window", VALUES[:8]), ("--decode", ["0", "1", "3", "100000", "-2"]),
+                         ("--impl", ["sdpa", "fused"])):
+        if rng.random() < 0.2:
+            flags += [flag] if values is None else [flag, rng.choice(values)]
     return flags
 
 

@@ -282,6 +282,7 @@ class ModuleHeads(Shows):
     averaged: bool  # the module returned one (T, T) map per batch item
     output: np.ndarray  # (T, D)
     mask: np.ndarray | None
+    how: str = "seeded embeddings, batch 1"  # what forward was fed
 
     def renderables(self, width: int = 100, decimals: int = 4, head: int | None = None) -> list:
         from mha_trace.render.heads import module_heads_renderables
@@ -308,6 +309,8 @@ def module_heads(run: Run) -> ModuleHeads:
                        f"(mha-trace shapes --module shows where)", exit_code=1) from None
     x = run.args[0]
     output, weights = usermodule.split_result(result, x)
+    if output.dim() == 2:  # a module that squeezes the batch away (the chapter's does)
+        output = output[None]
     if weights is None:
         raise MhaError(f"{run.label} returns no attention weights (only its output), so there is "
                        f"nothing for heads to show; mha-trace shapes --module still traces it",
@@ -321,4 +324,5 @@ def module_heads(run: Run) -> ModuleHeads:
     averaged = weights.dim() == 3 and weights.shape[0] == 1 and run.sizes.heads > 1
     out = output.detach().double().cpu().numpy().reshape(-1, T, output.shape[-1])[0]
     return ModuleHeads(run.label, run.call, run.tokens, w, averaged, out,
-                       None if run.mask is None else run.mask.cpu().numpy())
+                       None if run.mask is None else run.mask.cpu().numpy(),
+                       run.how or "seeded embeddings, batch 1")

@@ -74,6 +74,7 @@ class Run:
     source: str = ""  # the file the trace attributes rows to (the module's own)
     estimate: int = 0  # bytes the memory guard estimated (0 when it could not tell)
     phases: list = field(default_factory=list)  # decoding: [(label, args, kwargs)] in order
+    how: str = ""  # how a user's module was fed, when that needs saying
 
     @property
     def builtin(self) -> bool:
@@ -265,13 +266,19 @@ def from_module(spec: str, sizes: Sizes, init: str | None = None, tokens: tuple 
         x = torch.empty(shape, dtype=dtype) if device.type == "meta" else torch.randn(shape, dtype=dtype)
         mask = make_mask(sizes.seq, sizes.mask, sizes.pad, device)
     call, args, kwargs = usermodule.forward_call(module, x, mask)
-    return Run(module, args, kwargs, sizes, label=label, call=call, mask=mask, tokens=tokens, x=x,
-               config=config, source=source, estimate=estimate)
+    run = Run(module, args, kwargs, sizes, label=label, call=call, mask=mask, tokens=tokens, x=x,
+              config=config, source=source, estimate=estimate)
+    if config is not None and config.explicit:
+        usermodule.feed_config(run, config)
+    return run
 
 
-def module_sizes_for_config(config: Config, d_model: int, heads: int) -> Sizes:
-    """A user module on a config's tokens: batch 1, the config's length, mask and seed."""
-    return replace(config_sizes(config), d_model=d_model, heads=heads, kv_heads=None)
+def module_sizes_for_config(config: Config, d_model: int | None, heads: int | None) -> Sizes:
+    """A user module on a config's tokens: batch 1, the config's length, mask and seed; the
+    config's width and heads unless given (64 and 4 for a generated config)."""
+    width = d_model or (config.d_model if config.explicit else 64)
+    return replace(config_sizes(config), d_model=width, heads=heads or config.heads,
+                   kv_heads=None)
 
 
 def _source(module) -> str:

@@ -99,6 +99,10 @@ def _import(target: str):
 
 
 def load_class(spec: str) -> type:
+    if spec.startswith("example:"):
+        from mha_trace.bundled import resolve
+
+        spec = resolve(spec)
     if ":" not in spec:
         raise MhaError(f"module {spec}: expected FILE.py:ClassName or package.module:ClassName", quantity="module")
     target, name = spec.rsplit(":", 1)
@@ -230,8 +234,57 @@ def _rows_sum_to_one(t: torch.Tensor) -> bool:
 def load(spec: str, d_model: int, heads: int, init: str | None, device, dtype) -> tuple:
     """(module, source file, label) for --module SPEC, on the device and dtype asked for."""
     cls = load_class(spec)
+    if spec.startswith("example:"):
+        return _built(cls, d_model, heads, init, device, dtype, spec)
+    return _built(cls, d_model, heads, init, device, dtype, spec.rsplit(":", 1)[0])
+
+
+def _built(cls, d_model, heads, init, device, dtype, where: str) -> tuple:
     with torch.device(device):
         module = construct(cls, d_model, heads, init)
     module = module.to(dtype)
     source = inspect.getsourcefile(cls) or "?"
-    return module, source, f"{cls.__name__} from {spec.rsplit(':', 1)[0]}"
+    return module, source, f"{cls.__name__} from {where}"
+
+
+def feed_config(run, config) -> None:
+    """Give a module whose forward takes (Q, K, V) the config's own Q, K, V, as the chapter does.
+
+    Its projections are switched off where forward has `use_projections` (the chapter's class),
+    else set to the identity when they are all d_model × d_model, so that the heads see exactly
+    the config's columns; `run.how` says which. A module that takes one input x keeps the seeded
+    embeddings, and says so.
+    """
+    import torch.nn as nn
+
+    D = config.d_model
+    if len(run.args) != 3:
+        run.how = (f"forward takes one input, so the config's separate Q, K, V cannot be fed; "
+                   f"seeded embeddings of width {run.sizes.d_model}")
+        return
+    if run.sizes.d_model != D:
+        raise MhaError(f"d_model={run.sizes.d_model}, but the config's Q, K, V have {D} columns "
+                       f"(leave --d-model out to use the config's)", quantity="d_model")
+    dtype, device = run.args[0].dtype, run.args[0].device
+    run.args = tuple(torch.tensor(m, dtype=dtype, device=device)[None]
+                     for m in (config.Q, config.K, config.V))
+    params = inspect.signature(run.module.forward).parameters
+    if "use_projections" in params:
+        how = "projections off (use_projections=False, the chapter's default)"
+        run.kwargs.pop("use_projections", None)
+    else:
+        linears = [m for m in run.module.modules() if isinstance(m, nn.Linear)]
+        if any(tuple(m.weight.shape) != (D, D) for m in linears):
+            shapes = ", ".join(str(list(m.weight.shape)) for m in linears)
+            raise MhaError(f"{run.label} projects Q, K, V with layers of shapes {shapes}, which "
+                           f"cannot be set to the identity; give it a generated config instead",
+                           exit_code=2, quantity="config")
+        with torch.no_grad():
+            for m in linears:
+                m.weight.copy_(torch.eye(D, dtype=m.weight.dtype))
+                if m.bias is not None:
+                    m.bias.zero_()
+        how = f"its {len(linears)} projections set to the identity"
+    if config.W_O is not None:
+        how += "; the config's W_O is not applied (a foreign module's output projection is its own)"
+    run.how = f"the config's Q, K, V as forward(Q, K, V), {how}"

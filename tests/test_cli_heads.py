@@ -65,3 +65,6 @@ def test_installed_package_finds_bundled_configs_from_another_directory(tmp_path
     assert heads.returncode == 0, heads.stderr
     assert "The chicken didn't cross the road" in heads.stdout
     assert run("explain", "--token", "cat").returncode == 0
+    listing = run("examples")  # the examples ship inside the package too
+    assert listing.returncode == 0 and "example:l04" in listing.stdout
+    assert run("shapes", "--module", "example:l04", "--d-model", "64", "--heads", "4").returncode == 0

@@ -1,6 +1,7 @@
 """--module: the seeds' own implementations, traced as written, and the student's mistakes."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -173,3 +174,62 @@ def test_d_model_without_module_is_refused(cli):
     result = cli("explain", "--d-model", "8")
     assert result.exit_code == 2
     assert result.stderr == "Error: --d-model goes with --module (a config's width is fixed by the config)\n"
+
+
+def test_the_chapters_class_on_the_chapters_config_gives_the_chapters_numbers(cli):
+    """The config's Q, K, V go in as forward(Q, K, V) with projections off: 0.1237, not 0.1361."""
+    for spec, how in [("examples/chapter_torch_mha.py:MultiHeadAttention", "projections off"),
+                      ("example:raschka", "its 4 projections set to the identity")]:
+        data = json.loads(cli("heads", "--module", spec, "--config", "cat-sat-on-mat",
+                              "--format", "json").stdout)
+        assert how in data["fed"]
+        assert data["heads"][0]["weights"][0] == [0.1237, 0.2509, 0.2509, 0.1237, 0.2509]
+        ours = json.loads(cli("heads", "--format", "json").stdout)
+        assert [h["weights"] for h in data["heads"]] == [h["weights"] for h in ours["heads"]]
+    walk = cli("explain", "--module", "example:chapter_torch", "--config", "cat-sat-on-mat",
+               "--token", "cat").stdout
+    assert "0.3664" in walk
+
+
+def test_a_one_input_module_on_an_explicit_config_says_what_it_was_fed(cli):
+    data = json.loads(cli("heads", "--module", "example:committee", "--config", "cat-sat-on-mat",
+                          "--format", "json").stdout)
+    assert data["fed"].startswith("forward takes one input, so the config's separate Q, K, V cannot be fed")
+
+
+def test_fused_projections_cannot_be_set_to_the_identity(cli):
+    result = cli("heads", "--module", "example:nanogpt", "--config", "cat-sat-on-mat", "--heads", "2")
+    assert result.exit_code in (1, 2) and result.stderr.startswith("Error: ")
+
+
+def test_examples_are_listed_and_run_by_name(cli):
+    data = json.loads(cli("examples", "--format", "json").stdout)
+    names = {e["name"] for e in data["examples"]}
+    assert names == {"broken_view", "chapter_torch", "committee", "l04", "nanogpt", "raschka",
+                     "reference_sheet"}
+    by_name = cli("shapes", "--module", "example:l04", "--d-model", "64", "--heads", "4", "--format", "json")
+    by_path = cli("shapes", "--module", "examples/l04_mha.py:MultiHeadAttention", "--d-model", "64",
+                  "--heads", "4", "--format", "json")
+    assert [s["shape"] for s in json.loads(by_name.stdout)["steps"]] == \
+        [s["shape"] for s in json.loads(by_path.stdout)["steps"]]
+    assert cli("shapes", "--module", "example:nope").stderr.startswith(
+        "Error: --module example:nope: no bundled example 'nope' (examples: broken_view, ")
+
+
+def test_every_example_named_in_help_exists():
+    import re
+
+    import typer
+
+    from mha_trace.bundled import examples
+    from mha_trace.cli import app
+
+    names = {e.name for e in examples()} | {e.path.stem for e in examples()}
+    command = typer.main.get_command(app)
+    helps = [p.help or "" for c in command.commands.values() for p in c.params] + [
+        c.help or "" for c in command.commands.values()]
+    for text in helps:
+        for name in re.findall(r"example:([a-z0-9_]+)", text):
+            assert name in names, name
+        for path in re.findall(r"examples/([a-z0-9_]+\.py)", text):
+            assert (Path("examples") / path).exists(), path

@@ -37,7 +37,7 @@ class Mask(str, Enum):
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table (rich, plain when piped), json or markdown. Example: --format json")]
 NoColorOpt = Annotated[bool, typer.Option("--no-color", help="Plain text without colour or escape codes (NO_COLOR does the same). Example: --no-color")]
 WidthOpt = Annotated[int | None, typer.Option("--width", min=40, help="Render at this many columns (default: the terminal's, 100 when piped). Example: --width 120")]
-ModuleOpt = Annotated[str | None, typer.Option("--module", "-m", help="Trace your own class instead: FILE.py:Class or package.module:Class (this runs your code). Example: --module examples/l04_mha.py:MultiHeadAttention", metavar="SPEC")]
+ModuleOpt = Annotated[str | None, typer.Option("--module", "-m", help="Trace your own class instead: FILE.py:Class, package.module:Class, or a bundled example:NAME (see mha-trace examples; this runs the code). Example: --module example:l04", metavar="SPEC")]
 InitOpt = Annotated[str | None, typer.Option("--init", help="Constructor arguments for --module, as name=value pairs. Example: --init 'd_model=64, num_heads=4'")]
 SvgOpt = Annotated[str | None, typer.Option("--svg", help="Also save what was printed as an SVG picture (for slides). Example: --svg shapes.svg", metavar="FILE")]
 HtmlOpt = Annotated[str | None, typer.Option("--html", help="Also save what was printed as HTML. Example: --html shapes.html", metavar="FILE")]

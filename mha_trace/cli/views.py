@@ -42,8 +42,8 @@ def _module_heads(module, init, config, d_model, heads, mask, pad, head):
     from mha_trace.run import from_module, module_sizes_for_config
 
     c = _config(config, mask=mask, pad=pad)
-    m = module_heads(from_module(module, module_sizes_for_config(c, d_model or 64, heads or 4),
-                                 init, tokens=c.tokens, config=c))
+    m = module_heads(from_module(module, module_sizes_for_config(c, d_model, heads), init,
+                                 tokens=c.tokens, config=c))
     _check_head(head, len(m.weights), "the module returned")
     return m
 
@@ -284,3 +284,19 @@ def configs(out: Output = None):
 
     found = [load(name) for name in bundled_names()]
     emit(out, [configs_table(found)], configs_data(found))
+
+
+@app.command()
+@output_options()
+def examples(out: Output = None):
+    """List the bundled example implementations (the seed texts' classes, as written), each
+    runnable from anywhere with --module example:NAME.
+
+    Example: mha-trace examples
+    Example: mha-trace shapes --module example:l04 --d-model 64 --heads 4
+    """
+    from mha_trace.bundled import examples as found
+    from mha_trace.render.configs import examples_data, examples_table
+
+    listed = found()
+    emit(out, [examples_table(listed)], examples_data(listed))

@@ -1,4 +1,4 @@
-"""Render the `configs` listing. Imports neither torch nor numpy."""
+"""Render the `configs` and `examples` listings. Imports neither torch nor numpy."""
 
 from rich.table import Table
 
@@ -29,3 +29,19 @@ def configs_data(configs) -> dict:
             "configs": [{"name": c.name, "title": c.title, "description": c.description,
                          "tokens": list(c.tokens), "d_model": c.d_model, "heads": c.heads,
                          "mask": c.mask, "explicit": c.explicit} for c in configs]}
+
+
+def examples_table(found) -> Table:
+    table = new_table("Bundled examples (use: mha-trace shapes --module example:NAME)")
+    table.add_column("name", style="bold", no_wrap=True)
+    table.add_column("class", no_wrap=True)
+    table.add_column("what it is", ratio=1)
+    for e in found:
+        table.add_row(e.spec, ", ".join(e.classes), e.about)
+    return table
+
+
+def examples_data(found) -> dict:
+    return {"command": "examples",
+            "examples": [{"name": e.name, "spec": e.spec, "classes": list(e.classes),
+                          "about": e.about, "file": e.path.name} for e in found]}

@@ -48,7 +48,7 @@ def heads_data(view, decimals: int, only_head: int | None) -> dict:
 
 
 def module_heads_renderables(m, decimals: int, only_head: int | None) -> list:
-    out = [Text(f"{m.label}, {m.call}: {' '.join(m.tokens)}  (seeded embeddings, batch 1)",
+    out = [Text(f"{m.label}, {m.call}: {' '.join(m.tokens)}  ({m.how})",
                 style="bold")]
     if m.averaged:
         out.append(Text("This module returns one weight map averaged over its heads, so per-head "
@@ -64,7 +64,8 @@ def module_heads_renderables(m, decimals: int, only_head: int | None) -> list:
 
 def module_heads_data(m, decimals: int, only_head: int | None) -> dict:
     heads = [only_head - 1] if only_head else range(len(m.weights))
-    return {"command": "heads", "module": m.label, "call": m.call, "tokens": list(m.tokens),
+    return {"command": "heads", "module": m.label, "call": m.call, "fed": m.how,
+            "tokens": list(m.tokens),
             "decimals": decimals, "averaged": m.averaged,
             "mask": None if m.mask is None else m.mask.tolist(),
             "heads": [{"head": h + 1, "weights": rounded(m.weights[h], decimals)} for h in heads],

@@ -49,6 +49,7 @@ class Step:
     inputs: list = field(default_factory=list)  # shapes of the tensor inputs
     span: str = ""  # the whole expression that this call ends, for prefix stripping
     phase: str = ""  # which call of forward: "" for one pass, "prefill" / "decode step 1" ...
+    value: object = None  # a copy of the output, when the trace keeps values (checking a module)
 
 
 @dataclass
@@ -151,9 +152,10 @@ def _own_part(span: str, earlier: list) -> str:
 
 
 class _Recorder(TorchFunctionMode):
-    def __init__(self, watch: set):
+    def __init__(self, watch: set, keep_values: bool = False):
         super().__init__()
         self.watch = watch
+        self.keep_values = keep_values
         self.steps: list[Step] = []
         self.failure: Failure | None = None
 
@@ -213,7 +215,7 @@ class _Recorder(TorchFunctionMode):
             shape=tuple(out.shape), stride=tuple(out.stride()), contiguous=out.is_contiguous(),
             is_view=_storage_id(out) in in_storages, dtype=str(out.dtype).removeprefix("torch."),
             device=out.device.type, bytes=new_bytes, itemsize=out.element_size(), inputs=[tuple(t.shape) for t in inputs],
-            span=span))
+            span=span, value=out.detach().clone() if self.keep_values and out.device.type != "meta" else None))
 
 
 def _input_steps(module, args, kwargs, recorder, phase=""):
@@ -235,23 +237,24 @@ def _input_steps(module, args, kwargs, recorder, phase=""):
             recorder.steps[-1].phase = phase
 
 
-def trace(module, *args, watch=(), **kwargs) -> Trace:
+def trace(module, *args, watch=(), keep_values=False, **kwargs) -> Trace:
     """Run module(*args, **kwargs) once and return the recorded steps and its output.
 
     watch: extra source files whose lines the rows are attributed to (the module's own file is
-    always watched). Raises ForwardFailed, carrying the steps so far, when forward raises.
+    always watched). keep_values: each step also keeps a copy of its output (small runs only).
+    Raises ForwardFailed, carrying the steps so far, when forward raises.
     """
-    return trace_phases(module, [("", args, kwargs)], watch)
+    return trace_phases(module, [("", args, kwargs)], watch, keep_values)
 
 
-def trace_phases(module, phases, watch=()) -> Trace:
+def trace_phases(module, phases, watch=(), keep_values=False) -> Trace:
     """Run forward once per phase, in order, under one recorder: [(label, args, kwargs), ...].
 
     Decoding is a prefill call and then one call per new token; every step carries its phase.
     The output is the last call's.
     """
     own_file = inspect.getsourcefile(type(module))
-    recorder = _Recorder({f for f in (own_file, *watch) if f})
+    recorder = _Recorder({f for f in (own_file, *watch) if f}, keep_values)
     output = None
     for label, args, kwargs in phases:
         first = len(recorder.steps)

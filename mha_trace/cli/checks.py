@@ -71,17 +71,40 @@ def verify(
     rope_base: ConfigRopeBaseOpt = None,
     window: WindowOpt = None,
     impl: ImplOpt = Impl.explicit,
+    module: ModuleOpt = None,
+    init: InitOpt = None,
+    map_: Annotated[str | None, typer.Option("--map", help="With --module: which of your layers is which projection, when names and shapes do not tell. Example: --map 'q=W_Q,k=W_K,v=W_V,o=W_O'")] = None,
     out: Output = None,
 ):
     """Check the module against numpy by hand, nn.MultiheadAttention and F.scaled_dot_product_attention.
 
+    With --module, check your own class instead: the lecture module's weights are copied into it,
+    both run on the same input, and a wrong one is shown its first wrong step and a diagnosis.
+
     Exits 1 when any difference exceeds the dtype's tolerance.
     Example: mha-trace verify --heads 8 --kv-heads 2 --mask causal --dtype float64
     Example: mha-trace verify --rope --window 4 --kv-heads 2 --dtype float64
+    Example: mha-trace verify --module example:l04 --d-model 64 --heads 4
     """
     from mha_trace.verify import verify_config, verify_sizes
 
     mask = mask.value if mask else None
+    if module:
+        from mha_trace.render.verify import student_data, student_renderables
+        from mha_trace.student import check_module
+
+        if config or rope or window or impl != Impl.explicit or kv_heads:
+            raise MhaError("--config, --rope, --window, --impl and --kv-heads check the built-in "
+                           "module; with --module give sizes, --mask and --seed", quantity="module")
+        given = lambda v, default: default if v is None else v
+        report = check_module(module, given(d_model, 64), given(heads, 4), given(seq, 6),
+                              given(batch, 2), given(mask, "none"), given(seed, 0), init, map_)
+        emit(out, student_renderables(report), student_data(report))
+        if not report.passed:
+            raise typer.Exit(1)
+        return
+    if map_ or init:
+        raise MhaError("--map and --init go with --module")
     if config is not None:
         from mha_trace.config import load
 

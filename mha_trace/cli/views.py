@@ -205,6 +205,7 @@ def compare(
     rope_base: ConfigRopeBaseOpt = None,
     window: WindowOpt = None,
     decimals: DecimalsOpt = 4,
+    module: ModuleOpt = None,
     out: Output = None,
 ):
     """The same input split into different head counts, side by side, with a one-line reading.
@@ -214,6 +215,10 @@ def compare(
     from mha_trace.analysis import compare as run_compare
     from mha_trace.render.compare import compare_data, compare_renderables
 
+    if module:
+        raise MhaError("compare re-splits one set of projections into other head counts, which "
+                       "only the lecture's module exposes; for your class, run heads --module "
+                       "once per head count (--heads 1, 2, 4)", quantity="module")
     counts = _int_list(heads, "heads")
     c = _config(config, mask=mask, pad=pad, rope=rope, rope_base=rope_base, window=window)
     views = run_compare(c, counts)
@@ -241,6 +246,7 @@ def ablate(
     decimals: DecimalsOpt = 4,
     model: PretrainedOpt = None,
     sentence: SentenceOpt = None,
+    module: ModuleOpt = None,
     rank: Annotated[bool, typer.Option("--rank", help="With --model: remove every head on its own and rank them by their effect (one batched pass). Example: --rank")] = False,
     top: Annotated[int, typer.Option("--top", min=1, max=10000, help="With --rank: how many heads to list. Example: --top 10")] = 20,
     out: Output = None,
@@ -253,6 +259,11 @@ def ablate(
     """
     from mha_trace.analysis import ablate as run_ablate
 
+    if module:
+        raise MhaError("ablate zeroes a head's slice of the concatenation inside the lecture's "
+                       "module, and a foreign class's concatenation cannot be reached from outside; "
+                       "verify --module checks your class against that module instead",
+                       quantity="module")
     if model:
         from mha_trace.cli import pretrained
 

@@ -28,3 +28,57 @@ def verify_data(report) -> dict:
             "checks": [{"reference": c.reference, "compares": c.compares, "max_abs_diff": c.max_abs,
                         "tolerance": c.tolerance, "passed": c.passed, "note": c.note}
                        for c in report.checks]}
+
+
+def _values(t) -> str:
+    if t is None:
+        return "—"
+    flat = t.detach().double().flatten()[:4].tolist()
+    return "[" + ", ".join(f"{x:.4f}" for x in flat) + (", …]" if t.numel() > 4 else "]")
+
+
+def student_renderables(r) -> list:
+    from mha_trace.output import display_path
+
+    table = new_table(f"verify: {r.label} against the lecture's module, the same weights and input "
+                      f"(float64)")
+    table.add_column("compares")
+    table.add_column("max |diff|", justify="right", no_wrap=True)
+    table.add_column("tolerance", justify="right", no_wrap=True)
+    table.add_column("result", no_wrap=True)
+    verdict = lambda d: Text("n/a", style="dim") if d is None else (
+        Text("pass", style="green") if d <= r.tolerance else Text("FAIL", style="bold red"))
+    table.add_row("output", f"{r.output_diff:.2e}", f"{r.tolerance:.0e}", verdict(r.output_diff))
+    table.add_row("per-head weights", "—" if r.weights_diff is None else f"{r.weights_diff:.2e}",
+                  f"{r.tolerance:.0e}", verdict(r.weights_diff))
+    lines = [f"Projections found {r.mapping.split(' (')[-1].rstrip(')')}: {r.mapping.rsplit(' (', 1)[0]}; "
+             f"called as {r.fed}."] + [n[0].upper() + n[1:] + "." for n in r.notes]
+    if r.weights_diff is None:
+        lines.append("It returns no per-head weights, so only its output is compared.")
+    if r.passed:
+        lines.append("Right: it computes what the lecture's module computes.")
+        return [table, Text("\n".join(lines))]
+    f = r.first_wrong
+    if f is not None:
+        ref = r.reference_step
+        lines += [f"First wrong step: {display_path(f.file)}:{f.line}  {f.source}",
+                  f"  yours: {f.op} {list(f.shape)} {_values(f.value)}",
+                  f"  the lecture's: " + (f"{ref.op} {list(ref.shape)} {_values(ref.value)} "
+                                          f"(attention.py:{ref.line} {ref.source})" if ref else "—")]
+    else:
+        lines.append("Every step's numbers appear in the lecture's computation, but forward returns "
+                     "a different tensor as its output.")
+    lines.append(f"Diagnosis: {r.diagnosis}." if r.diagnosis else
+                 "Diagnosis: none of the known mistakes gives this output exactly.")
+    lines.append("Wrong (exit code 1).")
+    return [table, Text("\n".join(lines))]
+
+
+def student_data(r) -> dict:
+    f = r.first_wrong
+    return {"command": "verify", "module": r.label, "mapping": r.mapping, "call": r.fed,
+            "passed": r.passed, "output_max_abs_diff": r.output_diff,
+            "weights_max_abs_diff": r.weights_diff, "tolerance": r.tolerance,
+            "first_wrong_step": None if f is None else {
+                "line": f.line, "source": f.source, "op": f.op, "shape": list(f.shape)},
+            "diagnosis": r.diagnosis, "notes": r.notes}

@@ -1,0 +1,289 @@
+"""Is a student's own attention module right? Copy the reference weights into it, run both on the
+same input and mask, compare, and when they differ, point at the first wrong step and say why.
+
+The reference is the lecture's MultiHeadAttention (float64). The student's four projections are
+found by name (W_q / query / q_proj ..., fused c_attn / qkv / in_proj) or, failing that, by shape,
+or given with --map; the mapping used is always printed.
+"""
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from mha_trace.attention import MultiHeadAttention
+from mha_trace.errors import MhaError
+
+NAMES = {  # lower-cased attribute names, most specific first
+    "q": ("w_q", "wq", "q_proj", "query", "to_q", "q_linear", "linear_q", "q"),
+    "k": ("w_k", "wk", "k_proj", "key", "to_k", "k_linear", "linear_k", "k"),
+    "v": ("w_v", "wv", "v_proj", "value", "to_v", "v_linear", "linear_v", "v"),
+    "o": ("w_o", "wo", "o_proj", "out_proj", "out", "to_out", "c_proj", "proj", "dense",
+          "o_linear", "linear_out", "fc_out", "o"),
+    "qkv": ("c_attn", "qkv", "w_qkv", "qkv_proj", "in_proj"),
+}
+
+
+@dataclass
+class Mapping:
+    """Which of the student's parameters holds which projection."""
+
+    layers: dict  # role ("q", "k", "v", "o", "qkv") -> (name, nn.Linear or (weight, bias) pair)
+    how: str  # "by name", "by shape", "--map"
+
+    def describe(self) -> str:
+        return ", ".join(f"{role}={name}" for role, (name, _) in self.layers.items()) + f" ({self.how})"
+
+
+def _linears(module: nn.Module) -> dict:
+    return {name: m for name, m in module.named_modules() if isinstance(m, nn.Linear)}
+
+
+def find_projections(module: nn.Module, d_model: int, given: str | None = None) -> Mapping:
+    """The student's Q, K, V and output projections."""
+    linears = _linears(module)
+    if isinstance(module, nn.MultiheadAttention):
+        pair = (module.in_proj_weight, module.in_proj_bias)
+        return Mapping({"qkv": ("in_proj_weight", pair), "o": ("out_proj", module.out_proj)}, "by name")
+    if given:
+        roles = {}
+        for part in given.split(","):
+            role, _, name = part.strip().partition("=")
+            if role not in NAMES or name not in linears:
+                raise MhaError(f"'{part.strip()}' is not ROLE=LAYER with ROLE q, k, v, o or qkv and "
+                               f"LAYER one of {', '.join(linears) or 'none'}", quantity="map")
+            roles[role] = (name, linears[name])
+        return _checked(Mapping(roles, "--map"), d_model)
+    lowered = {name.lower().rsplit(".", 1)[-1]: name for name in linears}
+    roles = {}
+    for role, names in NAMES.items():
+        for candidate in names:
+            if candidate in lowered:
+                roles[role] = (lowered[candidate], linears[lowered[candidate]])
+                break
+    if {"q", "k", "v", "o"} <= set(roles):
+        return _checked(Mapping({r: roles[r] for r in "qkvo"}, "by name"), d_model)
+    if {"qkv", "o"} <= set(roles):
+        return _checked(Mapping({r: roles[r] for r in ("qkv", "o")}, "by name"), d_model)
+    square = [(n, m) for n, m in linears.items() if tuple(m.weight.shape) == (d_model, d_model)]
+    fused = [(n, m) for n, m in linears.items() if tuple(m.weight.shape) == (3 * d_model, d_model)]
+    if len(square) == 4:
+        return Mapping(dict(zip("qkvo", square)), "by shape, in the order defined")
+    if len(fused) == 1 and len(square) == 1:
+        return Mapping({"qkv": fused[0], "o": square[0]}, "by shape")
+    shapes = ", ".join(f"{n} {list(m.weight.shape)}" for n, m in linears.items()) or "none"
+    raise MhaError(f"cannot tell which of the module's layers are W_q, W_k, W_v and W_o "
+                   f"(its linear layers: {shapes}); say it with --map, e.g. --map "
+                   f"'q=W_Q,k=W_K,v=W_V,o=W_O'", quantity="map")
+
+
+def _checked(mapping: Mapping, d_model: int) -> Mapping:
+    for role, (name, layer) in mapping.layers.items():
+        want = (3 * d_model if role == "qkv" else d_model, d_model)
+        if tuple(layer.weight.shape) != want:
+            raise MhaError(f"{name} has a weight of shape {list(layer.weight.shape)}; as {role} it "
+                           f"should be {list(want)}", quantity="map")
+    return mapping
+
+
+def copy_reference(reference: MultiHeadAttention, mapping: Mapping) -> bool:
+    """Put the reference's weights (and biases) into the student's layers; False if the student's
+    projections have no biases (the reference's are then zeroed to match)."""
+    layers = mapping.layers
+    has_bias = _bias(next(iter(layers.values()))[1]) is not None
+    with torch.no_grad():
+        if not has_bias:
+            for lin in (reference.W_q, reference.W_k, reference.W_v, reference.W_o):
+                lin.bias.zero_()
+        source = {"q": reference.W_q, "k": reference.W_k, "v": reference.W_v, "o": reference.W_o}
+        for role, (_, target) in layers.items():
+            if role == "qkv":
+                weight = torch.cat([reference.W_q.weight, reference.W_k.weight, reference.W_v.weight])
+                bias = torch.cat([reference.W_q.bias, reference.W_k.bias, reference.W_v.bias])
+            else:
+                weight, bias = source[role].weight, source[role].bias
+            _weight(target).copy_(weight)
+            if _bias(target) is not None:
+                _bias(target).copy_(bias)
+    return has_bias
+
+
+def _weight(layer):
+    return layer[0] if isinstance(layer, tuple) else layer.weight
+
+
+def _bias(layer):
+    return layer[1] if isinstance(layer, tuple) else layer.bias
+
+
+# ---- what went wrong: the first wrong step and a diagnosis --------------------------------
+
+def values_match(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same numbers, whatever the layout: (B, T, H, d_k) and (B, H, T, d_k) hold the same."""
+    if a.numel() != b.numel() or a.numel() == 0:
+        return False
+    x, y = a.detach().double().flatten().sort().values, b.detach().double().flatten().sort().values
+    return bool(torch.allclose(x, y, rtol=1e-6, atol=1e-9, equal_nan=True))
+
+
+@dataclass
+class Bug:
+    name: str  # what the student's module does instead
+    module: MultiHeadAttention  # the reference with that bug, to test the hypothesis
+
+
+class _Variant(MultiHeadAttention):
+    """The reference with one deliberate mistake, to test what a wrong module does instead."""
+
+    def __init__(self, base: MultiHeadAttention, bug: str):
+        super().__init__(base.d_model, base.heads, bias=True)
+        self.load_state_dict(base.state_dict())
+        self.bug = bug
+
+    def forward(self, q, k=None, v=None, mask=None):
+        k = q if k is None else k
+        v = q if v is None else v
+        B, T = q.size(0), q.size(1)
+        bias = self.bug != "bias missing"
+        lin = lambda layer, x: nn.functional.linear(x, layer.weight, layer.bias if bias else None)
+        Q = lin(self.W_q, q).view(B, -1, self.heads, self.d_k).transpose(1, 2)
+        K = lin(self.W_k, k).view(B, -1, self.heads, self.d_k).transpose(1, 2)
+        V = lin(self.W_v, v).view(B, -1, self.heads, self.d_k).transpose(1, 2)
+        keys = K if self.bug == "K not transposed" else K.transpose(-2, -1)
+        scores = Q @ keys
+        scale = {"scaled by d_k instead of √d_k": self.d_k, "not scaled at all": 1.0}
+        scores = scores / scale.get(self.bug, self.d_k ** 0.5)
+        if self.bug == "mask inverted" and mask is not None:
+            mask = ~mask
+        if self.bug == "mask off by one (a query sees one key ahead)" and mask is not None:
+            mask = torch.ones_like(mask).tril(1)
+        if self.bug == "a causal mask of its own, though none was asked for":
+            mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-2 if self.bug == "softmax over the wrong axis" else -1)
+        context = weights @ V  # (B, H, T, d_k)
+        if self.bug == "heads merged without transposing back":
+            context = context.reshape(B, T, self.d_model)
+        else:
+            context = context.transpose(1, 2).reshape(B, T, self.d_model)
+        out = context if self.bug == "W_O missing" else lin(self.W_o, context)
+        return out, weights
+
+
+BUGS = ("scaled by d_k instead of √d_k", "not scaled at all", "softmax over the wrong axis",
+        "heads merged without transposing back", "mask inverted",
+        "mask off by one (a query sees one key ahead)", "K not transposed", "W_O missing",
+        "bias missing", "a causal mask of its own, though none was asked for")
+
+
+def diagnose(reference: MultiHeadAttention, x: torch.Tensor, mask, output: torch.Tensor) -> str | None:
+    """The known mistake whose output the student's output equals, if one does."""
+    for bug in BUGS:
+        if bug.startswith("mask") and mask is None or bug.startswith("a causal") and mask is not None:
+            continue
+        if bug == "K not transposed" and x.size(1) != reference.d_k:
+            continue  # Q @ K needs T == d_k to run at all
+        try:
+            with torch.no_grad():
+                out, _ = _Variant(reference, bug).double()(x, mask=mask)
+        except RuntimeError:
+            continue
+        if out.shape == output.shape and torch.allclose(out, output.double(), rtol=1e-6, atol=1e-9,
+                                                        equal_nan=True):
+            return bug
+    return None
+
+
+@dataclass
+class StudentReport:
+    label: str
+    mapping: str
+    fed: str
+    output_diff: float
+    weights_diff: float | None  # None: the module returns no per-head weights
+    tolerance: float
+    first_wrong: object = None  # tracer.Step of the student's first step no reference step holds
+    reference_step: object = None  # the reference step at the same position in the computation
+    diagnosis: str | None = None
+    notes: list = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.output_diff <= self.tolerance and (
+            self.weights_diff is None or self.weights_diff <= self.tolerance)
+
+
+def counterpart(step, reference_steps):
+    """The reference step that does the student's step's job: the same op (and shape, if one has)."""
+    same_op = [r for r in reference_steps if r.op == step.op]
+    same_shape = [r for r in same_op if r.shape == step.shape]
+    return (same_shape or same_op or [None])[0]
+
+
+def first_wrong_step(student_steps, reference_steps):
+    """The student's first traced step whose numbers no reference step holds (layouts aside)."""
+    known = [s for s in reference_steps if s.value is not None]
+    for step in student_steps:
+        if step.op == "input" or step.value is None or step.value.dtype == torch.bool:
+            continue
+        if not any(values_match(step.value, r.value) for r in known):
+            return step
+    return None
+
+
+def check_module(spec: str, d_model: int, heads: int, seq: int, batch: int, mask_kind: str,
+                 seed: int, init: str | None, given_map: str | None) -> StudentReport:
+    """Build the student's module and the reference at the same sizes, share the weights, compare."""
+    from mha_trace.run import Sizes, from_module, make_mask
+    from mha_trace.tracer import ForwardFailed, trace
+    from mha_trace.usermodule import explain_exception, split_result, user_code
+
+    sizes = Sizes(batch, seq, d_model, heads, None, mask_kind, 0, "float64", "cpu", seed)
+    run = from_module(spec, sizes, init)
+    module = run.module.double()
+    mapping = find_projections(module, d_model, given_map)
+    torch.manual_seed(seed)
+    reference = MultiHeadAttention(d_model, heads).double()
+    biased = copy_reference(reference, mapping)
+    x = torch.randn(batch, seq, d_model, dtype=torch.float64)
+    mask = make_mask(seq, mask_kind)
+    from mha_trace.usermodule import forward_call
+
+    call, args, kwargs = forward_call(module, x, mask)
+    with torch.no_grad():
+        expected, expected_w = reference(x, mask=mask)
+        try:
+            with user_code(f"{run.label}: forward"):
+                traced = trace(module, *args, watch=(run.source,), keep_values=True, **kwargs)
+        except ForwardFailed as failed:
+            raise MhaError(f"{run.label}: forward raised {failed.trace.failure.message}",
+                           exit_code=1) from None
+        except Exception as e:
+            raise MhaError(f"{run.label}: forward raised {explain_exception(e)}", exit_code=1) from None
+    output, weights = split_result(traced.output, x)
+    output = output.reshape(expected.shape) if output.numel() == expected.numel() else output
+    if output.shape != expected.shape:
+        diff = float("inf")
+    else:
+        diff = float((output.double() - expected).abs().max())
+    w_diff = None
+    if weights is not None:
+        w = weights.double()
+        if w.shape == expected_w.shape:
+            w_diff = float((w - expected_w).abs().max())
+        elif w.numel() == expected_w.mean(1).numel():  # a module that averages its heads
+            w_diff = float((w.reshape(expected_w.mean(1).shape) - expected_w.mean(1)).abs().max())
+    report = StudentReport(run.label, mapping.describe(), call, diff, w_diff, 1e-8)
+    if not biased:
+        report.notes.append("its projections have no biases, so the reference's were set to zero")
+    if not report.passed:
+        ref_trace = trace(reference, x, mask=mask, keep_values=True)
+        report.first_wrong = first_wrong_step(traced.steps, ref_trace.steps)
+        if report.first_wrong is not None:
+            report.reference_step = counterpart(report.first_wrong, ref_trace.steps)
+        if output.shape == expected.shape:
+            report.diagnosis = diagnose(reference, x, mask, output)
+    return report

@@ -27,6 +27,7 @@ _HEADS_NAMES = ("heads", "num_heads", "n_head", "n_heads", "nhead", "num_attenti
 
 def trace(module, *args, **kwargs) -> ShapesReport:
     """Run `module(*args, **kwargs)` once under the tracer: every tensor op, its shape and memory.
+    A NumPy implementation (a class with forward) is traced array op by array op.
 
     >>> t = trace(torch.nn.MultiheadAttention(64, 4, batch_first=True), x, x, x)
     >>> t.steps[0].shape
@@ -34,7 +35,11 @@ def trace(module, *args, **kwargs) -> ShapesReport:
     """
     import torch
 
-    first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    import numpy as np
+
+    first = next((a for a in args if isinstance(a, (torch.Tensor, np.ndarray))), None)
+    if isinstance(first, np.ndarray):
+        first = torch.from_numpy(np.asarray(first))[None] if first.ndim == 2 else torch.from_numpy(first)
     shape = tuple(first.shape) if first is not None and first.dim() == 3 else (1, 1, 1)
     heads = next((getattr(module, n) for n in _HEADS_NAMES if isinstance(getattr(module, n, None), int)), 1)
     sizes = Sizes(*shape, heads=heads, dtype=str(first.dtype).removeprefix("torch.") if first is not None

@@ -38,8 +38,10 @@ def examples() -> list[Example]:
     found = []
     for path in sorted(examples_dir().glob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        classes = tuple(node.name for node in tree.body if isinstance(node, ast.ClassDef) and any(
-            "Module" in ast.unparse(base) for base in node.bases))
+        # torch modules, and classes with a forward (the chapter's NumPy implementation)
+        classes = tuple(node.name for node in tree.body if isinstance(node, ast.ClassDef) and (
+            any("Module" in ast.unparse(base) for base in node.bases) or any(
+                isinstance(f, ast.FunctionDef) and f.name == "forward" for f in node.body)))
         doc = (ast.get_docstring(tree) or "").strip().splitlines()
         found.append(Example(_short(path.stem), path, classes, doc[0] if doc else ""))
     return found

@@ -89,7 +89,14 @@ class Run:
         """(q, k, v) as forward receives them: forward(x) is self-attention, q = k = v = x."""
         return self.args * 3 if len(self.args) == 1 else self.args[:3]
 
+    @property
+    def numpy(self) -> bool:
+        """The module is a NumPy implementation (a class with forward, not a torch module)."""
+        return not isinstance(self.module, nn.Module)
+
     def forward(self):
+        if self.numpy:
+            return self.module.forward(*self.args, **self.kwargs)
         with torch.no_grad():
             return self.module(*self.args, **self.kwargs)
 
@@ -265,6 +272,13 @@ def from_module(spec: str, sizes: Sizes, init: str | None = None, tokens: tuple 
     with torch.device(device):
         x = torch.empty(shape, dtype=dtype) if device.type == "meta" else torch.randn(shape, dtype=dtype)
         mask = make_mask(sizes.seq, sizes.mask, sizes.pad, device)
+    if not isinstance(module, nn.Module):  # a NumPy implementation: one float64 sequence
+        if device.type != "cpu":
+            raise MhaError(f"{label} is a NumPy implementation: it runs on the CPU",
+                           quantity="device")
+        sizes = replace(sizes, batch=1, dtype="float64")
+        x = x[0].double().numpy()
+        mask = None if mask is None else mask.numpy()
     call, args, kwargs = usermodule.forward_call(module, x, mask)
     run = Run(module, args, kwargs, sizes, label=label, call=call, mask=mask, tokens=tokens, x=x,
               config=config, source=source, estimate=estimate)

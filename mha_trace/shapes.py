@@ -102,8 +102,13 @@ def trace_run(run: Run) -> ShapesReport:
     guard = contextlib.nullcontext() if run.builtin else user_code(f"{run.label}: forward")
     with light_meta_kernels(run.device), guard:
         try:
-            phases = run.phases or [("", run.args, run.kwargs)]
-            result = trace_phases(run.module, phases, watch=(run.source,))
+            if run.numpy:
+                from mha_trace import nptrace
+
+                result = nptrace.trace(run.module, *run.args, watch=(run.source,), **run.kwargs)
+            else:
+                phases = run.phases or [("", run.args, run.kwargs)]
+                result = trace_phases(run.module, phases, watch=(run.source,))
         except ForwardFailed as failed:
             return ShapesReport(run, failed.trace.steps, parameters(run.module),
                                 failed.trace.failure)
@@ -118,7 +123,9 @@ def trace_run(run: Run) -> ShapesReport:
 
 
 def parameters(module) -> dict:
-    """Parameter count per child layer (and the module's own, if any)."""
+    """Parameter count per child layer (and the module's own, if any); none for NumPy classes."""
+    if not hasattr(module, "named_children"):
+        return {}
     counts = {name: sum(p.numel() for p in layer.parameters())
               for name, layer in module.named_children()}
     own = sum(p.numel() for p in module.parameters(recurse=False))

@@ -151,6 +151,34 @@ def _own_part(span: str, earlier: list) -> str:
     return span
 
 
+def where(watch: set, frame, library: tuple):
+    """(file, line, source line, expression span) of the innermost frame in a watched file, else
+    of the innermost frame outside the library (files or folders in `library`)."""
+    fallback = None
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename in watch:
+            break
+        if fallback is None and not filename.startswith(library):
+            fallback = frame
+        frame = frame.f_back
+    frame = frame or fallback
+    if frame is None:
+        return "?", 0, "", ""
+    code = frame.f_code
+    positions = list(code.co_positions())
+    lineno, end_lineno, col, end_col = positions[frame.f_lasti // 2]
+    lineno = lineno or frame.f_lineno
+    line = linecache.getline(code.co_filename, lineno).rstrip("\n")
+    if col is None or end_col is None:
+        span = line.strip()
+    elif end_lineno == lineno:
+        span = line[col:end_col]
+    else:
+        span = line[col:].rstrip() + " …"
+    return code.co_filename, lineno, line.strip(), span
+
+
 class _Recorder(TorchFunctionMode):
     def __init__(self, watch: set, keep_values: bool = False):
         super().__init__()
@@ -161,30 +189,7 @@ class _Recorder(TorchFunctionMode):
 
     def _where(self):
         """(file, line, source line, expression span) of the innermost watched frame."""
-        frame = sys._getframe(2)
-        fallback = None
-        while frame is not None:
-            filename = frame.f_code.co_filename
-            if filename in self.watch:
-                break
-            if fallback is None and filename != _THIS_FILE and not filename.startswith(_TORCH_DIR):
-                fallback = frame
-            frame = frame.f_back
-        frame = frame or fallback
-        if frame is None:
-            return "?", 0, "", ""
-        code = frame.f_code
-        positions = list(code.co_positions())
-        lineno, end_lineno, col, end_col = positions[frame.f_lasti // 2]
-        lineno = lineno or frame.f_lineno
-        line = linecache.getline(code.co_filename, lineno).rstrip("\n")
-        if col is None or end_col is None:
-            span = line.strip()
-        elif end_lineno == lineno:
-            span = line[col:end_col]
-        else:
-            span = line[col:].rstrip() + " …"
-        return code.co_filename, lineno, line.strip(), span
+        return where(self.watch, sys._getframe(2), (_THIS_FILE, _TORCH_DIR))
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -114,8 +114,9 @@ def load_class(spec: str) -> type:
         listed = ", ".join(classes) if classes else "none"
         raise MhaError(f"module {spec}: no class '{name}' in {target} "
                        f"(nn.Module classes there: {listed})", quantity="module")
-    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        raise MhaError(f"module {spec}: {name} is not a torch.nn.Module subclass", quantity="module")
+    if not isinstance(cls, type) or not (issubclass(cls, nn.Module) or callable(getattr(cls, "forward", None))):
+        raise MhaError(f"module {spec}: {name} is neither a torch.nn.Module subclass nor a class "
+                       f"with a forward method (a NumPy implementation)", quantity="module")
     return cls
 
 
@@ -202,6 +203,7 @@ def split_result(result, x: torch.Tensor):
     their rows sum to 1. When T == d_model the shapes alone cannot tell them apart, so the values
     decide; when even they cannot, the user is asked rather than guessed for.
     """
+    result, x = _tensors_of(result), _tensors_of(x)
     if isinstance(result, torch.Tensor):
         return result, None
     tensors = [t for t in result if isinstance(t, torch.Tensor)] if isinstance(result, (tuple, list)) else []
@@ -224,6 +226,19 @@ def split_result(result, x: torch.Tensor):
     return output, (rest[0] if rest else None)
 
 
+def _tensors_of(obj):
+    """A NumPy implementation's results as tensors: arrays, and a list of per-head arrays stacked."""
+    import numpy as np
+
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(np.array(obj))
+    if isinstance(obj, list) and obj and all(isinstance(a, np.ndarray) for a in obj):
+        return torch.from_numpy(np.stack(obj))
+    if isinstance(obj, tuple):
+        return tuple(_tensors_of(o) for o in obj)
+    return obj
+
+
 def _rows_sum_to_one(t: torch.Tensor) -> bool:
     if t.device.type == "meta" or not t.is_floating_point():
         return False
@@ -242,7 +257,8 @@ def load(spec: str, d_model: int, heads: int, init: str | None, device, dtype) -
 def _built(cls, d_model, heads, init, device, dtype, where: str) -> tuple:
     with torch.device(device):
         module = construct(cls, d_model, heads, init)
-    module = module.to(dtype)
+    if isinstance(module, nn.Module):
+        module = module.to(dtype)
     source = inspect.getsourcefile(cls) or "?"
     return module, source, f"{cls.__name__} from {where}"
 
@@ -265,6 +281,12 @@ def feed_config(run, config) -> None:
     if run.sizes.d_model != D:
         raise MhaError(f"d_model={run.sizes.d_model}, but the config's Q, K, V have {D} columns "
                        f"(leave --d-model out to use the config's)", quantity="d_model")
+    import numpy as np
+
+    if isinstance(run.args[0], np.ndarray):  # a NumPy implementation: unbatched (N, d_model)
+        run.args = tuple(np.array(m, dtype=np.float64) for m in (config.Q, config.K, config.V))
+        run.how = "the config's Q, K, V as forward(Q, K, V), unbatched NumPy arrays"
+        return
     dtype, device = run.args[0].dtype, run.args[0].device
     run.args = tuple(torch.tensor(m, dtype=dtype, device=device)[None]
                      for m in (config.Q, config.K, config.V))

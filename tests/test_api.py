@@ -48,6 +48,10 @@ def test_trace_runs_every_example(path):
 
     name = "CausalSelfAttention" if path.name == "nanogpt_attention.py" else "MultiHeadAttention"
     run = from_module(f"{path}:{name}", Sizes(batch=1, seq=5, d_model=64, heads=4))
+    if path.name == "chapter_numpy_mha.py":  # unbatched NumPy arrays, traced array op by op
+        t = mha_trace.trace(run.module, *run.args)
+        assert t.failure is None and t.steps[0].shape == (5, 64) and t.steps[-1].op == "hstack"
+        return
     if path.name == "broken_view.py":
         assert mha_trace.trace(run.module, *run.args, **run.kwargs).failure.op == "view"
         return

@@ -75,3 +75,48 @@ def test_compare_and_ablate_say_why_not_with_a_module(cli, command):
     result = cli(command, "--module", "example:l04")
     assert result.exit_code == 2 and result.stderr.startswith("Error: --module: ")
     assert "lecture's module" in result.stderr
+
+
+def test_the_chapters_numpy_class_is_traced_op_by_op(cli):
+    data = json.loads(cli("shapes", "--module", "example:chapter_numpy", "--d-model", "4", "--heads",
+                          "2", "--seq", "5", "--format", "json").stdout)
+    steps = [(s["op"], s["shape"], s["view"]) for s in data["steps"]]
+    assert steps[:3] == [("input", [5, 4], False)] * 3  # one unbatched sequence, as the chapter runs it
+    assert ("index", [5, 2], True) in steps  # M[:, start:end]: a view of the columns
+    assert ("transpose", [2, 5], True) in steps  # Kh.T: a view
+    assert ("matmul", [5, 5], False) in steps and steps[-1] == ("hstack", [5, 4], False)
+    slices = [s for s in data["steps"] if s["op"] == "index"]
+    assert all(s["text"] == "M[:, start:end]" and s["bytes"] == 0 for s in slices)
+
+
+def test_the_chapters_numpy_class_gives_the_chapters_numbers(cli):
+    heads = json.loads(cli("heads", "--module", "example:chapter_numpy", "--config", "cat-sat-on-mat",
+                           "--format", "json").stdout)
+    ours = json.loads(cli("heads", "--format", "json").stdout)
+    assert [h["weights"] for h in heads["heads"]] == [h["weights"] for h in ours["heads"]]
+    assert heads["output"] == ours["output"]
+    walk = cli("explain", "--module", "example:chapter_numpy", "--config", "cat-sat-on-mat",
+               "--token", "The").stdout
+    assert "Output for 'The': [0.2491, 0.3763, 0.2289, 0.3663]" in walk  # the chapter's row
+
+
+def test_verify_checks_a_numpy_class_and_finds_its_bug(cli, tmp_path):
+    ok = json.loads(cli("verify", "--module", "example:chapter_numpy", "--d-model", "4", "--heads", "2",
+                        "--format", "json").stdout)
+    assert ok["passed"] and "set to the identity" in ok["mapping"]
+    buggy = tmp_path / "numpy_bug.py"
+    buggy.write_text(open("examples/chapter_numpy_mha.py").read().replace(
+        "scaled = scores / self.scale", "scaled = scores / self.d_k"))
+    result = cli("verify", "--module", f"{buggy}:MultiHeadAttention", "--d-model", "8", "--heads", "2",
+                 "--format", "json")
+    data = json.loads(result.stdout)
+    assert result.exit_code == 1 and data["diagnosis"] == "scaled by d_k instead of √d_k"
+    assert data["first_wrong_step"]["source"] == "scaled = scores / self.d_k"
+
+
+def test_the_chapters_torch_class_is_told_its_mask_convention(cli):
+    """It takes True as *blocked*: under a causal mask the check names that."""
+    assert cli("verify", "--module", "example:chapter_torch", "--d-model", "8", "--heads", "2").exit_code == 0
+    data = json.loads(cli("verify", "--module", "example:chapter_torch", "--d-model", "8", "--heads",
+                          "2", "--mask", "causal", "--format", "json").stdout)
+    assert data["diagnosis"] == "mask inverted"

@@ -112,7 +112,8 @@ def test_shape_mismatch_names_both_inputs(cli):
     ("nope.py:X", "--module nope.py: not found"),
     ("examples/l04_mha.py:Nope", "--module examples/l04_mha.py:Nope: no class 'Nope' in "
                                  "examples/l04_mha.py (nn.Module classes there: MultiHeadAttention)"),
-    ("examples/l04_mha.py:math", "--module examples/l04_mha.py:math: math is not a torch.nn.Module subclass"),
+    ("examples/l04_mha.py:math", "--module examples/l04_mha.py:math: math is neither a torch.nn.Module "
+                                 "subclass nor a class with a forward method (a NumPy implementation)"),
     ("examples/l04_mha.py", "--module examples/l04_mha.py: expected FILE.py:ClassName or "
                             "package.module:ClassName"),
     ("no_such_package_xyz:Thing", "--module no_such_package_xyz: cannot import it (No module named "
@@ -205,8 +206,8 @@ def test_fused_projections_cannot_be_set_to_the_identity(cli):
 def test_examples_are_listed_and_run_by_name(cli):
     data = json.loads(cli("examples", "--format", "json").stdout)
     names = {e["name"] for e in data["examples"]}
-    assert names == {"broken_view", "chapter_torch", "committee", "l04", "nanogpt", "raschka",
-                     "reference_sheet"}
+    assert names == {"broken_view", "chapter_numpy", "chapter_torch", "committee", "l04", "nanogpt",
+                     "raschka", "reference_sheet"}
     by_name = cli("shapes", "--module", "example:l04", "--d-model", "64", "--heads", "4", "--format", "json")
     by_path = cli("shapes", "--module", "examples/l04_mha.py:MultiHeadAttention", "--d-model", "64",
                   "--heads", "4", "--format", "json")

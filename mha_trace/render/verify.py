@@ -51,8 +51,12 @@ def student_renderables(r) -> list:
     table.add_row("output", f"{r.output_diff:.2e}", f"{r.tolerance:.0e}", verdict(r.output_diff))
     table.add_row("per-head weights", "—" if r.weights_diff is None else f"{r.weights_diff:.2e}",
                   f"{r.tolerance:.0e}", verdict(r.weights_diff))
-    lines = [f"Projections found {r.mapping.split(' (')[-1].rstrip(')')}: {r.mapping.rsplit(' (', 1)[0]}; "
-             f"called as {r.fed}."] + [n[0].upper() + n[1:] + "." for n in r.notes]
+    if r.mapping.startswith("(projections none"):
+        found = f"Projections: {r.mapping[len('(projections '):-1]}"
+    else:
+        found = (f"Projections found {r.mapping.split(' (')[-1].rstrip(')')}: "
+                 f"{r.mapping.rsplit(' (', 1)[0]}")
+    lines = [f"{found}; called as {r.fed}."] + [n[0].upper() + n[1:] + "." for n in r.notes]
     if r.weights_diff is None:
         lines.append("It returns no per-head weights, so only its output is compared.")
     if r.passed:

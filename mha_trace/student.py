@@ -146,7 +146,7 @@ class _Variant(MultiHeadAttention):
     """The reference with one deliberate mistake, to test what a wrong module does instead."""
 
     def __init__(self, base: MultiHeadAttention, bug: str):
-        super().__init__(base.d_model, base.heads, bias=True)
+        super().__init__(base.d_model, base.heads, bias=base.W_q.bias is not None)
         self.load_state_dict(base.state_dict())
         self.bug = bug
 
@@ -156,6 +156,8 @@ class _Variant(MultiHeadAttention):
         B, T = q.size(0), q.size(1)
         bias = self.bug != "bias missing"
         lin = lambda layer, x: nn.functional.linear(x, layer.weight, layer.bias if bias else None)
+        if self.bug == "bias missing" and self.W_q.bias is None:
+            raise RuntimeError("no bias to miss")
         Q = lin(self.W_q, q).view(B, -1, self.heads, self.d_k).transpose(1, 2)
         K = lin(self.W_k, k).view(B, -1, self.heads, self.d_k).transpose(1, 2)
         V = lin(self.W_v, v).view(B, -1, self.heads, self.d_k).transpose(1, 2)
@@ -187,8 +189,12 @@ BUGS = ("scaled by d_k instead of √d_k", "not scaled at all", "softmax over th
         "bias missing", "a causal mask of its own, though none was asked for")
 
 
-def diagnose(reference: MultiHeadAttention, x: torch.Tensor, mask, output: torch.Tensor) -> str | None:
-    """The known mistake whose output the student's output equals, if one does."""
+def diagnose(reference: MultiHeadAttention, x, mask, output: torch.Tensor) -> str | None:
+    """The known mistake whose output the student's output equals, if one does.
+
+    x: the input (B, T, D), or the (q, k, v) tuple a config gives."""
+    qkv = x if isinstance(x, tuple) else (x, x, x)
+    x = qkv[0]
     for bug in BUGS:
         if bug.startswith("mask") and mask is None or bug.startswith("a causal") and mask is not None:
             continue
@@ -196,7 +202,7 @@ def diagnose(reference: MultiHeadAttention, x: torch.Tensor, mask, output: torch
             continue  # Q @ K needs T == d_k to run at all
         try:
             with torch.no_grad():
-                out, _ = _Variant(reference, bug).double()(x, mask=mask)
+                out, _ = _Variant(reference, bug).double()(*qkv, mask=mask)
         except RuntimeError:
             continue
         if out.shape == output.shape and torch.allclose(out, output.double(), rtol=1e-6, atol=1e-9,
@@ -240,6 +246,74 @@ def first_wrong_step(student_steps, reference_steps):
         if not any(values_match(step.value, r.value) for r in known):
             return step
     return None
+
+
+def check_on_config(spec: str, config, init: str | None, given_map: str | None) -> StudentReport:
+    """The student's module on a config: an explicit one's own Q, K, V go to both sides (the
+    reference with identity projections, as `heads --config` runs it); a generated one gives the
+    sizes, mask and seed."""
+    if not config.explicit:
+        if config.pad:
+            raise MhaError("a config's pad is not applied to your module by verify", quantity="config")
+        return check_module(spec, config.d_model, config.heads, len(config.tokens), 1, config.mask,
+                            config.seed, init, given_map)
+    from mha_trace.run import from_config, from_module, module_sizes_for_config
+    from mha_trace.usermodule import explain_exception, split_result, user_code
+
+    run = from_module(spec, module_sizes_for_config(config, None, None), init,
+                      tokens=config.tokens, config=config)
+    if len(run.args) != 3:  # one input x: the config's separate Q, K, V cannot be fed
+        report = check_module(spec, config.d_model, config.heads, len(config.tokens), 1,
+                              config.mask, config.seed, init, given_map)
+        report.notes.append("it takes one input, so it was checked on seeded input at the "
+                            "config's sizes and mask, not on the config's Q, K, V")
+        return report
+    reference_run = from_config(config)
+    reference = reference_run.module
+    if run.numpy:
+        from mha_trace import nptrace as tracer
+        kwargs = {}
+    else:
+        from mha_trace import tracer
+        run.module.double()
+        run.args = tuple(a.double() for a in run.args)
+        kwargs = dict(run.kwargs)
+    try:
+        with torch.no_grad(), user_code(f"{run.label}: forward"):
+            traced = tracer.trace(run.module, *run.args, watch=(run.source,), keep_values=True, **kwargs)
+    except tracer.ForwardFailed as failed:
+        raise MhaError(f"{run.label}: forward raised {failed.trace.failure.message}", exit_code=1) from None
+    except MhaError:
+        raise
+    except Exception as e:
+        raise MhaError(f"{run.label}: forward raised {explain_exception(e)}", exit_code=1) from None
+    with torch.no_grad():
+        expected, expected_w = reference_run.forward()
+    output, weights = split_result(traced.output, run.args[0])
+    output = output.reshape(expected.shape) if output.numel() == expected.numel() else output
+    diff = float((output.double() - expected).abs().max()) if output.shape == expected.shape else float("inf")
+    w_diff = None
+    if weights is not None and weights.numel() == expected_w.numel():
+        w_diff = float((weights.double().reshape(expected_w.shape) - expected_w).abs().max())
+    report = StudentReport(run.label, f"(projections none: {run.how})", run.call, diff, w_diff, 1e-8)
+    if config.W_O is not None:
+        report.notes.append("the config's W_O is the lecture side's only: your module's output "
+                            "projection is its own")
+    if not report.passed:
+        ref_trace = trace_reference(reference, reference_run)
+        report.first_wrong = first_wrong_step(traced.steps, ref_trace.steps)
+        if report.first_wrong is not None:
+            report.reference_step = counterpart(report.first_wrong, ref_trace.steps)
+        if output.shape == expected.shape:
+            report.diagnosis = diagnose(reference, tuple(reference_run.args), reference_run.mask,
+                                        output)
+    return report
+
+
+def trace_reference(reference, reference_run):
+    from mha_trace.tracer import trace
+
+    return trace(reference, *reference_run.args, keep_values=True, **reference_run.kwargs)
 
 
 def check_module(spec: str, d_model: int, heads: int, seq: int, batch: int, mask_kind: str,

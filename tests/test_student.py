@@ -120,3 +120,17 @@ def test_the_chapters_torch_class_is_told_its_mask_convention(cli):
     data = json.loads(cli("verify", "--module", "example:chapter_torch", "--d-model", "8", "--heads",
                           "2", "--mask", "causal", "--format", "json").stdout)
     assert data["diagnosis"] == "mask inverted"
+
+
+@pytest.mark.parametrize("spec", ["example:chapter_torch", "example:chapter_numpy", "example:raschka"])
+def test_verify_on_the_chapters_config_feeds_its_q_k_v(cli, spec):
+    data = json.loads(cli("verify", "--module", spec, "--config", "cat-sat-on-mat", "--format", "json").stdout)
+    assert data["passed"] and data["mapping"].startswith("(projections none: the config's Q, K, V")
+    assert data["output_max_abs_diff"] < 1e-12 and data["weights_max_abs_diff"] < 1e-12
+
+
+def test_verify_on_a_config_finds_a_bug(cli):
+    result = cli("verify", "--module", S + "ScaledByDk", "--config", "cat-sat-on-mat", "--format", "json")
+    data = json.loads(result.stdout)
+    assert result.exit_code == 1 and data["diagnosis"] == "scaled by d_k instead of √d_k"
+    assert any("checked on seeded input at the config's sizes" in n for n in data["notes"])

@@ -93,12 +93,20 @@ def verify(
         from mha_trace.render.verify import student_data, student_renderables
         from mha_trace.student import check_module
 
-        if config or rope or window or impl != Impl.explicit or kv_heads:
-            raise MhaError("--config, --rope, --window, --impl and --kv-heads check the built-in "
-                           "module; with --module give sizes, --mask and --seed", quantity="module")
+        if rope or window or impl != Impl.explicit or kv_heads:
+            raise MhaError("--rope, --window, --impl and --kv-heads check the built-in module; "
+                           "with --module give sizes (or --config), --mask and --seed",
+                           quantity="module")
         given = lambda v, default: default if v is None else v
-        report = check_module(module, given(d_model, 64), given(heads, 4), given(seq, 6),
-                              given(batch, 2), given(mask, "none"), given(seed, 0), init, map_)
+        if config is not None:
+            from mha_trace.config import load
+            from mha_trace.student import check_on_config
+
+            report = check_on_config(module, load(config).with_overrides(heads, None, mask, pad),
+                                     init, map_)
+        else:
+            report = check_module(module, given(d_model, 64), given(heads, 4), given(seq, 6),
+                                  given(batch, 2), given(mask, "none"), given(seed, 0), init, map_)
         emit(out, student_renderables(report), student_data(report))
         if not report.passed:
             raise typer.Exit(1)

@@ -51,7 +51,9 @@ def student_renderables(r) -> list:
     table.add_row("output", f"{r.output_diff:.2e}", f"{r.tolerance:.0e}", verdict(r.output_diff))
     table.add_row("per-head weights", "—" if r.weights_diff is None else f"{r.weights_diff:.2e}",
                   f"{r.tolerance:.0e}", verdict(r.weights_diff))
-    if r.mapping.startswith("(projections none"):
+    if r.mapping.startswith("(projections none: the config's"):
+        found = f"Fed {r.mapping[len('(projections none: '):-1]}"
+    elif r.mapping.startswith("(projections none"):
         found = f"Projections: {r.mapping[len('(projections '):-1]}"
     else:
         found = (f"Projections found {r.mapping.split(' (')[-1].rstrip(')')}: "

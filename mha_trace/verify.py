@@ -46,7 +46,7 @@ class VerifyReport(Shows):
     def renderables(self, width: int = 100) -> list:
         from mha_trace.render.verify import verify_renderables
 
-        return verify_renderables(self)
+        return verify_renderables(self, width)
 
     def data(self) -> dict:
         from mha_trace.render.verify import verify_data

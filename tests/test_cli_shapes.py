@@ -23,7 +23,7 @@ def test_causal_gqa_table_matches_golden(cli, golden):
 def test_narrow_table_hides_stride_and_says_how_to_widen(cli, golden):
     result = cli("shapes", "--width", "80")
     assert max(len(line) for line in result.stdout.splitlines()) <= 80
-    assert "--width 100" in result.stdout
+    assert "stride, dtype hidden at 80 columns (--width 102 shows them)" in result.stdout
     golden("shapes_width80.txt", result.stdout)
 
 

@@ -136,6 +136,9 @@ def verify(
                                     given(heads, 8), kv_heads, causal, given(pad, 0),
                                     dtype.value, device.value, given(seed, 0), rope,
                                     given(rope_base, 10000.0), window, impl.value))
-    emit(out, report.renderables(), report.data())
+    from mha_trace.output import make_console
+
+    console = make_console(out)
+    emit(out, report.renderables(console.width), report.data(), console)
     if not report.passed:
         raise typer.Exit(1)

@@ -2,6 +2,7 @@
 
 import math
 import os
+import re
 
 from rich.console import Group
 from rich.table import Table
@@ -42,41 +43,123 @@ def title(report: ShapesReport) -> str:
             f"{d_k}{mask}{pad}{extra} {r.dtype} on {r.device}")
 
 
+_BREAK = re.compile(r"(?<=\()|(?=\.)|(?<=,)")  # after "(", before ".", after ","
+
+
+def break_code(text: str, width: int) -> str:
+    """Code as lines of at most `width`, broken only between tokens: at spaces, after "(" or ",",
+    before "." (never inside an identifier). A single identifier longer than the width stays whole."""
+    lines = []
+    for word in text.split(" "):
+        pieces = [p for p in _BREAK.split(word) if p] if len(word) > width else [word]
+        for piece in pieces:
+            if lines and len(lines[-1]) + (1 if lines[-1] and piece == word else 0) + len(piece) <= width:
+                joiner = " " if piece == word and lines[-1] else ""
+                lines[-1] += joiner + piece
+            else:
+                lines.append(piece)
+        if len(pieces) > 1:
+            lines.append("")  # the next word starts a line of its own
+    return "\n".join(line for line in lines if line)
+
+
+def _longest_word(cells) -> int:
+    return max((len(w) for c in cells for w in str(c).split()), default=1)
+
+
 def shapes_table(report: ShapesReport, width: int = 100):
-    """One row per op. Below 100 columns the stride and dtype columns give way to the code."""
-    wide = width >= 100
+    """One row per op. Columns give way by priority (stride, dtype, contig) rather than cut a
+    word; code breaks only between tokens, so no identifier is ever split."""
+    dropped, excess, stride = 0, 0, 18
+    full = None
+    while True:
+        table, floor, code_width = _shapes_table(report, width, excess, dropped, stride)
+        natural = _natural_width(table)
+        full = full or natural
+        over = natural - width
+        if over <= 0 or dropped == 3:
+            if dropped:
+                table.caption = table.caption.replace("(--width ?", f"(--width {full}")
+            return table
+        take = max(0, min(over, code_width - floor))  # the code column gives what it can
+        rest = over - take
+        if rest == 0:
+            excess += take
+        elif dropped == 0 and stride - rest >= 12:
+            excess, stride = excess + take, stride - rest  # strides wrap at their commas
+        else:
+            dropped, excess, stride = dropped + 1, 0, 18  # the next optional column gives way
+
+
+def _natural_width(table) -> int:
+    """How wide the table renders when nothing forces it narrower."""
+    import io
+
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=1000, color_system=None, markup=False)
+    with console.capture() as captured:
+        console.print(table)
+    return max((len(line.rstrip()) for line in captured.get().splitlines()), default=0)
+
+
+def _shapes_table(report: ShapesReport, width: int, excess: int, dropped: int, stride: int = 18):
+    steps = report.steps
+    files = {s.file for s in steps if s.op != "input"}
+    where = lambda s: (str(s.line) if len(files) <= 1 else f"{os.path.basename(s.file)}:{s.line}") if s.line else "in"
+    whole = lambda values: max(len(str(v)) for v in values)  # columns that never wrap
+    need = {"#": whole([s.index for s in steps] + ["#"]), "ln": whole([where(s) for s in steps] +
+            ["ln" if len(files) <= 1 else "file:ln"]), "code": 12,
+            "op": whole([s.op for s in steps] + ["op"]),
+            "shape": whole([_shape(s.shape) for s in steps] + ["shape"]),
+            "stride": _longest_word([_stride(s.stride) for s in steps] + ["stride"]),
+            "contig": len("contig"), "dtype": len("dtype"),
+            "alloc": whole(["alloc"] + [human_bytes(s.bytes) for s in steps])}
+    shown = list(need)
+    longest_code = max(len(s.text) for s in steps)
+    # the code column's floor: its longest piece that cannot break (between tokens only)
+    piece = max(len(p) for s in steps for w in s.text.split(" ") for p in _BREAK.split(w) if p)
+    floor = max(12, min(longest_code, max(piece, 20)))
+    for i, optional in enumerate(("stride", "dtype", "contig")):  # give way in this order
+        if i >= dropped:
+            break
+        shown.remove(optional)
+    code_width = max(floor, width - sum(need[c] for c in shown if c != "code") - 2 * (len(shown) - 1)
+                     - excess)
+    code = [break_code(s.text, code_width) for s in steps]
+    need["code"] = max(12, _longest_word(line for c in code for line in c.split("\n")))
     table = new_table(title(report))
-    if not wide:
-        table.caption = "stride and dtype hidden below 100 columns (see them with --width 100)"
+    hidden = [c for c in ("stride", "dtype", "contig") if c not in shown]
+    if hidden:
+        table.caption = (f"{', '.join(hidden)} hidden at {width} columns (--width ? shows "
+                         f"{'them' if len(hidden) > 1 else 'it'})")
         table.caption_justify = "left"
-    table.add_column("#", justify="right")
-    files = {s.file for s in report.steps if s.op != "input"}
-    table.add_column("ln" if len(files) <= 1 else "file:ln", justify="right")
-    table.add_column("code", overflow="fold", ratio=1, min_width=12)
-    table.add_column("op", overflow="fold", min_width=10, max_width=11)
-    table.add_column("shape", overflow="fold", max_width=16)
-    if wide:
-        table.add_column("stride", overflow="fold", max_width=18)
-    table.add_column("contig")
-    if wide:
-        table.add_column("dtype")
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("ln" if len(files) <= 1 else "file:ln", justify="right", no_wrap=True)
+    table.add_column("code", min_width=need["code"], max_width=code_width)
+    table.add_column("op", min_width=need["op"], no_wrap=True)
+    table.add_column("shape", min_width=need["shape"], no_wrap=True)
+    if "stride" in shown:
+        table.add_column("stride", min_width=need["stride"], max_width=stride)
+    if "contig" in shown:
+        table.add_column("contig", no_wrap=True)
+    if "dtype" in shown:
+        table.add_column("dtype", no_wrap=True)
     table.add_column("alloc", justify="right", no_wrap=True)
     phase = ""
-    for s in report.steps:
+    for s, text in zip(steps, code):
         if s.phase != phase:
             phase = s.phase
             table.add_section()
             table.add_row("", "", Text(phase_label(report, phase), style="bold magenta"),
                           *[""] * (len(table.columns) - 3))
         alloc = Text("view", style="green") if s.is_view else Text(human_bytes(s.bytes), style="yellow")
-        where = str(s.line) if len(files) <= 1 else f"{os.path.basename(s.file)}:{s.line}"
-        cells = [str(s.index), where if s.line else "in", s.text, s.op, _shape(s.shape)]
-        cells += [_stride(s.stride)] if wide else []
-        cells += ["yes" if s.contiguous else "no"]
-        cells += [SHORT_DTYPES.get(s.dtype, s.dtype)] if wide else []
-        table.add_row(*cells, alloc,
-                      style="bold" if s.op == "contiguous" and not s.is_view else None)
-    return table
+        row = [str(s.index), where(s), Text(text), s.op, _shape(s.shape)]
+        row += [_stride(s.stride)] if "stride" in shown else []
+        row += ["yes" if s.contiguous else "no"] if "contig" in shown else []
+        row += [SHORT_DTYPES.get(s.dtype, s.dtype)] if "dtype" in shown else []
+        table.add_row(*row, alloc, style="bold" if s.op == "contiguous" and not s.is_view else None)
+    return table, floor, code_width
 
 
 def phase_label(report: ShapesReport, phase: str) -> str:

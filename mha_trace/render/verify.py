@@ -5,21 +5,32 @@ from rich.text import Text
 from mha_trace.output import new_table
 
 
-def verify_renderables(report) -> list:
+def verify_renderables(report, width: int = 100) -> list:
+    """The checks as a table; below 120 columns the notes go under it, numbered, rather than be
+    squeezed out."""
+    inline = width >= 120
     table = new_table(f"verify: {report.description}, {report.dtype} on {report.device}")
-    table.add_column("reference", overflow="fold")
-    table.add_column("compares", overflow="fold")
+    longest = max(len(w) for c in report.checks for w in c.reference.split())
+    table.add_column("reference", min_width=longest)  # never cut a name
+    table.add_column("compares", min_width=len("per-head weights"), no_wrap=True)
     table.add_column("max |diff|", justify="right", no_wrap=True)
     table.add_column("tolerance", justify="right", no_wrap=True)
     table.add_column("result", no_wrap=True)
-    table.add_column("note", overflow="fold", ratio=1)
+    if inline:
+        table.add_column("note", ratio=1)
+    notes = []
     for c in report.checks:
         result = {True: Text("pass", style="green"), False: Text("FAIL", style="bold red"),
                   None: Text("n/a", style="dim")}[c.passed]
+        if c.note and not inline:
+            notes.append(c.note)
+        if not inline and c.note:
+            result = result + Text(f" [{len(notes)}]")
         table.add_row(c.reference, c.compares, "—" if c.max_abs is None else f"{c.max_abs:.2e}",
-                      f"{c.tolerance:.0e}", result, c.note)
+                      f"{c.tolerance:.0e}", result, *([c.note] if inline else []))
     verdict = "All comparisons pass." if report.passed else "Some comparisons FAIL (exit code 1)."
-    return [table, Text(verdict, style="bold")]
+    lines = [f"[{i}] {n}" for i, n in enumerate(notes, 1)] + [verdict]
+    return [table, Text("\n".join(lines), style="bold")]
 
 
 def verify_data(report) -> dict:

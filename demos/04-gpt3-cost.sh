@@ -3,4 +3,4 @@
 # Compare the KV-cache line with the chapter's "~3 GB in fp16".
 set -euo pipefail
 
-mha-trace cost --preset gpt3-175b --seq 2048 --dtype float16 --formulas --width 120
+mha-trace cost --preset gpt3-175b --seq 2048 --dtype float16 --formulas

@@ -113,7 +113,7 @@ def table_markdown(table: Table) -> str:
     """A rich Table as a GitHub-flavoured markdown table (title as a heading, caption after)."""
     columns = table.columns
     header = [_cell_text(c.header).replace("|", "\\|") for c in columns]
-    rows = zip(*[[_cell_text(cell).replace("\n", " ") for cell in c._cells] for c in columns])
+    rows = zip(*[[_cell_text(cell).replace("\n", " ").strip() for cell in c._cells] for c in columns])
     lines = [f"**{_cell_text(table.title)}**", ""] if table.title else []
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "|".join("---:" if c.justify == "right" else "---" for c in columns) + "|")

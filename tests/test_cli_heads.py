@@ -27,7 +27,7 @@ def test_rendered_output_matches_golden(golden_run, name):
 def test_markdown_tables(cli):
     out = cli("heads", "--format", "markdown").stdout
     assert "| q \\ k | The | cat | sat | on | mat |" in out
-    assert "| cat | 0.3664 | 0.0891 | 0.3664 | 0.0891 | 0.0891 |" in out
+    assert "| cat | 0.3664* | 0.0891 | 0.3664* | 0.0891 | 0.0891 |" in out
 
 
 def test_decimals_option(cli):
@@ -41,7 +41,7 @@ def test_decimals_option(cli):
 def test_masked_cells_are_marked_not_zero(cli):
     out = cli("heads", "--mask", "causal", "--head", "1").stdout
     the_row = next(line for line in out.splitlines() if line.startswith("The  "))
-    assert the_row.split() == ["The", "1.0000", "·", "·", "·", "·"]
+    assert the_row.split() == ["The", "1.0000*", "·", "·", "·", "·"]
     data = json.loads(cli("heads", "--mask", "causal", "--format", "json").stdout)
     assert data["mask"][0] == [True, False, False, False, False]
 

@@ -130,7 +130,18 @@ def test_wide_weight_tables_split_their_keys_instead_of_cutting_numbers(cli):
     out = cli("heads", "--config", "chicken-road", "--head", "1", "--width", "80").stdout
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= 80
-    assert "keys 1–8 of 11 (--width 97 shows them in one table)" in out
+    assert "keys 1–8 of 11 (--width 106 shows them in one table)" in out
     assert not re.search(r"\d…", out)  # no number is cut short
-    wide = cli("heads", "--config", "chicken-road", "--head", "1", "--width", "97").stdout
+    wide = cli("heads", "--config", "chicken-road", "--head", "1", "--width", "106").stdout
     assert "keys 1–" not in wide
+
+
+def test_shading_is_distinct_and_spans_a_visible_range():
+    """In a real terminal, chicken-road's weights (0.03 to 0.3) are shaded per matrix: several
+    distinct colours from dark to light, not three near-black ones."""
+    drawn = in_pty("heads", "--config", "chicken-road", "--head", "1", env_extra={"COLORTERM": "truecolor"})
+    colours = {tuple(map(int, m)) for m in re.findall(r"48;2;(\d+);(\d+);(\d+)", drawn)}
+    luminance = sorted(0.299 * r + 0.587 * g + 0.114 * b for r, g, b in colours)
+    assert len(colours) >= 6
+    assert luminance[-1] - luminance[0] > 150  # from the darkest stop to the brightest
+    assert 30 < luminance[0] and luminance[-1] < 250  # visible on black and on white

@@ -148,7 +148,7 @@ def test_real_decoding_equals_the_full_pass(model):
 def test_views_show_the_causal_mask_and_shared_kv_heads(cli):
     table = cli("heads", "--model", "smollm2", "--sentence", CAPITAL, "--head", "3.1").stdout
     assert [line.split()[:3] for line in table.splitlines() if line.startswith("The ")] == [
-        ["The", "1.0000", "·"]]
+        ["The", "1.0000*", "·"]]
     explain = cli("explain", "--model", "smollm2", "--sentence", CAPITAL, "--token", "is").stdout
     assert "9 query heads share 3 K/V heads" in explain and "turned by RoPE" in explain
     shapes = cli("shapes", "--model", "smollm2", "--sentence", CAPITAL, "--layer", "1").stdout

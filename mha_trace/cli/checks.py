@@ -10,7 +10,7 @@ from mha_trace.errors import MhaError
 from mha_trace.output import Output, emit
 
 
-@app.command()
+@app.command(short_help="Parameters, FLOPs, score memory and KV cache, exactly.")
 @output_options()
 def cost(
     preset: Annotated[str | None, typer.Option("--preset", help="Published model dimensions: gpt2-small, bert-base, gpt3-175b, llama2-7b, llama2-70b, mistral-7b; flags override them. Example: --preset gpt3-175b")] = None,
@@ -53,7 +53,7 @@ def cost(
          cost_data(rows, d, layers, preset, p.get("source")))
 
 
-@app.command()
+@app.command(short_help="The module (or yours) against independent references.")
 @output_options()
 def verify(
     config: Annotated[str | None, typer.Option("--config", "-c", help="Verify on a config's Q, K, V (or generated input) instead of random sizes from flags; --heads, --kv-heads, --mask and --pad override the config's. Example: --config chicken-road")] = None,

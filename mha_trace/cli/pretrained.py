@@ -162,7 +162,7 @@ def ablate(model, sentence, head, decimals, out: Output, rank: bool = False, top
     emit(out, ablation_renderables(a, decimals), ablation_data(a, decimals))
 
 
-@app.command()
+@app.command(short_help="Which layer.head of a model does what, ranked.")
 @output_options()
 def survey(
     model: Annotated[str, typer.Option("--model", help="The pretrained model: minilm. Example: --model minilm", metavar="NAME")] = "minilm",
@@ -190,7 +190,7 @@ def survey(
     emit(out, survey_renderables(result, top), survey_data(result, top))
 
 
-@app.command()
+@app.command(short_help="A causal model's next-token distribution.")
 @output_options()
 def predict(
     model: Annotated[str, typer.Option("--model", help="A causal model: smollm2. Example: --model smollm2", metavar="NAME")] = "smollm2",

@@ -10,7 +10,7 @@ from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
 from mha_trace.output import Output, emit, make_console
 
 
-@app.command()
+@app.command(short_help="Every tensor op of a real forward pass: shape, stride, memory.")
 @output_options()
 def shapes(
     batch: BatchOpt = 2,

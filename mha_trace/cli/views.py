@@ -54,7 +54,7 @@ def _no_d_model(d_model):
                        quantity="d_model")
 
 
-@app.command()
+@app.command(short_help="Each head's attention weights, their average, the output.")
 @output_options(png=True)
 def heads(
     config: ConfigOpt = None,
@@ -113,10 +113,10 @@ def heads(
     emit(out, view.renderables(decimals=decimals, head=head), view.data(decimals, head))
 
 
-@app.command()
+@app.command(short_help="One token through every head, every product written out.")
 @output_options(png=True)
 def explain(
-    token: Annotated[str | None, typer.Option("--token", "-t", help="The query token to follow (default: the first). Example: --token cat")] = None,
+    token: Annotated[str | None, typer.Option("--token", help="The query token to follow (default: the first). Example: --token cat")] = None,
     position: Annotated[int | None, typer.Option("--position", "-p", help="Pick the token by position (0-based), needed when it repeats. Example: --position 4")] = None,
     config: ConfigOpt = None,
     head: HeadOpt = None,
@@ -185,7 +185,7 @@ def explain(
 
 def _int_list(text: str, quantity: str) -> list[int]:
     try:
-        values = [int(part) for part in text.split(",") if part.strip()]
+        values = [int(part) for part in text.split(",")] if text.strip() else []
     except ValueError:
         raise MhaError(f"expected comma-separated integers like 1,2,4, got '{text}'",
                        quantity=quantity) from None
@@ -194,7 +194,7 @@ def _int_list(text: str, quantity: str) -> list[int]:
     return values
 
 
-@app.command()
+@app.command(short_help="The same input split into different head counts.")
 @output_options(png=True)
 def compare(
     heads: Annotated[str, typer.Option("--heads", "-H", help="Comma-separated head counts, each dividing d_model. Example: --heads 1,2,4")] = "1,2,4",
@@ -231,7 +231,7 @@ def compare(
     emit(out, compare_renderables(views, decimals), compare_data(views, decimals))
 
 
-@app.command()
+@app.command(short_help="The output without some heads, and how far it moved.")
 @output_options()
 def ablate(
     head: Annotated[str | None, typer.Option("--head", help="Head(s) to remove, 1-based, comma-separated (default 2); with --model, LAYER.HEAD. Example: --head 1,3, or --head 6.12,3.1")] = None,
@@ -283,7 +283,7 @@ def ablate(
     emit(out, a.renderables(decimals=decimals), a.data(decimals))
 
 
-@app.command()
+@app.command(short_help="The bundled configs and what each shows.")
 @output_options()
 def configs(out: Output = None):
     """List the bundled configs: name, title, tokens, d_model, heads, and what each shows.
@@ -297,7 +297,7 @@ def configs(out: Output = None):
     emit(out, [configs_table(found)], configs_data(found))
 
 
-@app.command()
+@app.command(short_help="The bundled example implementations (--module example:NAME).")
 @output_options()
 def examples(out: Output = None):
     """List the bundled example implementations (the seed texts' classes, as written), each

@@ -24,7 +24,7 @@ def cost_renderables(rows, d, layers: int, label: str, source: str | None, formu
         if formulas:
             table.add_column("formula", overflow="fold")
         table.add_column("one layer", justify="right")
-        table.add_column(f"{layers} layers", justify="right")
+        table.add_column(f"{layers} layer{'s' if layers != 1 else ''}", justify="right")
         for r in (r for r in rows if r.section == section):
             cells = [r.item]
             if formulas:

@@ -29,17 +29,65 @@ def vector(values, decimals: int, limit: int = 16) -> str:
     return "[" + ", ".join(fmt(x, decimals) for x in values) + "]"
 
 
-def shade(weight: float) -> Style:
-    """Cell background: dark (little attention) to bright blue (a lot); stripped when plain."""
-    w = max(0.0, min(1.0, weight))
-    r, g, b = (int(20 + (a - 20) * w) for a in (40, 120, 255))
-    return Style(bgcolor=f"rgb({r},{g},{b})", color="white" if w < 0.6 else "black")
+# viridis, five stops: dark purple to yellow. Every stop differs from both a black and a white
+# terminal background, and its lightness rises steadily, so order survives a washed-out projector.
+_RAMP = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37))
+TOP = "*"  # marks each row's largest weight: the information needs no colour
 
 
-def legend() -> Text:
-    return Text(f"Rows are queries, columns keys; each row sums to 1. On a colour terminal cells "
-                f"are shaded by weight (brighter = more) and each row's largest is bold. "
-                f"{MASKED} marks a masked key (weight exactly 0).")
+def ramp(x: float) -> tuple[int, int, int]:
+    x = max(0.0, min(1.0, x)) * (len(_RAMP) - 1)
+    i = min(int(x), len(_RAMP) - 2)
+    t = x - i
+    return tuple(int(a + (b - a) * t) for a, b in zip(_RAMP[i], _RAMP[i + 1]))
+
+
+def shade(x: float) -> Style:
+    """Cell background for a value scaled to 0..1 (dark to bright); stripped when plain."""
+    r, g, b = ramp(x)
+    light = 0.299 * r + 0.587 * g + 0.114 * b > 140
+    return Style(bgcolor=f"rgb({r},{g},{b})", color="black" if light else "white")
+
+
+def scale(values) -> tuple[float, float]:
+    """(lowest, highest) of the unmasked values: shading runs over this range, per matrix."""
+    values = np.asarray(values, float)
+    return (float(values.min()), float(values.max())) if values.size else (0.0, 1.0)
+
+
+def top_keys(row, allowed=None) -> set:
+    """Indices of a row's largest weight; all of them on a tie, none when the whole row is equal."""
+    idx = [j for j in range(len(row)) if allowed is None or allowed[j]]
+    if not idx:
+        return set()
+    best = max(row[j] for j in idx)
+    tops = {j for j in idx if abs(row[j] - best) <= 1e-12}
+    return set() if len(tops) == len(idx) and len(idx) > 1 else tops
+
+
+class _Legend:
+    """The legend; the sentence on shading only where there is colour."""
+
+    def __rich_console__(self, console, options):
+        colour = "" if console.no_color or console.color_system is None else (
+            "Shading is scaled per matrix, from its smallest weight (dark) to its largest "
+            "(bright). ")
+        yield Text(f"Rows are queries, columns keys; each row sums to 1. {colour}{TOP} marks each "
+                   f"row's largest weight (every one on a tie; none in a row of equal weights). "
+                   f"{MASKED} marks a masked key (weight exactly 0).")
+
+    @property
+    def plain(self) -> str:
+        return (f"Rows are queries, columns keys; each row sums to 1. {TOP} marks each row's "
+                f"largest weight (every one on a tie; none in a row of equal weights). {MASKED} "
+                f"marks a masked key (weight exactly 0).")
+
+    def markdown(self) -> str:
+        return self.plain
+
+
+def legend() -> _Legend:
+    return _Legend()
 
 
 class _WeightsTable:
@@ -53,7 +101,7 @@ class _WeightsTable:
         self.mask, self.decimals = mask, decimals
 
     def _widths(self) -> list[int]:
-        return [max(self.decimals + 2, len(t)) for t in self.tokens]
+        return [max(self.decimals + 3, len(t)) for t in self.tokens]  # 0.1234 and the marker
 
     def _label_width(self) -> int:
         return max(len("q \\ k"), *(len(t) for t in self.tokens))
@@ -64,15 +112,20 @@ class _WeightsTable:
         table.add_column("q \\ k", style="bold", no_wrap=True)
         for j in keys:
             table.add_column(self.tokens[j], justify="right", no_wrap=True)
+        allowed = (lambda i: None) if self.mask is None else (lambda i: self.mask[i])
+        keep = np.ones(np.shape(self.weights), bool) if self.mask is None else np.asarray(self.mask, bool)
+        lo, hi = scale(np.asarray(self.weights)[keep])
         for i, row in enumerate(self.weights):
-            best = max(range(len(row)), key=lambda j: row[j])
+            tops = top_keys(row, allowed(i))
             cells = []
             for j in keys:
                 if self.mask is not None and not self.mask[i][j]:
-                    cells.append(Text(MASKED, justify="center"))
+                    cells.append(Text(MASKED + " ", justify="right"))
                 else:
-                    style = shade(row[j]) + Style(bold=j == best)
-                    cells.append(Text(fmt(row[j], self.decimals), style=style))
+                    x = (row[j] - lo) / (hi - lo) if hi > lo else 0.5
+                    mark = TOP if j in tops else " "
+                    cells.append(Text(fmt(row[j], self.decimals) + mark,
+                                      style=shade(x) + Style(bold=j in tops)))
             table.add_row(self.tokens[i], *cells)
         return table
 

@@ -83,13 +83,25 @@ def test_the_concatenation_from_the_chapter(view):
     np.testing.assert_array_equal(r4(walk(view, 0).concat), [0.2491, 0.3763, 0.2289, 0.3663])
 
 
+def _r(x):
+    """The chapter prints 4 decimals; JSON keeps every digit."""
+    return round(x, 4) if isinstance(x, float) else [_r(v) for v in x]
+
+
 def test_cli_json_carries_the_same_numbers(cli):
     heads = json.loads(cli("heads", "--format", "json").stdout)
-    assert [h["weights"] for h in heads["heads"]] == [HEAD1, HEAD2]
-    assert heads["average"] == AVERAGE and heads["output"] == OUTPUT
+    assert [_r(h["weights"]) for h in heads["heads"]] == [HEAD1, HEAD2]
+    assert _r(heads["average"]) == AVERAGE and _r(heads["output"]) == OUTPUT
     explain = json.loads(cli("explain", "--token", "cat", "--format", "json").stdout)
     for h in explain["heads"]:
         keys, output = TRACE[("cat", h["head"])]
-        assert [[k["dot"], k["scaled"], k["weight"]] for k in h["keys"]] == [list(k) for k in keys]
-        assert h["output"] == output
-    assert explain["sqrt_d_k"] == 1.4142
+        assert [_r([k["dot"], k["scaled"], k["weight"]]) for k in h["keys"]] == [list(k) for k in keys]
+        assert _r(h["output"]) == output
+    assert _r(explain["sqrt_d_k"]) == 1.4142
+
+
+def test_json_keeps_full_precision(cli):
+    for args in (("heads",), ("heads", "--config", "chicken-road"), ("heads", "--mask", "causal")):
+        data = json.loads(cli(*args, "--format", "json", "--decimals", "2").stdout)
+        for head in data["heads"]:
+            assert all(abs(sum(row) - 1) < 1e-12 for row in head["weights"])

@@ -34,7 +34,7 @@ def test_decimals_option(cli):
     e = math.exp(2 / math.sqrt(2))  # cat -> The in head 1: scores 2, 0, 2, 0, 0 over √2
     expected = round(e / (2 * e + 3), 6)
     data = json.loads(cli("heads", "--decimals", "6", "--format", "json").stdout)
-    assert data["heads"][0]["weights"][1][0] == expected
+    assert data["heads"][0]["weights"][1][0] == pytest.approx(e / (2 * e + 3), abs=1e-15)
     assert f"{expected:.6f}" in cli("heads", "--decimals", "6").stdout
 
 

@@ -75,7 +75,7 @@ LayerOpt = Annotated[int | None, typer.Option("--layer", "-l", help="With --mode
 ResplitOpt = Annotated[int | None, typer.Option("--heads", "-H", help="Re-split the same Q, K, V into H heads (must divide d_model). Example: --heads 4")]
 ConfigMaskOpt = Annotated[Mask | None, typer.Option("--mask", help="Override the config's mask: none or causal. Example: --mask causal")]
 ConfigPadOpt = Annotated[int | None, typer.Option("--pad", help="Mask the last N tokens as padding keys. Example: --pad 1")]
-DecimalsOpt = Annotated[int, typer.Option("--decimals", min=0, max=12, help="Decimals shown (and kept in JSON). Example: --decimals 6")]
+DecimalsOpt = Annotated[int, typer.Option("--decimals", min=0, max=12, help="Decimals shown in tables (JSON always keeps full precision). Example: --decimals 6")]
 
 
 _OUTPUT = [("format", FormatOpt, Format.table), ("no_color", NoColorOpt, False),

@@ -29,5 +29,5 @@ def ablate_data(a, decimals: int) -> dict:
     return {"command": "ablate", "config": config_data(a.view), "decimals": decimals,
             "removed": a.removed, "full_output": rounded(a.view.output, decimals),
             "output": rounded(a.output, decimals),
-            "per_token_l2": [round(float(x), decimals) for x in a.per_token],
-            "total_l2": round(a.total, decimals), "relative": round(a.relative, decimals)}
+            "per_token_l2": [float(x) for x in a.per_token],
+            "total_l2": float(a.total), "relative": float(a.relative)}

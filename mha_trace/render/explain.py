@@ -93,7 +93,7 @@ def weighted_sum(hw, decimals: int) -> str:
 
 
 def explain_data(w, decimals: int, only_head: int | None) -> dict:
-    r = lambda x: round(float(x), decimals)
+    r = lambda x: float(x)  # JSON keeps full precision
     return {
         "command": "explain",
         "config": config_data(w.view),
@@ -138,6 +138,6 @@ def module_explain_data(m, i: int, decimals: int, only_head: int | None) -> dict
     picked = [only_head - 1] if only_head else range(len(m.weights))
     return {"command": "explain", "module": m.label, "call": m.call, "token": m.tokens[i],
             "position": i, "decimals": decimals, "averaged": m.averaged,
-            "heads": [{"head": h + 1, "weights": [round(float(x), decimals) for x in m.weights[h][i]]}
+            "heads": [{"head": h + 1, "weights": [float(x) for x in m.weights[h][i]]}
                       for h in picked],
-            "output": [round(float(x), decimals) for x in m.output[i]]}
+            "output": [float(x) for x in m.output[i]]}

@@ -219,7 +219,8 @@ def describe(view) -> str:
 
 
 def rounded(matrix, decimals: int):
-    return [[round(float(x), decimals) for x in row] for row in matrix]
+    """A matrix for JSON at full precision: --decimals is for reading, scripts get every digit."""
+    return [[float(x) for x in row] for row in matrix]
 
 
 def config_data(view) -> dict:

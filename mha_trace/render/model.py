@@ -147,7 +147,7 @@ def ablation_renderables(a, decimals: int) -> list:
 
 
 def ablation_data(a, decimals: int) -> dict:
-    r = lambda xs: [round(float(x), decimals) for x in xs]
+    r = lambda xs: [float(x) for x in xs]  # JSON keeps full precision
     data = {"command": "ablate", "model": a.sentence.model.name, "sentence": a.sentence.text,
             "tokens": list(a.sentence.labels),
             "removed": [{"layer": l, "head": h} for l, h in a.removed],

@@ -36,6 +36,7 @@ class Output:
     html: str | None = None
     title: str = "mha-trace"
     png: str | None = None  # per-head heatmaps (heads, explain, compare)
+    theme: str = "dark"  # for --svg, --html and --png: "light" (slides) or "dark"
 
 
 class Shows:
@@ -171,10 +172,13 @@ def _save_recordings(out: Output, renderables: list, width: int) -> None:
     recorder = Console(record=True, file=io.StringIO(), width=width, color_system="truecolor",
                        force_terminal=True, highlight=False, emoji=False, markup=False)
     _print_all(recorder, renderables)
+    from rich.terminal_theme import DEFAULT_TERMINAL_THEME, SVG_EXPORT_THEME
+
+    theme = DEFAULT_TERMINAL_THEME if out.theme == "light" else SVG_EXPORT_THEME
     if out.svg:
-        write_atomic(out.svg, recorder.export_svg(title=out.title, clear=False), "svg")
+        write_atomic(out.svg, recorder.export_svg(title=out.title, clear=False, theme=theme), "svg")
     if out.html:
-        write_atomic(out.html, recorder.export_html(clear=False), "html")
+        write_atomic(out.html, recorder.export_html(clear=False, theme=theme), "html")
 
 
 def _titled(r) -> list:

@@ -103,14 +103,36 @@ def test_png_heatmaps(cli, tmp_path, args):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
 
 
+@pytest.mark.parametrize("theme,background", [("light", (255, 255, 255)), ("dark", (30, 30, 30))])
+def test_png_is_slide_sized_with_a_colour_bar(cli, tmp_path, theme, background):
+    from PIL import Image
+
+    png = tmp_path / "h.png"
+    assert cli("heads", "--config", "chicken-road", "--png", str(png), "--theme", theme).exit_code == 0
+    image = Image.open(png).convert("RGB")
+    assert image.size == (1920, 1080)
+    assert image.getpixel((5, 5)) == background
+    # the colour bar: a vertical strip near the right edge running through the viridis ramp
+    bar = [image.getpixel((x, y)) for x in range(1700, 1900, 4) for y in range(200, 900, 50)]
+    ramp = {p for p in bar if p != background and max(p) - min(p) > 60}
+    assert len(ramp) >= 8
+
+
+def test_svg_theme_light_for_slides(cli, tmp_path):
+    light, dark = tmp_path / "l.svg", tmp_path / "d.svg"
+    cli("configs", "--svg", str(light), "--theme", "light")
+    cli("configs", "--svg", str(dark))
+    assert "#ffffff" in light.read_text().lower() and "#ffffff" not in dark.read_text().lower()[:3000]
+
+
 def test_png_without_matplotlib_says_how_to_install(tmp_path):
     code = ("import sys; sys.modules['matplotlib'] = None; from typer.testing import CliRunner; "
             "from mha_trace.cli import app; "
             f"r = CliRunner().invoke(app, ['heads', '--png', {str(tmp_path / 'x.png')!r}]); "
             "print(r.exit_code); print(r.stderr, end='')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.stdout == ('1\nError: --png needs matplotlib (install it with: '
-                          'pip install "mha-trace[plot]")\n')
+    assert out.stdout == ('1\nError: --png needs matplotlib (install it with: pip install '
+                          'matplotlib, or from a clone: pip install ".[plot]")\n')
 
 
 def test_markdown_everywhere(cli):

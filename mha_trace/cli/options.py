@@ -41,7 +41,13 @@ ModuleOpt = Annotated[str | None, typer.Option("--module", "-m", help="Trace you
 InitOpt = Annotated[str | None, typer.Option("--init", help="Constructor arguments for --module, as name=value pairs. Example: --init 'd_model=64, num_heads=4'")]
 SvgOpt = Annotated[str | None, typer.Option("--svg", help="Also save what was printed as an SVG picture (for slides). Example: --svg shapes.svg", metavar="FILE")]
 HtmlOpt = Annotated[str | None, typer.Option("--html", help="Also save what was printed as HTML. Example: --html shapes.html", metavar="FILE")]
-PngOpt = Annotated[str | None, typer.Option("--png", help='Save per-head heatmaps as PNG (needs: pip install "mha-trace[plot]"). Example: --png heads.png', metavar="FILE")]
+PngOpt = Annotated[str | None, typer.Option("--png", help='Save per-head heatmaps as a 1920-px PNG for slides (needs matplotlib: pip install matplotlib). Example: --png heads.png', metavar="FILE")]
+class Theme(str, Enum):
+    dark = "dark"
+    light = "light"
+
+
+ThemeOpt = Annotated[Theme, typer.Option("--theme", help="Colours of --svg, --html and --png pictures: dark, or light for white slides. Example: --theme light")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show Python tracebacks instead of one-line errors. Example: --debug")]
 
 # sizes
@@ -104,7 +110,8 @@ def output_options(png: bool = False):
 
         sig = inspect.signature(command)
         own = [p for p in sig.parameters.values() if p.name != "out"]
-        extra = _OUTPUT + ([("png", PngOpt, None)] if png else []) + [("debug", DebugOpt, False)]
+        extra = _OUTPUT + ([("png", PngOpt, None)] if png else []) + [
+            ("theme", ThemeOpt, Theme.dark), ("debug", DebugOpt, False)]
         added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                    annotation=annotation) for name, annotation, default in extra]
 
@@ -112,7 +119,7 @@ def output_options(png: bool = False):
         def run(**kwargs):
             kwargs.pop("debug")  # read from argv before parsing, wherever it stands
             out = Output(*(kwargs.pop(name) for name, _, _ in _OUTPUT), title=_title(),
-                         png=kwargs.pop("png", None))
+                         png=kwargs.pop("png", None), theme=kwargs.pop("theme").value)
             check_outputs({"svg": out.svg, "html": out.html, "png": out.png}, _inputs(kwargs))
             return command(out=out, **kwargs)
 

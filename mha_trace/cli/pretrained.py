@@ -72,7 +72,7 @@ def heads(model, sentence, layer, head, overview, words, hide_special, decimals,
 
         save_heatmaps(out.png, f"{s.model.name}: {s.text}",
                       [(f"head {l}.{h}", tokens, tokens, weights[l - 1, h - 1], None)
-                       for l, h in picked], decimals)
+                       for l, h in picked], decimals, out.theme)
     data = heads_data(s, tokens, weights, picked, decimals, words)
     if whole:
         from mha_trace.output import make_console

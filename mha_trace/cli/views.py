@@ -109,7 +109,7 @@ def heads(
 
         picked = [head - 1] if head else range(view.heads)
         save_heatmaps(out.png, view.config.title, [(f"head {h + 1}", view.tokens, view.tokens,
-                                                    view.weights[h], view.mask) for h in picked], decimals)
+                                                    view.weights[h], view.mask) for h in picked], decimals, out.theme)
     emit(out, view.renderables(decimals=decimals, head=head), view.data(decimals, head))
 
 
@@ -179,7 +179,7 @@ def explain(
         keep = None if view.mask is None else np.repeat(view.mask[w.position][None], len(rows), 0)
         save_heatmaps(out.png, f"{view.config.title}: the query '{w.token}'",
                       [("weights per head", [f"head {hw.head}" for hw in w.heads], view.tokens,
-                        rows, keep)], decimals)
+                        rows, keep)], decimals, out.theme)
     emit(out, w.renderables(decimals=decimals, head=head), w.data(decimals, head))
 
 
@@ -227,7 +227,7 @@ def compare(
 
         save_heatmaps(out.png, f"{c.title}: heads {heads}",
                       [(f"H={v.heads} head {h + 1}", v.tokens, v.tokens, v.weights[h], v.mask)
-                       for v in views for h in range(v.heads)], decimals)
+                       for v in views for h in range(v.heads)], decimals, out.theme)
     emit(out, compare_renderables(views, decimals), compare_data(views, decimals))
 
 

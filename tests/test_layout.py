@@ -31,3 +31,18 @@ def test_verify_never_cuts_a_reference_name(cli, width):
     text = cli("verify", "--kv-heads", "2", "--width", str(width)).stdout
     assert "F.scaled_dot_product_attention" in text and "nn.MultiheadAttention" in text
     assert max(len(line) for line in text.splitlines()) <= width
+
+
+@pytest.mark.parametrize("args", [(), ("--kv-heads", "2"), ("--impl", "sdpa"), ("--rope", "--seq", "6"),
+                                  ("--batch", "3", "--seq", "3", "--heads", "3", "--d-model", "9")])
+def test_compact_layout_has_the_lecture_rows_with_symbols_from_the_run(cli, args):
+    data = json.loads(cli("shapes", "--compact", *args, "--format", "json").stdout)
+    rows = {r["row"]: r["symbols"] for r in data["compact"]}
+    assert list(rows) == ["input", "W_q", "view", "transpose", "attention", "transpose back",
+                          "contiguous + view", "W_o"]
+    assert rows["view"] == "(B, T, H, d_k)" and rows["transpose"] == "(B, H, T, d_k)"
+    assert rows["attention"] == "(B, H, T, d_k)" and rows["W_o"] == "(B, T, d_model)"
+    for width in (80, 100):
+        text = cli("shapes", "--compact", *args, "--width", str(width)).stdout
+        assert max(len(line) for line in text.splitlines()) <= width
+        assert all(row in text for row in ("transpose back", "contiguous + view", "(B, H, T, d_k)"))

@@ -30,6 +30,7 @@ def shapes(
     window: WindowOpt = None,
     impl: ImplOpt = Impl.explicit,
     compare_impl: Annotated[bool, typer.Option("--compare-impl", help="With --impl sdpa: also run the explicit path and compare what each allocates and which tensors the fused path never makes. Example: --impl sdpa --compare-impl")] = False,
+    compact: Annotated[bool, typer.Option("--compact", help="For slides: the lecture table's eight rows (input, W_q, view, transpose, attention, transpose back, contiguous + view, W_o), each shape also in symbols. Example: --compact")] = False,
     decode: Annotated[int, typer.Option("--decode", help="After a prefill over --seq tokens, decode N more one at a time with a growing KV cache (implies a causal mask). Example: --decode 3")] = 0,
     model: PretrainedOpt = None,
     sentence: SentenceOpt = None,
@@ -73,6 +74,15 @@ def shapes(
     report = trace_run(from_module(module, sizes, init) if module else from_sizes(sizes))
     console = make_console(out)
     renderables, data = report.renderables(console.width), report.data()
+    if compact:
+        from mha_trace.render.shapes import compact_rows, compact_table, symbols
+
+        if module or decode or report.failure:
+            raise MhaError("compact shows the built-in module's eight lecture steps (not with "
+                           "--module or --decode)", quantity="compact")
+        renderables = [compact_table(report, console.width)]
+        sym = symbols(report)
+        data["compact"] = [{"row": name, "step": i, "symbols": sym[i]} for name, i in compact_rows(report)]
     if compare_impl:
         from dataclasses import replace
 

@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-from mha_trace.tracer import ForwardFailed, Step, Trace, _own_part, where
+from mha_trace.tracer import ForwardFailed, Step, Trace, _own_part, leaves, where
 
 _NUMPY_DIR = os.path.dirname(np.__file__)
 _THIS_FILE = __file__
@@ -55,13 +55,7 @@ def _plain(obj):
 
 
 def _arrays(obj) -> list:
-    if isinstance(obj, np.ndarray):
-        return [obj]
-    if isinstance(obj, (list, tuple)):
-        return [a for o in obj for a in _arrays(o)]
-    if isinstance(obj, dict):
-        return [a for o in obj.values() for a in _arrays(o)]
-    return []
+    return leaves(obj, np.ndarray)
 
 
 def _record(op: str, inputs, result):

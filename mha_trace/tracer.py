@@ -97,15 +97,19 @@ def _failure_of(exc: BaseException, own_file: str | None) -> Failure:
                    f"{type(exc).__name__}: {_message(exc)}" if str(exc).strip() else _message(exc))
 
 
-def _tensors(obj):
-    """Tensors in an argument tree (one level of lists, tuples and dicts deep is enough here)."""
-    if isinstance(obj, torch.Tensor):
+def leaves(obj, kind) -> list:
+    """The objects of `kind` in an argument tree of lists, tuples and dicts."""
+    if isinstance(obj, kind):
         return [obj]
     if isinstance(obj, (list, tuple)):
-        return [t for o in obj for t in _tensors(o)]
+        return [t for o in obj for t in leaves(o, kind)]
     if isinstance(obj, dict):
-        return [t for o in obj.values() for t in _tensors(o)]
+        return [t for o in obj.values() for t in leaves(o, kind)]
     return []
+
+
+def _tensors(obj):
+    return leaves(obj, torch.Tensor)
 
 
 def _op_name(func) -> str:

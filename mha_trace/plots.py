@@ -22,6 +22,95 @@ def _pyplot():
     return plt
 
 
+def _theme(theme: str) -> tuple[str, str]:
+    return ("white", "#1e1e1e") if theme == "dark" else ("black", "white")
+
+
+def _rc(fg: str) -> dict:
+    return {"text.color": fg, "axes.labelcolor": fg, "xtick.color": fg, "ytick.color": fg,
+            "axes.edgecolor": fg, "font.size": 18, "hatch.color": "#888888"}
+
+
+def _save(plt, fig, path: str, bg: str) -> None:
+    import io
+
+    from mha_trace.files import write_atomic
+
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format="png", dpi=DPI, facecolor=bg, metadata={"Software": None})
+    finally:
+        plt.close(fig)
+    write_atomic(path, buffer.getvalue(), "png")
+
+
+def layer_paths(path: str, layers: int) -> list[str]:
+    """The per-layer files beside a model's overview: heads.png -> heads-layer01.png, ..."""
+    stem = path[:-len(".png")]
+    return [f"{stem}-layer{l:0{len(str(layers))}d}.png" for l in range(1, layers + 1)]
+
+
+def save_model(path: str, title: str, tokens: list, weights, causal: bool,
+               decimals: int = 4, theme: str = "light") -> list[str]:
+    """A model's heads for slides: `path` gets the overview grid (every layer.head as a small
+    tile on one colour scale), and one figure per layer goes beside it (layer_paths).
+    Returns the files written, the overview first."""
+    import numpy as np
+
+    w = np.asarray(weights, float)
+    L, H, T, _ = w.shape
+    mask = np.tril(np.ones((T, T), bool)) if causal else None
+    paths = layer_paths(path, L)
+    for l, layer_path in enumerate(paths):
+        save_heatmaps(layer_path, f"{title}, layer {l + 1}",
+                      [(f"head {l + 1}.{h + 1}", tokens, tokens, w[l, h], mask) for h in range(H)],
+                      decimals, theme)
+    save_overview(path, title, w, mask, theme)
+    return [path, *paths]
+
+
+def save_overview(path: str, title: str, w, mask, theme: str) -> None:
+    """Every head as a tile of one mosaic: layers down and heads across, or the other way round
+    when there are more layers than heads (so the grid fills a wide slide)."""
+    plt = _pyplot()
+    import numpy as np
+
+    L, H, T, _ = w.shape
+    across = L > H  # layers across the slide
+    rows, cols = (H, L) if across else (L, H)
+    gap = max(1, T // 6)
+    mosaic = np.full((rows * (T + gap) - gap, cols * (T + gap) - gap), np.nan)
+    for l in range(L):
+        for h in range(H):
+            r, c = (h, l) if across else (l, h)
+            tile = w[l, h] if mask is None else np.where(mask, w[l, h], np.nan)
+            mosaic[r * (T + gap):r * (T + gap) + T, c * (T + gap):c * (T + gap) + T] = tile
+    fg, bg = _theme(theme)
+    with plt.rc_context(_rc(fg)):
+        fig, ax = plt.subplots(figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI, facecolor=bg,
+                               constrained_layout=True)
+        ax.set_facecolor(bg)
+        cmap = plt.get_cmap("viridis").with_extremes(bad=bg)
+        lo, hi = float(np.nanmin(mosaic)), float(np.nanmax(mosaic))
+        image = ax.imshow(mosaic, cmap=cmap, interpolation="nearest", aspect="auto", vmin=lo,
+                          vmax=hi)
+        centres = [i * (T + gap) + (T - 1) / 2 for i in range(max(rows, cols))]
+        row_name, col_name = ("head", "layer") if across else ("layer", "head")
+        ax.set_xticks(centres[:cols], [str(i + 1) for i in range(cols)],
+                      fontsize=18 if cols <= 16 else 12)
+        ax.set_yticks(centres[:rows], [str(i + 1) for i in range(rows)],
+                      fontsize=18 if rows <= 16 else 12)
+        ax.set_xlabel(f"{col_name}  (each tile: queries down, keys across)", fontsize=20)
+        ax.set_ylabel(row_name, fontsize=20)
+        ax.tick_params(length=0)
+        for side in ax.spines.values():
+            side.set_visible(False)
+        bar = fig.colorbar(image, ax=ax, shrink=0.8)
+        bar.set_label(f"attention weight ({lo:.2f} to {hi:.2f})", fontsize=18)
+        fig.suptitle(f"{title}\nevery head: {L} layers × {H} heads", fontsize=24, color=fg)
+    _save(plt, fig, path, bg)
+
+
 def save_heatmaps(path: str, title: str, panels: list, decimals: int = 4, theme: str = "light") -> None:
     """panels: (title, row labels, column labels, matrix, mask or None), four to a row.
 
@@ -29,11 +118,7 @@ def save_heatmaps(path: str, title: str, panels: list, decimals: int = 4, theme:
     value when the matrix is small enough to read it, masked cells are hatched.
     """
     plt = _pyplot()
-    import io
-
     import numpy as np
-
-    from mha_trace.files import write_atomic
 
     cols = min(len(panels), 4)
     rows = -(-len(panels) // cols)
@@ -41,12 +126,9 @@ def save_heatmaps(path: str, title: str, panels: list, decimals: int = 4, theme:
                              for _, _, _, m, k in panels])
     lo, hi = float(values.min()), float(values.max())
     hi = hi if hi > lo else lo + 1e-9
-    dark = theme == "dark"
-    fg, bg = ("white", "#1e1e1e") if dark else ("black", "white")
+    fg, bg = _theme(theme)
     height = max(HEIGHT_PX, int(rows * WIDTH_PX / cols * 0.95))
-    with plt.rc_context({"text.color": fg, "axes.labelcolor": fg, "xtick.color": fg,
-                         "ytick.color": fg, "axes.edgecolor": fg, "font.size": 18,
-                         "hatch.color": "#888888"}):
+    with plt.rc_context(_rc(fg)):
         fig, axes = plt.subplots(rows, cols, squeeze=False, figsize=(WIDTH_PX / DPI, height / DPI),
                                  dpi=DPI, facecolor=bg, constrained_layout=True)
         for ax in axes.flat[len(panels):]:
@@ -58,9 +140,15 @@ def save_heatmaps(path: str, title: str, panels: list, decimals: int = 4, theme:
             ax.set_facecolor(bg)
             image = ax.imshow(shown, cmap="viridis", vmin=lo, vmax=hi)
             if mask is not None:  # masked cells: hatched, never a colour that reads as a weight
-                for i, j in zip(*np.where(~np.asarray(mask, bool))):
-                    ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///",
-                                               linewidth=0))
+                from matplotlib.patches import PathPatch
+                from matplotlib.path import Path
+                from matplotlib.transforms import Affine2D
+
+                cells = [Path.unit_rectangle().transformed(Affine2D().translate(j - 0.5, i - 0.5))
+                         for i, j in zip(*np.where(~np.asarray(mask, bool)))]
+                if cells:
+                    ax.add_patch(PathPatch(Path.make_compound_path(*cells), fill=False,
+                                           hatch="///", linewidth=0))
             ax.set_title(name, fontsize=24, color=fg)
             small = matrix.shape[1] <= 12
             labels = 18 if matrix.shape[1] <= 6 else 14 if small else 11
@@ -77,11 +165,6 @@ def save_heatmaps(path: str, title: str, panels: list, decimals: int = 4, theme:
                             ax.text(j, i, f"{v:.{min(decimals, 2)}f}", ha="center", va="center",
                                     fontsize=16, color="black" if light else "white")
         bar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8)
-        bar.set_label(f"attention weight (this figure: {lo:.3g} to {hi:.3g})", fontsize=18)
+        bar.set_label(f"attention weight (this figure: {lo:.2f} to {hi:.2f})", fontsize=18)
         fig.suptitle(title, fontsize=28, color=fg)
-        buffer = io.BytesIO()
-        try:
-            fig.savefig(buffer, format="png", dpi=DPI, facecolor=bg, metadata={"Software": None})
-        finally:
-            plt.close(fig)
-    write_atomic(path, buffer.getvalue(), "png")
+    _save(plt, fig, path, bg)

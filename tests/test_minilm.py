@@ -267,3 +267,38 @@ def test_survey_over_the_builtin_set(cli):
     previous = next(b for b in data["behaviours"] if b["name"] == "previous token")
     assert (previous["top"][0]["layer"], previous["top"][0]["head"]) == (1, 3)
     assert previous["top"][0]["score"] > 0.9
+
+
+def test_png_of_the_whole_model_is_an_overview_and_one_figure_per_layer(cli, tmp_path, monkeypatch,
+                                                                        animal):
+    from PIL import Image
+
+    from mha_trace import plots
+
+    layers = []  # the per-layer figures are save_heatmaps' (tested in test_output); record them
+    monkeypatch.setattr(plots, "save_heatmaps", lambda path, title, panels, *a: layers.append(
+        (path, title, [(name, m) for name, _, _, m, _ in panels])))
+    png = tmp_path / "heads.png"
+    result = cli("heads", "--model", "minilm", "--png", str(png), "--theme", "light")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == (f"Wrote {png} (every head) and {tmp_path / 'heads-layer1.png'} to "
+                             f"{tmp_path / 'heads-layer6.png'} (one figure per layer)\n")
+    assert [p for p, _, _ in layers] == [str(tmp_path / f"heads-layer{l}.png") for l in range(1, 7)]
+    name, matrix = layers[3][2][1]  # layer 4's second panel is head 4.2's weights
+    assert name == "head 4.2" and np.array_equal(matrix, animal.weights[3, 1])
+    image = Image.open(png).convert("RGB")
+    assert image.size == (1920, 1080) and image.getpixel((5, 5)) == (255, 255, 255)
+    # 6 layers × 12 heads of tiles: a line through layer 1's row crosses 12 tiles
+    y = next(y for y in range(100, 400) if sum(image.getpixel((x, y)) != (255, 255, 255)
+                                               for x in range(60, 1720, 2)) > 600)
+    row = [image.getpixel((x, y + 20)) != (255, 255, 255) for x in range(0, 1760)]
+    tiles = sum(1 for a, b in zip(row, row[1:]) if b and not a)
+    assert tiles == 12  # left of the colour bar: the twelve heads of layer 1
+
+
+def test_png_of_a_model_checks_the_files_beside_it_before_anything_runs(cli, tmp_path):
+    (tmp_path / "h-layer3.png").mkdir()
+    result = cli("heads", "--model", "minilm", "--png", str(tmp_path / "h.png"))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"Error: --png: {tmp_path / 'h-layer3.png'} is a directory")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h-layer3.png"]

@@ -7,6 +7,7 @@ import select
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 COLOUR = re.compile(r"\x1b\[[0-9;]*(3[0-9]|4[0-9]|38;|48;)[0-9;]*m")
@@ -167,3 +168,28 @@ def test_shading_is_distinct_and_spans_a_visible_range():
     assert len(colours) >= 6
     assert luminance[-1] - luminance[0] > 150  # from the darkest stop to the brightest
     assert 30 < luminance[0] and luminance[-1] < 250  # visible on black and on white
+
+
+def test_model_overview_lays_many_layers_across_and_leaves_masked_cells_empty(tmp_path):
+    from PIL import Image
+
+    from mha_trace.plots import save_overview
+
+    T = 8
+    causal = np.tril(np.ones((T, T), bool))
+    w = np.where(causal, 1.0, 0.0)  # every visible cell at the top of the ramp
+    w = np.broadcast_to(w / w.sum(-1, keepdims=True), (30, 2, T, T))
+    save_overview(str(tmp_path / "o.png"), "model", w, causal, "light")
+    image = np.asarray(Image.open(tmp_path / "o.png").convert("RGB"), int)
+    assert image.shape == (1080, 1920, 3)
+    painted = (image != 255).any(axis=2)[:, :1760]  # left of the colour bar
+    yellow = (image[..., 0] > 200) & (image[..., 1] > 200) & (image[..., 2] < 100)
+    runs = lambda row: int((row[1:] & ~row[:-1]).sum())
+    # 30 layers across: the first query's line (weight 1 on its own key) crosses 30 yellow tiles
+    top = next(y for y in range(1080) if runs(yellow[y, :1760]) == 30)
+    # the masked upper triangle is left as background: on that line only the first key of each
+    # tile is painted; the last query sees every key, so its line is painted all across the tile
+    left = int(np.argmax(yellow[top])) - 2  # the tiles' left edge; the row labels lie left of it
+    painted = painted[:, left:]
+    bottom = next(y for y in range(top, 1080) if runs(painted[y]) != 30) - 2
+    assert bottom - top > 100 and painted[bottom].sum() > 6 * painted[top].sum()

@@ -65,9 +65,18 @@ def heads(model, sentence, layer, head, overview, words, hide_special, decimals,
         picked = [(l, h) for l in range(1, s.model.layers + 1) for h in range(1, s.model.heads + 1)]
     whole = head is None and layer is None
     if out.png and whole:
-        raise MhaError("png draws one layer (--layer L) or one head (--head L.H); the "
-                       f"{len(picked)}-head overview is drawn as text", quantity="png")
-    if out.png:
+        import sys
+
+        from mha_trace.files import check_outputs
+        from mha_trace.plots import layer_paths, save_model
+
+        for path in layer_paths(out.png, s.model.layers):  # the files beside --png, checked too
+            check_outputs({"png": path, "svg": out.svg, "html": out.html}, [])
+        written = save_model(out.png, f"{s.model.name}: \"{s.text}\"", tokens, weights,
+                             s.model.causal, decimals, out.theme)
+        sys.stderr.write(f"Wrote {written[0]} (every head) and {written[1]} to {written[-1]} "
+                         f"(one figure per layer)\n")
+    elif out.png:
         from mha_trace.plots import save_heatmaps
 
         save_heatmaps(out.png, f"{s.model.name}: {s.text}",

@@ -82,3 +82,28 @@ def test_meta_trace_imports_neither_sympy_nor_dynamo_and_leaves_no_stand_ins():
             "print(sorted(n for n in ('sympy', 'torch._dynamo', "
             "'torch.fx.experimental.symbolic_shapes') if n in sys.modules), r.largest.shape)")
     assert run(sys.executable, "-c", code).stdout.strip() == "[] (1, 8, 64, 64)"
+
+
+def _help_examples():
+    import re
+
+    for name, command in sorted(typer.main.get_command(app).commands.items()):
+        for text in re.findall(r"Example: mha-trace (.*?)(?:\n\n|\n(?=Example)|$)", command.help, re.S):
+            yield name, " ".join(text.split())
+
+
+@pytest.mark.parametrize("name,example", list(_help_examples()), ids=lambda x: x)
+def test_every_help_example_runs(cli, name, example):
+    import shlex
+
+    result = cli(*shlex.split(example))
+    assert result.exit_code == 0, (example, result.stderr)
+    assert result.stdout.strip() and not result.stderr
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_file_examples_are_named_after_their_command(name):
+    command = typer.main.get_command(app).commands[name]
+    for param in command.params:
+        if param.name in ("svg", "html", "png"):
+            assert param.help.endswith(f"Example: --{param.name} {name}.{param.name}"), param.help

@@ -39,9 +39,19 @@ NoColorOpt = Annotated[bool, typer.Option("--no-color", help="Plain text without
 WidthOpt = Annotated[int | None, typer.Option("--width", min=40, help="Render at this many columns (default: the terminal's, 100 when piped). Example: --width 120")]
 ModuleOpt = Annotated[str | None, typer.Option("--module", "-m", help="Trace your own class instead: FILE.py:Class, package.module:Class, or a bundled example:NAME (see mha-trace examples; this runs the code). Example: --module example:l04", metavar="SPEC")]
 InitOpt = Annotated[str | None, typer.Option("--init", help="Constructor arguments for --module, as name=value pairs. Example: --init 'd_model=64, num_heads=4'")]
-SvgOpt = Annotated[str | None, typer.Option("--svg", help="Also save what was printed as an SVG picture (for slides). Example: --svg shapes.svg", metavar="FILE")]
-HtmlOpt = Annotated[str | None, typer.Option("--html", help="Also save what was printed as HTML. Example: --html shapes.html", metavar="FILE")]
-PngOpt = Annotated[str | None, typer.Option("--png", help='Save per-head heatmaps as a 1920-px PNG for slides (needs matplotlib: pip install matplotlib). Example: --png heads.png', metavar="FILE")]
+
+
+_MODEL_PNG = "; with --model and no --layer or --head, FILE gets an overview grid and FILE-layerN.png one figure per layer"
+
+
+def _file_options(name: str) -> list:
+    """--svg/--html/--png, their examples named after the command that shows them."""
+    return [
+        ("svg", Annotated[str | None, typer.Option("--svg", help=f"Also save what was printed as an SVG picture (for slides). Example: --svg {name}.svg", metavar="FILE")], None),
+        ("html", Annotated[str | None, typer.Option("--html", help=f"Also save what was printed as HTML. Example: --html {name}.html", metavar="FILE")], None),
+        ("png", Annotated[str | None, typer.Option("--png", help=f"Save per-head heatmaps as a 1920×1080 PNG for slides{_MODEL_PNG * (name == 'heads')} (needs matplotlib: pip install matplotlib). Example: --png {name}.png", metavar="FILE")], None)]
+
+
 class Theme(str, Enum):
     dark = "dark"
     light = "light"
@@ -75,7 +85,7 @@ ImplOpt = Annotated[Impl, typer.Option("--impl", help="explicit (the lecture's f
 
 ConfigOpt = Annotated[str | None, typer.Option("--config", "-c", help="A TOML config file, or the name of a bundled one (see mha-trace configs); default: the chapter's 'The cat sat on mat'. Example: --config chicken-road")]
 HeadOpt = Annotated[str | None, typer.Option("--head", help="Show only head N (1-based, as the chapter numbers them); with --model, LAYER.HEAD. Example: --head 2, or --head 4.1", metavar="N|L.H")]
-PretrainedOpt = Annotated[str | None, typer.Option("--model", help="A pretrained model, loaded offline from its PyPI package: minilm (all-MiniLM-L6-v2). Example: --model minilm", metavar="NAME")]
+PretrainedOpt = Annotated[str | None, typer.Option("--model", help="A pretrained model, loaded offline from its PyPI package: minilm (all-MiniLM-L6-v2) or smollm2 (SmolLM2-135M-Instruct). Example: --model minilm", metavar="NAME")]
 SentenceOpt = Annotated[str | None, typer.Option("--sentence", "-s", help="With --model: the text to run (default: \"The animal didn't cross the street because it was too tired.\"). Example: --sentence \"The cat sat on the mat.\"")]
 LayerOpt = Annotated[int | None, typer.Option("--layer", "-l", help="With --model: the layer (from 1). Example: --layer 4")]
 ResplitOpt = Annotated[int | None, typer.Option("--heads", "-H", help="Re-split the same Q, K, V into H heads (must divide d_model). Example: --heads 4")]
@@ -84,8 +94,7 @@ ConfigPadOpt = Annotated[int | None, typer.Option("--pad", help="Mask the last N
 DecimalsOpt = Annotated[int, typer.Option("--decimals", min=0, max=12, help="Decimals shown in tables (JSON always keeps full precision). Example: --decimals 6")]
 
 
-_OUTPUT = [("format", FormatOpt, Format.table), ("no_color", NoColorOpt, False),
-           ("width", WidthOpt, None), ("svg", SvgOpt, None), ("html", HtmlOpt, None)]
+_OUTPUT = ["format", "no_color", "width", "svg", "html"]
 
 
 def _inputs(kwargs: dict) -> list:
@@ -110,15 +119,17 @@ def output_options(png: bool = False):
 
         sig = inspect.signature(command)
         own = [p for p in sig.parameters.values() if p.name != "out"]
-        extra = _OUTPUT + ([("png", PngOpt, None)] if png else []) + [
-            ("theme", ThemeOpt, Theme.dark), ("debug", DebugOpt, False)]
+        files = _file_options(command.__name__)
+        extra = [("format", FormatOpt, Format.table), ("no_color", NoColorOpt, False),
+                 ("width", WidthOpt, None), *files[:2], *files[2:] * png,
+                 ("theme", ThemeOpt, Theme.dark), ("debug", DebugOpt, False)]
         added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                    annotation=annotation) for name, annotation, default in extra]
 
         @functools.wraps(command)
         def run(**kwargs):
             kwargs.pop("debug")  # read from argv before parsing, wherever it stands
-            out = Output(*(kwargs.pop(name) for name, _, _ in _OUTPUT), title=_title(),
+            out = Output(*(kwargs.pop(name) for name in _OUTPUT), title=_title(),
                          png=kwargs.pop("png", None), theme=kwargs.pop("theme").value)
             check_outputs({"svg": out.svg, "html": out.html, "png": out.png}, _inputs(kwargs))
             return command(out=out, **kwargs)

@@ -4,7 +4,7 @@ One file per group of commands; torch is imported inside the commands that need 
 `configs` and `cost` never import it.
 """
 
-from mha_trace.cli import tracing, views, checks, pretrained  # noqa: F401, I001 (registers commands, in this order)
+from mha_trace.cli import tracing, views, checks, pretrained, explore  # noqa: F401, I001 (registers commands, in this order)
 from mha_trace.cli.app import app, main
 
 __all__ = ["app", "main"]

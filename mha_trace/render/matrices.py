@@ -65,6 +65,26 @@ def top_keys(row, allowed=None) -> set:
     return set() if len(tops) == len(idx) and len(idx) > 1 else tops
 
 
+def weight_cells(weights, mask, decimals: int) -> list[list[Text]]:
+    """A weight matrix as shaded cells: scaled over its unmasked weights, TOP on each row's
+    largest, MASKED where a key is masked. Tables and the explorer show these same cells."""
+    keep = np.ones(np.shape(weights), bool) if mask is None else np.asarray(mask, bool)
+    lo, hi = scale(np.asarray(weights)[keep])
+    rows = []
+    for i, row in enumerate(weights):
+        tops = top_keys(row, None if mask is None else mask[i])
+        cells = []
+        for j, w in enumerate(row):
+            if not keep[i][j]:
+                cells.append(Text(MASKED + " ", justify="right"))
+            else:
+                x = (w - lo) / (hi - lo) if hi > lo else 0.5
+                cells.append(Text(fmt(w, decimals) + (TOP if j in tops else " "),
+                                  style=shade(x) + Style(bold=j in tops), justify="right"))
+        rows.append(cells)
+    return rows
+
+
 class _Legend:
     """The legend; the sentence on shading only where there is colour."""
 
@@ -112,21 +132,9 @@ class _WeightsTable:
         table.add_column("q \\ k", style="bold", no_wrap=True)
         for j in keys:
             table.add_column(self.tokens[j], justify="right", no_wrap=True)
-        allowed = (lambda i: None) if self.mask is None else (lambda i: self.mask[i])
-        keep = np.ones(np.shape(self.weights), bool) if self.mask is None else np.asarray(self.mask, bool)
-        lo, hi = scale(np.asarray(self.weights)[keep])
-        for i, row in enumerate(self.weights):
-            tops = top_keys(row, allowed(i))
-            cells = []
-            for j in keys:
-                if self.mask is not None and not self.mask[i][j]:
-                    cells.append(Text(MASKED + " ", justify="right"))
-                else:
-                    x = (row[j] - lo) / (hi - lo) if hi > lo else 0.5
-                    mark = TOP if j in tops else " "
-                    cells.append(Text(fmt(row[j], self.decimals) + mark,
-                                      style=shade(x) + Style(bold=j in tops)))
-            table.add_row(self.tokens[i], *cells)
+        cells = weight_cells(self.weights, self.mask, self.decimals)
+        for i, row in enumerate(cells):
+            table.add_row(self.tokens[i], *(row[j] for j in keys))
         return table
 
     def _chunks(self, width: int) -> list[range]:

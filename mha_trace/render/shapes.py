@@ -397,3 +397,35 @@ def compact_table(report: ShapesReport, width: int = 100):
     table.caption = "The eight steps of the lecture's table; --compact off shows every op."
     table.caption_justify = "left"
     return table
+
+
+_NOTES = {
+    "input": "the tensor as forward receives it",
+    "linear": "a learned projection, x·Wᵀ + b",
+    "view": "the same memory read with a new shape and strides",
+    "reshape": "a new shape; a view when the strides allow it, else a copy",
+    "transpose": "two dims swap their strides; nothing moves, so it is not contiguous any more",
+    "permute": "dims reordered by swapping strides; nothing moves",
+    "contiguous": "copies into a fresh row-major block when the strides are not row-major",
+    "matmul": "matrix product over the last two dims, batched over the others",
+    "softmax": "softmax over the keys: each query's weights sum to 1",
+    "masked_fill": "masked keys set to -inf, so softmax gives them weight 0",
+    "repeat_interleave": "each K/V head copied for the query heads that share it (GQA)",
+    "scaled_dot_product_attention": "the fused kernel: softmax(QKᵀ/√d_k)·V without the weights",
+    "div": "scores divided by √d_k, so their spread does not grow with d_k",
+    "mul": "an element-wise product",
+    "add": "an element-wise sum",
+    "cat": "tensors joined along one dim",
+}
+
+
+def step_note(step) -> str:
+    """One step in plain words, for the explorer: what the op does and what it cost here."""
+    what = _NOTES.get(step.op, f"the op {step.op}")
+    if step.op == "input":
+        cost = f"{human_bytes(step.bytes)}"
+    elif step.is_view:
+        cost = "a view: 0 bytes, no data moved"
+    else:
+        cost = f"a new tensor of {human_bytes(step.bytes)}"
+    return f"{what[0].upper()}{what[1:]}. Here {cost}."

@@ -1,0 +1,52 @@
+"""`explore`: the live lecture explorer (Textual, imported only here)."""
+
+import sys
+from typing import Annotated
+
+import typer
+
+from mha_trace.cli.app import app
+from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
+from mha_trace.errors import MhaError
+
+PaneOpt = Annotated[str, typer.Option("--pane", help="The pane to open on: trace, heads, token, split or ablate. Example: --pane heads")]
+ExploreSeqOpt = Annotated[int | None, typer.Option("--seq", "-t", help="With --d-model: tokens in the run (at most 64). Example: --seq 6")]
+ExploreDModelOpt = Annotated[int | None, typer.Option("--d-model", "-d", help="A run given by sizes instead of a config (weights and tokens t1..tT drawn from seed 0). Example: --d-model 512")]
+ExploreHeadsOpt = Annotated[int | None, typer.Option("--heads", "-H", help="Heads to start with (+ and - re-split live). Example: --heads 4")]
+ExploreMaskOpt = Annotated[str | None, typer.Option("--mask", help="The mask to start with: none, causal or window (m cycles them live). Example: --mask causal")]
+
+
+@app.command(short_help="The live lecture explorer: trace, heads, a token, head count, ablation.")
+def explore(
+    config: ConfigOpt = None,
+    model: PretrainedOpt = None,
+    sentence: SentenceOpt = None,
+    layer: LayerOpt = None,
+    d_model: ExploreDModelOpt = None,
+    heads: ExploreHeadsOpt = None,
+    seq: ExploreSeqOpt = None,
+    mask: ExploreMaskOpt = None,
+    pane: PaneOpt = "trace",
+    theme: ThemeOpt = Theme.dark,
+    debug: DebugOpt = False,
+):
+    """Move through a real forward pass, pick a head and a token, re-split the heads, switch
+    heads off and change the mask, live, with the keyboard (? lists the keys, q quits).
+
+    Torch is loaded once; every view is the record the other commands print.
+    Example: mha-trace explore
+    Example: mha-trace explore --model minilm --sentence "The animal didn't cross the street because it was too tired."
+    Example: mha-trace explore --d-model 512 --heads 8
+    """
+    from mha_trace.session import prepare
+
+    open_session = prepare(config, model, sentence, layer, d_model, heads, seq, mask, pane)
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise MhaError("explore is interactive and needs a terminal; in scripts use shapes, heads "
+                       "or explain (with --step for a paced demo)")
+    from mha_trace.explorer import Explorer
+
+    explorer = Explorer(open_session, theme.value, pane)
+    explorer.run()
+    if explorer.failure is not None:
+        raise explorer.failure

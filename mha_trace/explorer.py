@@ -1,0 +1,355 @@
+"""`mha-trace explore`: the live lecture explorer, a Textual app over a Session.
+
+Five panes, switched with 1-5 or Tab: the traced forward pass (row by row, with the module's source
+and what each op did), one head's weights (a cell cursor over queries and keys), one token's walk
+through a head (explain), every head of the current split (the chapter's head-count explorer), and
+ablation (heads switched off, the output's movement). The head count, the mask and the layer are
+changed from any pane. The records come from session.Session: the numbers are the CLI's.
+
+Imported only by the explore command: nothing else imports Textual.
+"""
+
+import linecache
+import textwrap
+
+from rich.console import Group
+from rich.syntax import Syntax
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
+
+from mha_trace.errors import MhaError
+
+KEYS = (  # the help screen, and the README's table of keys
+    ("1-5, Tab", "panes: trace, heads, token, split, ablate"),
+    ("↑ ↓ ← →", "move in the pane (trace rows; a head's query and key)"),
+    ("enter", "in heads: walk the query under the cursor (token pane)"),
+    ("[  ]", "previous / next head"),
+    ("t  T", "next / previous token (the query walked through)"),
+    ("+  -", "more / fewer heads: the same Q, K, V re-split (configs)"),
+    ("m", "mask: none → causal → window (configs)"),
+    ("<  >", "previous / next layer (pretrained models)"),
+    ("space", "switch the picked head off or on (ablation)"),
+    ("a", "every head back on"),
+    ("d", "dark / light theme"),
+    ("?", "this help (Esc closes it)"),
+    ("q", "quit"),
+)
+
+
+def help_table():
+    from rich.table import Table
+
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    for keys, what in KEYS:
+        table.add_row(keys, what)
+    return Group(Text("mha-trace explore: the keys (the mouse works too)", style="bold"), Text(""),
+                 table)
+
+
+class Help(ModalScreen):
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "close")]
+    DEFAULT_CSS = """
+    Help { align: center middle; }
+    Help > Static { width: 76; height: auto; max-height: 22; border: round $accent;
+                    padding: 0 1; background: $surface; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static(help_table(), id="help")
+
+
+class Explorer(App):
+    TITLE = "mha-trace explore"
+    CSS = """
+    #panes { height: 1fr; }
+    #status { height: 1; background: $boost; padding: 0 1; }
+    #steps { height: 1fr; }
+    #source { height: 5; }
+    #detail { height: 3; }
+    #matrix { height: auto; max-height: 1fr; }
+    #cell, #heads-title { height: auto; }
+    TabPane { padding: 0; }
+    """
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("question_mark", "help", "help"),
+        Binding("1", "pane('trace')", "trace", show=False),
+        Binding("2", "pane('heads')", "heads", show=False),
+        Binding("3", "pane('token')", "token", show=False),
+        Binding("4", "pane('split')", "split", show=False),
+        Binding("5", "pane('ablate')", "ablate", show=False),
+        Binding("left_square_bracket", "head(-1)", "head", show=False),
+        Binding("right_square_bracket", "head(1)", "head ±"),
+        Binding("t", "token(1)", "token"),
+        Binding("T", "token(-1)", "token back", show=False),
+        Binding("plus,equals_sign", "split(1)", "heads ±"),
+        Binding("minus", "split(-1)", "fewer heads", show=False),
+        Binding("m", "mask", "mask"),
+        Binding("less_than_sign", "layer(-1)", "layer", show=False),
+        Binding("greater_than_sign", "layer(1)", "layer ±", show=False),
+        Binding("space", "toggle", "head off/on", show=False),
+        Binding("a", "all_on", "all on", show=False),
+        Binding("d", "theme", "theme", show=False),
+    ]
+
+    def __init__(self, open_session, theme: str = "dark", pane: str = "trace"):
+        super().__init__()
+        self.open_session = open_session  # () -> Session; runs in a worker (it imports torch)
+        self.session = None
+        self.failure = None  # an MhaError from opening the session: the CLI prints it
+        self.first_pane = pane
+        self.theme = "textual-light" if theme == "light" else "textual-dark"
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with TabbedContent(initial=self.first_pane, id="panes"):
+            with TabPane("1 trace", id="trace"):
+                yield DataTable(id="steps", cursor_type="row", zebra_stripes=True)
+                yield Static(id="source")
+                yield Static(id="detail")
+            with TabPane("2 heads", id="heads"):
+                yield Static(id="heads-title")
+                yield DataTable(id="matrix", cursor_type="cell")
+                yield Static(id="cell")
+            with TabPane("3 token", id="token"):
+                yield VerticalScroll(Static(id="walk"))
+            with TabPane("4 split", id="split"):
+                yield VerticalScroll(Static(id="maps"))
+            with TabPane("5 ablate", id="ablate"):
+                yield VerticalScroll(Static(id="ablation"))
+        yield Static("loading torch and the run…", id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.load()
+
+    @work(thread=True, exit_on_error=False)
+    def load(self) -> None:
+        try:
+            session = self.open_session()
+            session.report(), session.view()  # the first screen's records, off the UI thread
+        except MhaError as e:
+            self.failure = e
+            self.call_from_thread(self.exit, 2)
+            return
+        self.call_from_thread(self.ready, session)
+
+    def ready(self, session) -> None:
+        self.session = session
+        self.sub_title = session.model.name if session.model else session.config.title
+        self.refresh_all()
+        self.query_one("#steps").focus() if self.first_pane == "trace" else None
+
+    # drawing: each pane from the session's records
+    def refresh_all(self, keep_row: bool = False) -> None:
+        if self.session is None:
+            return
+        self.draw_trace(keep_row)
+        self.draw_heads()
+        self.draw_token()
+        self.draw_split()
+        self.draw_ablation()
+        self.draw_status()
+
+    def draw_status(self) -> None:
+        self.query_one("#status", Static).update(Text(self.session.status(), no_wrap=True,
+                                                      overflow="ellipsis"))
+
+    def draw_trace(self, keep_row: bool = False) -> None:
+        from mha_trace.render.shapes import _shape
+
+        table = self.query_one("#steps", DataTable)
+        row = table.cursor_row if keep_row else 0
+        table.clear(columns=True)
+        table.add_columns("#", "ln", "code", "op", "shape")
+        for s in self.session.report().steps:
+            table.add_row(str(s.index), str(s.line or "in"), s.text, s.op, _shape(s.shape))
+        table.move_cursor(row=min(row, table.row_count - 1))
+        self.draw_step(table.cursor_row)
+
+    def draw_step(self, row: int) -> None:
+        from mha_trace.render.shapes import _shape, _stride, step_note
+
+        steps = self.session.report().steps
+        if not 0 <= row < len(steps):
+            return
+        s = steps[row]
+        light = self.theme == "textual-light"
+        if s.line:
+            first = max(1, s.line - 2)
+            lines = [linecache.getline(s.file, n).rstrip("\n") for n in range(first, s.line + 3)]
+            source = Syntax(textwrap.dedent("\n".join(lines)), "python", line_numbers=True,
+                            start_line=first, highlight_lines={s.line}, word_wrap=False,
+                            theme="default" if light else "monokai", background_color="default")
+        else:
+            source = Text(f"(input: {self.session.report().run.call})", style="dim")
+        self.query_one("#source", Static).update(source)
+        kind = "view (shares memory)" if s.is_view else "new tensor"
+        self.query_one("#detail", Static).update(Group(
+            Text(f"shape {_shape(s.shape)}   stride {_stride(s.stride)}   contiguous "
+                 f"{'yes' if s.contiguous else 'no'}   {kind}", style="bold"),
+            Text(step_note(s))))
+
+    def draw_heads(self) -> None:
+        from mha_trace.render.matrices import weight_cells
+
+        s = self.session
+        view = s.view()
+        h = s.head - 1
+        table = self.query_one("#matrix", DataTable)
+        row, column = table.cursor_coordinate
+        table.clear(columns=True)
+        table.add_column("q \\ k", key="q")
+        for t in view.tokens:
+            table.add_column(t)
+        decimals = 4 if len(view.tokens) <= 8 else 2
+        for i, cells in enumerate(weight_cells(view.weights[h], view.mask, decimals)):
+            table.add_row(Text(view.tokens[i], style="bold"), *cells)
+        table.move_cursor(row=min(row, table.row_count - 1),
+                          column=min(max(column, 1), len(view.tokens)))
+        where = f"layer {s.layer}, " if s.model else ""
+        kv = f", K/V head {view.kv_head_of(h) + 1}" if view.kv_heads != view.heads else ""
+        self.query_one("#heads-title", Static).update(Text.assemble(
+            (f"Head {s.head} of {view.heads} ", "bold"), f"({where}dims {h * view.d_k}–"
+            f"{(h + 1) * view.d_k - 1}, d_k = {view.d_k}{kv}). Rows are queries, columns keys; "
+            "* marks each row's largest weight."))
+        self.draw_cell()
+
+    def draw_cell(self) -> None:
+        s = self.session
+        view = s.view()
+        i, j = self.query_one("#matrix", DataTable).cursor_coordinate
+        j -= 1
+        if not (0 <= i < len(view.tokens) and 0 <= j < len(view.tokens)):
+            return
+        w = view.weights[s.head - 1]
+        masked = view.mask is not None and not view.mask[i][j]
+        value = "masked (weight exactly 0)" if masked else f"{w[i, j]:.6f}"
+        rank = int((w[i] > w[i, j]).sum()) + 1
+        self.query_one("#cell", Static).update(
+            f"'{view.tokens[i]}' looks at '{view.tokens[j]}': {value}"
+            + ("" if masked else f", rank {rank} of {len(view.tokens)} in its row")
+            + f"   (enter: walk '{view.tokens[i]}' in the token pane)")
+
+    def draw_token(self) -> None:
+        self.query_one("#walk", Static).update(
+            Group(*self.session.walk().renderables(decimals=4, head=self.session.head)))
+
+    def draw_split(self) -> None:
+        from rich.table import Table
+
+        from mha_trace.analysis import distinct_rows
+        from mha_trace.render.model import braille_map
+        from mha_trace.render.matrices import weight_cells
+
+        s = self.session
+        view = s.view()
+        counts = "  ".join(f"[{c}]" if c == s.heads else str(c) for c in s.head_counts())
+        small = len(view.tokens) <= 8
+        maps = []
+        for h in range(view.heads):
+            title = Text(f"head {h + 1}{' ◂' if h + 1 == s.head else ''}: dims "
+                         f"{h * view.d_k}–{(h + 1) * view.d_k - 1}", style="bold")
+            lines = ([Text(" ").join(cells) for cells in weight_cells(view.weights[h], view.mask, 2)]
+                     if small else braille_map(view.weights[h]))
+            maps.append(Group(title, *lines))
+        width = max(len(t.plain) for m in maps for t in m.renderables)
+        per_row = max(1, (self.size.width - 2) // (width + 2))
+        grid = Table.grid(padding=(0, 2))
+        for row in range(0, len(maps), per_row):
+            grid.add_row(*maps[row:row + per_row])
+        rows = ", ".join(str(distinct_rows(view.weights[h])) for h in range(view.heads))
+        self.query_one("#maps", Static).update(Group(
+            Text.assemble(("Head counts: ", "bold"), counts + "   ", "(+ / - re-split the same Q, K, V)"
+                          if not s.model else "(a trained model's split is fixed)"),
+            Text(f"H = {view.heads}, d_k = {view.d_k}: each head scores with {view.d_k}-term dot "
+                 f"products; distinct weight rows per head: {rows} of {len(view.tokens)}."),
+            Text(f"Rows are queries, columns keys, in token order: {' '.join(view.tokens)}."
+                 + ("" if small else " A dot: a key with at least half its query's largest weight."),
+                 style="dim"),
+            grid))
+
+    def draw_ablation(self) -> None:
+        s = self.session
+        marks = "  ".join(f"{h}:{'off' if h in s.off else 'on'}" for h in range(1, s.heads + 1))
+        head = Text.assemble(("Heads ", "bold"), marks + "   ",
+                             f"(space: head {s.head} off or on; [ ] pick; a: all on)")
+        result = s.ablation()
+        body = [Text("Every head is on: switch one off to see how far each token's output moves.",
+                     style="dim")] if result is None else result.renderables(decimals=4)
+        self.query_one("#ablation", Static).update(Group(head, Text(""), *body))
+
+    # events and actions
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "steps" and self.session:
+            self.draw_step(event.cursor_row)
+
+    def on_data_table_cell_highlighted(self, event: DataTable.CellHighlighted) -> None:
+        if event.data_table.id == "matrix" and self.session:
+            self.draw_cell()
+
+    def on_data_table_cell_selected(self, event: DataTable.CellSelected) -> None:
+        if event.data_table.id == "matrix" and self.session:
+            self.session.set_position(event.coordinate.row)
+            self.draw_token(), self.draw_status()
+            self.action_pane("token")
+
+    def _do(self, change, redraw=None) -> None:
+        """Apply a choice; a refused one (a model's fixed split, ...) is a notice, never a crash."""
+        if self.session is None:
+            return
+        try:
+            change()
+        except MhaError as e:
+            self.notify(str(e), severity="warning", timeout=4)
+            return
+        (redraw or (lambda: self.refresh_all(keep_row=True)))()
+
+    def action_pane(self, pane: str) -> None:
+        self.query_one("#panes", TabbedContent).active = pane
+
+    def action_help(self) -> None:
+        self.push_screen(Help())
+
+    def action_head(self, step: int) -> None:
+        self._do(lambda: self.session.set_head(self.session.head + step),
+                 lambda: (self.draw_heads(), self.draw_token(), self.draw_split(),
+                          self.draw_ablation(), self.draw_status()))
+
+    def action_token(self, step: int) -> None:
+        self._do(lambda: self.session.set_position(self.session.position + step),
+                 lambda: (self.draw_token(), self.draw_status()))
+
+    def action_split(self, step: int) -> None:
+        self._do(lambda: self._split(step))
+
+    def _split(self, step: int) -> None:
+        if self.session.model:
+            self.session.set_heads(self.session.heads + step)  # refused, with the reason
+        self.session.step_heads(step)
+
+    def action_mask(self) -> None:
+        self._do(self.session.cycle_mask if self.session else None)
+
+    def action_layer(self, step: int) -> None:
+        self._do(lambda: self.session.set_layer(self.session.layer + step))
+
+    def action_toggle(self) -> None:
+        self._do(lambda: self.session.toggle(self.session.head),
+                 lambda: (self.draw_ablation(), self.draw_status()))
+
+    def action_all_on(self) -> None:
+        self._do(self.session.all_on if self.session else None,
+                 lambda: (self.draw_ablation(), self.draw_status()))
+
+    def action_theme(self) -> None:
+        self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
+        if self.session:
+            self.draw_step(self.query_one("#steps", DataTable).cursor_row)

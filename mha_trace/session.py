@@ -1,0 +1,259 @@
+"""The live explorer's state and the records it shows, without Textual.
+
+A Session is one source of a run (a config, flags, or a pretrained model's sentence) plus what the
+lecturer has picked: the head count, the mask, a head, a token, the heads switched off, a layer.
+Every view it hands out is the record the CLI prints (ShapesReport, HeadsView, Walk, Ablation,
+ModelAblation), computed by the same functions, and cached until a choice that changes it.
+"""
+
+from dataclasses import dataclass, field, replace
+
+from mha_trace.config import Config
+from mha_trace.errors import MhaError
+from mha_trace.validate import divisors
+
+MASKS = ("none", "causal", "window")
+PANES = ("trace", "heads", "token", "split", "ablate")
+
+
+def flags_config(d_model: int, heads: int, seq: int, seed: int = 0) -> Config:
+    """A generated config for a run given by sizes: tokens t1..tT, weights drawn from the seed."""
+    tokens = tuple(f"t{i + 1}" for i in range(seq))
+    return Config("flags", "", f"d_model {d_model}, {heads} heads, {seq} tokens", "", tokens,
+                  heads, d_model, seed=seed)
+
+
+@dataclass
+class Session:
+    config: Config | None = None  # a config (or flags): every choice applies
+    sentence: object = None  # a pretrained model's Sentence: sizes, weights and mask are fixed
+    batch: int = 1  # the trace's batch (flags give 2, as `shapes` does)
+    layer: int = 1
+    head: int = 1  # 1-based, as the chapter numbers heads
+    position: int = 0  # the token walked through
+    off: frozenset = frozenset()  # heads switched off (ablation), 1-based
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    # what the source is and allows
+    @property
+    def model(self):
+        return None if self.sentence is None else self.sentence.model
+
+    @property
+    def tokens(self) -> tuple:
+        return self.sentence.labels if self.model else self.config.tokens
+
+    @property
+    def heads(self) -> int:
+        return self.model.heads if self.model else self.config.heads
+
+    @property
+    def d_model(self) -> int:
+        return self.model.d_model if self.model else self.config.d_model
+
+    @property
+    def mask(self) -> str:
+        if self.model:
+            return "causal" if self.model.causal else "none"
+        return "window" if self.config.window else self.config.mask
+
+    @property
+    def window(self) -> int:
+        """The window the mask cycle uses: about half the sentence, at least 2 keys."""
+        return max(2, len(self.tokens) // 2)
+
+    def head_counts(self) -> list[int]:
+        """The head counts the same Q, K, V can be split into (a model's are fixed)."""
+        return [self.heads] if self.model else divisors(self.config.d_model)
+
+    def status(self) -> str:
+        source = f"{self.model.name} layer {self.layer}/{self.model.layers}" if self.model else (
+            self.config.title)
+        mask = f"window {self.config.window}" if not self.model and self.config.window else self.mask
+        off = f"  off: {', '.join(map(str, sorted(self.off)))}" if self.off else ""
+        return (f"{source}  │  H={self.heads}  d_k={self.d_model // self.heads}  mask={mask}  "
+                f"head {self.head}  token '{self.tokens[self.position]}'{off}")
+
+    # choices
+    def _changed(self, **changes) -> None:
+        for name, value in changes.items():
+            setattr(self, name, value)
+        self._cache.clear()
+
+    def set_heads(self, heads: int) -> None:
+        """Re-split the same Q, K, V into `heads` heads; the picked head and ablation reset."""
+        if self.model:
+            raise MhaError(f"{self.model.name}'s {self.heads} heads per layer are trained; "
+                           "only a config or flags can be re-split")
+        if heads not in self.head_counts():
+            raise MhaError(f"{heads} heads do not divide d_model={self.d_model}", quantity="heads")
+        base = self.config
+        if base.kv_heads and heads % base.kv_heads:
+            base = replace(base, kv_heads=None)
+        self._changed(config=base.with_overrides(heads=heads), head=min(self.head, heads),
+                      off=frozenset())
+
+    def step_heads(self, direction: int) -> None:
+        counts = self.head_counts()
+        i = counts.index(self.heads) + direction
+        if 0 <= i < len(counts):
+            self.set_heads(counts[i])
+
+    def set_mask(self, mask: str) -> None:
+        if self.model:
+            raise MhaError(f"{self.model.name} was trained with "
+                           f"{'a causal mask' if self.model.causal else 'no mask'}; "
+                           "only a config or flags take another")
+        if mask not in MASKS:
+            raise MhaError(f"mask '{mask}' is not one of {', '.join(MASKS)}", quantity="mask")
+        window = self.window if mask == "window" else None
+        self._changed(config=replace(self.config, mask="causal" if window else mask,
+                                     window=window))
+
+    def cycle_mask(self) -> None:
+        self.set_mask(MASKS[(MASKS.index(self.mask) + 1) % len(MASKS)])
+
+    def set_head(self, head: int) -> None:
+        self.head = min(max(head, 1), self.heads)
+
+    def set_position(self, position: int) -> None:
+        self.position = min(max(position, 0), len(self.tokens) - 1)
+        self._cache.pop("walk", None)
+
+    def set_layer(self, layer: int) -> None:
+        if not self.model:
+            raise MhaError("layers belong to a pretrained model (explore --model minilm)")
+        self._changed(layer=min(max(layer, 1), self.model.layers), off=frozenset())
+
+    def toggle(self, head: int) -> None:
+        """Switch a head off (its slice of the concatenation zeroed before W_O), or back on."""
+        self.off = self.off ^ {head}
+        self._cache.pop("ablation", None)
+
+    def all_on(self) -> None:
+        self.off = frozenset()
+
+    # the records
+    def _cached(self, key: str, make):
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+    def run(self):
+        from mha_trace.run import from_config, from_model
+
+        return from_model(self.sentence, self.layer) if self.model else from_config(self.config)
+
+    def report(self):
+        """The forward pass, traced (ShapesReport): flags trace at their batch, like `shapes`."""
+        def make():
+            from mha_trace.run import Sizes, from_sizes
+            from mha_trace.shapes import trace_run
+
+            if self.config is not None and self.config.name == "flags":
+                c = self.config
+                sizes = Sizes(self.batch, len(c.tokens), c.d_model, c.heads, c.kv_heads,
+                              c.mask, 0, "float32", "cpu", c.seed, window=c.window)
+                return trace_run(from_sizes(sizes))
+            return trace_run(self.run())
+
+        return self._cached("report", make)
+
+    def view(self):
+        """Every head's weights (HeadsView), as `heads` shows them."""
+        from mha_trace.analysis import analyse
+
+        return self._cached("view", lambda: analyse(self.run()))
+
+    def walk(self):
+        """The picked token through every head (Walk), as `explain` shows it."""
+        from mha_trace.analysis import walk
+
+        return self._cached("walk", lambda: walk(self.view(), self.position))
+
+    def ablation(self):
+        """The output with the switched-off heads removed (Ablation, or ModelAblation), or None."""
+        if not self.off:
+            return None
+
+        def make():
+            if self.model:
+                from mha_trace.probes import ablate
+
+                return ablate(self.sentence, [(self.layer, h) for h in sorted(self.off)])
+            from mha_trace.analysis import ablate
+
+            return ablate(self.config, sorted(self.off))
+
+        return self._cached("ablation", make)
+
+
+def prepare(config=None, model=None, sentence=None, layer=None, d_model=None, heads=None,
+            seq=None, mask=None, pane="trace"):
+    """Check the explorer's options without torch (so a mistake is one line before any screen),
+    and return the function that opens the session (it imports torch; the explorer runs it
+    off the screen's thread)."""
+    if pane not in PANES:
+        raise MhaError(f"pane '{pane}' is not one of {', '.join(PANES)}", quantity="pane")
+    if mask is not None and mask not in MASKS:
+        raise MhaError(f"mask '{mask}' is not one of {', '.join(MASKS)}", quantity="mask")
+    if model:
+        from mha_trace.models import MODELS
+
+        given = {"config": config, "d_model": d_model, "heads": heads, "seq": seq, "mask": mask}
+        clash = [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None]
+        if clash:
+            raise MhaError(f"{', '.join(clash)} {'does' if len(clash) == 1 else 'do'} not go with "
+                           "--model (a pretrained model fixes its own sizes, weights and mask)")
+        if model not in MODELS:
+            raise MhaError(f"model '{model}' is not one of {', '.join(MODELS)}", quantity="model")
+        return lambda: open_model(model, sentence, layer)
+    for name, value in (("sentence", sentence), ("layer", layer)):
+        if value is not None:
+            raise MhaError(f"--{name} goes with --model (e.g. --model minilm)")
+    if config is not None and (d_model is not None or seq is not None):
+        raise MhaError("--config fixes the sizes; --d-model and --seq describe a run without one")
+    if d_model is not None or seq is not None:
+        from mha_trace.validate import check_sizes
+
+        seq, d_model, heads = seq or 10, d_model or 512, heads or 8
+        check_sizes(2, seq, d_model, heads)
+        if seq > 64 or d_model > 4096:
+            raise MhaError(f"explore runs every view live: at most 64 tokens and d_model 4096 "
+                           f"(given {seq} and {d_model}; shapes --device meta takes any size)",
+                           quantity="seq" if seq > 64 else "d_model")
+        base = flags_config(d_model, heads, seq)
+        batch = 2
+    else:
+        from mha_trace.config import load
+
+        base = load(config)
+        base = base if heads is None else base.with_overrides(heads=heads)
+        batch = 1
+
+    def open_config() -> Session:
+        s = Session(config=base, batch=batch)
+        if mask:
+            s.set_mask(mask)
+        return s
+
+    if mask:
+        open_config()  # a window too wide for the sentence, ...: refused before any screen
+    return open_config
+
+
+def open_model(model: str, sentence: str | None, layer: int | None) -> Session:
+    from mha_trace.cli.pretrained import encode
+
+    s = Session(sentence=encode(model, sentence))
+    if layer is not None:
+        s.set_layer(layer)
+        if s.layer != layer:
+            raise MhaError(f"layer {layer} is out of range ({s.model.name} has layers 1 to "
+                           f"{s.model.layers})", quantity="layer")
+    return s
+
+
+def open_session(**options) -> Session:
+    """The explorer's session, opened at once (tests and the Python API)."""
+    return prepare(**options)()

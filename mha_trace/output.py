@@ -8,6 +8,7 @@ import copy
 import io
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass
 from enum import Enum
@@ -27,6 +28,9 @@ class Format(str, Enum):
     markdown = "markdown"
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
 @dataclass
 class Output:
     format: Format = Format.table
@@ -37,6 +41,7 @@ class Output:
     title: str = "mha-trace"
     png: str | None = None  # per-head heatmaps (heads, explain, compare)
     theme: str = "dark"  # for --svg, --html and --png: "light" (slides) or "dark"
+    step: bool = False  # --step: one table row or section per key press on a terminal
 
 
 class Shows:
@@ -155,7 +160,9 @@ def emit(out: Output, renderables: list, data: dict, console: Console | None = N
         sys.stdout.write(text)
         _save_recordings(out, [Text(text.rstrip("\n"))], console.width)
         return
-    if console.is_terminal:
+    if console.is_terminal and out.step and sys.stdin.isatty():
+        _print_stepwise(console, renderables)
+    elif console.is_terminal:
         _print_all(console, renderables)
     else:
         with console.capture() as captured:  # piped: plain lines without trailing padding
@@ -190,6 +197,63 @@ def _titled(r) -> list:
     bare.title = bare.caption = None
     return ([Text(str(title), style="bold blue")] if title else []) + [bare] + (
         [Text(str(caption))] if caption else [])
+
+
+def _pieces(console: Console, part) -> list[str]:
+    """What one renderable prints, in the pieces --step reveals: a table row by row (its title
+    and header first; a row's wrapped lines stay together), anything else whole."""
+    with console.capture() as captured:
+        console.print(part)
+    lines = captured.get().splitlines(keepends=True)
+    if not isinstance(part, Table):
+        return ["".join(lines)]
+    plain = [_ANSI.sub("", line) for line in lines]
+    rule = next((i for i, p in enumerate(plain) if p.strip() and set(p.strip()) <= set("─━═")),
+                None)
+    if rule is None:
+        return ["".join(lines)]
+    pieces = ["".join(lines[:rule + 1])]
+    for line, p in zip(lines[rule + 1:], plain[rule + 1:]):
+        if p[:4].strip() or not pieces[1:]:  # a new row starts in the first column
+            pieces.append(line)
+        else:
+            pieces[-1] += line
+    return pieces
+
+
+def _print_stepwise(console: Console, renderables: list) -> None:
+    """--step: print a piece, wait for a key (q shows the rest at once), print the next."""
+    import termios
+    import tty
+
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    prompt = "  (--step: any key for more, q for the rest)"
+    pieces = []
+    for i, r in enumerate(renderables):
+        for j, part in enumerate(_titled(r)):
+            found = _pieces(console, part)
+            if i and not j:
+                found[0] = "\n" + found[0]
+            pieces += found
+    try:
+        tty.setcbreak(fd)
+        for k, piece in enumerate(pieces):
+            console.file.write(piece)
+            if k == len(pieces) - 1:
+                break
+            console.file.write(prompt if console.no_color else f"\x1b[2m{prompt}\x1b[0m")
+            console.file.flush()
+            key = os.read(fd, 1)
+            console.file.write("\r\x1b[2K")
+            if key in (b"q", b"Q"):
+                console.file.write("".join(pieces[k + 1:]))
+                break
+            if key == b"\x03":
+                raise KeyboardInterrupt
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        console.file.flush()
 
 
 def _print_all(console: Console, renderables: list) -> None:

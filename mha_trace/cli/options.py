@@ -58,6 +58,7 @@ class Theme(str, Enum):
 
 
 ThemeOpt = Annotated[Theme, typer.Option("--theme", help="Colours of --svg, --html and --png pictures: dark, or light for white slides. Example: --theme light")]
+StepOpt = Annotated[bool, typer.Option("--step", help="Paced for a lecture: one table row or section per key press (q shows the rest); does nothing when piped, so scripts keep working. Example: --step")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show Python tracebacks instead of one-line errors. Example: --debug")]
 
 # sizes
@@ -110,7 +111,7 @@ def _inputs(kwargs: dict) -> list:
     return found
 
 
-def output_options(png: bool = False):
+def output_options(png: bool = False, step: bool = False):
     """Give a command the output options (--format, --no-color, --width, --svg, --html, [--png])
     and --debug, declared here once; the command receives them as one `out: Output`.
     """
@@ -122,7 +123,8 @@ def output_options(png: bool = False):
         files = _file_options(command.__name__)
         extra = [("format", FormatOpt, Format.table), ("no_color", NoColorOpt, False),
                  ("width", WidthOpt, None), *files[:2], *files[2:] * png,
-                 ("theme", ThemeOpt, Theme.dark), ("debug", DebugOpt, False)]
+                 ("theme", ThemeOpt, Theme.dark), *[("step", StepOpt, False)] * step,
+                 ("debug", DebugOpt, False)]
         added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                    annotation=annotation) for name, annotation, default in extra]
 
@@ -130,7 +132,8 @@ def output_options(png: bool = False):
         def run(**kwargs):
             kwargs.pop("debug")  # read from argv before parsing, wherever it stands
             out = Output(*(kwargs.pop(name) for name in _OUTPUT), title=_title(),
-                         png=kwargs.pop("png", None), theme=kwargs.pop("theme").value)
+                         png=kwargs.pop("png", None), theme=kwargs.pop("theme").value,
+                         step=kwargs.pop("step", False))
             check_outputs({"svg": out.svg, "html": out.html, "png": out.png}, _inputs(kwargs))
             return command(out=out, **kwargs)
 

@@ -11,7 +11,7 @@ from mha_trace.output import Output, emit, make_console
 
 
 @app.command(short_help="Every tensor op of a real forward pass: shape, stride, memory.")
-@output_options()
+@output_options(step=True)
 def shapes(
     batch: BatchOpt = 2,
     seq: SeqOpt = 10,

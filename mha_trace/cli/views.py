@@ -55,7 +55,7 @@ def _no_d_model(d_model):
 
 
 @app.command(short_help="Each head's attention weights, their average, the output.")
-@output_options(png=True)
+@output_options(png=True, step=True)
 def heads(
     config: ConfigOpt = None,
     head: HeadOpt = None,
@@ -114,7 +114,7 @@ def heads(
 
 
 @app.command(short_help="One token through every head, every product written out.")
-@output_options(png=True)
+@output_options(png=True, step=True)
 def explain(
     token: Annotated[str | None, typer.Option("--token", help="The query token to follow (default: the first). Example: --token cat")] = None,
     position: Annotated[int | None, typer.Option("--position", "-p", help="Pick the token by position (0-based), needed when it repeats. Example: --position 4")] = None,

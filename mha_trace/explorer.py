@@ -53,6 +53,11 @@ def help_table():
                  table)
 
 
+def _dims(h: int, d_k: int) -> str:
+    """Head h's (0-based) columns of Q, K, V and of the concatenation."""
+    return f"dim {h}" if d_k == 1 else f"dims {h * d_k}–{(h + 1) * d_k - 1}"
+
+
 class Help(ModalScreen):
     BINDINGS = [Binding("escape,question_mark,q", "dismiss", "close")]
     DEFAULT_CSS = """
@@ -145,7 +150,7 @@ class Explorer(App):
         self.session = session
         self.sub_title = session.model.name if session.model else session.config.title
         self.refresh_all()
-        self.query_one("#steps").focus() if self.first_pane == "trace" else None
+        self._focus_pane(self.first_pane)
 
     # drawing: each pane from the session's records
     def refresh_all(self, keep_row: bool = False) -> None:
@@ -217,8 +222,7 @@ class Explorer(App):
         where = f"layer {s.layer}, " if s.model else ""
         kv = f", K/V head {view.kv_head_of(h) + 1}" if view.kv_heads != view.heads else ""
         self.query_one("#heads-title", Static).update(Text.assemble(
-            (f"Head {s.head} of {view.heads} ", "bold"), f"({where}dims {h * view.d_k}–"
-            f"{(h + 1) * view.d_k - 1}, d_k = {view.d_k}{kv}). Rows are queries, columns keys; "
+            (f"Head {s.head} of {view.heads} ", "bold"), f"({where}{_dims(h, view.d_k)}, d_k = {view.d_k}{kv}). Rows are queries, columns keys; "
             "* marks each row's largest weight."))
         self.draw_cell()
 
@@ -255,8 +259,8 @@ class Explorer(App):
         small = len(view.tokens) <= 8
         maps = []
         for h in range(view.heads):
-            title = Text(f"head {h + 1}{' ◂' if h + 1 == s.head else ''}: dims "
-                         f"{h * view.d_k}–{(h + 1) * view.d_k - 1}", style="bold")
+            title = Text(f"head {h + 1}{' ◂' if h + 1 == s.head else ''}: "
+                         f"{_dims(h, view.d_k)}", style="bold")
             lines = ([Text(" ").join(cells) for cells in weight_cells(view.weights[h], view.mask, 2)]
                      if small else braille_map(view.weights[h]))
             maps.append(Group(title, *lines))
@@ -314,6 +318,16 @@ class Explorer(App):
 
     def action_pane(self, pane: str) -> None:
         self.query_one("#panes", TabbedContent).active = pane
+        self._focus_pane(pane)
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        self._focus_pane(event.pane.id)
+
+    def _focus_pane(self, pane: str) -> None:
+        """The arrows move in the pane on show: its table, or its scrolling text."""
+        focus = {"trace": "#steps", "heads": "#matrix"}.get(pane)
+        target = self.query_one(focus) if focus else self.query_one(f"#{pane} VerticalScroll")
+        target.focus()
 
     def action_help(self) -> None:
         self.push_screen(Help())

@@ -1,0 +1,336 @@
+"""The live explorer: its session against the CLI's records, Textual's headless pilot driving
+every pane by key presses, SVG snapshots of a few screens, one real pseudo-terminal, and --step.
+
+The numbers asserted come from the records the other commands print (analyse, walk, ablate,
+trace_run), computed independently here; the explorer must show those, not numbers of its own.
+"""
+
+import asyncio
+import json
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mha_trace.analysis import ablate, analyse, walk
+from mha_trace.config import load
+from mha_trace.errors import MhaError
+from mha_trace.render.matrices import fmt
+from mha_trace.session import Session, open_session, prepare
+
+ANSI = re.compile(r"\x1b\[[0-9;?<>=]*[A-Za-z~]|\x1b[()][A-Z0-9]|\x1b[=>]")
+
+
+# the session: the CLI's records, recomputed on every choice
+def test_session_resplits_masks_and_ablates_like_the_commands():
+    s = open_session()
+    assert s.view().weights.shape == (2, 5, 5)
+    s.step_heads(1)  # 1, 2, 4: up from 2
+    assert s.heads == 4
+    np.testing.assert_array_equal(s.view().weights, analyse(load().with_overrides(heads=4)).weights)
+    s.cycle_mask()
+    assert s.mask == "causal"
+    assert np.array_equal(s.view().mask, np.tril(np.ones((5, 5), bool)))
+    s.cycle_mask()  # a window of max(2, 5 // 2) = 2 keys: the query and the one before it
+    assert s.mask == "window" and s.config.window == 2
+    assert np.array_equal(s.view().mask, np.tril(np.ones((5, 5), bool)) & np.triu(np.ones((5, 5), bool), -1))
+    s.cycle_mask()
+    assert s.mask == "none" and s.view().mask is None
+    s.toggle(3)
+    expected = ablate(load().with_overrides(heads=4), [3])
+    assert s.ablation().total == pytest.approx(expected.total, abs=1e-15)
+    s.toggle(3)
+    assert s.ablation() is None
+
+
+def test_session_walk_is_explains_walk():
+    s = open_session()
+    s.set_position(1)
+    w = s.walk()
+    assert w.token == "cat"
+    assert [t.weight for t in w.heads[0].terms] == pytest.approx([0.3664, 0.0891, 0.3664, 0.0891, 0.0891], abs=1e-4)
+
+
+def test_session_from_flags_traces_at_batch_2_like_shapes():
+    s = open_session(d_model=64, heads=4, seq=6)
+    assert s.report().steps[0].shape == (2, 6, 64)
+    assert s.view().weights.shape == (4, 6, 6) and s.tokens[0] == "t1"
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"pane": "nope"}, "pane 'nope' is not one of trace, heads, token, split, ablate"),
+    ({"mask": "diagonal"}, "mask 'diagonal' is not one of none, causal, window"),
+    ({"model": "minilm", "d_model": 64}, "--d-model does not go with --model"),
+    ({"model": "gpt5"}, "model 'gpt5' is not one of minilm, smollm2"),
+    ({"layer": 2}, "--layer goes with --model (e.g. --model minilm)"),
+    ({"config": "chicken-road", "seq": 4}, "--config fixes the sizes"),
+    ({"d_model": 10, "heads": 3}, "d_model=10 is not divisible by heads=3"),
+    ({"seq": 65}, "at most 64 tokens"),
+    ({"config": "no-such-config"}, "no-such-config: no such file"),
+])
+def test_bad_options_are_refused_before_any_screen(options, message):
+    with pytest.raises(MhaError) as e:
+        prepare(**options)
+    assert message in str(e.value)
+
+
+def test_prepare_for_a_config_imports_neither_torch_nor_textual():
+    code = ("import sys; from mha_trace.session import prepare; prepare(config='chicken-road', "
+            "mask='causal', heads=4) and None; print('torch' in sys.modules, 'textual' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["False", "False"]
+
+
+# the app, driven by Textual's headless pilot
+def drive(keys=(), size=(80, 24), snapshot=None, **options):
+    """Open the explorer on `options`, press `keys` (strings; "~0.1" pauses), return the app."""
+    from mha_trace.explorer import Explorer
+
+    theme = options.pop("theme", "dark")
+    pane = options.pop("pane", "trace")
+
+    async def run():
+        app = Explorer(prepare(pane=pane, **options), theme, pane)
+        async with app.run_test(size=size) as pilot:
+            while app.session is None and app.failure is None:
+                await pilot.pause(0.02)
+            await pilot.pause()
+            for key in keys:
+                await pilot.press(key)
+            await pilot.pause()
+            app.svg = app.export_screenshot() if snapshot else None
+            app.texts = {w.id: _plain(w) for w in app.query("Static") if w.id}
+            matrix = app.query_one("#matrix")
+            app.cells = [[matrix.get_cell_at((i, j)).plain.strip() for j in range(1, len(matrix.columns))]
+                         for i in range(matrix.row_count)]
+            app.row = app.query_one("#steps").cursor_row
+            app.active = app.query_one("#panes").active
+        return app
+
+    return asyncio.run(run())
+
+
+def _plain(widget) -> str:
+    from rich.console import Console
+
+    console = Console(width=200, no_color=True, file=open(os.devnull, "w"))
+    with console.capture() as c:
+        console.print(widget.renderable if hasattr(widget, "renderable") else widget.content)
+    return c.get()
+
+
+def _cell(app, row, key) -> str:
+    """The heads pane's cell for query `row` and key `key` (both from 0), as shown."""
+    return app.cells[row][key]
+
+
+def test_trace_pane_moves_row_by_row_with_source_and_notes():
+    app = drive(["down"] * 13)
+    report = app.session.report()
+    step = report.steps[13]
+    assert step.op == "matmul" and step.shape == (1, 2, 5, 5)
+    assert app.row == 13
+    assert "shape [1, 2, 5, 5]   stride (50, 25, 5, 1)   contiguous yes   new tensor" in app.texts["detail"]
+    assert "Matrix product over the last two dims" in app.texts["detail"]
+    # the module's source around the step, its line marked
+    assert f"{step.line} scores = torch.matmul(Q, K.transpose(-2, -1))" in re.sub(r"\s+", " ", app.texts["source"])
+
+
+def test_heads_pane_shows_the_views_weights_and_follows_the_cursor():
+    app = drive(["2", "]", "down", "right"])
+    view = analyse(load())
+    assert app.session.head == 2
+    # query 'cat', key 'cat': head 2's weight, as heads prints it
+    assert _cell(app, 1, 1) == fmt(view.weights[1, 1, 1], 4)
+    assert _cell(app, 0, 1) == fmt(view.weights[1, 0, 1], 4) + "*"  # 'The' -> 'cat' is the row's top
+    assert app.texts["cell"].startswith(f"'cat' looks at 'cat': {view.weights[1, 1, 1]:.6f}, rank")
+
+
+def test_enter_on_a_cell_walks_that_query_in_the_token_pane():
+    app = drive(["2", "down", "down", "enter"])
+    assert app.active == "token"
+    assert app.session.position == 2
+    expected = walk(analyse(load()), 2)
+    assert f"the query 'sat' (position 2) through head 1" in app.texts["walk"]
+    assert fmt(expected.heads[0].terms[2].weight, 4) in app.texts["walk"]
+
+
+def test_token_pane_steps_through_tokens():
+    app = drive(["3", "t", "t", "t", "T"])
+    assert app.session.position == 2 and "token 'sat'" in app.texts["status"]
+
+
+def test_plus_resplits_live_and_every_pane_follows():
+    app = drive(["4", "plus"])
+    assert app.session.heads == 4
+    assert "H=4  d_k=1" in app.texts["status"]
+    assert "Head counts: 1  2  [4]" in app.texts["maps"]
+    rows = [analyse(load().with_overrides(heads=4)).weights[h] for h in range(4)]
+    from mha_trace.analysis import distinct_rows
+
+    assert ("distinct weight rows per head: " + ", ".join(str(distinct_rows(w)) for w in rows)
+            in re.sub(r"\s+", " ", app.texts["maps"]))
+    app = drive(["minus", "minus", "minus"])  # 2 -> 1, then no further
+    assert app.session.heads == 1
+
+
+def test_mask_key_cycles_none_causal_window():
+    app = drive(["2", "m"])
+    assert app.session.mask == "causal"
+    assert _cell(app, 0, 1) == "·"  # 'The' may not look at 'cat'
+    assert _cell(app, 0, 0) == "1.0000*"
+    app = drive(["m", "m"])
+    assert "mask=window 2" in app.texts["status"]
+
+
+def test_space_switches_a_head_off_and_the_output_moves():
+    app = drive(["5", "space"])
+    assert app.session.off == {1}
+    expected = ablate(load(), [1])
+    text = re.sub(r"\s+", " ", app.texts["ablation"])
+    assert "Heads 1:off 2:on" in text
+    assert f"Total L2 distance: {fmt(expected.total, 4)}" in text
+    app = drive(["5", "space", "a"])
+    assert app.session.off == frozenset() and "Every head is on" in app.texts["ablation"]
+
+
+def test_help_and_quit():
+    from mha_trace.explorer import Help
+
+    async def run():
+        from mha_trace.explorer import Explorer
+
+        app = Explorer(prepare(), "dark")
+        async with app.run_test(size=(80, 24)) as pilot:
+            while app.session is None:
+                await pilot.pause(0.02)
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert isinstance(app.screen, Help)
+            await pilot.press("escape")
+            await pilot.pause()
+            assert not isinstance(app.screen, Help)
+            await pilot.press("d")
+            assert app.theme == "textual-light"
+            await pilot.press("q")
+            await pilot.pause()
+        return app
+
+    app = asyncio.run(run())
+    assert app.return_code in (0, None)
+
+
+def test_a_models_split_and_mask_are_fixed_and_say_so():
+    from mha_trace.models import load as load_model
+
+    app = drive(["greater_than_sign", "greater_than_sign", "plus", "m"], model="minilm",
+                pane="heads")
+    assert app.session.layer == 3 and app.session.heads == 12  # refused, not crashed
+    s = load_model("minilm").encode("The animal didn't cross the street because it was too tired.")
+    assert _cell(app, 0, 0) == fmt(s.weights[2, 0, 0, 0], 2) + ("*" if s.weights[2, 0, 0].argmax() == 0 else "")
+
+
+def test_a_failure_opening_the_session_ends_the_app_with_the_error():
+    from mha_trace.explorer import Explorer
+
+    def broken():
+        raise MhaError("the model package is not installed")
+
+    async def run():
+        app = Explorer(broken)
+        async with app.run_test() as pilot:
+            await pilot.pause(0.2)
+        return app
+
+    app = asyncio.run(run())
+    assert str(app.failure) == "the model package is not installed"
+
+
+# a few screens as SVG snapshots (Textual pinned in the test extra)
+@pytest.mark.parametrize("name,options,keys", [
+    ("trace", {}, ["down"] * 13),
+    ("heads-causal", {"pane": "heads", "mask": "causal"}, ["]"]),
+    ("split-light", {"pane": "split", "theme": "light"}, ["plus"]),
+])
+def test_screens_match_their_snapshots(golden, name, options, keys):
+    app = drive(keys, snapshot=True, **options)
+    golden(f"explore/{name}.svg", app.svg)
+
+
+# the real thing in a pseudo-terminal
+def _in_pty(args, keys, marker, size=(24, 80), timeout=60):
+    import fcntl
+    import termios
+
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.environ["TERM"] = "xterm-256color"
+        os.environ.pop("NO_COLOR", None)
+        os.execvp(args[0], args)
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", *size, 0, 0))
+    start, out, sent = time.time(), b"", False
+    while time.time() - start < timeout:
+        ready, _, _ = select.select([fd], [], [], 0.05)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        if not sent and marker in out:
+            sent = True
+            for key in keys:
+                os.write(fd, key)
+                time.sleep(0.3)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), ANSI.sub("", out.decode("utf-8", "replace"))
+
+
+def test_explore_in_a_real_terminal():
+    code, screen = _in_pty(["mha-trace", "explore"], [b"2", b"m", b"+", b"q"], b"self.W_q")
+    assert code == 0
+    assert "self.W_q(q)" in screen and "H=4" in screen and "mask=causal" in screen
+
+
+def test_explore_needs_a_terminal(cli):
+    result = cli("explore")
+    assert result.exit_code == 2
+    assert result.stderr == ("Error: explore is interactive and needs a terminal; in scripts use "
+                             "shapes, heads or explain (with --step for a paced demo)\n")
+
+
+def test_other_commands_never_import_textual():
+    code = ("import sys; from typer.testing import CliRunner; from mha_trace.cli import app; "
+            "[CliRunner().invoke(app, a) for a in (['shapes'], ['heads'], ['explain', '--step'])]; "
+            "print('textual' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False"
+
+
+# --step
+def test_step_reveals_the_shapes_table_a_row_per_key_in_a_terminal():
+    code, screen = _in_pty(["mha-trace", "shapes", "--seq", "3", "--d-model", "8", "--heads", "2",
+                            "--step"], [b" ", b" ", b" ", b"q"], b"--step: any key")
+    assert code == 0
+    prompts = screen.count("(--step: any key for more, q for the rest)")
+    assert prompts == 4  # the header, then rows 0, 1 and 2 before q showed the rest
+    assert "18  137  self.W_o(context)" in screen  # q printed the rest at once
+
+
+def test_step_is_a_no_op_when_piped():
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    plain = subprocess.run(["mha-trace", "explain", "--token", "cat"], capture_output=True,
+                           text=True, env=env, timeout=60).stdout
+    stepped = subprocess.run(["mha-trace", "explain", "--token", "cat", "--step"],
+                             capture_output=True, text=True, env=env, timeout=60).stdout
+    assert stepped == plain and "--step" not in stepped

@@ -25,7 +25,9 @@ TARGETS = {  # name: (wall ratio, peak-RSS ratio) targets from the issues; None 
     "mha-trace survey --model minilm": (2.0, None),
     "mha-trace heads --model smollm2 (first run)": (4.0, None),
     "mha-trace heads --model smollm2": (1.6, 2.0),
+    "mha-trace explore (first screen)": (1.3, None),
 }
+FIRST_SCREEN = b"self.W_q(q)"  # the trace pane's first rows: the explorer's first screen is up
 
 
 def commands() -> dict:
@@ -50,13 +52,51 @@ def commands() -> dict:
         # the first run parses the GGUF and fills an empty cache (a fresh folder every time)
         cmds["mha-trace heads --model smollm2 (first run)"] = ["env", "MHA_TRACE_CACHE=FRESH"] + heads
         cmds["mha-trace heads --model smollm2"] = heads
+    cmds["mha-trace explore (first screen)"] = ["PTY"] + cli + ["explore"]
     return cmds
+
+
+def first_screen(cmd: list) -> tuple[float, int]:
+    """Seconds until the explorer, in an 80×24 pseudo-terminal, has drawn its first screen (then
+    q quits it), and the peak RSS of the whole process."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    start = time.perf_counter()
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.environ["TERM"] = "xterm-256color"
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+        os.execvp(cmd[0], cmd)
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    seen, wall = b"", None
+    while True:
+        if select.select([fd], [], [], 0.01)[0]:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+            if wall is None and FIRST_SCREEN in seen:
+                wall = time.perf_counter() - start
+                os.write(fd, b"q")
+    _, status, usage = os.wait4(pid, 0)
+    if wall is None or os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}")
+    return wall, usage.ru_maxrss * 1024
 
 
 def run_once(cmd: list) -> tuple[float, int]:
     """Wall seconds and peak RSS (bytes) of one whole process."""
     import tempfile
 
+    if cmd[0] == "PTY":
+        return first_screen(cmd[1:])
     if "MHA_TRACE_CACHE=FRESH" in cmd:  # an empty cache folder, made outside the timing
         cmd = [c if c != "MHA_TRACE_CACHE=FRESH" else f"MHA_TRACE_CACHE={tempfile.mkdtemp()}"
                for c in cmd]

@@ -20,9 +20,10 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Header, Static, TabbedContent, TabPane
 
 from mha_trace.errors import MhaError
+from mha_trace.session import PANES
 
 KEYS = (  # the help screen, and the README's table of keys
     ("1-5, Tab", "panes: trace, heads, token, split, ablate"),
@@ -39,6 +40,10 @@ KEYS = (  # the help screen, and the README's table of keys
     ("?", "this help (Esc closes it)"),
     ("q", "quit"),
 )
+
+
+KEY_HINT = "1-5 pane  [ ] head  t token  + - heads  m mask  space off  ? help  q quit"
+MODEL_KEY_HINT = "1-5 pane  [ ] head  t token  < > layer  space off  ? help  q quit"
 
 
 def help_table():
@@ -75,6 +80,7 @@ class Explorer(App):
     CSS = """
     #panes { height: 1fr; }
     #status { height: 1; background: $boost; padding: 0 1; }
+    #keys { height: 1; background: $panel; color: $text-muted; padding: 0 1; }
     #steps { height: 1fr; }
     #source { height: 5; }
     #detail { height: 3; }
@@ -110,6 +116,10 @@ class Explorer(App):
         self.session = None
         self.failure = None  # an MhaError from opening the session: the CLI prints it
         self.first_pane = pane
+        self.stale = set()  # panes whose records changed while they were hidden
+        self.step_shown = None  # the trace row whose source and note are shown
+        self.cell_shown = None  # the heads pane's cell that the line under it explains
+        self.animation_level = "none"  # on a projector a tab appears at once, no slide
         self.theme = "textual-light" if theme == "light" else "textual-dark"
 
     def compose(self) -> ComposeResult:
@@ -130,7 +140,7 @@ class Explorer(App):
             with TabPane("5 ablate", id="ablate"):
                 yield VerticalScroll(Static(id="ablation"))
         yield Static("loading torch and the run…", id="status")
-        yield Footer()
+        yield Static(KEY_HINT, id="keys")  # fixed: Footer redraws itself on every focus change
 
     def on_mount(self) -> None:
         self.load()
@@ -149,19 +159,30 @@ class Explorer(App):
     def ready(self, session) -> None:
         self.session = session
         self.sub_title = session.model.name if session.model else session.config.title
+        if session.model:
+            self.query_one("#keys", Static).update(MODEL_KEY_HINT)
         self.refresh_all()
         self._focus_pane(self.first_pane)
 
     # drawing: each pane from the session's records
     def refresh_all(self, keep_row: bool = False) -> None:
+        self.redraw(*PANES, keep_row=keep_row)
+
+    def redraw(self, *panes: str, keep_row: bool = True) -> None:
+        """Draw the shown pane now and the status line; the hidden ones when they are shown."""
         if self.session is None:
             return
-        self.draw_trace(keep_row)
-        self.draw_heads()
-        self.draw_token()
-        self.draw_split()
-        self.draw_ablation()
+        shown = self.query_one("#panes", TabbedContent).active
+        self.stale |= set(panes)
+        if shown in self.stale:
+            self.stale.discard(shown)
+            self._draw(shown, keep_row)
         self.draw_status()
+
+    def _draw(self, pane: str, keep_row: bool = True) -> None:
+        {"trace": lambda: self.draw_trace(keep_row), "heads": self.draw_heads,
+         "token": self.draw_token, "split": self.draw_split,
+         "ablate": self.draw_ablation}[pane]()
 
     def draw_status(self) -> None:
         self.query_one("#status", Static).update(Text(self.session.status(), no_wrap=True,
@@ -186,6 +207,7 @@ class Explorer(App):
         if not 0 <= row < len(steps):
             return
         s = steps[row]
+        self.step_shown = row
         light = self.theme == "textual-light"
         if s.line:
             first = max(1, s.line - 2)
@@ -229,7 +251,8 @@ class Explorer(App):
     def draw_cell(self) -> None:
         s = self.session
         view = s.view()
-        i, j = self.query_one("#matrix", DataTable).cursor_coordinate
+        self.cell_shown = self.query_one("#matrix", DataTable).cursor_coordinate
+        i, j = self.cell_shown
         j -= 1
         if not (0 <= i < len(view.tokens) and 0 <= j < len(view.tokens)):
             return
@@ -286,23 +309,30 @@ class Explorer(App):
         head = Text.assemble(("Heads ", "bold"), marks + "   ",
                              f"(space: head {s.head} off or on; [ ] pick; a: all on)")
         result = s.ablation()
-        body = [Text("Every head is on: switch one off to see how far each token's output moves.",
-                     style="dim")] if result is None else result.renderables(decimals=4)
+        if result is None:
+            body = [Text("Every head is on: switch one off to see how far each token's output "
+                         "moves.", style="dim")]
+        elif s.model:
+            from mha_trace.render.model import ablation_renderables
+
+            body = ablation_renderables(result, 4)
+        else:
+            body = result.renderables(decimals=4)
         self.query_one("#ablation", Static).update(Group(head, Text(""), *body))
 
     # events and actions
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.data_table.id == "steps" and self.session:
+        if event.data_table.id == "steps" and self.session and event.cursor_row != self.step_shown:
             self.draw_step(event.cursor_row)
 
     def on_data_table_cell_highlighted(self, event: DataTable.CellHighlighted) -> None:
-        if event.data_table.id == "matrix" and self.session:
+        if event.data_table.id == "matrix" and self.session and event.coordinate != self.cell_shown:
             self.draw_cell()
 
     def on_data_table_cell_selected(self, event: DataTable.CellSelected) -> None:
         if event.data_table.id == "matrix" and self.session:
             self.session.set_position(event.coordinate.row)
-            self.draw_token(), self.draw_status()
+            self.redraw("token")
             self.action_pane("token")
 
     def _do(self, change, redraw=None) -> None:
@@ -317,10 +347,11 @@ class Explorer(App):
         (redraw or (lambda: self.refresh_all(keep_row=True)))()
 
     def action_pane(self, pane: str) -> None:
-        self.query_one("#panes", TabbedContent).active = pane
-        self._focus_pane(pane)
+        self.query_one("#panes", TabbedContent).active = pane  # TabActivated moves the focus
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane.id in self.stale:
+            self.redraw()
         self._focus_pane(event.pane.id)
 
     def _focus_pane(self, pane: str) -> None:
@@ -334,12 +365,11 @@ class Explorer(App):
 
     def action_head(self, step: int) -> None:
         self._do(lambda: self.session.set_head(self.session.head + step),
-                 lambda: (self.draw_heads(), self.draw_token(), self.draw_split(),
-                          self.draw_ablation(), self.draw_status()))
+                 lambda: self.redraw("heads", "token", "split", "ablate"))
 
     def action_token(self, step: int) -> None:
         self._do(lambda: self.session.set_position(self.session.position + step),
-                 lambda: (self.draw_token(), self.draw_status()))
+                 lambda: self.redraw("token"))
 
     def action_split(self, step: int) -> None:
         self._do(lambda: self._split(step))
@@ -357,11 +387,11 @@ class Explorer(App):
 
     def action_toggle(self) -> None:
         self._do(lambda: self.session.toggle(self.session.head),
-                 lambda: (self.draw_ablation(), self.draw_status()))
+                 lambda: self.redraw("ablate"))
 
     def action_all_on(self) -> None:
         self._do(self.session.all_on if self.session else None,
-                 lambda: (self.draw_ablation(), self.draw_status()))
+                 lambda: self.redraw("ablate"))
 
     def action_theme(self) -> None:
         self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"

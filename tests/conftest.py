@@ -58,7 +58,11 @@ def golden(request):
             path.write_text(text)
             return
         assert path.exists(), f"missing golden file {path}; run pytest --update-golden once"
-        assert text == path.read_text(), f"output differs from {path} (pytest --update-golden)"
+        if text != path.read_text():
+            actual = Path(os.environ.get("TMPDIR", "/tmp")) / f"actual-{path.name}"
+            actual.write_text(text)
+            raise AssertionError(f"output differs from {path} (pytest --update-golden); "
+                                 f"this run's output is in {actual}")
 
     return check
 

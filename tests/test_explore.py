@@ -105,6 +105,7 @@ def drive(keys=(), size=(80, 24), snapshot=None, **options):
             await pilot.pause()
             for key in keys:
                 await pilot.press(key)
+            await pilot.wait_for_scheduled_animations()  # a table scrolled to its cursor
             await pilot.pause()
             app.svg = app.export_screenshot() if snapshot else None
             app.texts = {w.id: _plain(w) for w in app.query("Static") if w.id}

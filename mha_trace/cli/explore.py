@@ -1,6 +1,7 @@
 """`explore`: the live lecture explorer (Textual, imported only here)."""
 
 import sys
+from enum import Enum
 from typing import Annotated
 
 import typer
@@ -9,11 +10,15 @@ from mha_trace.cli.app import app
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
 from mha_trace.errors import MhaError
 
-PaneOpt = Annotated[str, typer.Option("--pane", help="The pane to open on: trace, heads, token, split or ablate. Example: --pane heads")]
+Pane = Enum("Pane", {p: p for p in ("trace", "heads", "token", "split", "ablate")}, type=str)
+ExploreMask = Enum("ExploreMask", {m: m for m in ("none", "causal", "window")}, type=str)
+
+ExploreThemeOpt = Annotated[Theme, typer.Option("--theme", help="The explorer's colours: dark, or light for a white projector screen (d switches live). Example: --theme light")]
+PaneOpt = Annotated[Pane, typer.Option("--pane", help="The pane to open on: trace, heads, token, split or ablate. Example: --pane heads")]
 ExploreSeqOpt = Annotated[int | None, typer.Option("--seq", "-t", help="With --d-model: tokens in the run (at most 64). Example: --seq 6")]
 ExploreDModelOpt = Annotated[int | None, typer.Option("--d-model", "-d", help="A run given by sizes instead of a config (weights and tokens t1..tT drawn from seed 0). Example: --d-model 512")]
 ExploreHeadsOpt = Annotated[int | None, typer.Option("--heads", "-H", help="Heads to start with (+ and - re-split live). Example: --heads 4")]
-ExploreMaskOpt = Annotated[str | None, typer.Option("--mask", help="The mask to start with: none, causal or window (m cycles them live). Example: --mask causal")]
+ExploreMaskOpt = Annotated[ExploreMask | None, typer.Option("--mask", help="The mask to start with: none, causal or window (m cycles them live). Example: --mask causal")]
 
 
 @app.command(short_help="The live lecture explorer: trace, heads, a token, head count, ablation.")
@@ -26,8 +31,8 @@ def explore(
     heads: ExploreHeadsOpt = None,
     seq: ExploreSeqOpt = None,
     mask: ExploreMaskOpt = None,
-    pane: PaneOpt = "trace",
-    theme: ThemeOpt = Theme.dark,
+    pane: PaneOpt = Pane.trace,
+    theme: ExploreThemeOpt = Theme.dark,
     debug: DebugOpt = False,
 ):
     """Move through a real forward pass, pick a head and a token, re-split the heads, switch
@@ -40,6 +45,7 @@ def explore(
     """
     from mha_trace.session import prepare
 
+    pane, mask = pane.value, mask and mask.value
     open_session = prepare(config, model, sentence, layer, d_model, heads, seq, mask, pane)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise MhaError("explore is interactive and needs a terminal; in scripts use shapes, heads "

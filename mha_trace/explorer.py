@@ -18,7 +18,7 @@ from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Header, Static, TabbedContent, TabPane
 
@@ -244,7 +244,8 @@ class Explorer(App):
         where = f"layer {s.layer}, " if s.model else ""
         kv = f", K/V head {view.kv_head_of(h) + 1}" if view.kv_heads != view.heads else ""
         self.query_one("#heads-title", Static).update(Text.assemble(
-            (f"Head {s.head} of {view.heads} ", "bold"), f"({where}{_dims(h, view.d_k)}, d_k = {view.d_k}{kv}). Rows are queries, columns keys; "
+            (f"Head {s.head} of {view.heads} ", "bold"),
+            f"({where}{_dims(h, view.d_k)}, d_k = {view.d_k}{kv}). Rows are queries, columns keys; "
             "* marks each row's largest weight."))
         self.draw_cell()
 
@@ -284,8 +285,10 @@ class Explorer(App):
         for h in range(view.heads):
             title = Text(f"head {h + 1}{' ◂' if h + 1 == s.head else ''}: "
                          f"{_dims(h, view.d_k)}", style="bold")
-            lines = ([Text(" ").join(cells) for cells in weight_cells(view.weights[h], view.mask, 2)]
-                     if small else braille_map(view.weights[h]))
+            if small:  # every weight, shaded as in the heads pane
+                lines = [Text(" ").join(row) for row in weight_cells(view.weights[h], view.mask, 2)]
+            else:
+                lines = braille_map(view.weights[h])
             maps.append(Group(title, *lines))
         width = max(len(t.plain) for m in maps for t in m.renderables)
         per_row = max(1, (self.size.width - 2) // (width + 2))
@@ -294,12 +297,14 @@ class Explorer(App):
             grid.add_row(*maps[row:row + per_row])
         rows = ", ".join(str(distinct_rows(view.weights[h])) for h in range(view.heads))
         self.query_one("#maps", Static).update(Group(
-            Text.assemble(("Head counts: ", "bold"), counts + "   ", "(+ / - re-split the same Q, K, V)"
-                          if not s.model else "(a trained model's split is fixed)"),
+            Text.assemble(("Head counts: ", "bold"), counts + "   ",
+                          "(a trained model's split is fixed)" if s.model
+                          else "(+ / - re-split the same Q, K, V)"),
             Text(f"H = {view.heads}, d_k = {view.d_k}: each head scores with {view.d_k}-term dot "
                  f"products; distinct weight rows per head: {rows} of {len(view.tokens)}."),
             Text(f"Rows are queries, columns keys, in token order: {' '.join(view.tokens)}."
-                 + ("" if small else " A dot: a key with at least half its query's largest weight."),
+                 + ("" if small else " A dot: a key with at least half its query's largest "
+                                     "weight."),
                  style="dim"),
             grid))
 

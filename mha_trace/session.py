@@ -69,7 +69,8 @@ class Session:
     def status(self) -> str:
         source = f"{self.model.name} layer {self.layer}/{self.model.layers}" if self.model else (
             self.config.title)
-        mask = f"window {self.config.window}" if not self.model and self.config.window else self.mask
+        window = not self.model and self.config.window
+        mask = f"window {self.config.window}" if window else self.mask
         off = f"  off: {', '.join(map(str, sorted(self.off)))}" if self.off else ""
         return (f"{source}  │  H={self.heads}  d_k={self.d_model // self.heads}  mask={mask}  "
                 f"head {self.head}  token '{self.tokens[self.position]}'{off}")

@@ -6,7 +6,6 @@ trace_run), computed independently here; the explorer must show those, not numbe
 """
 
 import asyncio
-import json
 import os
 import pty
 import re
@@ -15,7 +14,6 @@ import struct
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,7 +22,7 @@ from mha_trace.analysis import ablate, analyse, walk
 from mha_trace.config import load
 from mha_trace.errors import MhaError
 from mha_trace.render.matrices import fmt
-from mha_trace.session import Session, open_session, prepare
+from mha_trace.session import open_session, prepare
 
 ANSI = re.compile(r"\x1b\[[0-9;?<>=]*[A-Za-z~]|\x1b[()][A-Z0-9]|\x1b[=>]")
 
@@ -160,7 +158,7 @@ def test_enter_on_a_cell_walks_that_query_in_the_token_pane():
     assert app.active == "token"
     assert app.session.position == 2
     expected = walk(analyse(load()), 2)
-    assert f"the query 'sat' (position 2) through head 1" in app.texts["walk"]
+    assert "the query 'sat' (position 2) through head 1" in app.texts["walk"]
     assert fmt(expected.heads[0].terms[2].weight, 4) in app.texts["walk"]
 
 

@@ -194,9 +194,9 @@ class Explorer(App):
         table = self.query_one("#steps", DataTable)
         row = table.cursor_row if keep_row else 0
         table.clear(columns=True)
-        table.add_columns("#", "ln", "code", "op", "shape")
+        table.add_columns("#", "ln", "op", "shape", "code")  # the code last: it may run long
         for s in self.session.report().steps:
-            table.add_row(str(s.index), str(s.line or "in"), s.text, s.op, _shape(s.shape))
+            table.add_row(str(s.index), str(s.line or "in"), s.op, _shape(s.shape), s.text)
         table.move_cursor(row=min(row, table.row_count - 1))
         self.draw_step(table.cursor_row)
 

@@ -19,7 +19,7 @@ PANES = ("trace", "heads", "token", "split", "ablate")
 def flags_config(d_model: int, heads: int, seq: int, seed: int = 0) -> Config:
     """A generated config for a run given by sizes: tokens t1..tT, weights drawn from the seed."""
     tokens = tuple(f"t{i + 1}" for i in range(seq))
-    return Config("flags", "", f"d_model {d_model}, {heads} heads, {seq} tokens", "", tokens,
+    return Config("flags", "", f"d_model {d_model}, {seq} tokens t1..t{seq}", "", tokens,
                   heads, d_model, seed=seed)
 
 
@@ -67,13 +67,13 @@ class Session:
         return [self.heads] if self.model else divisors(self.config.d_model)
 
     def status(self) -> str:
-        source = f"{self.model.name} layer {self.layer}/{self.model.layers}" if self.model else (
-            self.config.title)
+        """One line of what is picked (the source is in the title above it)."""
+        layer = f"layer {self.layer}/{self.model.layers}  " if self.model else ""
         window = not self.model and self.config.window
         mask = f"window {self.config.window}" if window else self.mask
         off = f"  off: {', '.join(map(str, sorted(self.off)))}" if self.off else ""
-        return (f"{source}  │  H={self.heads}  d_k={self.d_model // self.heads}  mask={mask}  "
-                f"head {self.head}  token '{self.tokens[self.position]}'{off}")
+        return (f"{layer}H={self.heads}  d_k={self.d_model // self.heads}  mask={mask}  │  "
+                f"head {self.head}  │  token '{self.tokens[self.position]}'{off}")
 
     # choices
     def _changed(self, **changes) -> None:

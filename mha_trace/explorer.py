@@ -90,6 +90,7 @@ class Explorer(App):
     """
     BINDINGS = [
         Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),  # on stage, Ctrl-C quits too
         Binding("question_mark", "help", "help"),
         Binding("1", "pane('trace')", "trace", show=False),
         Binding("2", "pane('heads')", "heads", show=False),

@@ -227,6 +227,33 @@ def test_help_and_quit():
     assert app.return_code in (0, None)
 
 
+def test_the_mouse_picks_a_pane_and_a_cell():
+    from mha_trace.explorer import Explorer
+
+    async def run():
+        app = Explorer(prepare(), "dark")
+        async with app.run_test(size=(80, 24)) as pilot:
+            while app.session is None:
+                await pilot.pause(0.02)
+            await pilot.click("#--content-tab-heads")
+            await pilot.pause()
+            active = app.query_one("#panes").active
+            table = app.query_one("#matrix")
+            # the cell of query 'sat' (row 2) and key 'on' (column 4 after the labels)
+            region = table._get_cell_region((2, 4))
+            await pilot.click("#matrix", offset=(region.x + 1 - table.scroll_x, region.y - table.scroll_y))
+            await pilot.pause()
+            return active, table.cursor_coordinate
+
+    active, cursor = asyncio.run(run())
+    assert active == "heads" and tuple(cursor) == (2, 4)
+
+
+def test_ctrl_c_quits_like_q():
+    code, _ = _in_pty(["mha-trace", "explore"], [b"\x03"], b"self.W_q")
+    assert code == 0
+
+
 def test_a_models_split_and_mask_are_fixed_and_say_so():
     from mha_trace.models import load as load_model
 

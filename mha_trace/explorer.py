@@ -38,7 +38,7 @@ KEYS = (  # the help screen, and the README's table of keys
     ("a", "every head back on"),
     ("d", "dark / light theme"),
     ("?", "this help (Esc closes it)"),
-    ("q", "quit"),
+    ("q", "quit (Ctrl-C too)"),
 )
 
 

@@ -58,6 +58,17 @@ def help_table():
                  table)
 
 
+def _columns(table: DataTable, labels, rows) -> None:
+    """Columns as wide as their widest cell, set once: a DataTable that measures its columns as
+    it draws can draw rows it drew first narrower than later ones."""
+    from rich.cells import cell_len
+
+    text = lambda cell: cell.plain if isinstance(cell, Text) else str(cell)
+    for j, label in enumerate(labels):
+        table.add_column(label, width=max(cell_len(text(label)),
+                                          *(cell_len(text(row[j])) for row in rows)))
+
+
 def _dims(h: int, d_k: int) -> str:
     """Head h's (0-based) columns of Q, K, V and of the concatenation."""
     return f"dim {h}" if d_k == 1 else f"dims {h * d_k}–{(h + 1) * d_k - 1}"
@@ -151,8 +162,11 @@ class Explorer(App):
         try:
             session = self.open_session()
             session.report(), session.view()  # the first screen's records, off the UI thread
-        except MhaError as e:
-            self.failure = e
+        except Exception as e:  # said on one line by the command, as every command says it
+            from mha_trace.cli.app import debugging
+
+            self.failure = e if isinstance(e, MhaError) or debugging() else MhaError(
+                f"explore could not open the run: {type(e).__name__}: {e}", exit_code=1)
             self.call_from_thread(self.exit, 2)
             return
         self.call_from_thread(self.ready, session)
@@ -195,9 +209,11 @@ class Explorer(App):
         table = self.query_one("#steps", DataTable)
         row = table.cursor_row if keep_row else 0
         table.clear(columns=True)
-        table.add_columns("#", "ln", "op", "shape", "code")  # the code last: it may run long
-        for s in self.session.report().steps:
-            table.add_row(str(s.index), str(s.line or "in"), s.op, _shape(s.shape), s.text)
+        rows = [(str(s.index), str(s.line or "in"), s.op, _shape(s.shape), s.text)
+                for s in self.session.report().steps]
+        _columns(table, ("#", "ln", "op", "shape", "code"), rows)  # the code last: it may run long
+        for cells in rows:
+            table.add_row(*cells)
         table.move_cursor(row=min(row, table.row_count - 1))
         self.draw_step(table.cursor_row)
 
@@ -234,12 +250,12 @@ class Explorer(App):
         table = self.query_one("#matrix", DataTable)
         row, column = table.cursor_coordinate
         table.clear(columns=True)
-        table.add_column("q \\ k", key="q")
-        for t in view.tokens:
-            table.add_column(t)
         decimals = 4 if len(view.tokens) <= 8 else 2
-        for i, cells in enumerate(weight_cells(view.weights[h], view.mask, decimals)):
-            table.add_row(Text(view.tokens[i], style="bold"), *cells)
+        rows = [(Text(view.tokens[i], style="bold"), *cells)
+                for i, cells in enumerate(weight_cells(view.weights[h], view.mask, decimals))]
+        _columns(table, ("q \\ k", *view.tokens), rows)
+        for cells in rows:
+            table.add_row(*cells)
         table.move_cursor(row=min(row, table.row_count - 1),
                           column=min(max(column, 1), len(view.tokens)))
         where = f"layer {s.layer}, " if s.model else ""
@@ -328,36 +344,42 @@ class Explorer(App):
 
     # events and actions
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.data_table.id == "steps" and self.session and event.cursor_row != self.step_shown:
-            self.draw_step(event.cursor_row)
+        if event.data_table.id == "steps" and event.cursor_row != self.step_shown:
+            self._do(lambda: None, lambda: self.draw_step(event.cursor_row))
 
     def on_data_table_cell_highlighted(self, event: DataTable.CellHighlighted) -> None:
-        if event.data_table.id == "matrix" and self.session and event.coordinate != self.cell_shown:
-            self.draw_cell()
+        if event.data_table.id == "matrix" and event.coordinate != self.cell_shown:
+            self._do(lambda: None, self.draw_cell)
 
     def on_data_table_cell_selected(self, event: DataTable.CellSelected) -> None:
-        if event.data_table.id == "matrix" and self.session:
-            self.session.set_position(event.coordinate.row)
-            self.redraw("token")
-            self.action_pane("token")
+        if event.data_table.id == "matrix":
+            self._do(lambda: self.session.set_position(event.coordinate.row),
+                     lambda: (self.redraw("token"), self.action_pane("token")))
 
     def _do(self, change, redraw=None) -> None:
-        """Apply a choice; a refused one (a model's fixed split, ...) is a notice, never a crash."""
+        """Apply a choice and redraw. A refused choice (a model's fixed split, ...) is a notice;
+        so is a bug of ours, on stage (with --debug it ends the app with its traceback)."""
         if self.session is None:
             return
         try:
             change()
+            (redraw or (lambda: self.refresh_all(keep_row=True)))()
         except MhaError as e:
             self.notify(str(e), severity="warning", timeout=4)
-            return
-        (redraw or (lambda: self.refresh_all(keep_row=True)))()
+        except Exception as e:
+            from mha_trace.cli.app import debugging
+
+            if debugging():
+                raise
+            self.notify(f"internal error: {type(e).__name__}: {e} (explore --debug shows the "
+                        "traceback)", severity="error", timeout=8)
 
     def action_pane(self, pane: str) -> None:
         self.query_one("#panes", TabbedContent).active = pane  # TabActivated moves the focus
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if event.pane.id in self.stale:
-            self.redraw()
+            self._do(lambda: None, self.redraw)
         self._focus_pane(event.pane.id)
 
     def _focus_pane(self, pane: str) -> None:

@@ -264,11 +264,36 @@ def test_a_models_split_and_mask_are_fixed_and_say_so():
     assert _cell(app, 0, 0) == fmt(s.weights[2, 0, 0, 0], 2) + ("*" if s.weights[2, 0, 0].argmax() == 0 else "")
 
 
-def test_a_failure_opening_the_session_ends_the_app_with_the_error():
+def test_a_bug_in_a_pane_is_a_notice_and_the_explorer_goes_on(monkeypatch):
+    from mha_trace.explorer import Explorer
+
+    monkeypatch.setattr(Explorer, "draw_split", lambda self: 1 / 0)
+    said = []
+
+    async def run():
+        app = Explorer(prepare(), "dark")
+        app.notify = lambda message, **kw: said.append((message, kw.get("severity")))
+        async with app.run_test(size=(80, 24)) as pilot:
+            while app.session is None:
+                await pilot.pause(0.02)
+            await pilot.press("4", "1", "down")  # the split pane fails to draw; trace still moves
+            await pilot.pause()
+            return app.query_one("#steps").cursor_row
+
+    assert asyncio.run(run()) == 1
+    assert said == [("internal error: ZeroDivisionError: division by zero (explore --debug shows "
+                     "the traceback)", "error")]
+
+
+@pytest.mark.parametrize("raised,said,code", [
+    (MhaError("the model package is not installed"), "the model package is not installed", 2),
+    (MemoryError("out of memory"), "explore could not open the run: MemoryError: out of memory", 1),
+])
+def test_a_failure_opening_the_session_ends_the_app_with_one_error(raised, said, code):
     from mha_trace.explorer import Explorer
 
     def broken():
-        raise MhaError("the model package is not installed")
+        raise raised
 
     async def run():
         app = Explorer(broken)
@@ -277,7 +302,8 @@ def test_a_failure_opening_the_session_ends_the_app_with_the_error():
         return app
 
     app = asyncio.run(run())
-    assert str(app.failure) == "the model package is not installed"
+    assert isinstance(app.failure, MhaError)
+    assert str(app.failure) == said and app.failure.exit_code == code
 
 
 # a few screens as SVG snapshots (Textual pinned in the test extra)

@@ -15,6 +15,11 @@ _debug = False
 _argv: list[str] = []
 
 
+def debugging() -> bool:
+    """--debug was given (anywhere on the command line): tracebacks instead of one line."""
+    return _debug
+
+
 def _plain_coercion() -> None:
     """Coerce plain options (int, str, bool, str enums) without pydantic.
 

@@ -14,6 +14,7 @@ from mha_trace.validate import divisors
 
 MASKS = ("none", "causal", "window")
 PANES = ("trace", "heads", "token", "split", "ablate")
+MAX_TOKENS = 64  # every pane shows every token; past this a table stops being readable or quick
 
 
 def flags_config(d_model: int, heads: int, seq: int, seed: int = 0) -> Config:
@@ -219,10 +220,10 @@ def prepare(config=None, model=None, sentence=None, layer=None, d_model=None, he
 
         seq, d_model, heads = seq or 10, d_model or 512, heads or 8
         check_sizes(2, seq, d_model, heads)
-        if seq > 64 or d_model > 4096:
-            raise MhaError(f"explore runs every view live: at most 64 tokens and d_model 4096 "
-                           f"(given {seq} and {d_model}; shapes --device meta takes any size)",
-                           quantity="seq" if seq > 64 else "d_model")
+        if seq > MAX_TOKENS or d_model > 4096:
+            raise MhaError(f"explore runs every view live: at most {MAX_TOKENS} tokens and d_model "
+                           f"4096 (given {seq} and {d_model}; shapes --device meta takes any size)",
+                           quantity="seq" if seq > MAX_TOKENS else "d_model")
         base = flags_config(d_model, heads, seq)
         batch = 2
     else:
@@ -231,6 +232,10 @@ def prepare(config=None, model=None, sentence=None, layer=None, d_model=None, he
         base = load(config)
         base = base if heads is None else base.with_overrides(heads=heads)
         batch = 1
+        if len(base.tokens) > MAX_TOKENS:
+            raise MhaError(f"explore shows every token live: at most {MAX_TOKENS} (this config has "
+                           f"{len(base.tokens)}; heads --config shows longer ones)",
+                           quantity="config")
 
     def open_config() -> Session:
         s = Session(config=base, batch=batch)
@@ -247,6 +252,10 @@ def open_model(model: str, sentence: str | None, layer: int | None) -> Session:
     from mha_trace.cli.pretrained import encode
 
     s = Session(sentence=encode(model, sentence))
+    if len(s.tokens) > MAX_TOKENS:
+        raise MhaError(f"explore shows every token live: at most {MAX_TOKENS} (this sentence has "
+                       f"{len(s.tokens)}; heads --model {model} shows longer ones)",
+                       quantity="sentence")
     if layer is not None:
         s.set_layer(layer)
         if s.layer != layer:

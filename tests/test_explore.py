@@ -72,11 +72,12 @@ def test_session_from_flags_traces_at_batch_2_like_shapes():
     ({"config": "chicken-road", "seq": 4}, "--config fixes the sizes"),
     ({"d_model": 10, "heads": 3}, "d_model=10 is not divisible by heads=3"),
     ({"seq": 65}, "at most 64 tokens"),
+    ({"model": "minilm", "sentence": "word " * 70}, "at most 64 (this sentence has 72;"),
     ({"config": "no-such-config"}, "no-such-config: no such file"),
 ])
 def test_bad_options_are_refused_before_any_screen(options, message):
     with pytest.raises(MhaError) as e:
-        prepare(**options)
+        prepare(**options)()  # a model's are checked as it opens, before its first screen
     assert message in str(e.value)
 
 
@@ -386,3 +387,12 @@ def test_step_is_a_no_op_when_piped():
     stepped = subprocess.run(["mha-trace", "explain", "--token", "cat", "--step"],
                              capture_output=True, text=True, env=env, timeout=60).stdout
     assert stepped == plain and "--step" not in stepped
+
+
+def test_a_config_too_long_to_read_live_is_refused(tmp_path):
+    config = tmp_path / "long.toml"
+    config.write_text('title = "long"\nsentence = "' + "word " * 70 + '"\nd_model = 8\nheads = 2\n')
+    with pytest.raises(MhaError) as e:
+        prepare(config=str(config))
+    assert str(e.value) == ("explore shows every token live: at most 64 (this config has 70; "
+                            "heads --config shows longer ones)")

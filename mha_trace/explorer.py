@@ -95,8 +95,8 @@ class Explorer(App):
     #steps { height: 1fr; }
     #source { height: 5; }
     #detail { height: 3; }
-    #matrix { height: auto; max-height: 1fr; }
-    #cell, #heads-title { height: auto; }
+    #matrix { height: 1fr; }
+    #cell, #heads-title { height: 2; }
     TabPane { padding: 0; }
     """
     BINDINGS = [

@@ -42,6 +42,7 @@ KEYS = (  # the help screen, and the README's table of keys
 )
 
 
+MAX_MAPS = 48  # the split pane draws this many heads' maps at most (d_model 512 splits into 512)
 KEY_HINT = "1-5 pane  [ ] head  t token  + - heads  m mask  space off  ? help  q quit"
 MODEL_KEY_HINT = "1-5 pane  [ ] head  t token  < > layer  space off  ? help  q quit"
 
@@ -299,7 +300,7 @@ class Explorer(App):
         counts = "  ".join(f"[{c}]" if c == s.heads else str(c) for c in s.head_counts())
         small = len(view.tokens) <= 8
         maps = []
-        for h in range(view.heads):
+        for h in range(min(view.heads, MAX_MAPS)):
             title = Text(f"head {h + 1}{' ◂' if h + 1 == s.head else ''}: "
                          f"{_dims(h, view.d_k)}", style="bold")
             if small:  # every weight, shaded as in the heads pane
@@ -323,7 +324,9 @@ class Explorer(App):
                  + ("" if small else " A dot: a key with at least half its query's largest "
                                      "weight."),
                  style="dim"),
-            grid))
+            grid,
+            *([Text(f"Heads {MAX_MAPS + 1}-{view.heads} are not drawn here (the heads pane shows "
+                    "any of them: [ ] pick).", style="dim")] if view.heads > MAX_MAPS else [])))
 
     def draw_ablation(self) -> None:
         s = self.session

@@ -396,3 +396,10 @@ def test_a_config_too_long_to_read_live_is_refused(tmp_path):
         prepare(config=str(config))
     assert str(e.value) == ("explore shows every token live: at most 64 (this config has 70; "
                             "heads --config shows longer ones)")
+
+
+def test_the_split_pane_draws_at_most_48_maps():
+    app = drive([], d_model=64, heads=64, seq=4, pane="split")
+    text = re.sub(r"\s+", " ", app.texts["maps"])
+    assert "head 48: dim 47" in text and "head 49:" not in text
+    assert "Heads 49-64 are not drawn here (the heads pane shows any of them: [ ] pick)." in text

@@ -403,12 +403,7 @@ class Explorer(App):
                  lambda: self.redraw("token"))
 
     def action_split(self, step: int) -> None:
-        self._do(lambda: self._split(step))
-
-    def _split(self, step: int) -> None:
-        if self.session.model:
-            self.session.set_heads(self.session.heads + step)  # refused, with the reason
-        self.session.step_heads(step)
+        self._do(lambda: self.session.step_heads(step))
 
     def action_mask(self) -> None:
         self._do(self.session.cycle_mask if self.session else None)

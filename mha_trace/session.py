@@ -82,11 +82,14 @@ class Session:
             setattr(self, name, value)
         self._cache.clear()
 
-    def set_heads(self, heads: int) -> None:
-        """Re-split the same Q, K, V into `heads` heads; the picked head and ablation reset."""
+    def _resplittable(self) -> None:
         if self.model:
             raise MhaError(f"{self.model.name}'s {self.heads} heads per layer are trained; "
                            "only a config or flags can be re-split")
+
+    def set_heads(self, heads: int) -> None:
+        """Re-split the same Q, K, V into `heads` heads; the picked head and ablation reset."""
+        self._resplittable()
         if heads not in self.head_counts():
             raise MhaError(f"{heads} heads do not divide d_model={self.d_model}", quantity="heads")
         base = self.config
@@ -96,6 +99,8 @@ class Session:
                       off=frozenset())
 
     def step_heads(self, direction: int) -> None:
+        """The next head count up (1) or down (-1); none past either end."""
+        self._resplittable()
         counts = self.head_counts()
         i = counts.index(self.heads) + direction
         if 0 <= i < len(counts):

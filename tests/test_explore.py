@@ -89,31 +89,41 @@ def test_prepare_for_a_config_imports_neither_torch_nor_textual():
 
 
 # the app, driven by Textual's headless pilot
-def drive(keys=(), size=(80, 24), snapshot=None, **options):
-    """Open the explorer on `options`, press `keys` (strings; "~0.1" pauses), return the app."""
-    from mha_trace.explorer import Explorer
-
+def drive(keys=(), snapshot=None, **options):
+    """Open the explorer on `options`, press `keys`, return the app with what it showed:
+    texts (each Static's), cells (the heads table), row (the trace's), active (the pane)."""
     theme = options.pop("theme", "dark")
     pane = options.pop("pane", "trace")
 
+    async def body(app, pilot):
+        await pilot.pause()
+        for key in keys:
+            await pilot.press(key)
+        await pilot.wait_for_scheduled_animations()  # a table scrolled to its cursor
+        await pilot.pause()
+        app.svg = app.export_screenshot() if snapshot else None
+        app.texts = {w.id: _plain(w) for w in app.query("Static") if w.id}
+        matrix = app.query_one("#matrix")
+        app.cells = [[matrix.get_cell_at((i, j)).plain.strip() for j in range(1, len(matrix.columns))]
+                     for i in range(matrix.row_count)]
+        app.row = app.query_one("#steps").cursor_row
+        app.active = app.query_one("#panes").active
+
+    return with_app(body, prepare(pane=pane, **options), theme, pane)[0]
+
+
+def with_app(body, open_session=None, theme="dark", pane="trace"):
+    """Run `await body(app, pilot)` in the explorer (80×24) once its session is open; returns
+    (app, what body returned)."""
+    from mha_trace.explorer import Explorer
+
     async def run():
-        app = Explorer(prepare(pane=pane, **options), theme, pane)
-        async with app.run_test(size=size) as pilot:
+        app = Explorer(open_session or prepare(), theme, pane)
+        async with app.run_test(size=(80, 24)) as pilot:
             while app.session is None and app.failure is None:
                 await pilot.pause(0.02)
-            await pilot.pause()
-            for key in keys:
-                await pilot.press(key)
-            await pilot.wait_for_scheduled_animations()  # a table scrolled to its cursor
-            await pilot.pause()
-            app.svg = app.export_screenshot() if snapshot else None
-            app.texts = {w.id: _plain(w) for w in app.query("Static") if w.id}
-            matrix = app.query_one("#matrix")
-            app.cells = [[matrix.get_cell_at((i, j)).plain.strip() for j in range(1, len(matrix.columns))]
-                         for i in range(matrix.row_count)]
-            app.row = app.query_one("#steps").cursor_row
-            app.active = app.query_one("#panes").active
-        return app
+            result = await body(app, pilot)
+        return app, result
 
     return asyncio.run(run())
 
@@ -205,48 +215,35 @@ def test_space_switches_a_head_off_and_the_output_moves():
 def test_help_and_quit():
     from mha_trace.explorer import Help
 
-    async def run():
-        from mha_trace.explorer import Explorer
+    async def body(app, pilot):
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, Help)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, Help)
+        await pilot.press("d")
+        assert app.theme == "textual-light"
+        await pilot.press("q")
+        await pilot.pause()
 
-        app = Explorer(prepare(), "dark")
-        async with app.run_test(size=(80, 24)) as pilot:
-            while app.session is None:
-                await pilot.pause(0.02)
-            await pilot.press("question_mark")
-            await pilot.pause()
-            assert isinstance(app.screen, Help)
-            await pilot.press("escape")
-            await pilot.pause()
-            assert not isinstance(app.screen, Help)
-            await pilot.press("d")
-            assert app.theme == "textual-light"
-            await pilot.press("q")
-            await pilot.pause()
-        return app
-
-    app = asyncio.run(run())
+    app, _ = with_app(body)
     assert app.return_code in (0, None)
 
 
 def test_the_mouse_picks_a_pane_and_a_cell():
-    from mha_trace.explorer import Explorer
+    async def body(app, pilot):
+        await pilot.click("#--content-tab-heads")
+        await pilot.pause()
+        active = app.query_one("#panes").active
+        table = app.query_one("#matrix")
+        # the cell of query 'sat' (row 2) and key 'on' (column 4 after the labels)
+        region = table._get_cell_region((2, 4))
+        await pilot.click("#matrix", offset=(region.x + 1 - table.scroll_x, region.y - table.scroll_y))
+        await pilot.pause()
+        return active, table.cursor_coordinate
 
-    async def run():
-        app = Explorer(prepare(), "dark")
-        async with app.run_test(size=(80, 24)) as pilot:
-            while app.session is None:
-                await pilot.pause(0.02)
-            await pilot.click("#--content-tab-heads")
-            await pilot.pause()
-            active = app.query_one("#panes").active
-            table = app.query_one("#matrix")
-            # the cell of query 'sat' (row 2) and key 'on' (column 4 after the labels)
-            region = table._get_cell_region((2, 4))
-            await pilot.click("#matrix", offset=(region.x + 1 - table.scroll_x, region.y - table.scroll_y))
-            await pilot.pause()
-            return active, table.cursor_coordinate
-
-    active, cursor = asyncio.run(run())
+    _, (active, cursor) = with_app(body)
     assert active == "heads" and tuple(cursor) == (2, 4)
 
 
@@ -270,18 +267,15 @@ def test_a_bug_in_a_pane_is_a_notice_and_the_explorer_goes_on(monkeypatch):
 
     monkeypatch.setattr(Explorer, "draw_split", lambda self: 1 / 0)
     said = []
+    monkeypatch.setattr(Explorer, "notify", lambda self, message, **kw: said.append(
+        (message, kw.get("severity"))))
 
-    async def run():
-        app = Explorer(prepare(), "dark")
-        app.notify = lambda message, **kw: said.append((message, kw.get("severity")))
-        async with app.run_test(size=(80, 24)) as pilot:
-            while app.session is None:
-                await pilot.pause(0.02)
-            await pilot.press("4", "1", "down")  # the split pane fails to draw; trace still moves
-            await pilot.pause()
-            return app.query_one("#steps").cursor_row
+    async def body(app, pilot):
+        await pilot.press("4", "1", "down")  # the split pane fails to draw; trace still moves
+        await pilot.pause()
+        return app.query_one("#steps").cursor_row
 
-    assert asyncio.run(run()) == 1
+    assert with_app(body)[1] == 1
     assert said == [("internal error: ZeroDivisionError: division by zero (explore --debug shows "
                      "the traceback)", "error")]
 
@@ -291,18 +285,13 @@ def test_a_bug_in_a_pane_is_a_notice_and_the_explorer_goes_on(monkeypatch):
     (MemoryError("out of memory"), "explore could not open the run: MemoryError: out of memory", 1),
 ])
 def test_a_failure_opening_the_session_ends_the_app_with_one_error(raised, said, code):
-    from mha_trace.explorer import Explorer
-
     def broken():
         raise raised
 
-    async def run():
-        app = Explorer(broken)
-        async with app.run_test() as pilot:
-            await pilot.pause(0.2)
-        return app
+    async def body(app, pilot):
+        await pilot.pause(0.2)
 
-    app = asyncio.run(run())
+    app, _ = with_app(body, broken)
     assert isinstance(app.failure, MhaError)
     assert str(app.failure) == said and app.failure.exit_code == code
 

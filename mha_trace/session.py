@@ -204,20 +204,16 @@ def prepare(config=None, model=None, sentence=None, layer=None, d_model=None, he
         raise MhaError(f"pane '{pane}' is not one of {', '.join(PANES)}", quantity="pane")
     if mask is not None and mask not in MASKS:
         raise MhaError(f"mask '{mask}' is not one of {', '.join(MASKS)}", quantity="mask")
+    from mha_trace.cli.pretrained import needs_model, refuse_with_model
+
     if model:
         from mha_trace.models import MODELS
 
-        given = {"config": config, "d_model": d_model, "heads": heads, "seq": seq, "mask": mask}
-        clash = [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None]
-        if clash:
-            raise MhaError(f"{', '.join(clash)} {'does' if len(clash) == 1 else 'do'} not go with "
-                           "--model (a pretrained model fixes its own sizes, weights and mask)")
+        refuse_with_model(config=config, d_model=d_model, heads=heads, seq=seq, mask=mask)
         if model not in MODELS:
             raise MhaError(f"model '{model}' is not one of {', '.join(MODELS)}", quantity="model")
         return lambda: open_model(model, sentence, layer)
-    for name, value in (("sentence", sentence), ("layer", layer)):
-        if value is not None:
-            raise MhaError(f"--{name} goes with --model (e.g. --model minilm)")
+    needs_model(sentence, layer)
     if config is not None and (d_model is not None or seq is not None):
         raise MhaError("--config fixes the sizes; --d-model and --seq describe a run without one")
     if d_model is not None or seq is not None:
@@ -254,7 +250,7 @@ def prepare(config=None, model=None, sentence=None, layer=None, d_model=None, he
 
 
 def open_model(model: str, sentence: str | None, layer: int | None) -> Session:
-    from mha_trace.cli.pretrained import encode
+    from mha_trace.cli.pretrained import _layer, encode
 
     s = Session(sentence=encode(model, sentence))
     if len(s.tokens) > MAX_TOKENS:
@@ -262,10 +258,7 @@ def open_model(model: str, sentence: str | None, layer: int | None) -> Session:
                        f"{len(s.tokens)}; heads --model {model} shows longer ones)",
                        quantity="sentence")
     if layer is not None:
-        s.set_layer(layer)
-        if s.layer != layer:
-            raise MhaError(f"layer {layer} is out of range ({s.model.name} has layers 1 to "
-                           f"{s.model.layers})", quantity="layer")
+        s.set_layer(_layer(s.sentence, layer))
     return s
 
 

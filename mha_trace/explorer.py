@@ -123,8 +123,9 @@ class Explorer(App):
         Binding("d", "theme", "theme", show=False),
     ]
 
-    def __init__(self, open_session, theme: str = "dark", pane: str = "trace"):
+    def __init__(self, open_session, theme: str = "dark", pane: str = "trace", debug: bool = False):
         super().__init__()
+        self.reraise = debug  # --debug: a bug in a pane re-raises (with its traceback) instead of a notice
         self.open_session = open_session  # () -> Session; runs in a worker (it imports torch)
         self.session = None
         self.failure = None  # an MhaError from opening the session: the CLI prints it
@@ -164,9 +165,7 @@ class Explorer(App):
             session = self.open_session()
             session.report(), session.view()  # the first screen's records, off the UI thread
         except Exception as e:  # said on one line by the command, as every command says it
-            from mha_trace.cli.app import debugging
-
-            self.failure = e if isinstance(e, MhaError) or debugging() else MhaError(
+            self.failure = e if isinstance(e, MhaError) or self.reraise else MhaError(
                 f"explore could not open the run: {type(e).__name__}: {e}", exit_code=1)
             self.call_from_thread(self.exit, 2)
             return
@@ -370,9 +369,7 @@ class Explorer(App):
         except MhaError as e:
             self.notify(str(e), severity="warning", timeout=4)
         except Exception as e:
-            from mha_trace.cli.app import debugging
-
-            if debugging():
+            if self.reraise:
                 raise
             self.notify(f"internal error: {type(e).__name__}: {e} (explore --debug shows the "
                         "traceback)", severity="error", timeout=8)

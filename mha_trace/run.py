@@ -75,6 +75,8 @@ class Run:
     estimate: int = 0  # bytes the memory guard estimated (0 when it could not tell)
     phases: list = field(default_factory=list)  # decoding: [(label, args, kwargs)] in order
     how: str = ""  # how a user's module was fed, when that needs saying
+    sentence: object = None  # a model's run: the text through the whole model (every layer)
+    layer: int = 0  # a model's run: the layer it runs, from 1
 
     @property
     def builtin(self) -> bool:
@@ -304,13 +306,10 @@ def _source(module) -> str:
 def from_model(sentence, layer: int) -> Run:
     """One layer's self-attention of a pretrained model, on that layer's real input.
 
-    sentence: `models.sentence.Sentence` (the text already through the whole model); layer from 1.
-    A causal model's run carries its causal mask.
+    sentence: `models.sentence.Sentence` (the text already through the whole model); layer from 1,
+    checked by the resolver. A causal model's run carries its causal mask.
     """
     model = sentence.model
-    if not 1 <= layer <= model.layers:
-        raise MhaError(f"layer {layer} is out of range ({model.name} has layers 1 to "
-                       f"{model.layers})", quantity="layer")
     module = model.attention_module(layer)
     x = model.attention_input(sentence, layer)
     T = x.size(1)
@@ -324,16 +323,15 @@ def from_model(sentence, layer: int) -> Run:
     mask = make_mask(T, mask_kind)
     return Run(module, (x,), {} if mask is None else {"mask": mask}, sizes,
                label=f"{origin} attention", call="forward(x)" if mask is None else "forward(x, mask)",
-               mask=mask, tokens=sentence.labels, x=x, config=config, source=_source(module))
+               mask=mask, tokens=sentence.labels, x=x, config=config, source=_source(module),
+               sentence=sentence, layer=layer)
 
 
 def from_model_decode(model, ids: list, prompt: int, layer: int, labels: tuple) -> Run:
     """Real decoding through one layer's attention: its inputs for the prompt (the prefill) and
     then for each generated token, one at a time, into a KVCache (a causal model's layer input
-    for a token does not depend on later tokens, so one full pass gives every step's input)."""
-    if not 1 <= layer <= model.layers:
-        raise MhaError(f"layer {layer} is out of range ({model.name} has layers 1 to "
-                       f"{model.layers})", quantity="layer")
+    for a token does not depend on later tokens, so one full pass gives every step's input).
+    The layer is checked by the resolver."""
     _, inputs, _ = model.run(ids)
     x = inputs[layer - 1]  # (1, T + N, D)
     module = model.attention_module(layer)
@@ -348,4 +346,4 @@ def from_model_decode(model, ids: list, prompt: int, layer: int, labels: tuple) 
     return Run(module, (x[:, :prompt],), {"mask": mask}, sizes,
                label=f"{model.name} layer {layer} attention",
                call="forward(x, mask, cache), then forward(token, cache) per generated token",
-               mask=mask, tokens=labels, x=x, source=_source(module), phases=phases)
+               mask=mask, tokens=labels, x=x, source=_source(module), phases=phases, layer=layer)

@@ -1,10 +1,7 @@
 """Where a run happens: device and dtype checks, available memory, the memory guard."""
 
 import contextlib
-import importlib
 import os
-import sys
-import types
 
 import torch
 
@@ -125,84 +122,3 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(before)
-
-
-@contextlib.contextmanager
-def light_meta_kernels(device: torch.device):
-    """On the meta device, keep torch from importing torch._dynamo and sympy mid-forward.
-
-    Many meta kernels are Python reference implementations that pay for machinery they do not
-    use here: `_disable_dynamo` imports all of torch._dynamo (about 0.65 s) only to mark a
-    function "do not compile"; `torch._check` imports torch.fx.experimental.symbolic_shapes only
-    for `expect_true`, which returns a plain bool unchanged; and type promotion imports sympy
-    (about 0.28 s) only to ask whether an argument is a sympy expression. Nothing is compiled and
-    no shape is symbolic here, so while the forward runs, stand-ins answer those three imports
-    with just those names; any other name asked of a stand-in loads the real module. Modules
-    already imported are left alone.
-    """
-    if device.type != "meta":
-        yield
-        return
-
-    class NoSympyExpression:  # nothing is a sympy expression before sympy is imported
-        pass
-
-    shapes = "torch.fx.experimental.symbolic_shapes"
-
-    def concrete(name: str, answer):
-        """`name` as symbolic_shapes has it, answered without it for plain ints and bools."""
-        return lambda a, *rest: answer(a) if type(a) in (bool, int) else getattr(
-            _real(shapes), name)(a, *rest)
-
-    def joined(name: str, join):
-        """sym_and / sym_or: for plain bools, all() / any()."""
-        return lambda *a: join(a) if all(type(x) is bool for x in a) else getattr(
-            _real(shapes), name)(*a)
-
-    stand_ins = {
-        "torch._dynamo": {"disable": lambda fn, recursive=True, wrapping=True: fn},
-        shapes: {**{name: concrete(name, lambda a: a) for name in (
-                     "expect_true", "guard_or_false", "guard_or_true", "guard_size_oblivious",
-                     "guard_int", "statically_known_true", "guarding_hint_or_throw")},
-                 "statically_known_false": concrete("statically_known_false", lambda a: not a),
-                 "has_guarding_hint": concrete("has_guarding_hint", lambda a: True),
-                 "is_nested_int": concrete("is_nested_int", lambda a: False),
-                 "sym_and": joined("sym_and", all), "sym_or": joined("sym_or", any),
-                 "sym_eq": lambda x, y: x == y if _plain_shape(x) and _plain_shape(y) else
-                 _real(shapes).sym_eq(x, y)},
-        "sympy": {"Basic": NoSympyExpression},
-    }
-    placed = {name: _stand_in(name, names) for name, names in stand_ins.items()
-              if name not in sys.modules}
-    sys.modules.update(placed)
-    try:
-        yield
-    finally:
-        for name, module in placed.items():
-            if sys.modules.get(name) is module:
-                del sys.modules[name]
-
-
-def _plain_shape(x) -> bool:
-    return type(x) is int or (isinstance(x, (tuple, list)) and all(type(i) is int for i in x))
-
-
-def _stand_in(name: str, names: dict) -> types.ModuleType:
-    stand_in = types.ModuleType(name)
-    stand_in.__dict__.update(names)
-    stand_in.__stand_in__ = True
-
-    def other(attr: str):
-        if attr.startswith("__"):  # the import system asks for __path__ and friends
-            raise AttributeError(attr)
-        return getattr(_real(name), attr)
-
-    stand_in.__getattr__ = other
-    return stand_in
-
-
-def _real(name: str) -> types.ModuleType:
-    """The real module, importing it in place of its stand-in."""
-    if getattr(sys.modules.get(name), "__stand_in__", False):
-        del sys.modules[name]
-    return importlib.import_module(name)

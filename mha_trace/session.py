@@ -146,22 +146,30 @@ class Session:
             self._cache[key] = make()
         return self._cache[key]
 
-    def run(self):
-        from mha_trace.run import from_config, from_model
+    def options(self):
+        """The run these choices describe, as the resolver takes it."""
+        from mha_trace.resolve import RunOptions
 
-        return from_model(self.sentence, self.layer) if self.model else from_config(self.config)
+        if self.model:
+            return RunOptions(model=self.model.key, sentence=self.sentence.text, layer=self.layer)
+        return RunOptions(config=self.config)
+
+    def run(self):
+        from mha_trace.resolve import resolve
+
+        return resolve(self.options())
 
     def report(self):
         """The forward pass, traced (ShapesReport): flags trace at their batch, like `shapes`."""
         def make():
-            from mha_trace.run import Sizes, from_sizes
+            from mha_trace.resolve import RunOptions, resolve
             from mha_trace.shapes import trace_run
 
             if self.config is not None and self.config.name == "flags":
                 c = self.config
-                sizes = Sizes(self.batch, len(c.tokens), c.d_model, c.heads, c.kv_heads,
-                              c.mask, 0, "float32", "cpu", c.seed, window=c.window)
-                return trace_run(from_sizes(sizes))
+                return trace_run(resolve(RunOptions(
+                    batch=self.batch, seq=len(c.tokens), d_model=c.d_model, heads=c.heads,
+                    kv_heads=c.kv_heads, mask=c.mask, seed=c.seed, window=c.window), "sizes"))
             return trace_run(self.run())
 
         return self._cached("report", make)
@@ -204,7 +212,7 @@ def prepare(config=None, model=None, sentence=None, layer=None, d_model=None, he
         raise MhaError(f"pane '{pane}' is not one of {', '.join(PANES)}", quantity="pane")
     if mask is not None and mask not in MASKS:
         raise MhaError(f"mask '{mask}' is not one of {', '.join(MASKS)}", quantity="mask")
-    from mha_trace.cli.pretrained import needs_model, refuse_with_model
+    from mha_trace.resolve import needs_model, refuse_with_model
 
     if model:
         from mha_trace.models import MODELS
@@ -250,7 +258,7 @@ def prepare(config=None, model=None, sentence=None, layer=None, d_model=None, he
 
 
 def open_model(model: str, sentence: str | None, layer: int | None) -> Session:
-    from mha_trace.cli.pretrained import _layer, encode
+    from mha_trace.resolve import check_layer, encode
 
     s = Session(sentence=encode(model, sentence))
     if len(s.tokens) > MAX_TOKENS:
@@ -258,7 +266,7 @@ def open_model(model: str, sentence: str | None, layer: int | None) -> Session:
                        f"{len(s.tokens)}; heads --model {model} shows longer ones)",
                        quantity="sentence")
     if layer is not None:
-        s.set_layer(_layer(s.sentence, layer))
+        s.set_layer(check_layer(s.model, layer))
     return s
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from mha_trace.cost import DTYPE_BYTES
 from mha_trace.output import Shows
 from mha_trace.run import Run
-from mha_trace.runtime import light_meta_kernels
+from mha_trace.speedups import light_meta_kernels
 from mha_trace.tracer import Failure, ForwardFailed, Step, trace_phases
 
 

@@ -2,6 +2,8 @@
 
 import json
 
+import numpy as np
+
 import pytest
 
 S = "tests/student/student_bugs.py:"
@@ -93,8 +95,10 @@ def test_the_chapters_numpy_class_gives_the_chapters_numbers(cli):
     heads = json.loads(cli("heads", "--module", "example:chapter_numpy", "--config", "cat-sat-on-mat",
                            "--format", "json").stdout)
     ours = json.loads(cli("heads", "--format", "json").stdout)
-    assert [h["weights"] for h in heads["heads"]] == [h["weights"] for h in ours["heads"]]
-    assert heads["output"] == ours["output"]
+    # numpy's exp and torch's may differ in the last bit (numpy 2.4: 5.6e-17), nothing more
+    assert np.allclose([h["weights"] for h in heads["heads"]], [h["weights"] for h in ours["heads"]],
+                       rtol=0, atol=1e-15)
+    assert np.allclose(heads["output"], ours["output"], rtol=0, atol=1e-15)
     walk = cli("explain", "--module", "example:chapter_numpy", "--config", "cat-sat-on-mat",
                "--token", "The").stdout
     assert "Output for 'The': [0.2491, 0.3763, 0.2289, 0.3663]" in walk  # the chapter's row

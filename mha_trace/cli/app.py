@@ -1,14 +1,12 @@
 """The Typer app, its error handling and the console-script entry point."""
 
-import gc
-import os
 import sys
 from typing import Annotated
 
 import typer
 from typer.core import TyperGroup
 
-from mha_trace import __version__
+from mha_trace import __version__, speedups
 from mha_trace.errors import MhaError, printable
 
 _debug = False
@@ -20,69 +18,7 @@ def debugging() -> bool:
     return _debug
 
 
-def _plain_coercion() -> None:
-    """Coerce plain options (int, str, bool, str enums) without pydantic.
-
-    typer 0.29 coerces every option through a pydantic TypeAdapter: importing pydantic and
-    building the adapters costs about 0.1 s of every run. Our options are all plain types, which
-    need no schema; anything else (and any typer without these internals) keeps typer's own path.
-    """
-    import types
-    import typing
-    from dataclasses import dataclass
-    from enum import Enum
-
-    try:
-        from typer import _coercion, core
-        base, get = _coercion.RuntimeParam, core._TyperParameter.get_runtime_param
-    except (ImportError, AttributeError):
-        return
-
-    def plain(annotation):
-        args = typing.get_args(annotation)
-        if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 2 \
-                and type(None) in args:
-            annotation = args[0] if args[1] is type(None) else args[1]
-        if annotation in (int, str, bool) or (isinstance(annotation, type) and issubclass(annotation, Enum)):
-            return annotation
-        return None
-
-    @dataclass(frozen=True)
-    class Plain(base):
-        def _coerce_value(self, value, param, ctx):
-            kind, info = self.annotation, self.parameter_info
-            if isinstance(value, kind):
-                result = value
-            elif kind is int:
-                try:
-                    result = int(str(value).strip())
-                except ValueError:
-                    raise typer.BadParameter(f"{value!r} is not a whole number", ctx, param) from None
-            elif issubclass(kind, Enum):
-                try:
-                    result = kind(value)
-                except ValueError:
-                    valid = ", ".join(repr(m.value) for m in kind)
-                    raise typer.BadParameter(f"{value!r} is not one of {valid}", ctx, param) from None
-            else:
-                result = kind(value)
-            if kind is int and info.min is not None and result < info.min:
-                raise typer.BadParameter(f"{result} is less than the minimum, {info.min}", ctx, param)
-            if kind is int and info.max is not None and result > info.max:
-                raise typer.BadParameter(f"{result} is more than the maximum, {info.max}", ctx, param)
-            return result
-
-    def get_runtime_param(self):
-        descriptor = self.type_descriptor
-        kind = plain(descriptor.annotation)
-        if self._runtime_param is None and kind is not None and descriptor.file_annotation is None:
-            self._runtime_param = Plain(parameter_info=descriptor.parameter_info, annotation=kind)
-        return get(self)
-
-    core._TyperParameter.get_runtime_param = get_runtime_param
-
-
-_plain_coercion()
+speedups.plain_option_coercion()
 
 
 class _Group(TyperGroup):
@@ -190,12 +126,8 @@ def _main(
 
 
 def main():
-    """Console-script entry point (`python -m mha_trace` too: it names itself mha-trace).
-
-    The garbage collector is off for this one short command: importing torch creates hundreds
-    of thousands of objects and no cycles worth collecting, and the collections cost about 0.15 s.
-    """
-    gc.disable()
+    """Console-script entry point (`python -m mha_trace` too: it names itself mha-trace)."""
+    speedups.no_garbage_collection()
     if sys.stdout is None or sys.stdout.closed:  # started with stdout closed (`mha-trace ... >&-`)
         _fail("standard output is closed, so there is nowhere to print", 1)
     for stream in (sys.stdout, sys.stderr):
@@ -223,9 +155,6 @@ def _exit(code: int):
         except OSError:
             pass
         code = code or 1
-    if "torch" in sys.modules:
-        # torch's interpreter teardown alone costs about 0.3 s and nothing of ours needs it:
-        # everything is written and flushed, so leave at once.
-        os._exit(code)
+    speedups.fast_exit(code)
     sys.exit(code)
 

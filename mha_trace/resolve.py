@@ -1,0 +1,177 @@
+"""One way in: every source of a run becomes one `Run`, with every check in one place.
+
+    resolve(RunOptions())                                   the chapter's config ("The cat sat on mat")
+    resolve(RunOptions(d_model=512, heads=8), "sizes")      the built-in module on random input
+    resolve(RunOptions(config="chicken-road", heads=4))     a config, re-split into 4 heads
+    resolve(RunOptions(module="my_mha.py:MHA", config=...)) the user's class on a config's tokens
+    resolve(RunOptions(model="minilm", sentence="...", layer=4))  a real model's layer 4
+
+The command line, the explorer's session and the Python API all call `resolve`; nothing else
+builds a run. Options left at None take the source's own value, else the L04 table's default.
+A source that fixes an option (a model fixes its sizes) refuses it instead of ignoring it.
+"""
+
+import functools
+from dataclasses import dataclass, fields, replace
+
+from mha_trace.config import Config
+from mha_trace.errors import MhaError
+
+DEFAULT_SENTENCE = "The animal didn't cross the street because it was too tired."
+SIZE_DEFAULTS = {"batch": 2, "seq": 10, "d_model": 512, "heads": 8, "mask": "none", "pad": 0,
+                 "dtype": "float32", "device": "cpu", "seed": 0, "rope_base": 10000.0,
+                 "impl": "explicit"}
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What decides a run: its source and its options (None: the source's own, or the default)."""
+
+    # the source: sizes (none of these), a config, the user's module, or a pretrained model
+    config: str | Config | None = None
+    module: str | None = None  # FILE.py:Class, package.module:Class or example:NAME
+    init: str | None = None  # the module's constructor arguments, "name=value, ..."
+    model: str | None = None  # "minilm" | "smollm2"
+    sentence: str | None = None  # the model's text (default: DEFAULT_SENTENCE)
+    layer: int | None = None  # the model's layer, from 1
+    # sizes and options
+    batch: int | None = None
+    seq: int | None = None
+    d_model: int | None = None
+    heads: int | None = None
+    kv_heads: int | None = None
+    mask: str | None = None  # "none" | "causal"
+    pad: int | None = None
+    dtype: str | None = None
+    device: str | None = None
+    seed: int | None = None
+    rope: bool = False
+    rope_base: float | None = None
+    window: int | None = None
+    impl: str | None = None  # "explicit" | "sdpa"
+    decode: int = 0
+
+    def given(self, *names: str) -> dict:
+        """The named options that were set (not None, False or 0)."""
+        return {n: getattr(self, n) for n in names if getattr(self, n) not in (None, False, 0)}
+
+
+def resolve(o: RunOptions, default: str = "config"):
+    """The Run these options describe. `default` is the source when none is named: "config" (the
+    chapter's, as heads and explain use) or "sizes" (the built-in module, as shapes uses)."""
+    if o.model:
+        return _model_run(o)
+    needs_model(o.sentence, o.layer)
+    if o.module:
+        return _module_run(o, on_config=o.config is not None or default == "config")
+    if o.config is not None or default == "config":
+        return _config_run(o)
+    return _sizes_run(o)
+
+
+def sizes_of(o: RunOptions):
+    """The Sizes of a run from flags: every option given, the rest the L04 table's."""
+    from mha_trace.run import Sizes
+
+    pick = {f.name: getattr(o, f.name) for f in fields(Sizes) if hasattr(o, f.name)}
+    values = {name: SIZE_DEFAULTS.get(name) if value is None else value
+              for name, value in pick.items()}
+    if o.window is not None or o.decode:
+        values["mask"] = "causal"  # a window or decoding implies causal
+    return Sizes(**values)
+
+
+def config_of(o: RunOptions) -> Config:
+    """The config named (or the chapter's), with the options given applied and checked."""
+    from mha_trace.config import load
+
+    c = o.config if isinstance(o.config, Config) else load(o.config)
+    overrides = (o.heads, o.kv_heads, o.mask, o.pad, o.rope or None, o.rope_base, o.window)
+    return c.with_overrides(*overrides) if any(v is not None for v in overrides) else c
+
+
+def _config_run(o: RunOptions):
+    from mha_trace.run import from_config
+
+    if o.d_model is not None:
+        raise MhaError("d_model goes with --module (a config's width is fixed by the config)",
+                       quantity="d_model")
+    return from_config(config_of(o), o.dtype or "float64", o.device or "cpu")
+
+
+def _sizes_run(o: RunOptions):
+    from mha_trace.run import from_sizes
+
+    return from_sizes(sizes_of(o))
+
+
+def _module_run(o: RunOptions, on_config: bool):
+    from mha_trace.run import from_module, module_sizes_for_config
+
+    if o.given("rope", "window", "decode") or o.impl not in (None, "explicit"):
+        raise MhaError("--rope, --window, --impl and --decode set up the built-in module; your "
+                       "class decides its own", quantity="module")
+    if not on_config:
+        return from_module(o.module, sizes_of(o), o.init)
+    c = config_of(replace(o, heads=None))
+    return from_module(o.module, module_sizes_for_config(c, o.d_model, o.heads), o.init,
+                       tokens=c.tokens, config=c)
+
+
+def _model_run(o: RunOptions):
+    """One layer of a pretrained model on its sentence (decoding: on the greedy continuation)."""
+    from mha_trace.run import from_model, from_model_decode
+
+    refuse_with_model(**o.given("config", "module", "init", "batch", "seq", "d_model", "heads",
+                                "kv_heads", "mask", "pad", "rope", "window"))
+    if o.decode:
+        from mha_trace.models import load
+        from mha_trace.probes import predict
+
+        m = load(o.model)
+        if not m.causal:
+            raise MhaError(f"decode needs a causal model; {m.name} is an encoder (try --model "
+                           f"smollm2)", quantity="decode")
+        check_layer(m, o.layer or 1)
+        text = DEFAULT_SENTENCE if o.sentence is None else o.sentence
+        p = predict(m, text, 1, o.decode)  # greedy tokens: what real decoding feeds back
+        _, ids = m.tokenize(text)
+        labels = tuple(m.token_text(i) for i in ids + p.generated)
+        return from_model_decode(m, ids + p.generated, len(ids), o.layer or 1, labels)
+    s = encode(o.model, o.sentence)
+    return from_model(s, check_layer(s.model, o.layer or 1))
+
+
+def encode(model: str, sentence: str | None):
+    """The sentence (default: DEFAULT_SENTENCE) through the whole model (loaded once); the last
+    few sentences are kept, so views of one sentence run the model once."""
+    from mha_trace.models import load
+
+    return _encoded(load(model), DEFAULT_SENTENCE if sentence is None else sentence)
+
+
+@functools.lru_cache(maxsize=4)
+def _encoded(model, text: str):
+    return model.encode(text)
+
+
+def check_layer(model, layer: int) -> int:
+    if not 1 <= layer <= model.layers:
+        raise MhaError(f"layer {layer} is out of range ({model.name} has layers 1 to "
+                       f"{model.layers})", quantity="layer")
+    return layer
+
+
+def refuse_with_model(**given) -> None:
+    """Options that describe another source of a run make no sense beside a model."""
+    clash = [f"--{name.replace('_', '-')}" for name, value in given.items() if value is not None]
+    if clash:
+        raise MhaError(f"{', '.join(clash)} {'does' if len(clash) == 1 else 'do'} not go with "
+                       f"--model (a pretrained model fixes its own sizes, weights and input)")
+
+
+def needs_model(sentence, layer, **flags) -> None:
+    """Options that only a model's run has."""
+    for name, value in (("sentence", sentence), ("layer", layer), *flags.items()):
+        if value not in (None, False):
+            raise MhaError(f"--{name.replace('_', '-')} goes with --model (e.g. --model minilm)")

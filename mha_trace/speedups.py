@@ -1,0 +1,207 @@
+"""Start-up speed-ups, all in one place: each one is a trick on a library's internals, guarded so
+that a version without those internals simply runs without it.
+
+`MHA_TRACE_NO_SPEEDUPS=1` turns every one off; everything works the same, only slower (the tests
+run both ways). None of them changes a number the tool prints.
+
+- `plain_option_coercion()`: typer's option coercion without pydantic (when the CLI is imported);
+- `no_garbage_collection()`: the collector off for one short command (the CLI's `main`);
+- `fast_exit(code)`: leave without torch's interpreter teardown once everything is flushed;
+- `return_freed_memory()`: large blocks from mmap, so a model's temporaries go back to the OS;
+- `one_thread_for_models()`: a sentence through a small model is quicker on one thread;
+- `light_meta_kernels(device)`: a meta-device forward without importing torch._dynamo and sympy.
+"""
+
+import contextlib
+import gc
+import importlib
+import os
+import sys
+import types
+
+ENABLED = os.environ.get("MHA_TRACE_NO_SPEEDUPS", "").strip().lower() not in ("1", "true", "yes")
+
+
+def no_garbage_collection() -> None:
+    """Importing torch creates hundreds of thousands of objects and no cycles worth collecting;
+    for one short command the collections would cost about 0.15 s."""
+    if ENABLED:
+        gc.disable()
+
+
+def fast_exit(code: int) -> None:
+    """torch's interpreter teardown alone costs about 0.3 s and nothing of ours needs it: once
+    everything is written and flushed, leave at once (a no-op without torch or the speed-ups)."""
+    if ENABLED and "torch" in sys.modules:
+        os._exit(code)
+
+
+def return_freed_memory() -> None:
+    """Large blocks always from mmap, so freed ones go back to the OS at once.
+
+    glibc raises its mmap threshold after large blocks are freed, and the next ones then come from
+    the heap and stay there: dequantising a model layer by layer would keep every temporary's
+    pages (SmolLM2's peak RSS went from 446 MB to 792 MB). Linux with glibc only; elsewhere a no-op.
+    """
+    if not ENABLED:
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD, fixed at 128 KiB
+    except (OSError, AttributeError):
+        pass
+
+
+def one_thread_for_models() -> None:
+    """One sentence through a small model: one thread is quicker than handing out the work."""
+    if ENABLED:
+        import torch
+
+        torch.set_num_threads(1)
+
+
+def plain_option_coercion() -> None:
+    """Coerce plain options (int, str, bool, str enums) without pydantic.
+
+    typer 0.29 coerces every option through a pydantic TypeAdapter: importing pydantic and
+    building the adapters costs about 0.1 s of every run. Our options are all plain types, which
+    need no schema; anything else (and any typer without these internals) keeps typer's own path.
+    """
+    if not ENABLED:
+        return
+    import typing
+
+    import typer
+    from dataclasses import dataclass
+    from enum import Enum
+
+    try:
+        from typer import _coercion, core
+        base, get = _coercion.RuntimeParam, core._TyperParameter.get_runtime_param
+    except (ImportError, AttributeError):
+        return
+
+    def plain(annotation):
+        args = typing.get_args(annotation)
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 2 \
+                and type(None) in args:
+            annotation = args[0] if args[1] is type(None) else args[1]
+        if annotation in (int, str, bool) or (isinstance(annotation, type) and issubclass(annotation, Enum)):
+            return annotation
+        return None
+
+    @dataclass(frozen=True)
+    class Plain(base):
+        def _coerce_value(self, value, param, ctx):
+            kind, info = self.annotation, self.parameter_info
+            if isinstance(value, kind):
+                result = value
+            elif kind is int:
+                try:
+                    result = int(str(value).strip())
+                except ValueError:
+                    raise typer.BadParameter(f"{value!r} is not a whole number", ctx, param) from None
+            elif issubclass(kind, Enum):
+                try:
+                    result = kind(value)
+                except ValueError:
+                    valid = ", ".join(repr(m.value) for m in kind)
+                    raise typer.BadParameter(f"{value!r} is not one of {valid}", ctx, param) from None
+            else:
+                result = kind(value)
+            if kind is int and info.min is not None and result < info.min:
+                raise typer.BadParameter(f"{result} is less than the minimum, {info.min}", ctx, param)
+            if kind is int and info.max is not None and result > info.max:
+                raise typer.BadParameter(f"{result} is more than the maximum, {info.max}", ctx, param)
+            return result
+
+    def get_runtime_param(self):
+        descriptor = self.type_descriptor
+        kind = plain(descriptor.annotation)
+        if self._runtime_param is None and kind is not None and descriptor.file_annotation is None:
+            self._runtime_param = Plain(parameter_info=descriptor.parameter_info, annotation=kind)
+        return get(self)
+
+    core._TyperParameter.get_runtime_param = get_runtime_param
+
+
+@contextlib.contextmanager
+def light_meta_kernels(device):
+    """On the meta device, keep torch from importing torch._dynamo and sympy mid-forward.
+
+    Many meta kernels are Python reference implementations that pay for machinery they do not
+    use here: `_disable_dynamo` imports all of torch._dynamo (about 0.65 s) only to mark a
+    function "do not compile"; `torch._check` imports torch.fx.experimental.symbolic_shapes only
+    for `expect_true`, which returns a plain bool unchanged; and type promotion imports sympy
+    (about 0.28 s) only to ask whether an argument is a sympy expression. Nothing is compiled and
+    no shape is symbolic here, so while the forward runs, stand-ins answer those three imports
+    with just those names; any other name asked of a stand-in loads the real module. Modules
+    already imported are left alone.
+    """
+    if device.type != "meta" or not ENABLED:
+        yield
+        return
+
+    class NoSympyExpression:  # nothing is a sympy expression before sympy is imported
+        pass
+
+    shapes = "torch.fx.experimental.symbolic_shapes"
+
+    def concrete(name: str, answer):
+        """`name` as symbolic_shapes has it, answered without it for plain ints and bools."""
+        return lambda a, *rest: answer(a) if type(a) in (bool, int) else getattr(
+            _real(shapes), name)(a, *rest)
+
+    def joined(name: str, join):
+        """sym_and / sym_or: for plain bools, all() / any()."""
+        return lambda *a: join(a) if all(type(x) is bool for x in a) else getattr(
+            _real(shapes), name)(*a)
+
+    stand_ins = {
+        "torch._dynamo": {"disable": lambda fn, recursive=True, wrapping=True: fn},
+        shapes: {**{name: concrete(name, lambda a: a) for name in (
+                     "expect_true", "guard_or_false", "guard_or_true", "guard_size_oblivious",
+                     "guard_int", "statically_known_true", "guarding_hint_or_throw")},
+                 "statically_known_false": concrete("statically_known_false", lambda a: not a),
+                 "has_guarding_hint": concrete("has_guarding_hint", lambda a: True),
+                 "is_nested_int": concrete("is_nested_int", lambda a: False),
+                 "sym_and": joined("sym_and", all), "sym_or": joined("sym_or", any),
+                 "sym_eq": lambda x, y: x == y if _plain_shape(x) and _plain_shape(y) else
+                 _real(shapes).sym_eq(x, y)},
+        "sympy": {"Basic": NoSympyExpression},
+    }
+    placed = {name: _stand_in(name, names) for name, names in stand_ins.items()
+              if name not in sys.modules}
+    sys.modules.update(placed)
+    try:
+        yield
+    finally:
+        for name, module in placed.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
+
+
+def _plain_shape(x) -> bool:
+    return type(x) is int or (isinstance(x, (tuple, list)) and all(type(i) is int for i in x))
+
+
+def _stand_in(name: str, names: dict) -> types.ModuleType:
+    stand_in = types.ModuleType(name)
+    stand_in.__dict__.update(names)
+    stand_in.__stand_in__ = True
+
+    def other(attr: str):
+        if attr.startswith("__"):  # the import system asks for __path__ and friends
+            raise AttributeError(attr)
+        return getattr(_real(name), attr)
+
+    stand_in.__getattr__ = other
+    return stand_in
+
+
+def _real(name: str) -> types.ModuleType:
+    """The real module, importing it in place of its stand-in."""
+    if getattr(sys.modules.get(name), "__stand_in__", False):
+        del sys.modules[name]
+    return importlib.import_module(name)

@@ -31,6 +31,7 @@ class HeadsView(Shows):
     output: np.ndarray  # (T, D)
     W_O: np.ndarray  # (D, D), output = concat @ W_O + b_O
     b_O: np.ndarray | None = None  # (D,) the output projection's bias (configs have none)
+    only: int | None = None  # the head shown when none is asked for (None: every head)
 
     @property
     def tokens(self):
@@ -59,12 +60,12 @@ class HeadsView(Shows):
     def renderables(self, width: int = 100, decimals: int = 4, head: int | None = None) -> list:
         from mha_trace.render.heads import heads_renderables
 
-        return heads_renderables(self, decimals, head)
+        return heads_renderables(self, decimals, head or self.only)
 
     def data(self, decimals: int = 4, head: int | None = None) -> dict:
         from mha_trace.render.heads import heads_data
 
-        return heads_data(self, decimals, head)
+        return heads_data(self, decimals, head or self.only)
 
 
 def analyse(source: Run | Config) -> HeadsView:
@@ -153,6 +154,7 @@ class Walk(Shows):
     heads: list[HeadWalk]
     concat: np.ndarray  # (D,)
     output: np.ndarray  # (D,)
+    only: int | None = None  # the head shown when none is asked for (None: every head)
 
     @property
     def token(self) -> str:
@@ -161,12 +163,12 @@ class Walk(Shows):
     def renderables(self, width: int = 100, decimals: int = 4, head: int | None = None) -> list:
         from mha_trace.render.explain import explain_renderables
 
-        return explain_renderables(self, decimals, head)
+        return explain_renderables(self, decimals, head or self.only)
 
     def data(self, decimals: int = 4, head: int | None = None) -> dict:
         from mha_trace.render.explain import explain_data
 
-        return explain_data(self, decimals, head)
+        return explain_data(self, decimals, head or self.only)
 
 
 def walk(view: HeadsView, position: int) -> Walk:
@@ -283,16 +285,17 @@ class ModuleHeads(Shows):
     output: np.ndarray  # (T, D)
     mask: np.ndarray | None
     how: str = "seeded embeddings, batch 1"  # what forward was fed
+    only: int | None = None  # the head shown when none is asked for (None: every head)
 
     def renderables(self, width: int = 100, decimals: int = 4, head: int | None = None) -> list:
         from mha_trace.render.heads import module_heads_renderables
 
-        return module_heads_renderables(self, decimals, head)
+        return module_heads_renderables(self, decimals, head or self.only)
 
     def data(self, decimals: int = 4, head: int | None = None) -> dict:
         from mha_trace.render.heads import module_heads_data
 
-        return module_heads_data(self, decimals, head)
+        return module_heads_data(self, decimals, head or self.only)
 
 
 def module_heads(run: Run) -> ModuleHeads:

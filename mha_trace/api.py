@@ -1,31 +1,28 @@
-"""The Python API: the functions the CLI itself calls, for notebooks and scripts.
+"""The Python API: the library the CLI calls, for notebooks and scripts.
 
     import mha_trace
-    t = mha_trace.trace(module, x)            # any nn.Module and its forward arguments
-    mha_trace.trace_sizes(d_model=512, heads=8)  # the built-in module, like `mha-trace shapes`
-    t                                          # Jupyter: the shapes table as HTML; terminal: rich
-    t.steps[3].shape, t.to_json()
-    h = mha_trace.heads("cat-sat-on-mat")     # a bundled name, a path, or a Config
-    mha_trace.explain(h, token="cat")         # renders like `mha-trace explain --token cat`
+    t = mha_trace.trace(module, x)                    # any module, any forward arguments
+    mha_trace.trace_sizes(d_model=512, heads=8)       # like `mha-trace shapes`
+    mha_trace.heads("cat-sat-on-mat")                 # like `mha-trace heads`
+    mha_trace.explain("cat-sat-on-mat", token="cat", head=1)
+    m = mha_trace.model("minilm")                     # loaded once, offline; also "smollm2"
+    m.heads("The animal didn't cross the street because it was too tired.")
+    m.explain("...", token="it", head="4.2"); m.survey("..."); m.ablate("...", heads=["4.2"])
+    mha_trace.verify(MyAttention); mha_trace.cost(preset="gpt3-175b", dtype="float16")
 
-Every result is a dataclass that renders itself (`__rich_console__`, `_repr_html_`, `str`) and
-gives its JSON (`data()`, `to_json()`).
+Every result is the record the CLI prints: in Jupyter it shows once, as HTML tables; `print(r)` gives
+the terminal text; `r.data()` and `r.to_json()` the JSON of `--format json`. Every run goes through
+`resolve`, so bad input raises `MhaError` naming the quantity, as the CLI's `Error:` line does.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from mha_trace.analysis import Ablation, HeadsView, Walk, analyse, find_position, walk
-from mha_trace.analysis import ablate as _ablate
-from mha_trace.analysis import compare as _compare
-from mha_trace.config import Config, load
+from mha_trace.errors import MhaError
 from mha_trace.output import Shows
-from mha_trace.run import Run, Sizes
-from mha_trace.shapes import ShapesReport, trace_run
-
-_HEADS_NAMES = ("heads", "num_heads", "n_head", "n_heads", "nhead", "num_attention_heads")
+from mha_trace.resolve import RunOptions, resolve
 
 
-def trace(module, *args, **kwargs) -> ShapesReport:
+def trace(module, *args, **kwargs):
     """Run `module(*args, **kwargs)` once under the tracer: every tensor op, its shape and memory.
     A NumPy implementation (a class with forward) is traced array op by array op.
 
@@ -33,64 +30,70 @@ def trace(module, *args, **kwargs) -> ShapesReport:
     >>> t.steps[0].shape
     (2, 10, 64)
     """
-    import torch
+    from mha_trace.resolve import from_call
+    from mha_trace.shapes import trace_run
 
-    import numpy as np
-
-    first = next((a for a in args if isinstance(a, (torch.Tensor, np.ndarray))), None)
-    if isinstance(first, np.ndarray):
-        first = torch.from_numpy(np.asarray(first))[None] if first.ndim == 2 else torch.from_numpy(first)
-    shape = tuple(first.shape) if first is not None and first.dim() == 3 else (1, 1, 1)
-    heads = next((getattr(module, n) for n in _HEADS_NAMES if isinstance(getattr(module, n, None), int)), 1)
-    sizes = Sizes(*shape, heads=heads, dtype=str(first.dtype).removeprefix("torch.") if first is not None
-                  else "float32", device=first.device.type if first is not None else "cpu")
-    names = ", ".join(["x"] * len(args) + list(kwargs))
-    import inspect
-
-    run = Run(module, args, kwargs, sizes, label=type(module).__name__, call=f"forward({names})",
-              source=inspect.getsourcefile(type(module)) or "?")
-    return trace_run(run)
+    return trace_run(from_call(module, args, kwargs))
 
 
-def trace_sizes(**sizes) -> ShapesReport:
-    """The built-in module at these sizes, traced: like `mha-trace shapes` with the same flags.
+def trace_sizes(**options):
+    """The built-in module at these sizes, traced: like `mha-trace shapes` with the same flags
+    (batch, seq, d_model, heads, kv_heads, mask, pad, dtype, device, seed, rope, window, impl).
 
     >>> trace_sizes(d_model=512, heads=8, mask="causal").largest.shape
     (2, 8, 10, 10)
     """
-    from mha_trace.run import from_sizes
+    from mha_trace.shapes import trace_run
 
-    return trace_run(from_sizes(Sizes(**sizes)))
-
-
-def _config(config: str | Config | None, **overrides) -> Config:
-    c = config if isinstance(config, Config) else load(config)
-    return c.with_overrides(**overrides) if any(v is not None for v in overrides.values()) else c
+    return trace_run(resolve(_options(options), "sizes"))
 
 
-def heads(config: str | Config | None = None, *, heads: int | None = None,
-          kv_heads: int | None = None, mask: str | None = None, pad: int | None = None) -> HeadsView:
-    """Every head's weights for a config: a bundled name, a path to a TOML file, or a Config."""
-    return analyse(_config(config, heads=heads, kv_heads=kv_heads, mask=mask, pad=pad))
+def heads(config=None, *, head: int | None = None, **options):
+    """Every head's weights for a config (a bundled name, a TOML path or a Config; default the
+    chapter's), re-split with heads=, masked with mask=/pad=/window=, or on your module=.
+
+    >>> heads("cat-sat-on-mat").weights.shape
+    (2, 5, 5)
+    """
+    from mha_trace.analysis import analyse, module_heads
+
+    run = resolve(_options(options, config=config))
+    view = analyse(run) if run.builtin else module_heads(run)
+    count = len(view.weights)
+    if head is not None and not (isinstance(head, int) and 1 <= head <= count):
+        raise MhaError(f"head {head!r} is out of range (heads 1 to {count})", quantity="head")
+    return replace(view, only=head)
 
 
-def explain(view: HeadsView | str | Config | None = None, token: str | None = None,
-            position: int | None = None) -> Walk:
-    """One token through every head, every product written out (`mha-trace explain`)."""
-    view = view if isinstance(view, HeadsView) else heads(view)
-    return walk(view, find_position(view.tokens, token, position))
+def explain(config=None, token: str | None = None, position: int | None = None, *,
+            head: int | None = None, **options):
+    """One token through every head (or just `head`), every product written out.
+
+    >>> explain("cat-sat-on-mat", token="cat", head=1).heads[0].terms[1].weight
+    0.2509...
+    """
+    from mha_trace.analysis import HeadsView, find_position, walk
+
+    view = config if isinstance(config, HeadsView) else heads(config, head=head, **options)
+    if not isinstance(view, HeadsView):
+        raise MhaError("explain walks the lecture's module (its heads' q, k and v); for your "
+                       "module use heads(module=...)", quantity="module")
+    return replace(walk(view, find_position(view.tokens, token, position)), only=head)
 
 
-def ablate(config: str | Config | None = None, removed=(2,)) -> Ablation:
-    """The output with the given heads (1-based) zeroed before W_O, and how far each token moved."""
-    return _ablate(_config(config), list(removed))
+def ablate(config=None, removed=(2,), **options):
+    """The output with the given heads (from 1) zeroed before W_O, and how far each token moved."""
+    from mha_trace.analysis import ablate as run_ablate
+    from mha_trace.resolve import config_of
+
+    return run_ablate(config_of(_options(options, config=config)), _whole_numbers(removed, "removed"))
 
 
 @dataclass
 class Comparison(Shows):
     """The same input split into several head counts."""
 
-    views: list[HeadsView]
+    views: list
 
     def renderables(self, width: int = 100, decimals: int = 4) -> list:
         from mha_trace.render.compare import compare_renderables
@@ -103,6 +106,163 @@ class Comparison(Shows):
         return compare_data(self.views, decimals)
 
 
-def compare(config: str | Config | None = None, head_counts=(1, 2, 4)) -> Comparison:
+def compare(config=None, head_counts=(1, 2, 4), **options) -> Comparison:
     """The same Q, K, V split into each head count (`mha-trace compare --heads 1,2,4`)."""
-    return Comparison(_compare(_config(config), list(head_counts)))
+    from mha_trace.analysis import compare as run_compare
+    from mha_trace.resolve import config_of
+
+    counts = _whole_numbers(head_counts, "head_counts")
+    return Comparison(run_compare(config_of(_options(options, config=config)), counts))
+
+
+def verify(module=None, *, map: str | None = None, **options):
+    """The built-in module (or your class, or 'FILE.py:Class') against independent references:
+    numpy by hand, nn.MultiheadAttention and F.scaled_dot_product_attention. `.passed` says it.
+
+    >>> verify(heads=8, kv_heads=2, mask="causal", dtype="float64").passed
+    True
+    """
+    from mha_trace.resolve import sizes_of
+    from mha_trace.references import verify_config, verify_sizes
+
+    o = _options(options, config=options.pop("config", None))
+    if module is None:
+        if o.config is not None:
+            from mha_trace.resolve import config_of
+
+            return verify_config(config_of(o), o.dtype or "float64", o.device or "cpu")
+        return verify_sizes(sizes_of(o))
+    from mha_trace.student import check_module
+
+    pick = lambda value, default: default if value is None else value
+    return check_module(module, pick(o.d_model, 64), pick(o.heads, 4), pick(o.seq, 6),
+                        pick(o.batch, 2), pick(o.mask, "none"), pick(o.seed, 0), o.init, map)
+
+
+def cost(preset: str | None = None, **dims):
+    """Parameters, FLOPs, score memory and KV cache, exactly (`mha-trace cost`); no torch.
+
+    >>> cost(preset="gpt3-175b", dtype="float16").data()["totals"]["parameters"] > 0
+    True
+    """
+    from mha_trace.costs import cost_report
+
+    return cost_report(preset, **dims)
+
+
+class Model:
+    """A pretrained model, loaded once and offline: every view of `mha-trace ... --model NAME`.
+    Text defaults to "The animal didn't cross the street because it was too tired."
+
+    >>> m = model("minilm")
+    >>> m.heads(head="1.3")          # one head; layer=4 for a layer; neither for the overview
+    """
+
+    def __init__(self, name: str):
+        from mha_trace.models import load
+
+        self.name = name
+        self.model = load(name)
+
+    def __repr__(self) -> str:
+        m = self.model
+        return f"<mha_trace model {self.name}: {m.name}, {m.layers} layers × {m.heads} heads>"
+
+    def run(self, text: str | None = None, layer: int | None = None):
+        """The Run of one layer (default 1) on the text: what every view reads."""
+        return resolve(RunOptions(model=self.name, sentence=_text(text), layer=layer))
+
+    def heads(self, text: str | None = None, *, layer: int | None = None,
+              head: str | None = None, words: bool = False, hide_special: bool = False):
+        """Every head (an overview), one layer's (`layer=4`), or one (`head="4.2"`)."""
+        from mha_trace.model_heads import model_heads
+
+        return model_heads(self.run(text), layer, _head(head), words, hide_special)
+
+    def explain(self, text: str | None = None, *, token: str | None = None,
+                position: int | None = None, head: str | None = None, layer: int | None = None):
+        """One token through a layer's heads (`head="6.12"` picks the layer and the head)."""
+        from mha_trace.model_heads import head_in_layer, model_walk
+
+        layer, only = head_in_layer(layer, _head(head))
+        return replace(model_walk(self.run(text, layer), only, token, position), only=only)
+
+    def trace(self, text: str | None = None, layer: int = 1):
+        """One layer's attention on the text's hidden states, traced op by op."""
+        from mha_trace.shapes import trace_run
+
+        return trace_run(self.run(text, layer))
+
+    def survey(self, text: str | None = None, *, source: str | None = None, targets=None):
+        """Which layer.head does what, each head scored on the text (default: six sentences)."""
+        from mha_trace.probes import SURVEY_SENTENCES, survey
+
+        sentences = list(SURVEY_SENTENCES) if text is None else [_text(text)]
+        to = [targets] if isinstance(targets, str) else targets
+        return survey(self.model, sentences, source, to and [t.lower() for t in to],
+                      builtin=text is None)
+
+    def ablate(self, text: str | None = None, *, heads=()):
+        """The model's output with these heads ("4.2", ...) zeroed before W_O."""
+        from mha_trace.models import parse_head
+        from mha_trace.probes import ablate
+
+        removed = [parse_head(_head(h)) for h in ([heads] if isinstance(heads, str) else heads)]
+        if not removed:
+            raise MhaError("name at least one head to remove, e.g. heads=['6.12']",
+                           quantity="heads")
+        return ablate(self.run(text).sentence, removed)
+
+    def rank(self, text: str | None = None):
+        """Every head removed on its own, ranked by how far the output moves."""
+        from mha_trace.probes import rank_heads
+
+        return rank_heads(self.run(text).sentence)
+
+    def predict(self, text: str = "The capital of France is", top: int = 10, generate: int = 0):
+        """A causal model's next-token distribution (and `generate` greedy tokens)."""
+        from mha_trace.probes import predict
+
+        return predict(self.model, _text(text), _whole_numbers([top], "top")[0],
+                       _whole_numbers([generate], "generate", least=0)[0])
+
+
+def model(name: str) -> Model:
+    """A pretrained model shipped in a PyPI package, loaded offline: "minilm" or "smollm2"."""
+    from mha_trace.models import MODELS
+
+    if name not in MODELS:
+        raise MhaError(f"model {name!r} is not one of {', '.join(MODELS)}", quantity="model")
+    return Model(name)
+
+
+def _options(options: dict, **source) -> RunOptions:
+    """Keyword arguments as RunOptions, an unknown one refused by name."""
+    known = set(RunOptions.__dataclass_fields__)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise MhaError(f"unknown option {unknown[0]!r} (known: {', '.join(sorted(known))})",
+                       quantity=unknown[0])
+    return RunOptions(**{k: v for k, v in source.items() if v is not None}, **options)
+
+
+def _whole_numbers(values, quantity: str, least: int = 1) -> list[int]:
+    values = list(values) if not isinstance(values, (str, int)) else [values]
+    bad = [v for v in values if type(v) is not int or v < least]
+    if bad or not values:
+        raise MhaError(f"expected whole numbers of at least {least}, got {bad or values!r}",
+                       quantity=quantity)
+    return values
+
+
+def _text(text):
+    if text is not None and not isinstance(text, str):
+        raise MhaError(f"the text must be a str, got {type(text).__name__}", quantity="sentence")
+    return text
+
+
+def _head(head):
+    if head is None or isinstance(head, str):
+        return head
+    raise MhaError(f"a model's head is written 'LAYER.HEAD' as a str, e.g. '4.2' (got {head!r})",
+                   quantity="head")

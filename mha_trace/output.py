@@ -68,15 +68,19 @@ class Shows:
             yield from _titled(r)
 
     def _repr_html_(self) -> str:
-        recorder = Console(record=True, file=io.StringIO(), width=PLAIN_WIDTH, force_terminal=True,
-                           color_system="truecolor", highlight=False, emoji=False, markup=False)
-        recorder.print(self)
-        return recorder.export_html(inline_styles=True, code_format="<pre style=\"font-family:"
-                                    "Menlo,'DejaVu Sans Mono',monospace\">{code}</pre>")
+        """Jupyter: real HTML tables, laid out without a width limit (shown once: nothing here
+        prints to the notebook)."""
+        from mha_trace.render.html import WIDE, to_html
+
+        return to_html(self.renderables(WIDE))
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        """IPython's plain-text form: the terminal text, not the dataclass's fields."""
+        printer.text(str(self).rstrip("\n"))
 
     def __str__(self) -> str:
         console = Console(file=io.StringIO(), width=PLAIN_WIDTH, color_system=None,
-                          highlight=False, emoji=False, markup=False)
+                          force_jupyter=False, highlight=False, emoji=False, markup=False)
         with console.capture() as captured:
             console.print(self)
         return "".join(line.rstrip() + "\n" for line in captured.get().splitlines())

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from mha_trace.errors import MhaError
+from mha_trace.output import Shows
 
 # the built-in survey set: short sentences with previous-token, punctuation and "it" structure
 SURVEY_SENTENCES = (
@@ -30,7 +31,7 @@ def check_heads(model, heads: list[tuple[int, int]]) -> None:
 
 
 @dataclass
-class ModelAblation:
+class ModelAblation(Shows):
     sentence: object  # models.sentence.Sentence: the full run
     removed: list  # [(layer, head)]
     output: np.ndarray  # (T, D) final vectors with those heads zeroed before W_O
@@ -50,6 +51,16 @@ class ModelAblation:
         p, q = self.next_full, self.next_ablated
         keep = p > 0
         return float(np.sum(p[keep] * (np.log(p[keep]) - np.log(np.maximum(q[keep], 1e-45)))))
+
+    def renderables(self, width: int = 100, decimals: int = 4) -> list:
+        from mha_trace.render.model import ablation_renderables
+
+        return ablation_renderables(self, decimals)
+
+    def data(self, decimals: int = 4) -> dict:
+        from mha_trace.render.model import ablation_data
+
+        return ablation_data(self, decimals)
 
 
 def _zeroing_hooks(model, plan: dict) -> list:
@@ -105,13 +116,23 @@ def ablate(sentence, removed: list[tuple[int, int]]) -> ModelAblation:
 
 
 @dataclass
-class HeadRanking:
+class HeadRanking(Shows):
     sentence: object
     heads: list  # [(layer, head)] in the order of `effect`, largest first
     effect: np.ndarray  # causal: KL of the next-token distribution; else mean relative movement
     top_drop: np.ndarray | None  # causal: how much the top-1 token's probability fell
     measure: str
     top_token: int | None = None  # causal: the full model's most likely next token
+
+    def renderables(self, width: int = 100, top: int = 20) -> list:
+        from mha_trace.render.model import ranking_renderables
+
+        return ranking_renderables(self, top)
+
+    def data(self) -> dict:
+        from mha_trace.render.model import ranking_data
+
+        return ranking_data(self)
 
 
 def rank_heads(sentence) -> HeadRanking:
@@ -171,12 +192,22 @@ def detector_scores(sentence) -> dict[str, np.ndarray]:
 
 
 @dataclass
-class Survey:
+class Survey(Shows):
     model: object
     sentences: list  # the Sentence records scored
     scores: dict  # detector name -> (layers, heads), averaged over the sentences
     probe: dict | None = None  # coreference: {"from": token, "to": [...], "scores": {to: (L, H)}}
     builtin: bool = True  # the built-in sentence set (else the user's own sentence)
+
+    def renderables(self, width: int = 100, top: int = 3) -> list:
+        from mha_trace.render.survey import survey_renderables
+
+        return survey_renderables(self, top)
+
+    def data(self, top: int = 3) -> dict:
+        from mha_trace.render.survey import survey_data
+
+        return survey_data(self, top)
 
 
 def survey(model, sentences: list[str], source: str | None = None,
@@ -232,11 +263,21 @@ def _word_spans(sentence) -> dict:
 
 
 @dataclass
-class Prediction:
+class Prediction(Shows):
     model: object
     text: str
     top: list  # [(token id, probability)], most likely first
     generated: list  # greedy continuation, token ids
+
+    def renderables(self, width: int = 100) -> list:
+        from mha_trace.render.model import prediction_renderables
+
+        return prediction_renderables(self)
+
+    def data(self) -> dict:
+        from mha_trace.render.model import prediction_data
+
+        return prediction_data(self)
 
 
 def predict(model, text: str, k: int = 10, generate: int = 0) -> Prediction:

@@ -12,6 +12,7 @@ A source that fixes an option (a model fixes its sizes) refuses it instead of ig
 """
 
 import functools
+import os
 from dataclasses import dataclass, fields, replace
 
 from mha_trace.config import Config
@@ -56,9 +57,15 @@ class RunOptions:
         return {n: getattr(self, n) for n in names if getattr(self, n) not in (None, False, 0)}
 
 
+CHOICES = {"mask": ("none", "causal"), "impl": ("explicit", "sdpa"),
+           "dtype": ("float32", "float64", "float16", "bfloat16"),
+           "device": ("cpu", "cuda", "mps", "meta")}
+
+
 def resolve(o: RunOptions, default: str = "config"):
     """The Run these options describe. `default` is the source when none is named: "config" (the
     chapter's, as heads and explain use) or "sizes" (the built-in module, as shapes uses)."""
+    check_options(o)
     if o.model:
         return _model_run(o)
     needs_model(o.sentence, o.layer)
@@ -67,6 +74,57 @@ def resolve(o: RunOptions, default: str = "config"):
     if o.config is not None or default == "config":
         return _config_run(o)
     return _sizes_run(o)
+
+
+def check_options(o: RunOptions) -> None:
+    """Each option of the right kind, each fixed choice one of its values (the CLI's parser
+    already makes sure; the Python API gets the same words)."""
+    for name, allowed in CHOICES.items():
+        value = getattr(o, name)
+        value = getattr(value, "value", value)  # a str enum
+        if value is not None and value not in allowed:
+            raise MhaError(f"{name} {value!r} is not one of {', '.join(allowed)}", quantity=name)
+    for name in ("batch", "seq", "d_model", "heads", "kv_heads", "pad", "seed", "layer",
+                 "window", "decode"):
+        value = getattr(o, name)
+        if value is not None and (type(value) is not int):
+            raise MhaError(f"{name} must be a whole number, got {value!r}", quantity=name)
+    if o.rope_base is not None and not isinstance(o.rope_base, (int, float)):
+        raise MhaError(f"rope_base must be a number, got {o.rope_base!r}", quantity="rope_base")
+    for name in ("model", "sentence", "init"):
+        value = getattr(o, name)
+        if value is not None and not isinstance(value, str):
+            raise MhaError(f"{name} must be a str, got {type(value).__name__}", quantity=name)
+    if o.config is not None and not isinstance(o.config, (str, Config, os.PathLike)):
+        raise MhaError(f"config must be a bundled name, a path or a Config, got "
+                       f"{type(o.config).__name__}", quantity="config")
+
+
+def from_call(module, args: tuple, kwargs: dict):
+    """The Run of `module(*args, **kwargs)` as given (the Python API's `trace`): sizes read off
+    the first array argument and the module's head count, where it says one."""
+    import inspect
+
+    import numpy as np
+    import torch
+
+    from mha_trace.run import Run, Sizes
+
+    first = next((a for a in args if isinstance(a, (torch.Tensor, np.ndarray))), None)
+    if isinstance(first, np.ndarray):
+        first = torch.from_numpy(first)[None] if first.ndim == 2 else torch.from_numpy(first)
+    shape = tuple(first.shape) if first is not None and first.dim() == 3 else (1, 1, 1)
+    heads = next((getattr(module, n) for n in _HEADS_NAMES
+                  if isinstance(getattr(module, n, None), int)), 1)
+    sizes = Sizes(*shape, heads=heads, dtype="float32" if first is None else
+                  str(first.dtype).removeprefix("torch."),
+                  device="cpu" if first is None else first.device.type)
+    names = ", ".join(["x"] * len(args) + list(kwargs))
+    return Run(module, args, kwargs, sizes, label=type(module).__name__, call=f"forward({names})",
+               source=inspect.getsourcefile(type(module)) or "?")
+
+
+_HEADS_NAMES = ("heads", "num_heads", "n_head", "n_heads", "nhead", "num_attention_heads")
 
 
 def sizes_of(o: RunOptions):
@@ -85,7 +143,8 @@ def config_of(o: RunOptions) -> Config:
     """The config named (or the chapter's), with the options given applied and checked."""
     from mha_trace.config import load
 
-    c = o.config if isinstance(o.config, Config) else load(o.config)
+    c = o.config if isinstance(o.config, Config) else load(
+        None if o.config is None else os.fspath(o.config))
     overrides = (o.heads, o.kv_heads, o.mask, o.pad, o.rope or None, o.rope_base, o.window)
     return c.with_overrides(*overrides) if any(v is not None for v in overrides) else c
 

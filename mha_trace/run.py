@@ -17,7 +17,7 @@ import torch.nn as nn
 
 from mha_trace.attention import KVCache, MultiHeadAttention
 from mha_trace.config import Config
-from mha_trace.cost import Dims
+from mha_trace.costs import Dims
 from mha_trace.errors import MhaError
 from mha_trace.runtime import DTYPES, check_device, guard_memory
 from mha_trace.validate import addressable, check_sizes, seed_fits

@@ -5,7 +5,7 @@ import os
 
 import torch
 
-from mha_trace.cost import Dims, forward_bytes, human_bytes, parameters, peak_bytes
+from mha_trace.costs import Dims, forward_bytes, human_bytes, parameters, peak_bytes
 from mha_trace.errors import MhaError
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64,

@@ -9,7 +9,7 @@ import contextlib
 import math
 from dataclasses import dataclass
 
-from mha_trace.cost import DTYPE_BYTES
+from mha_trace.costs import DTYPE_BYTES
 from mha_trace.output import Shows
 from mha_trace.run import Run
 from mha_trace.speedups import light_meta_kernels
@@ -68,7 +68,7 @@ class ShapesReport(Shows):
         """Bytes the explicit path spends on the (B, H, T, T) scores and weights."""
         from dataclasses import replace
 
-        from mha_trace.cost import forward_bytes
+        from mha_trace.costs import forward_bytes
 
         mask = "full" if self.run.mask is not None else "none"
         return forward_bytes(replace(self.sizes.dims(), mask=mask))["scores"]

@@ -98,7 +98,16 @@ def _import(target: str):
         raise MhaError(f"module {target}: cannot import it ({e})", quantity="module") from None
 
 
-def load_class(spec: str) -> type:
+def load_class(spec) -> type:
+    """The class a --module SPEC names (or, from Python, the class itself)."""
+    if isinstance(spec, type):
+        if issubclass(spec, nn.Module) or callable(getattr(spec, "forward", None)):
+            return spec
+        raise MhaError(f"{spec.__name__} is neither a torch.nn.Module subclass nor a class with a "
+                       f"forward method (a NumPy implementation)", quantity="module")
+    if not isinstance(spec, str):
+        raise MhaError(f"expected a class or 'FILE.py:Class', got {type(spec).__name__} (pass the "
+                       f"class, not an instance)", quantity="module")
     if spec.startswith("example:"):
         from mha_trace.bundled import resolve
 
@@ -249,6 +258,8 @@ def _rows_sum_to_one(t: torch.Tensor) -> bool:
 def load(spec: str, d_model: int, heads: int, init: str | None, device, dtype) -> tuple:
     """(module, source file, label) for --module SPEC, on the device and dtype asked for."""
     cls = load_class(spec)
+    if isinstance(spec, type):
+        return _built(cls, d_model, heads, init, device, dtype, cls.__module__)
     if spec.startswith("example:"):
         return _built(cls, d_model, heads, init, device, dtype, spec)
     return _built(cls, d_model, heads, init, device, dtype, spec.rsplit(":", 1)[0])

@@ -30,7 +30,8 @@ def test_trace_any_module_renders_as_text_html_and_json():
     assert text.startswith("shapes: MultiheadAttention, forward(x, x, x): batch=2 seq=10 d_model=64")
     assert "multi_head_attention_forward" in text
     html = t._repr_html_()
-    assert html.startswith("<pre") and html.rstrip().endswith("</pre>") and "multi_head_attention_forward" in html
+    assert html.startswith("<div") and "<table" in html and "<pre" not in html
+    assert "multi_head_attention_forward" in html and "--" not in html
     data = json.loads(t.to_json())
     assert data["schema_version"] == 1 and data["steps"][0]["shape"] == [2, 10, 64]
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from mha_trace.cost import Dims, parameters, peak_bytes
+from mha_trace.costs import Dims, parameters, peak_bytes
 
 
 def test_default_table_matches_golden(cli, golden):
@@ -50,7 +50,7 @@ def test_json_keys_and_l04_shapes(cli):
 
 
 def test_json_bytes_agree_with_the_memory_estimate(cli):
-    """The guard's formula (cost.py) and what the traced run allocated are the same number."""
+    """The guard's formula (costs.py) and what the traced run allocated are the same number."""
     for args, dims in [((), Dims(2, 10, 512, 8, 8)),
                        (("--mask", "causal", "--kv-heads", "2", "--dtype", "float64"),
                         Dims(2, 10, 512, 8, 2, "float64", mask="full"))]:

@@ -9,7 +9,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from mha_trace.attention import MultiHeadAttention
-from mha_trace.cost import Dims, cost_rows, load_preset, preset_names
+from mha_trace.costs import Dims, cost_rows, load_preset, preset_names
 
 PRESETS = preset_names()
 

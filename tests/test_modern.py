@@ -15,7 +15,7 @@ from mha_trace.attention import KVCache, MultiHeadAttention, rope
 from mha_trace.config import load
 from mha_trace.run import Sizes, from_sizes
 from mha_trace.shapes import trace_run
-from mha_trace.verify import numpy_rope
+from mha_trace.references import numpy_rope
 
 
 def test_rope_is_the_rotate_half_pairing_by_hand():
@@ -121,7 +121,7 @@ def test_verify_fails_a_wrong_rope(monkeypatch):
     monkeypatch.setattr(attention, "rope", lambda x, start, base: x)  # forgets to turn
     torch.manual_seed(0)
     m = attention.MultiHeadAttention(32, 4, rope=True).double()
-    from mha_trace.verify import run_checks
+    from mha_trace.references import run_checks
 
     x = torch.randn(1, 6, 32, dtype=torch.float64)
     checks = run_checks(m, x, x, x, None, "float64")

@@ -31,26 +31,11 @@ def cost(
 
     Example: mha-trace cost --preset gpt3-175b --seq 2048 --dtype float16
     """
-    from mha_trace.cost import Dims, cost_rows, load_preset
-    from mha_trace.render.cost import cost_data, cost_renderables
-    from mha_trace.validate import check_sizes, positive
+    from mha_trace.costs import cost_report
 
-    p = load_preset(preset) if preset else {}
-    pick = lambda flag, key, default: flag if flag is not None else p.get(key, default)
-    batch, seq = pick(batch, "batch", 1 if preset else 2), pick(seq, "seq", 10)
-    d_model, heads, layers = pick(d_model, "d_model", 512), pick(heads, "heads", 8), pick(layers, "layers", 1)
-    kv_heads = pick(kv_heads, "kv_heads", heads)
-    positive("layers", layers)
-    check_sizes(batch, seq, d_model, heads, kv_heads)
-    window = pick(window, "window", None)
-    if window is not None:
-        positive("window", window)
-    d = Dims(batch, seq, d_model, heads, kv_heads, dtype.value, bias=pick(bias, "bias", True),
-             window=window, rope=pick(rope, "rope", False))
-    rows = cost_rows(d, layers)
-    label = p.get("name", "custom") if preset else "custom"
-    emit(out, cost_renderables(rows, d, layers, label, p.get("source"), formulas),
-         cost_data(rows, d, layers, preset, p.get("source")))
+    report = cost_report(preset, batch, seq, d_model, heads, kv_heads, layers, dtype.value, bias,
+                         window, rope, formulas)
+    emit(out, report.renderables(), report.data())
 
 
 @app.command(short_help="The module (or yours) against independent references.")
@@ -86,7 +71,7 @@ def verify(
     Example: mha-trace verify --rope --window 4 --kv-heads 2 --dtype float64
     Example: mha-trace verify --module example:l04 --d-model 64 --heads 4
     """
-    from mha_trace.verify import verify_config, verify_sizes
+    from mha_trace.references import verify_config, verify_sizes
 
     mask = mask.value if mask else None
     if module:

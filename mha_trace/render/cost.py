@@ -2,7 +2,7 @@
 
 from rich.text import Text
 
-from mha_trace.cost import decimal_bytes, human_bytes, si
+from mha_trace.costs import decimal_bytes, human_bytes, si
 from mha_trace.output import new_table
 
 

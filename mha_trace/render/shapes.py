@@ -8,7 +8,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from mha_trace.cost import DTYPE_BYTES, human_bytes
+from mha_trace.costs import DTYPE_BYTES, human_bytes
 from mha_trace.output import display_path, new_table
 from mha_trace.shapes import ShapesReport
 

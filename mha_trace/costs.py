@@ -6,6 +6,9 @@ multi-head, 1 for multi-query), d_k = D / H, L layers, s bytes per element.
 
 from dataclasses import dataclass
 
+from mha_trace.errors import MhaError
+from mha_trace.output import Shows
+
 DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 
 
@@ -199,3 +202,61 @@ def si(n: float) -> str:
             return f"{n:.0f}" if unit == "" else f"{n:.2f} {unit}"
         n /= 1000
     raise AssertionError
+
+
+@dataclass
+class CostReport(Shows):
+    """What `mha-trace cost` prints: every row at these dimensions, over `layers` layers."""
+
+    rows: list
+    dims: Dims
+    layers: int
+    label: str  # the preset's name, or "custom"
+    preset: str | None = None
+    source: str | None = None  # where the preset's dimensions were published
+    formulas: bool = False  # show each formula with the numbers put in
+
+    def renderables(self, width: int = 100) -> list:
+        from mha_trace.render.cost import cost_renderables
+
+        return cost_renderables(self.rows, self.dims, self.layers, self.label, self.source,
+                                self.formulas)
+
+    def data(self) -> dict:
+        from mha_trace.render.cost import cost_data
+
+        return cost_data(self.rows, self.dims, self.layers, self.preset, self.source)
+
+
+def cost_report(preset: str | None = None, batch: int | None = None, seq: int | None = None,
+                d_model: int | None = None, heads: int | None = None, kv_heads: int | None = None,
+                layers: int | None = None, dtype: str = "float32", bias: bool | None = None,
+                window: int | None = None, rope: bool | None = None,
+                formulas: bool = False) -> CostReport:
+    """The cost of attention at a preset's dimensions (gpt3-175b, ...), any of them overridden;
+    without a preset: batch 2, seq 10, d_model 512, heads 8, one layer."""
+    from mha_trace.validate import check_sizes, positive
+
+    given = {"batch": batch, "seq": seq, "d_model": d_model, "heads": heads,
+             "kv_heads": kv_heads, "layers": layers, "window": window}
+    for name, value in given.items():
+        if value is not None and type(value) is not int:
+            raise MhaError(f"{name} must be a whole number, got {value!r}", quantity=name)
+    p = load_preset(preset) if preset else {}
+    pick = lambda given, key, default: given if given is not None else p.get(key, default)
+    batch, seq = pick(batch, "batch", 1 if preset else 2), pick(seq, "seq", 10)
+    d_model, heads = pick(d_model, "d_model", 512), pick(heads, "heads", 8)
+    layers, kv_heads = pick(layers, "layers", 1), pick(kv_heads, "kv_heads", heads)
+    dtype = getattr(dtype, "value", dtype)
+    if dtype not in DTYPE_BYTES:
+        raise MhaError(f"dtype {dtype!r} is not one of {', '.join(DTYPE_BYTES)}",
+                       quantity="dtype")
+    positive("layers", layers)
+    check_sizes(batch, seq, d_model, heads, kv_heads)
+    window = pick(window, "window", None)
+    if window is not None:
+        positive("window", window)
+    d = Dims(batch, seq, d_model, heads, kv_heads, dtype, bias=pick(bias, "bias", True),
+             window=window, rope=pick(rope, "rope", False))
+    label = p.get("name", "custom") if preset else "custom"
+    return CostReport(cost_rows(d, layers), d, layers, label, preset, p.get("source"), formulas)

@@ -78,6 +78,12 @@ class Shows:
         """IPython's plain-text form: the terminal text, not the dataclass's fields."""
         printer.text(str(self).rstrip("\n"))
 
+    def __init_subclass__(cls, **kwargs):
+        # IPython takes a class's own __repr__ (a dataclass writes one) before an inherited
+        # _repr_pretty_, so every record carries its own
+        super().__init_subclass__(**kwargs)
+        cls._repr_pretty_ = Shows._repr_pretty_
+
     def __str__(self) -> str:
         console = Console(file=io.StringIO(), width=PLAIN_WIDTH, color_system=None,
                           force_jupyter=False, highlight=False, emoji=False, markup=False)

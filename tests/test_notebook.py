@@ -1,0 +1,98 @@
+"""The Python API in a real Jupyter kernel (nbclient): each result shows once, as HTML tables,
+with the numbers the chapter's formula gives, and no mention of command-line flags."""
+
+import html
+import re
+
+import nbformat
+import numpy as np
+import pytest
+from nbclient import NotebookClient
+
+from mha_trace.config import load
+
+CELLS = [
+    'import mha_trace\nmha_trace.heads("cat-sat-on-mat")',
+    'mha_trace.explain("cat-sat-on-mat", token="cat", head=1)',
+    'm = mha_trace.model("minilm")\nm.heads(head="1.3")',
+    'm.heads()',
+    'mha_trace.cost(preset="gpt3-175b", dtype="float16")',
+    'try:\n    mha_trace.heads(mask="diagonal")\nexcept mha_trace.MhaError as e:\n'
+    '    print(e.quantity, "|", e)',
+    'r = mha_trace.trace_sizes(d_model=16, heads=4)\nr.largest.shape',
+]
+
+
+@pytest.fixture(scope="module")
+def outputs():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
+    NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    return [cell.outputs for cell in nb.cells]
+
+
+def cells_of(fragment: str) -> list[list[str]]:
+    """The text of each <td> of each <tr> in an HTML fragment."""
+    rows = re.findall(r"<tr>(.*?)</tr>", fragment, re.S)
+    return [[html.unescape(re.sub(r"<[^>]+>", "", td)).strip()
+             for td in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)] for row in rows]
+
+
+def by_hand(config: str) -> np.ndarray:
+    """The chapter's formula written out: softmax(Q_h K_hᵀ / √d_k) per head, (H, T, T)."""
+    c = load(config)
+    Q, K = np.array(c.Q), np.array(c.K)
+    out = []
+    for h in range(c.heads):
+        cols = slice(h * c.d_k, (h + 1) * c.d_k)
+        s = Q[:, cols] @ K[:, cols].T / np.sqrt(c.d_k)
+        e = np.exp(s - s.max(axis=1, keepdims=True))
+        out.append(e / e.sum(axis=1, keepdims=True))
+    return np.array(out)
+
+
+def test_every_result_shows_once_as_one_execute_result(outputs):
+    for i in (0, 1, 2, 3, 4):
+        assert [o.output_type for o in outputs[i]] == ["execute_result"], CELLS[i]
+        data = outputs[i][0].data
+        assert set(data) == {"text/html", "text/plain"}
+        assert data["text/html"].startswith('<div class="mha-trace"')
+        assert not re.search(r"(?<![\w-])--[a-z]", data["text/html"]), CELLS[i]
+
+
+def test_the_heads_tables_are_real_tables_with_the_chapters_numbers(outputs):
+    page = outputs[0][0].data["text/html"]
+    assert page.count("<table") >= 2 and "<pre" not in page
+    rows = [r for r in cells_of(page) if r and r[0] in load().tokens]
+    expected = by_hand("cat-sat-on-mat")
+    for h in range(2):  # the first two tables are head 1's and head 2's weights
+        shown = np.array([[float(c.rstrip("*")) for c in r[1:]] for r in rows[5 * h:5 * h + 5]])
+        np.testing.assert_allclose(shown, expected[h], atol=5e-5)
+    assert outputs[0][0].data["text/plain"].startswith("The cat sat on mat")
+
+
+def test_explain_shows_only_the_head_asked_for(outputs):
+    page = outputs[1][0].data["text/html"]
+    assert "Head 1:" in page and "Head 2:" not in page
+    w = by_hand("cat-sat-on-mat")[0][1]  # head 1, the query 'cat'
+    softmax = [r[-1] for r in cells_of(page) if len(r) >= 4][:5]
+    np.testing.assert_allclose([float(x.rstrip("*")) for x in softmax], w, atol=5e-5)
+
+
+def test_a_model_head_is_one_whole_table(outputs):
+    page = outputs[2][0].data["text/html"]
+    assert "keys 1–10" not in page  # the notebook has no width: never split
+    rows = [r for r in cells_of(page) if len(r) == 17]  # the label and 16 keys
+    assert len(rows) == 16
+    # head 1.3 is a previous-token head: each query's largest weight is on the token before it
+    assert all(r[i].endswith("*") for i, r in enumerate(rows[1:], start=1))
+
+
+def test_the_overview_keeps_its_braille_grid(outputs):
+    page = outputs[3][0].data["text/html"]
+    assert "<pre" in page and re.search("[\u2801-\u28ff]", page)
+
+
+def test_errors_name_the_quantity_and_numbers_come_back(outputs):
+    assert outputs[5][0].text == "mask | mask 'diagonal' is not one of none, causal\n"
+    assert outputs[6][0].data["text/plain"] == "(2, 4, 10, 10)"  # B, H, T, T: 800 > 2·10·16
+    assert "Parameters" in outputs[4][0].data["text/html"]

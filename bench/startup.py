@@ -6,6 +6,7 @@ to the torch import. Not a test: run it by hand.
 
     python bench/startup.py            # 7 rounds
     python bench/startup.py --rounds 15
+    python bench/startup.py --no-speedups-too   # each command also with MHA_TRACE_NO_SPEEDUPS=1
 """
 
 import argparse
@@ -115,8 +116,14 @@ def run_once(cmd: list) -> tuple[float, int]:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
-    rounds = parser.parse_args().rounds
-    cmds = commands()
+    parser.add_argument("--no-speedups-too", action="store_true",
+                        help="also run each command with MHA_TRACE_NO_SPEEDUPS=1, in the same rounds")
+    args = parser.parse_args()
+    rounds, cmds = args.rounds, commands()
+    if args.no_speedups_too:
+        off = ["env", "MHA_TRACE_NO_SPEEDUPS=1"]
+        cmds.update({f"{name} [off]": ["PTY", *off, *cmd[1:]] if cmd[0] == "PTY" else off + cmd
+                     for name, cmd in list(cmds.items()) if name != "import torch"})
     walls = {name: [] for name in cmds}
     rss = {name: [] for name in cmds}
     for cmd in cmds.values():  # warm the file cache once
@@ -132,7 +139,7 @@ def main():
     print(f"{'command':34} {'wall s':>7} {'ratio':>6} {'target':>7}   {'RSS MiB':>8} {'ratio':>6} {'target':>7}")
     for name in cmds:
         w, m = statistics.median(walls[name]), statistics.median(rss[name])
-        tw, tm = TARGETS.get(name, (None, None))
+        tw, tm = TARGETS.get(name.removesuffix(" [off]"), (None, None))
         fmt = lambda t: f"≤{t:.2f}" if t else ""
         print(f"{name:34} {w:7.3f} {w / base_w:6.2f} {fmt(tw):>7}   {m / 2**20:8.0f} "
               f"{m / base_m:6.2f} {fmt(tm):>7}")

@@ -41,7 +41,7 @@ class ModelHeads(Shows):
         from mha_trace.render.model import heads_data
 
         return heads_data(self.sentence, self.tokens, self.weights, self.picked, decimals,
-                          self.words)
+                          self.words, self.hide_special)
 
 
 def model_heads(run, layer: int | None = None, head: str | None = None, words: bool = False,

@@ -18,7 +18,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: heads has one schema whatever the source (README: JSON)
 PLAIN_WIDTH = 100  # width used when the output is not a terminal and COLUMNS is not set
 
 

@@ -15,7 +15,6 @@ import functools
 import os
 from dataclasses import dataclass, fields, replace
 
-from mha_trace.config import Config
 from mha_trace.errors import MhaError
 
 DEFAULT_SENTENCE = "The animal didn't cross the street because it was too tired."
@@ -29,7 +28,7 @@ class RunOptions:
     """What decides a run: its source and its options (None: the source's own, or the default)."""
 
     # the source: sizes (none of these), a config, the user's module, or a pretrained model
-    config: str | Config | None = None
+    config: "str | Config | None" = None  # noqa: F821 (a config.Config; imported when used)
     module: str | None = None  # FILE.py:Class, package.module:Class or example:NAME
     init: str | None = None  # the module's constructor arguments, "name=value, ..."
     model: str | None = None  # "minilm" | "smollm2"
@@ -95,6 +94,8 @@ def check_options(o: RunOptions) -> None:
         value = getattr(o, name)
         if value is not None and not isinstance(value, str):
             raise MhaError(f"{name} must be a str, got {type(value).__name__}", quantity=name)
+    from mha_trace.config import Config
+
     if o.config is not None and not isinstance(o.config, (str, Config, os.PathLike)):
         raise MhaError(f"config must be a bundled name, a path or a Config, got "
                        f"{type(o.config).__name__}", quantity="config")
@@ -139,9 +140,9 @@ def sizes_of(o: RunOptions):
     return Sizes(**values)
 
 
-def config_of(o: RunOptions) -> Config:
+def config_of(o: RunOptions):
     """The config named (or the chapter's), with the options given applied and checked."""
-    from mha_trace.config import load
+    from mha_trace.config import Config, load
 
     c = o.config if isinstance(o.config, Config) else load(
         None if o.config is None else os.fspath(o.config))

@@ -33,14 +33,14 @@ def test_trace_any_module_renders_as_text_html_and_json():
     assert html.startswith("<div") and "<table" in html and "<pre" not in html
     assert "multi_head_attention_forward" in html and "--" not in html
     data = json.loads(t.to_json())
-    assert data["schema_version"] == 1 and data["steps"][0]["shape"] == [2, 10, 64]
+    assert data["schema_version"] == 2 and data["steps"][0]["shape"] == [2, 10, 64]
 
 
 def test_shapes_equals_the_command(cli):
     api = mha_trace.trace_sizes(d_model=64, heads=4, mask="causal").data()
     command = json.loads(cli("shapes", "--d-model", "64", "--heads", "4", "--mask", "causal",
                              "--format", "json").stdout)
-    assert {"schema_version": 1, **api} == command
+    assert {"schema_version": 2, **api} == command
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
@@ -76,7 +76,7 @@ def test_explain_and_compare_and_ablate_match_the_cli(cli):
                       (mha_trace.compare(head_counts=(1, 2, 4)), ("compare", "--heads", "1,2,4")),
                       (mha_trace.ablate("chicken-road", removed=(3,)),
                        ("ablate", "--config", "chicken-road", "--head", "3"))]:
-        assert {"schema_version": 1, **api.data()} == json.loads(cli(*args, "--format", "json").stdout)
+        assert {"schema_version": 2, **api.data()} == json.loads(cli(*args, "--format", "json").stdout)
 
 
 def test_heads_takes_overrides_and_config_objects():

@@ -36,7 +36,7 @@ def test_plain_output_has_no_escape_codes_or_trailing_spaces(cli):
 
 def test_json_keys_and_l04_shapes(cli):
     data = json.loads(cli("shapes", "--format", "json").stdout)
-    assert data["schema_version"] == 1 and data["command"] == "shapes"
+    assert data["schema_version"] == 2 and data["command"] == "shapes"
     steps = data["steps"]
     shapes = [s["shape"] for s in steps if s["op"] != "input"]
     assert shapes[:3] == [[2, 10, 512], [2, 10, 8, 64], [2, 8, 10, 64]]

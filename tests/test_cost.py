@@ -72,7 +72,7 @@ def test_cli_preset_with_overrides_and_formulas(cli):
     data = json.loads(cli("cost", "--preset", "llama2-70b", "--seq", "100", "--format", "json").stdout)
     c = data["config"]
     assert (c["d_model"], c["heads"], c["kv_heads"], c["layers"], c["seq"], c["batch"]) == (8192, 64, 8, 80, 100, 1)
-    assert data["schema_version"] == 1 and c["source"].startswith("Touvron")
+    assert data["schema_version"] == 2 and c["source"].startswith("Touvron")
     out = cli("cost", "--preset", "gpt3-175b", "--dtype", "float16", "--formulas",
               "--width", "200").stdout
     assert "2·G·d_k·s·L·B·T = 2·96·128·2·96·1·2048" in out

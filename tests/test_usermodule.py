@@ -183,7 +183,7 @@ def test_the_chapters_class_on_the_chapters_config_gives_the_chapters_numbers(cl
                       ("example:raschka", "its 4 projections set to the identity")]:
         data = json.loads(cli("heads", "--module", spec, "--config", "cat-sat-on-mat",
                               "--format", "json").stdout)
-        assert how in data["fed"]
+        assert how in data["source"]["fed"]
         assert [round(x, 4) for x in data["heads"][0]["weights"][0]] == [0.1237, 0.2509, 0.2509, 0.1237, 0.2509]
         ours = json.loads(cli("heads", "--format", "json").stdout)
         assert [h["weights"] for h in data["heads"]] == [h["weights"] for h in ours["heads"]]
@@ -195,7 +195,7 @@ def test_the_chapters_class_on_the_chapters_config_gives_the_chapters_numbers(cl
 def test_a_one_input_module_on_an_explicit_config_says_what_it_was_fed(cli):
     data = json.loads(cli("heads", "--module", "example:committee", "--config", "cat-sat-on-mat",
                           "--format", "json").stdout)
-    assert data["fed"].startswith("forward takes one input, so the config's separate Q, K, V cannot be fed")
+    assert data["source"]["fed"].startswith("forward takes one input, so the config's separate Q, K, V cannot be fed")
 
 
 def test_fused_projections_cannot_be_set_to_the_identity(cli):

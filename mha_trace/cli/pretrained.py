@@ -10,10 +10,11 @@ from mha_trace.cli.app import app
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
 from mha_trace.errors import MhaError
 from mha_trace.output import Output, emit
-from mha_trace.resolve import RunOptions, resolve
 
-def heads(o: RunOptions, head, overview, words, hide_special, decimals, out: Output):
+def heads(o, head, overview, words, hide_special, decimals, out: Output):
     from mha_trace.model_heads import check_not_overview, model_heads
+
+    from mha_trace.resolve import resolve
 
     view = model_heads(resolve(o), o.layer, head, words, hide_special)
     check_not_overview(view, overview)
@@ -46,18 +47,20 @@ def _save_model_png(view, decimals: int, out: Output) -> None:
                      f"(one figure per layer)\n")
 
 
-def explain(o: RunOptions, head, token, position, decimals, out: Output):
+def explain(o, head, token, position, decimals, out: Output):
     from dataclasses import replace
 
     from mha_trace.model_heads import head_in_layer, model_walk
+    from mha_trace.resolve import resolve
 
     layer, only = head_in_layer(o.layer, head)
     w = model_walk(resolve(replace(o, layer=layer)), only, token, position)
     emit(out, w.renderables(decimals=decimals, head=only), w.data(decimals, only))
 
 
-def shapes(o: RunOptions, out: Output):
+def shapes(o, out: Output):
     from mha_trace.output import make_console
+    from mha_trace.resolve import resolve
     from mha_trace.shapes import trace_run
 
     report = trace_run(resolve(o))
@@ -65,10 +68,11 @@ def shapes(o: RunOptions, out: Output):
     emit(out, report.renderables(console.width), report.data(), console)
 
 
-def ablate(o: RunOptions, head, decimals, out: Output, rank: bool = False, top: int = 20):
+def ablate(o, head, decimals, out: Output, rank: bool = False, top: int = 20):
     from mha_trace.models import parse_head
     from mha_trace.probes import ablate as run_ablate
     from mha_trace.render.model import ablation_data, ablation_renderables
+    from mha_trace.resolve import resolve
 
     run = resolve(o)
     if rank:

@@ -8,7 +8,6 @@ from mha_trace.cli.app import app
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
 from mha_trace.errors import MhaError
 from mha_trace.output import Output, emit
-from mha_trace.resolve import RunOptions, needs_model, resolve
 
 ModuleDModelOpt = Annotated[int | None, typer.Option("--d-model", "-d", help="With --module: the width to build it with (default 64). Example: --d-model 64")]
 
@@ -70,6 +69,8 @@ def heads(
     Example: mha-trace heads --config chicken-road --head 3
     Example: mha-trace heads --model minilm --sentence "The animal didn't cross the street because it was too tired." --head 4.1
     """
+    from mha_trace.resolve import RunOptions, needs_model, resolve
+
     o = RunOptions(config, module, init, model, sentence, layer, d_model=d_model, heads=heads,
                    kv_heads=kv_heads, mask=mask and mask.value, pad=pad, rope=rope,
                    rope_base=rope_base, window=window)
@@ -119,6 +120,7 @@ def explain(
     Example: mha-trace explain --model minilm --token it --head 6.12
     """
     from mha_trace.analysis import find_position, walk
+    from mha_trace.resolve import RunOptions, resolve
 
     o = RunOptions(config, module, init, model, sentence, layer, d_model=d_model, heads=heads,
                    kv_heads=kv_heads, mask=mask and mask.value, pad=pad, rope=rope,
@@ -188,7 +190,7 @@ def compare(
         raise MhaError("compare re-splits one set of projections into other head counts, which "
                        "only the lecture's module exposes; for your class, run heads --module "
                        "once per head count (--heads 1, 2, 4)", quantity="module")
-    from mha_trace.resolve import config_of
+    from mha_trace.resolve import RunOptions, config_of
 
     counts = _int_list(heads, "heads")
     c = config_of(RunOptions(config, mask=mask and mask.value, pad=pad, rope=rope,
@@ -236,6 +238,8 @@ def ablate(
                        "module, and a foreign class's concatenation cannot be reached from outside; "
                        "verify --module checks your class against that module instead",
                        quantity="module")
+    from mha_trace.resolve import RunOptions, needs_model
+
     o = RunOptions(config, model=model, sentence=sentence, heads=heads, kv_heads=kv_heads,
                    mask=mask and mask.value, pad=pad, rope=rope, rope_base=rope_base, window=window)
     if model:

@@ -30,21 +30,35 @@ def heads_renderables(view, decimals: int, only_head: int | None) -> list:
     return out
 
 
+def heads_json(source: dict, settings: dict, tokens, mask, heads: list, average, output,
+               decimals: int) -> dict:
+    """`heads --format json`, schema 2: the same keys whatever the run's source; what only one
+    source has sits under "source" (its "kind": config, module or model)."""
+    matrix = lambda m: None if m is None else rounded(m, decimals)
+    return {"command": "heads", "source": source, "settings": settings, "tokens": list(tokens),
+            "decimals": decimals, "mask": None if mask is None else mask.tolist(),
+            "heads": heads, "average": matrix(average), "output": matrix(output)}
+
+
+def head_entry(layer: int, head: int, kv_head: int | None, weights, decimals: int) -> dict:
+    """One head's weights (queries × keys), layer and head counted from 1."""
+    return {"layer": layer, "head": head, "kv_head": kv_head, "weights": rounded(weights, decimals)}
+
+
 def heads_data(view, decimals: int, only_head: int | None) -> dict:
-    heads = [only_head - 1] if only_head else range(view.heads)
-    return {
-        "command": "heads",
-        "config": config_data(view),
-        "decimals": decimals,
-        "mask": None if view.mask is None else view.mask.tolist(),
-        "heads": [{"head": h + 1, "dims": [h * view.d_k, (h + 1) * view.d_k],
-                   "kv_head": view.kv_head_of(h) + 1,
-                   "weights": rounded(view.weights[h], decimals)} for h in heads],
-        "average": rounded(view.weights.mean(0), decimals),
-        "concat": rounded(view.concat, decimals),
-        "output": rounded(view.output, decimals),
-        "W_O_identity": view.wo_identity,
-    }
+    c, heads = view.config, [only_head - 1] if only_head else range(view.heads)
+    source = {"kind": "config", **{k: v for k, v in config_data(view).items() if k not in SETTINGS},
+              "concat": rounded(view.concat, decimals), "W_O_identity": view.wo_identity}
+    settings = {"layers": 1, "heads": c.heads, "kv_heads": view.kv_heads, "d_model": c.d_model,
+                "d_k": c.d_k, "mask": c.mask, "pad": c.pad, "window": c.window, "rope": c.rope,
+                "rope_base": c.rope_base}
+    return heads_json(source, settings, view.tokens, view.mask,
+                      [{**head_entry(1, h + 1, view.kv_head_of(h) + 1, view.weights[h], decimals),
+                        "dims": [h * view.d_k, (h + 1) * view.d_k]} for h in heads],
+                      view.weights.mean(0), view.output, decimals)
+
+
+SETTINGS = ("d_model", "heads", "kv_heads", "d_k", "mask", "pad", "rope", "rope_base", "window")
 
 
 def module_heads_renderables(m, decimals: int, only_head: int | None) -> list:
@@ -64,9 +78,13 @@ def module_heads_renderables(m, decimals: int, only_head: int | None) -> list:
 
 def module_heads_data(m, decimals: int, only_head: int | None) -> dict:
     heads = [only_head - 1] if only_head else range(len(m.weights))
-    return {"command": "heads", "module": m.label, "call": m.call, "fed": m.how,
-            "tokens": list(m.tokens),
-            "decimals": decimals, "averaged": m.averaged,
-            "mask": None if m.mask is None else m.mask.tolist(),
-            "heads": [{"head": h + 1, "weights": rounded(m.weights[h], decimals)} for h in heads],
-            "output": rounded(m.output, decimals)}
+    source = {"kind": "module", "module": m.label, "call": m.call, "fed": m.how,
+              "averaged": m.averaged}
+    settings = {"layers": 1, "heads": None if m.averaged else len(m.weights), "kv_heads": None,
+                "d_model": int(m.output.shape[-1]), "d_k": None,
+                "mask": "none" if m.mask is None else "given", "pad": None, "window": None,
+                "rope": None, "rope_base": None}
+    average = None if m.averaged else m.weights.mean(0)
+    return heads_json(source, settings, m.tokens, m.mask,
+                      [head_entry(1, h + 1, None, m.weights[h], decimals) for h in heads],
+                      average, m.output, decimals)

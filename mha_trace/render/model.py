@@ -12,7 +12,7 @@ import numpy as np
 from rich.style import Style
 from rich.text import Text
 
-from mha_trace.render.matrices import fmt, legend, rounded, shade, weights_table
+from mha_trace.render.matrices import fmt, legend, shade, weights_table
 
 _LEFT, _RIGHT = (0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80)  # braille dots by row
 
@@ -109,11 +109,21 @@ def head_tables(title: str, tokens, weights, picked: list, layer: int, decimals:
 
 
 def heads_data(sentence, tokens, weights, picked: list[tuple[int, int]], decimals: int,
-               words: bool) -> dict:
-    return {"command": "heads", "model": sentence.model.name, "sentence": sentence.text,
-            "tokens": list(tokens), "words": words, "decimals": decimals,
-            "heads": [{"layer": l, "head": h, "weights": rounded(weights[l - 1, h - 1], decimals)}
-                      for l, h in picked]}
+               words: bool, hide_special: bool = False) -> dict:
+    from mha_trace.render.heads import head_entry, heads_json
+
+    m = sentence.model
+    group, attention = m.heads // (m.kv_heads or m.heads), m.attention_module(1)
+    source = {"kind": "model", "model": m.name, "sentence": sentence.text, "words": words,
+              "hide_special": hide_special}
+    settings = {"layers": m.layers, "heads": m.heads, "kv_heads": m.kv_heads or m.heads,
+                "d_model": m.d_model, "d_k": m.d_model // m.heads,
+                "mask": "causal" if m.causal else "none", "pad": 0, "window": None,
+                "rope": attention.rope, "rope_base": attention.rope_base if attention.rope else None}
+    mask = np.tril(np.ones((len(tokens), len(tokens)), bool)) if m.causal else None
+    return heads_json(source, settings, tokens, mask,
+                      [head_entry(l, h, (h - 1) // group + 1, weights[l - 1, h - 1], decimals)
+                       for l, h in picked], None, None, decimals)
 
 
 def ablation_renderables(a, decimals: int) -> list:

@@ -213,7 +213,7 @@ def compare_impl_table(explicit: ShapesReport, fused: ShapesReport) -> list:
                       f"{big.op} {_shape(big.shape)}")
     gone = [s for s in explicit.steps if len(s.shape) == 4 and s.shape[-1] == explicit.key_len
             and s.shape[-2] == explicit.query_len and s.bytes]
-    lines = [f"Never materialised by the fused path: " + "; ".join(
+    lines = ["Never materialised by the fused path: " + "; ".join(
         f"row {s.index} {s.op} {_shape(s.shape)} {human_bytes(s.bytes)}" for s in gone) + "."]
     lines.append(f"Saved: {human_bytes(explicit.bytes_allocated - fused.bytes_allocated)} of "
                  f"{human_bytes(explicit.bytes_allocated)}; the outputs agree (the tests check it).")

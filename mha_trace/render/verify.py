@@ -80,7 +80,7 @@ def student_renderables(r) -> list:
         ref = r.reference_step
         lines += [f"First wrong step: {display_path(f.file)}:{f.line}  {f.source}",
                   f"  yours: {f.op} {list(f.shape)} {_values(f.value)}",
-                  f"  the lecture's: " + (f"{ref.op} {list(ref.shape)} {_values(ref.value)} "
+                  "  the lecture's: " + (f"{ref.op} {list(ref.shape)} {_values(ref.value)} "
                                           f"(attention.py:{ref.line} {ref.source})" if ref else "—")]
     else:
         lines.append("Every step's numbers appear in the lecture's computation, but forward returns "

@@ -92,6 +92,7 @@ LayerOpt = Annotated[int | None, typer.Option("--layer", "-l", help="With --mode
 ResplitOpt = Annotated[int | None, typer.Option("--heads", "-H", help="Re-split the same Q, K, V into H heads (must divide d_model). Example: --heads 4")]
 ConfigMaskOpt = Annotated[Mask | None, typer.Option("--mask", help="Override the config's mask: none or causal. Example: --mask causal")]
 ConfigPadOpt = Annotated[int | None, typer.Option("--pad", help="Mask the last N tokens as padding keys. Example: --pad 1")]
+IncludeInputsOpt = Annotated[bool, typer.Option("--include-inputs", help="With --format json: also the run's inputs and weights at full precision (forward's arguments and every parameter), so anyone can recompute it. Example: --format json --include-inputs")]
 DecimalsOpt = Annotated[int, typer.Option("--decimals", min=0, max=12, help="Decimals shown in tables (JSON always keeps full precision). Example: --decimals 6")]
 
 

@@ -35,6 +35,7 @@ def shapes(
     model: PretrainedOpt = None,
     sentence: SentenceOpt = None,
     layer: LayerOpt = None,
+    include_inputs: IncludeInputsOpt = False,
     out: Output = None,
 ):
     """Trace a real forward pass and print the shape, stride and memory of every tensor op.
@@ -59,11 +60,13 @@ def shapes(
         from mha_trace.cli import pretrained
         from mha_trace.resolve import refuse_with_model
 
-        refuse_with_model(compare_impl=compare_impl or None)
+        refuse_with_model(compare_impl=compare_impl or None, include_inputs=include_inputs or None)
         return pretrained.shapes(o, out)
     if compare_impl and impl != Impl.sdpa:
         raise MhaError("compare_impl goes with --impl sdpa (it compares the fused path with the "
                        "explicit one)", quantity="compare_impl")
+    if include_inputs and out.format.value != "json":
+        raise MhaError("include_inputs goes with --format json", quantity="include_inputs")
     report = trace_run(resolve(o, "sizes"))
     console = make_console(out)
     renderables, data = report.renderables(console.width), report.data()
@@ -85,6 +88,10 @@ def shapes(
         renderables += compare_impl_table(explicit, report)
         data["compare_impl"] = {"explicit_bytes": explicit.bytes_allocated,
                                 "sdpa_bytes": report.bytes_allocated}
+    if include_inputs:
+        from mha_trace.run import inputs_data
+
+        data["inputs"] = inputs_data(report.run)
     emit(out, renderables, data, console)
     if report.failure:
         from mha_trace.output import display_path

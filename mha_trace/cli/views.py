@@ -28,6 +28,25 @@ def _heads_of(run, head: int | None):
     return view
 
 
+def _check_include(include: bool, model, out: Output) -> None:
+    from mha_trace.output import Format
+    from mha_trace.resolve import refuse_with_model
+
+    if include and model:
+        refuse_with_model(include_inputs=True)
+    if include and out.format != Format.json:
+        raise MhaError("include_inputs goes with --format json", quantity="include_inputs")
+
+
+def _with_inputs(data: dict, run, include: bool) -> dict:
+    """--include-inputs: the run's inputs and weights beside the results."""
+    if not include:
+        return data
+    from mha_trace.run import inputs_data
+
+    return {**data, "inputs": inputs_data(run)}
+
+
 def _head_number(head: str | None) -> int | None:
     """--head for a config or a user's module: one number (a model's L.H goes with --model)."""
     if head is None:
@@ -61,6 +80,7 @@ def heads(
     overview: Annotated[bool, typer.Option("--overview", help="With --model: every layer.head as a small map, on one screen (the default when neither --layer nor --head is given). Example: --overview")] = False,
     words: Annotated[bool, typer.Option("--words", help="With --model: group word pieces into words (to a word: the sum over its pieces; from a word: the mean). Example: --words")] = False,
     hide_special: Annotated[bool, typer.Option("--hide-special", help="With --model: leave out the [CLS] and [SEP] rows and columns. Example: --hide-special")] = False,
+    include_inputs: IncludeInputsOpt = False,
     out: Output = None,
 ):
     """Each head's attention weights (rows: queries, columns: keys), their average, the output.
@@ -74,20 +94,23 @@ def heads(
     o = RunOptions(config, module, init, model, sentence, layer, d_model=d_model, heads=heads,
                    kv_heads=kv_heads, mask=mask and mask.value, pad=pad, rope=rope,
                    rope_base=rope_base, window=window)
+    _check_include(include_inputs, model, out)
     if model:
         from mha_trace.cli import pretrained
 
         return pretrained.heads(o, head, overview, words, hide_special, decimals, out)
     needs_model(None, None, overview=overview, words=words, hide_special=hide_special)
     head = _head_number(head)
-    view = _heads_of(resolve(o), head)
+    run = resolve(o)
+    view = _heads_of(run, head)
     if out.png and not module:
         from mha_trace.plots import save_heatmaps
 
         picked = [head - 1] if head else range(view.heads)
         save_heatmaps(out.png, view.config.title, [(f"head {h + 1}", view.tokens, view.tokens,
                                                     view.weights[h], view.mask) for h in picked], decimals, out.theme)
-    emit(out, view.renderables(decimals=decimals, head=head), view.data(decimals, head))
+    emit(out, view.renderables(decimals=decimals, head=head),
+         _with_inputs(view.data(decimals, head), run, include_inputs))
 
 
 @app.command(short_help="One token through every head, every product written out.")
@@ -111,6 +134,7 @@ def explain(
     model: PretrainedOpt = None,
     sentence: SentenceOpt = None,
     layer: LayerOpt = None,
+    include_inputs: IncludeInputsOpt = False,
     out: Output = None,
 ):
     """One token through every head: q·k written out for each key, ÷√d_k, softmax, Σ w·v, concat, W_O.
@@ -129,16 +153,18 @@ def explain(
         from mha_trace.cli import pretrained
         from mha_trace.resolve import refuse_with_model
 
-        refuse_with_model(png=out.png)
+        refuse_with_model(png=out.png, include_inputs=include_inputs or None)
         return pretrained.explain(o, head, token, position, decimals, out)
+    _check_include(include_inputs, None, out)
     head = _head_number(head)
-    view = _heads_of(resolve(o), head)
+    run = resolve(o)
+    view = _heads_of(run, head)
     if module:
         from mha_trace.render.explain import module_explain_data, module_explain_renderables
 
         i = find_position(view.tokens, token, position)
         emit(out, module_explain_renderables(view, i, decimals, head),
-             module_explain_data(view, i, decimals, head))
+             _with_inputs(module_explain_data(view, i, decimals, head), run, include_inputs))
         return
     w = walk(view, find_position(view.tokens, token, position))
     if out.png:
@@ -151,7 +177,8 @@ def explain(
         save_heatmaps(out.png, f"{view.config.title}: the query '{w.token}'",
                       [("weights per head", [f"head {hw.head}" for hw in w.heads], view.tokens,
                         rows, keep)], decimals, out.theme)
-    emit(out, w.renderables(decimals=decimals, head=head), w.data(decimals, head))
+    emit(out, w.renderables(decimals=decimals, head=head),
+         _with_inputs(w.data(decimals, head), run, include_inputs))
 
 
 def _int_list(text: str, quantity: str) -> list[int]:

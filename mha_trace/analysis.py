@@ -227,21 +227,12 @@ def ablate(config: Config, removed: list[int]) -> Ablation:
         if not 1 <= h <= config.heads:
             raise MhaError(f"head {h} is out of range (this config has heads 1 to {config.heads})",
                            quantity="head")
+    from mha_trace.ablation import heads_zeroed
+
     view = analyse(config)
     run = from_config(config)
-    d_k = config.d_k
-
-    def zero_heads(_, args):
-        concat = args[0].clone()
-        for h in removed:
-            concat[..., (h - 1) * d_k:h * d_k] = 0.0
-        return (concat,)
-
-    hook = run.module.W_o.register_forward_pre_hook(zero_heads)
-    try:
+    with heads_zeroed({run.module: [(None, h) for h in removed]}):
         output, _ = run.forward()
-    finally:
-        hook.remove()
     output = output[0].numpy()
     diff = output - view.output
     full_norm = float(np.linalg.norm(view.output))

@@ -63,30 +63,12 @@ class ModelAblation(Shows):
         return ablation_data(self, decimals)
 
 
-def _zeroing_hooks(model, plan: dict) -> list:
-    """plan: layer -> [(batch rows or None for all, head)]: zero those heads' slices before W_O."""
-    d_k = model.d_model // model.heads
-    hooks = []
-    for layer, targets in plan.items():
-        def zero(_, args, targets=targets):
-            concat = args[0].clone()
-            for rows, h in targets:
-                index = slice(None) if rows is None else rows
-                concat[index, :, (h - 1) * d_k:h * d_k] = 0.0
-            return (concat,)
-
-        hooks.append(model.attention_module(layer).W_o.register_forward_pre_hook(zero))
-    return hooks
-
-
 def _run_with(model, ids, plan: dict, batch: int = 1):
-    hooks = _zeroing_hooks(model, plan)
-    try:
-        with torch.no_grad():
-            out, _, _ = model.run(ids, batch=batch)
-    finally:
-        for hook in hooks:
-            hook.remove()
+    """The model on `ids` with heads removed; plan: layer -> [(batch rows or None, head)]."""
+    from mha_trace.ablation import heads_zeroed
+
+    with heads_zeroed({model.attention_module(l): t for l, t in plan.items()}), torch.no_grad():
+        out, _, _ = model.run(ids, batch=batch)
     return out
 
 

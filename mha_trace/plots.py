@@ -57,9 +57,11 @@ def save_model(path: str, title: str, tokens: list, weights, causal: bool,
     Returns the files written, the overview first."""
     import numpy as np
 
+    from mha_trace.masks import allowed
+
     w = np.asarray(weights, float)
     L, H, T, _ = w.shape
-    mask = np.tril(np.ones((T, T), bool)) if causal else None
+    mask = allowed(T, "causal") if causal else None
     paths = layer_paths(path, L)
     for l, layer_path in enumerate(paths):
         save_heatmaps(layer_path, f"{title}, layer {l + 1}",

@@ -126,15 +126,14 @@ def make_mask(seq: int, mask: str = "none", pad: int = 0, device=None,
     A padding-only mask is the same for every query: one row of T, expanded (no T·T copy).
     A sliding window of W lets query i see keys i - W + 1 .. i (causal, Mistral's convention).
     """
-    if mask == "none" and pad == 0 and window is None:
+    from mha_trace import masks
+
+    if not masks.is_masked(mask, pad, window):
         return None
-    pos = torch.arange(seq, device="cpu")  # built on the CPU: meta holds no values
-    keep = pos[None, :] < seq - pad  # padding: the last `pad` keys are not real tokens
-    if mask == "causal" or window is not None:
-        keep = keep & (pos[None, :] <= pos[:, None])  # causal: no looking ahead
-    if window is not None:
-        keep = keep & (pos[None, :] > pos[:, None] - window)  # at most `window` keys back
-    return keep.to(device).expand(seq, seq)
+    keep = torch.from_numpy(masks.allowed(seq, mask, pad, window))  # numpy: meta holds no values
+    if mask == "none" and window is None:  # padding only: one row, expanded (no T·T copy)
+        return keep[0].clone().to(device).expand(seq, seq)
+    return keep.to(device)
 
 
 def _device(sizes: Sizes) -> torch.device:

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field, replace
 
 from mha_trace.config import Config
 from mha_trace.errors import MhaError
+from mha_trace.masks import KINDS as MASKS  # the mask cycle: none, causal, window
 from mha_trace.validate import divisors
 
-MASKS = ("none", "causal", "window")
 PANES = ("trace", "heads", "token", "split", "ablate")
 MAX_TOKENS = 64  # every pane shows every token; past this a table stops being readable or quick
 

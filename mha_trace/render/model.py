@@ -12,6 +12,7 @@ import numpy as np
 from rich.style import Style
 from rich.text import Text
 
+from mha_trace.masks import allowed
 from mha_trace.render.matrices import fmt, legend, shade, weights_table
 
 _LEFT, _RIGHT = (0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80)  # braille dots by row
@@ -99,7 +100,7 @@ def head_tables(title: str, tokens, weights, picked: list, layer: int, decimals:
     """One weights table per (layer, head) picked, heads counted from 1; a causal model's
     future keys show as masked."""
     out = [Text(title, style="bold")]
-    mask = np.tril(np.ones((len(tokens), len(tokens)), bool)) if causal else None
+    mask = allowed(len(tokens), "causal") if causal else None
     for h in picked:
         out.append(weights_table(f"Head {layer}.{h}", tokens, weights[h - 1], mask, decimals))
     note = (" Rows and columns are words: to a word is the sum over its pieces, from a word the "
@@ -120,7 +121,7 @@ def heads_data(sentence, tokens, weights, picked: list[tuple[int, int]], decimal
                 "d_model": m.d_model, "d_k": m.d_model // m.heads,
                 "mask": "causal" if m.causal else "none", "pad": 0, "window": None,
                 "rope": attention.rope, "rope_base": attention.rope_base if attention.rope else None}
-    mask = np.tril(np.ones((len(tokens), len(tokens)), bool)) if m.causal else None
+    mask = allowed(len(tokens), "causal") if m.causal else None
     return heads_json(source, settings, tokens, mask,
                       [head_entry(l, h, (h - 1) // group + 1, weights[l - 1, h - 1], decimals)
                        for l, h in picked], None, None, decimals)

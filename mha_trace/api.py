@@ -195,7 +195,7 @@ class Model:
 
     def survey(self, text: str | None = None, *, source: str | None = None, targets=None):
         """Which layer.head does what, each head scored on the text (default: six sentences)."""
-        from mha_trace.probes import SURVEY_SENTENCES, survey
+        from mha_trace.model_analysis import SURVEY_SENTENCES, survey
 
         sentences = list(SURVEY_SENTENCES) if text is None else [_text(text)]
         to = [targets] if isinstance(targets, str) else targets
@@ -205,7 +205,7 @@ class Model:
     def ablate(self, text: str | None = None, *, heads=()):
         """The model's output with these heads ("4.2", ...) zeroed before W_O."""
         from mha_trace.models import parse_head
-        from mha_trace.probes import ablate
+        from mha_trace.model_analysis import ablate
 
         removed = [parse_head(_head(h)) for h in ([heads] if isinstance(heads, str) else heads)]
         if not removed:
@@ -215,13 +215,13 @@ class Model:
 
     def rank(self, text: str | None = None):
         """Every head removed on its own, ranked by how far the output moves."""
-        from mha_trace.probes import rank_heads
+        from mha_trace.model_analysis import rank_heads
 
         return rank_heads(self.run(text).sentence)
 
     def predict(self, text: str = "The capital of France is", top: int = 10, generate: int = 0):
         """A causal model's next-token distribution (and `generate` greedy tokens)."""
-        from mha_trace.probes import predict
+        from mha_trace.model_analysis import predict
 
         return predict(self.model, _text(text), _whole_numbers([top], "top")[0],
                        _whole_numbers([generate], "generate", least=0)[0])

@@ -48,7 +48,7 @@ def model_heads(run, layer: int | None = None, head: str | None = None, words: b
                 hide_special: bool = False) -> ModelHeads:
     """The heads of a model's run (`resolve` with a model): head "L.H", layer L, or all."""
     from mha_trace.models import parse_head
-    from mha_trace.probes import check_heads
+    from mha_trace.model_analysis import check_heads
     from mha_trace.resolve import check_layer
 
     s = run.sentence
@@ -92,7 +92,7 @@ def head_in_layer(layer: int | None, head: str | None) -> tuple[int | None, int 
 def model_walk(run, head: int | None, token: str | None, position: int | None):
     """One token of a model's run through its layer's heads (`explain --model`)."""
     from mha_trace.analysis import analyse, find_position, walk
-    from mha_trace.probes import check_heads
+    from mha_trace.model_analysis import check_heads
 
     s = run.sentence
     if head is not None:

@@ -186,7 +186,7 @@ def _model_run(o: RunOptions):
                                 "kv_heads", "mask", "pad", "rope", "window"))
     if o.decode:
         from mha_trace.models import load
-        from mha_trace.probes import predict
+        from mha_trace.model_analysis import predict
 
         m = load(o.model)
         if not m.causal:

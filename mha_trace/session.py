@@ -193,7 +193,7 @@ class Session:
 
         def make():
             if self.model:
-                from mha_trace.probes import ablate
+                from mha_trace.model_analysis import ablate
 
                 return ablate(self.sentence, [(self.layer, h) for h in sorted(self.off)])
             from mha_trace.analysis import ablate

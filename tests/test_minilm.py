@@ -16,7 +16,7 @@ import torch
 from mha_trace.analysis import analyse, walk
 from mha_trace.errors import MhaError
 from mha_trace.models import minilm
-from mha_trace.probes import ablate, detector_scores, survey
+from mha_trace.model_analysis import ablate, detector_scores, survey
 from mha_trace.render.model import braille_map, word_weights
 from mha_trace.run import from_model
 

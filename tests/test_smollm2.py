@@ -115,7 +115,7 @@ def test_predict_and_generate(cli):
 
 
 def test_ablation_moves_the_prediction(model):
-    from mha_trace.probes import ablate, rank_heads
+    from mha_trace.model_analysis import ablate, rank_heads
 
     s = model.encode(CAPITAL)
     a = ablate(s, [(24, 5)])

@@ -1,4 +1,4 @@
-"""`heads`, `explain`, `compare`, `ablate` and `configs`: what the heads compute on a config."""
+"""`heads`, `explain`, `compare` and `ablate`: what each head computes, on any source of a run."""
 
 from typing import Annotated
 
@@ -96,9 +96,9 @@ def heads(
                    rope_base=rope_base, window=window)
     _check_include(include_inputs, model, out)
     if model:
-        from mha_trace.cli import pretrained
+        from mha_trace.cli import models
 
-        return pretrained.heads(o, head, overview, words, hide_special, decimals, out)
+        return models.heads(o, head, overview, words, hide_special, decimals, out)
     needs_model(None, None, overview=overview, words=words, hide_special=hide_special)
     head = _head_number(head)
     run = resolve(o)
@@ -150,11 +150,11 @@ def explain(
                    kv_heads=kv_heads, mask=mask and mask.value, pad=pad, rope=rope,
                    rope_base=rope_base, window=window)
     if model:
-        from mha_trace.cli import pretrained
+        from mha_trace.cli import models
         from mha_trace.resolve import refuse_with_model
 
         refuse_with_model(png=out.png, include_inputs=include_inputs or None)
-        return pretrained.explain(o, head, token, position, decimals, out)
+        return models.explain(o, head, token, position, decimals, out)
     _check_include(include_inputs, None, out)
     head = _head_number(head)
     run = resolve(o)
@@ -270,46 +270,16 @@ def ablate(
     o = RunOptions(config, model=model, sentence=sentence, heads=heads, kv_heads=kv_heads,
                    mask=mask and mask.value, pad=pad, rope=rope, rope_base=rope_base, window=window)
     if model:
-        from mha_trace.cli import pretrained
+        from mha_trace.cli import models
 
         if head is None and not rank:
             raise MhaError("with --model, name the heads to remove, e.g. --head 6.12 (or rank "
                            "them all with --rank)", quantity="head")
         if head is not None and rank:
             raise MhaError("--head and --rank do not go together (--rank removes every head)")
-        return pretrained.ablate(o, head, decimals, out, rank, top)
+        return models.ablate(o, head, decimals, out, rank, top)
     from mha_trace.resolve import config_of
 
     needs_model(sentence, None, rank=rank)
     a = run_ablate(config_of(o), _int_list("2" if head is None else head, "head"))
     emit(out, a.renderables(decimals=decimals), a.data(decimals))
-
-
-@app.command(short_help="The bundled configs and what each shows.")
-@output_options()
-def configs(out: Output = None):
-    """List the bundled configs: name, title, tokens, d_model, heads, and what each shows.
-
-    Example: mha-trace configs
-    """
-    from mha_trace.config import bundled_names, load
-    from mha_trace.render.configs import configs_data, configs_table
-
-    found = [load(name) for name in bundled_names()]
-    emit(out, [configs_table(found)], configs_data(found))
-
-
-@app.command(short_help="The bundled example implementations (--module example:NAME).")
-@output_options()
-def examples(out: Output = None):
-    """List the bundled example implementations (the seed texts' classes, as written), each
-    runnable from anywhere with --module example:NAME.
-
-    Example: mha-trace examples
-    Example: mha-trace shapes --module example:l04 --d-model 64 --heads 4
-    """
-    from mha_trace.bundled import examples as found
-    from mha_trace.render.configs import examples_data, examples_table
-
-    listed = found()
-    emit(out, [examples_table(listed)], examples_data(listed))

@@ -70,13 +70,13 @@ def shapes(o, out: Output):
 
 def ablate(o, head, decimals, out: Output, rank: bool = False, top: int = 20):
     from mha_trace.models import parse_head
-    from mha_trace.probes import ablate as run_ablate
+    from mha_trace.model_analysis import ablate as run_ablate
     from mha_trace.render.model import ablation_data, ablation_renderables
     from mha_trace.resolve import resolve
 
     run = resolve(o)
     if rank:
-        from mha_trace.probes import rank_heads
+        from mha_trace.model_analysis import rank_heads
         from mha_trace.render.model import ranking_data, ranking_renderables
 
         r = rank_heads(run.sentence)
@@ -105,7 +105,7 @@ def survey(
     Example: mha-trace survey --model minilm --from it --to animal,street
     """
     from mha_trace.models import load
-    from mha_trace.probes import SURVEY_SENTENCES, survey as run_survey
+    from mha_trace.model_analysis import SURVEY_SENTENCES, survey as run_survey
     from mha_trace.render.survey import survey_data, survey_renderables
 
     if (source is None) != (targets is None):
@@ -131,7 +131,7 @@ def predict(
     Example: mha-trace predict --model smollm2 --sentence "The capital of France is" --generate 5
     """
     from mha_trace.models import load
-    from mha_trace.probes import predict as run_predict
+    from mha_trace.model_analysis import predict as run_predict
     from mha_trace.render.model import prediction_data, prediction_renderables
 
     p = run_predict(load(model), sentence, top, generate)

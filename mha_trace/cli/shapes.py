@@ -57,11 +57,11 @@ def shapes(
                    rope_base=rope_base, window=window, impl=given(impl.value, "explicit"),
                    decode=decode)
     if model:
-        from mha_trace.cli import pretrained
+        from mha_trace.cli import models
         from mha_trace.resolve import refuse_with_model
 
         refuse_with_model(compare_impl=compare_impl or None, include_inputs=include_inputs or None)
-        return pretrained.shapes(o, out)
+        return models.shapes(o, out)
     if compare_impl and impl != Impl.sdpa:
         raise MhaError("compare_impl goes with --impl sdpa (it compares the fused path with the "
                        "explicit one)", quantity="compare_impl")

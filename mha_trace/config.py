@@ -118,116 +118,144 @@ def _line(text: str, key: str) -> str:
     return ""
 
 
-def _parse(data: dict, text: str, shown: str, name: str) -> Config:
-    def fail(key: str, expected: str, found) -> MhaError:
-        found = repr(found) if isinstance(found, str) else found
-        return MhaError(f"{shown}: {key}{_line(text, key)}: expected {expected}, found {found}")
+class _Reader:
+    """Reads one config file's values, each checked, and words every problem with the file, the
+    key and its line."""
 
-    def unknown(keys: set, allowed: set, prefix: str = ""):
+    def __init__(self, text: str, shown: str):
+        self.text, self.shown = text, shown
+
+    def where(self, key: str) -> str:
+        return f"{self.shown}: {key}{_line(self.text, key)}"
+
+    def fail(self, key: str, expected: str, found) -> MhaError:
+        found = repr(found) if isinstance(found, str) else found
+        return MhaError(f"{self.where(key)}: expected {expected}, found {found}")
+
+    def unknown(self, keys: set, allowed: set, prefix: str = ""):
         for key in sorted(keys - allowed):
             close = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.5)
             hint = f" (did you mean '{prefix}{close[0]}'?)" if close else \
                 f" (known keys: {', '.join(sorted(allowed))})"
-            raise MhaError(f"{shown}: unknown key '{prefix}{key}'{_line(text, key)}{hint}")
+            raise MhaError(f"{self.shown}: unknown key '{prefix}{key}'{_line(self.text, key)}{hint}")
 
-    def integer(key: str, value, minimum: int) -> int:
+    def integer(self, key: str, value, minimum: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise fail(key, f"an integer ≥ {minimum}", value)
+            raise self.fail(key, f"an integer ≥ {minimum}", value)
         return value
 
-    def string(key: str, value) -> str:
+    def string(self, key: str, value) -> str:
         if not isinstance(value, str):
-            raise fail(key, "a string", value)
+            raise self.fail(key, "a string", value)
         return value
 
-    def matrix(key: str, value, rows: int, cols: int | None, what: str) -> tuple:
+    def matrix(self, key: str, value, rows: int, cols: int | None, what: str) -> tuple:
         if not isinstance(value, list) or not all(isinstance(r, list) for r in value):
-            raise fail(key, "a list of rows (a list of lists of numbers)", type(value).__name__)
+            raise self.fail(key, "a list of rows (a list of lists of numbers)", type(value).__name__)
         if len(value) != rows:
-            raise fail(key, f"{rows} rows ({what})", len(value))
+            raise self.fail(key, f"{rows} rows ({what})", len(value))
         width = cols if cols is not None else len(value[0])
         for i, row in enumerate(value, 1):
             if len(row) != width:
                 like = "like Q" if cols is not None and key != "qkv.Q" else "like row 1"
-                raise fail(f"{key} row {i}", f"{width} numbers {like}", len(row))
+                raise self.fail(f"{key} row {i}", f"{width} numbers {like}", len(row))
             for j, x in enumerate(row, 1):
                 if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-                    raise fail(f"{key} row {i} column {j}", "a finite number", x)
+                    raise self.fail(f"{key} row {i} column {j}", "a finite number", x)
         return tuple(tuple(float(x) for x in row) for row in value)
 
-    unknown(set(data), TOP_KEYS)
-    if "tokens" in data:
-        tokens = data["tokens"]
-        if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
-            raise fail("tokens", "a non-empty list of strings", tokens)
-    elif "sentence" in data:
-        tokens = string("sentence", data["sentence"]).split()
-        if not tokens:
-            raise fail("sentence", "at least one word", data["sentence"])
-    else:
-        raise MhaError(f"{shown}: missing key 'tokens' (or 'sentence'): expected the list of "
-                       f"tokens, e.g. tokens = [\"The\", \"cat\"]")
+
+def _parse(data: dict, text: str, shown: str, name: str) -> Config:
+    r = _Reader(text, shown)
+    r.unknown(set(data), TOP_KEYS)
+    tokens = _tokens(r, data)
     if "heads" not in data:
         raise MhaError(f"{shown}: missing key 'heads': expected an integer, e.g. heads = 2")
-    heads = integer("heads", data["heads"], 1)
-    kv_heads = integer("kv_heads", data["kv_heads"], 1) if "kv_heads" in data else None
-    mask = string("mask", data.get("mask", "none"))
-    if mask not in ("none", "causal"):
-        raise fail("mask", "'none' or 'causal'", mask)
-    pad = integer("pad", data.get("pad", 0), 0)
-    rope = data.get("rope", False)
-    if not isinstance(rope, bool):
-        raise fail("rope", "true or false", rope)
-    rope_base = data.get("rope_base", 10000.0)
-    if isinstance(rope_base, bool) or not isinstance(rope_base, (int, float)) or not 1 < rope_base < 1e300:
-        raise fail("rope_base", "a number more than 1 (LLaMA uses 10000)", rope_base)
-    window = integer("window", data["window"], 1) if "window" in data else None
-    title = string("title", data.get("title", " ".join(tokens)))
-    description = string("description", data.get("description", ""))
-    T = len(tokens)
-
-    if "qkv" in data:
-        qkv = data["qkv"]
-        if not isinstance(qkv, dict):
-            raise fail("qkv", "a table [qkv] with Q, K, V", type(qkv).__name__)
-        unknown(set(qkv), QKV_KEYS, "qkv.")
-        for key in ("Q", "K", "V"):
-            if key not in qkv:
-                raise MhaError(f"{shown}: missing key 'qkv.{key}': expected a {T}-row matrix "
-                               f"(one row per token)")
-        Q = matrix("qkv.Q", qkv["Q"], T, None, "one per token")
-        d_model = len(Q[0])
-        if d_model == 0:
-            raise fail("qkv.Q row 1", "at least one number", 0)
-        K = matrix("qkv.K", qkv["K"], T, d_model, "one per token")
-        V = matrix("qkv.V", qkv["V"], T, d_model, "one per token")
-        for extra in ("d_model", "seed"):
-            if extra in data:
-                raise MhaError(f"{shown}: key '{extra}'{_line(text, extra)} does not go with "
-                               f"[qkv] (d_model is the width of Q; nothing is drawn at random)")
-        seed = 0
-    else:
-        for key in ("Q", "K", "V"):
-            if key in data:
-                raise MhaError(f"{shown}: key '{key}'{_line(text, key)} must be inside a [qkv] "
-                               f"table")
-        if "d_model" not in data:
-            raise MhaError(f"{shown}: missing key 'd_model': expected an integer (the embedding "
-                           f"width), or give Q, K, V in a [qkv] table")
-        d_model = integer("d_model", data["d_model"], 1)
-        seed = integer("seed", data.get("seed", 0), 0)
-        Q = K = V = None
+    heads = r.integer("heads", data["heads"], 1)
+    kv_heads = r.integer("kv_heads", data["kv_heads"], 1) if "kv_heads" in data else None
+    options = _options(r, data)
+    title = r.string("title", data.get("title", " ".join(tokens)))
+    description = r.string("description", data.get("description", ""))
+    Q, K, V, d_model, seed = _qkv(r, data, len(tokens)) if "qkv" in data else _generated(r, data)
     W_O = data.get("W_O", data.get("qkv", {}).get("W_O") if isinstance(data.get("qkv"), dict) else None)
     if W_O is not None:
         key = "W_O" if "W_O" in data else "qkv.W_O"
-        W_O = matrix(key, W_O, d_model, d_model, f"d_model={d_model}, one per concatenated dim")
+        W_O = r.matrix(key, W_O, d_model, d_model, f"d_model={d_model}, one per concatenated dim")
 
     tokens, title, description = [printable(t) for t in tokens], printable(title), printable(description)
     config = Config(name, shown, title, description, tuple(tokens), heads, d_model, kv_heads,
-                    mask, pad, seed, Q, K, V, W_O, rope=rope, rope_base=float(rope_base),
-                    window=window)
-    _check_sizes(config, lambda key: f"{shown}: {key}{_line(text, key)}")
+                    options["mask"], options["pad"], seed, Q, K, V, W_O, rope=options["rope"],
+                    rope_base=options["rope_base"], window=options["window"])
+    _check_sizes(config, r.where)
     return config
+
+
+def _tokens(r: _Reader, data: dict) -> list:
+    if "tokens" in data:
+        tokens = data["tokens"]
+        if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
+            raise r.fail("tokens", "a non-empty list of strings", tokens)
+        return tokens
+    if "sentence" in data:
+        tokens = r.string("sentence", data["sentence"]).split()
+        if not tokens:
+            raise r.fail("sentence", "at least one word", data["sentence"])
+        return tokens
+    raise MhaError(f"{r.shown}: missing key 'tokens' (or 'sentence'): expected the list of "
+                   f"tokens, e.g. tokens = [\"The\", \"cat\"]")
+
+
+def _options(r: _Reader, data: dict) -> dict:
+    """mask, pad, rope, rope_base and window, each with its default."""
+    mask = r.string("mask", data.get("mask", "none"))
+    if mask not in ("none", "causal"):
+        raise r.fail("mask", "'none' or 'causal'", mask)
+    pad = r.integer("pad", data.get("pad", 0), 0)
+    rope = data.get("rope", False)
+    if not isinstance(rope, bool):
+        raise r.fail("rope", "true or false", rope)
+    rope_base = data.get("rope_base", 10000.0)
+    if isinstance(rope_base, bool) or not isinstance(rope_base, (int, float)) or not 1 < rope_base < 1e300:
+        raise r.fail("rope_base", "a number more than 1 (LLaMA uses 10000)", rope_base)
+    window = r.integer("window", data["window"], 1) if "window" in data else None
+    return {"mask": mask, "pad": pad, "rope": rope, "rope_base": float(rope_base),
+            "window": window}
+
+
+def _qkv(r: _Reader, data: dict, T: int) -> tuple:
+    """An explicit config's Q, K, V (T rows each), its width, and seed 0 (nothing is drawn)."""
+    qkv = data["qkv"]
+    if not isinstance(qkv, dict):
+        raise r.fail("qkv", "a table [qkv] with Q, K, V", type(qkv).__name__)
+    r.unknown(set(qkv), QKV_KEYS, "qkv.")
+    for key in ("Q", "K", "V"):
+        if key not in qkv:
+            raise MhaError(f"{r.shown}: missing key 'qkv.{key}': expected a {T}-row matrix "
+                           f"(one row per token)")
+    Q = r.matrix("qkv.Q", qkv["Q"], T, None, "one per token")
+    d_model = len(Q[0])
+    if d_model == 0:
+        raise r.fail("qkv.Q row 1", "at least one number", 0)
+    K = r.matrix("qkv.K", qkv["K"], T, d_model, "one per token")
+    V = r.matrix("qkv.V", qkv["V"], T, d_model, "one per token")
+    for extra in ("d_model", "seed"):
+        if extra in data:
+            raise MhaError(f"{r.shown}: key '{extra}'{_line(r.text, extra)} does not go with "
+                           f"[qkv] (d_model is the width of Q; nothing is drawn at random)")
+    return Q, K, V, d_model, 0
+
+
+def _generated(r: _Reader, data: dict) -> tuple:
+    """A generated config: no Q, K, V; its width and the seed everything is drawn from."""
+    for key in ("Q", "K", "V"):
+        if key in data:
+            raise MhaError(f"{r.shown}: key '{key}'{_line(r.text, key)} must be inside a [qkv] "
+                           f"table")
+    if "d_model" not in data:
+        raise MhaError(f"{r.shown}: missing key 'd_model': expected an integer (the embedding "
+                       f"width), or give Q, K, V in a [qkv] table")
+    return None, None, None, r.integer("d_model", data["d_model"], 1), \
+        r.integer("seed", data.get("seed", 0), 0)
 
 
 def _check_sizes(c: Config, where) -> None:

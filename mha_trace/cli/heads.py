@@ -28,25 +28,6 @@ def _heads_of(run, head: int | None):
     return view
 
 
-def _check_include(include: bool, model, out: Output) -> None:
-    from mha_trace.output import Format
-    from mha_trace.resolve import refuse_with_model
-
-    if include and model:
-        refuse_with_model(include_inputs=True)
-    if include and out.format != Format.json:
-        raise MhaError("include_inputs goes with --format json", quantity="include_inputs")
-
-
-def _with_inputs(data: dict, run, include: bool) -> dict:
-    """--include-inputs: the run's inputs and weights beside the results."""
-    if not include:
-        return data
-    from mha_trace.run import inputs_data
-
-    return {**data, "inputs": inputs_data(run)}
-
-
 def _head_number(head: str | None) -> int | None:
     """--head for a config or a user's module: one number (a model's L.H goes with --model)."""
     if head is None:
@@ -94,7 +75,7 @@ def heads(
     o = RunOptions(config, module, init, model, sentence, layer, d_model=d_model, heads=heads,
                    kv_heads=kv_heads, mask=mask and mask.value, pad=pad, rope=rope,
                    rope_base=rope_base, window=window)
-    _check_include(include_inputs, model, out)
+    check_include(include_inputs, model, out)
     if model:
         from mha_trace.cli import models
 
@@ -110,7 +91,7 @@ def heads(
         save_heatmaps(out.png, view.config.title, [(f"head {h + 1}", view.tokens, view.tokens,
                                                     view.weights[h], view.mask) for h in picked], decimals, out.theme)
     emit(out, view.renderables(decimals=decimals, head=head),
-         _with_inputs(view.data(decimals, head), run, include_inputs))
+         with_inputs(view.data(decimals, head), run, include_inputs))
 
 
 @app.command(short_help="One token through every head, every product written out.")
@@ -155,7 +136,7 @@ def explain(
 
         refuse_with_model(png=out.png, include_inputs=include_inputs or None)
         return models.explain(o, head, token, position, decimals, out)
-    _check_include(include_inputs, None, out)
+    check_include(include_inputs, None, out)
     head = _head_number(head)
     run = resolve(o)
     view = _heads_of(run, head)
@@ -164,7 +145,7 @@ def explain(
 
         i = find_position(view.tokens, token, position)
         emit(out, module_explain_renderables(view, i, decimals, head),
-             _with_inputs(module_explain_data(view, i, decimals, head), run, include_inputs))
+             with_inputs(module_explain_data(view, i, decimals, head), run, include_inputs))
         return
     w = walk(view, find_position(view.tokens, token, position))
     if out.png:
@@ -178,7 +159,7 @@ def explain(
                       [("weights per head", [f"head {hw.head}" for hw in w.heads], view.tokens,
                         rows, keep)], decimals, out.theme)
     emit(out, w.renderables(decimals=decimals, head=head),
-         _with_inputs(w.data(decimals, head), run, include_inputs))
+         with_inputs(w.data(decimals, head), run, include_inputs))
 
 
 def _int_list(text: str, quantity: str) -> list[int]:

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from mha_trace.errors import MhaError
 from mha_trace.files import check_outputs
 from mha_trace.output import Format, Output
 
@@ -94,6 +95,25 @@ ConfigMaskOpt = Annotated[Mask | None, typer.Option("--mask", help="Override the
 ConfigPadOpt = Annotated[int | None, typer.Option("--pad", help="Mask the last N tokens as padding keys. Example: --pad 1")]
 IncludeInputsOpt = Annotated[bool, typer.Option("--include-inputs", help="With --format json: also the run's inputs and weights at full precision (forward's arguments and every parameter), so anyone can recompute it. Example: --format json --include-inputs")]
 DecimalsOpt = Annotated[int, typer.Option("--decimals", min=0, max=12, help="Decimals shown in tables (JSON always keeps full precision). Example: --decimals 6")]
+
+
+def check_include(include: bool, model, out: Output) -> None:
+    from mha_trace.output import Format
+    from mha_trace.resolve import refuse_with_model
+
+    if include and model:
+        refuse_with_model(include_inputs=True)
+    if include and out.format != Format.json:
+        raise MhaError("include_inputs goes with --format json", quantity="include_inputs")
+
+
+def with_inputs(data: dict, run, include: bool) -> dict:
+    """--include-inputs: the run's inputs and weights beside the results."""
+    if not include:
+        return data
+    from mha_trace.run import inputs_data
+
+    return {**data, "inputs": inputs_data(run)}
 
 
 _OUTPUT = ["format", "no_color", "width", "svg", "html"]

@@ -65,37 +65,44 @@ def shapes(
     if compare_impl and impl != Impl.sdpa:
         raise MhaError("compare_impl goes with --impl sdpa (it compares the fused path with the "
                        "explicit one)", quantity="compare_impl")
-    if include_inputs and out.format.value != "json":
-        raise MhaError("include_inputs goes with --format json", quantity="include_inputs")
+    check_include(include_inputs, None, out)
     report = trace_run(resolve(o, "sizes"))
     console = make_console(out)
     renderables, data = report.renderables(console.width), report.data()
     if compact:
-        from mha_trace.render.shapes import compact_rows, compact_table, symbols
-
-        if module or decode or report.failure:
-            raise MhaError("compact shows the built-in module's eight lecture steps (not with "
-                           "--module or --decode)", quantity="compact")
-        renderables = [compact_table(report, console.width)]
-        sym = symbols(report)
-        data["compact"] = [{"row": name, "step": i, "symbols": sym[i]} for name, i in compact_rows(report)]
+        renderables = _compact(report, data, console.width, bool(module or decode))
     if compare_impl:
-        from dataclasses import replace
-
-        from mha_trace.render.shapes import compare_impl_table
-
-        explicit = trace_run(resolve(replace(o, impl=None), "sizes"))
-        renderables += compare_impl_table(explicit, report)
-        data["compare_impl"] = {"explicit_bytes": explicit.bytes_allocated,
-                                "sdpa_bytes": report.bytes_allocated}
-    if include_inputs:
-        from mha_trace.run import inputs_data
-
-        data["inputs"] = inputs_data(report.run)
-    emit(out, renderables, data, console)
+        renderables += _compare_impl(o, report, data)
+    emit(out, renderables, with_inputs(data, report.run, include_inputs), console)
     if report.failure:
         from mha_trace.output import display_path
 
         f = report.failure
         where = f"{display_path(f.file)}:{f.line}" if f.line else display_path(f.file)
         raise MhaError(f"forward raised at {where}: {f.message}", exit_code=1)
+
+
+def _compact(report, data: dict, width: int, other_run: bool) -> list:
+    """--compact: the lecture table's eight rows, each shape in symbols too."""
+    from mha_trace.render.shapes import compact_rows, compact_table, symbols
+
+    if other_run or report.failure:
+        raise MhaError("compact shows the built-in module's eight lecture steps (not with "
+                       "--module or --decode)", quantity="compact")
+    sym = symbols(report)
+    data["compact"] = [{"row": name, "step": i, "symbols": sym[i]} for name, i in compact_rows(report)]
+    return [compact_table(report, width)]
+
+
+def _compare_impl(o, report, data: dict) -> list:
+    """--compare-impl: the explicit path traced too, and what each allocates."""
+    from dataclasses import replace
+
+    from mha_trace.render.shapes import compare_impl_table
+    from mha_trace.resolve import resolve
+    from mha_trace.shapes import trace_run
+
+    explicit = trace_run(resolve(replace(o, impl=None), "sizes"))
+    data["compare_impl"] = {"explicit_bytes": explicit.bytes_allocated,
+                            "sdpa_bytes": report.bytes_allocated}
+    return compare_impl_table(explicit, report)

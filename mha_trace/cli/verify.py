@@ -43,57 +43,59 @@ def verify(
     Example: mha-trace verify --rope --window 4 --kv-heads 2 --dtype float64
     Example: mha-trace verify --module example:l04 --d-model 64 --heads 4
     """
-    from mha_trace.references import verify_config, verify_sizes
+    from mha_trace.resolve import RunOptions
 
-    mask = mask.value if mask else None
+    o = RunOptions(config, module, init, batch=batch, seq=seq, d_model=d_model, heads=heads,
+                   kv_heads=kv_heads, mask=mask and mask.value, pad=pad, dtype=dtype.value,
+                   device=device.value, seed=seed, rope=rope, rope_base=rope_base, window=window,
+                   impl=impl.value)
+    report = _student(o, map_) if module else _builtin(o, map_)
     if module:
         from mha_trace.render.verify import student_data, student_renderables
-        from mha_trace.student import check_module
 
-        if rope or window or impl != Impl.explicit or kv_heads:
-            raise MhaError("--rope, --window, --impl and --kv-heads check the built-in module; "
-                           "with --module give sizes (or --config), --mask and --seed",
-                           quantity="module")
-        given = lambda v, default: default if v is None else v
-        if config is not None:
-            from mha_trace.config import load
-            from mha_trace.student import check_on_config
-
-            report = check_on_config(module, load(config).with_overrides(heads, None, mask, pad),
-                                     init, map_)
-        else:
-            report = check_module(module, given(d_model, 64), given(heads, 4), given(seq, 6),
-                                  given(batch, 2), given(mask, "none"), given(seed, 0), init, map_)
         emit(out, student_renderables(report), student_data(report))
-        if not report.passed:
-            raise typer.Exit(1)
-        return
-    if map_ or init:
-        raise MhaError("--map and --init go with --module")
-    if config is not None:
-        from mha_trace.config import load
-
-        fixed = [f for f, v in (("--batch", batch), ("--seq", seq), ("--d-model", d_model),
-                                ("--seed", seed)) if v is not None]
-        if fixed:
-            raise MhaError(f"{', '.join(fixed)} {'goes' if len(fixed) == 1 else 'go'} with sizes "
-                           f"from flags; a config fixes its tokens, width and seed")
-        if impl != Impl.explicit:
-            raise MhaError("impl goes with sizes from flags (a config runs the explicit module)",
-                           quantity="impl")
-        report = verify_config(load(config).with_overrides(heads, kv_heads, mask, pad,
-                                                           rope or None, rope_base, window),
-                               dtype.value, device.value)
     else:
-        from mha_trace.resolve import RunOptions, sizes_of
+        from mha_trace.output import make_console
 
-        report = verify_sizes(sizes_of(RunOptions(
-            batch=batch, seq=seq, d_model=d_model, heads=heads, kv_heads=kv_heads, mask=mask,
-            pad=pad, dtype=dtype.value, device=device.value, seed=seed, rope=rope,
-            rope_base=rope_base, window=window, impl=impl.value)))
-    from mha_trace.output import make_console
-
-    console = make_console(out)
-    emit(out, report.renderables(console.width), report.data(), console)
+        console = make_console(out)
+        emit(out, report.renderables(console.width), report.data(), console)
     if not report.passed:
         raise typer.Exit(1)
+
+
+def _student(o, map_: str | None):
+    """--module: the student's class against the lecture's module, at the sizes or a config."""
+    from mha_trace.student import check_module, check_on_config
+
+    if o.rope or o.window or o.impl != "explicit" or o.kv_heads:
+        raise MhaError("--rope, --window, --impl and --kv-heads check the built-in module; "
+                       "with --module give sizes (or --config), --mask and --seed",
+                       quantity="module")
+    if o.config is not None:
+        from mha_trace.config import load
+
+        return check_on_config(o.module, load(o.config).with_overrides(o.heads, None, o.mask, o.pad),
+                               o.init, map_)
+    given = lambda v, default: default if v is None else v
+    return check_module(o.module, given(o.d_model, 64), given(o.heads, 4), given(o.seq, 6),
+                        given(o.batch, 2), given(o.mask, "none"), given(o.seed, 0), o.init, map_)
+
+
+def _builtin(o, map_: str | None):
+    """The built-in module against the references, at sizes from flags or on a config."""
+    from mha_trace.references import verify_config, verify_sizes
+    from mha_trace.resolve import config_of, sizes_of
+
+    if map_ or o.init:
+        raise MhaError("--map and --init go with --module")
+    if o.config is None:
+        return verify_sizes(sizes_of(o))
+    fixed = [f for f, v in (("--batch", o.batch), ("--seq", o.seq), ("--d-model", o.d_model),
+                            ("--seed", o.seed)) if v is not None]
+    if fixed:
+        raise MhaError(f"{', '.join(fixed)} {'goes' if len(fixed) == 1 else 'go'} with sizes "
+                       f"from flags; a config fixes its tokens, width and seed")
+    if o.impl != "explicit":
+        raise MhaError("impl goes with sizes from flags (a config runs the explicit module)",
+                       quantity="impl")
+    return verify_config(config_of(o), o.dtype, o.device)

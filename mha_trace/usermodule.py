@@ -83,6 +83,8 @@ def _import(target: str):
         folder = str(path.resolve().parent)
         if folder not in sys.path:  # a sibling import works as it does under `python FILE.py`
             sys.path.insert(0, folder)
+        # the student's folder gets no __pycache__ from us: reading their code leaves no trace
+        writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
         try:
             with user_code(f"importing {target}"):
                 spec.loader.exec_module(module)
@@ -91,6 +93,8 @@ def _import(target: str):
         except Exception as e:
             raise MhaError(f"module {printable(target)}: importing it raised "
                            f"{printable(explain_exception(e))}", quantity="module") from None
+        finally:
+            sys.dont_write_bytecode = writes
         return module
     try:
         return importlib.import_module(target)

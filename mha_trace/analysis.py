@@ -2,7 +2,8 @@
 
 The numbers come from attention.MultiHeadAttention itself, run as `run.from_config` sets it up
 (float64; for an explicit config the projections are identities, so heads are column slices of Q,
-K, V). The records render themselves (`Shows`): in a terminal, in Jupyter, as JSON.
+K, V), or from the user's module. The records are plain data; `mha_trace.render` finds each one's
+renderer by its type.
 """
 
 import math
@@ -19,31 +20,49 @@ from mha_trace.validate import divisors
 
 
 @dataclass
-class HeadsView(Shows):
-    config: Config
+class Heads(Shows):
+    """Every head's weights of one run, whatever its source: the one record `heads`, `explain`,
+    `ablate`, `compare`, the explorer and the API read.
+
+    kind names the source: "config" (the lecture's module, on a config, on sizes or on a model's
+    layer), "module" (the user's own module: only what its forward returned) or "model" (every
+    layer of a pretrained model, from `model_heads.model_heads`).
+    """
+
+    kind: str
+    tokens: tuple
+    layers: np.ndarray  # (layers, heads, T, T): a config's or a module's run has one layer
     mask: np.ndarray | None  # (T, T) bool, True where a query may look; None when unmasked
-    x: np.ndarray | None  # (T, D) generated embeddings; None for explicit Q, K, V
-    q: np.ndarray  # (T, D) projected queries
-    k: np.ndarray  # (T, G·d_k) projected keys
-    v: np.ndarray  # (T, G·d_k) projected values
-    weights: np.ndarray  # (H, T, T)
-    concat: np.ndarray  # (T, D): the heads' outputs side by side, before W_O
-    output: np.ndarray  # (T, D)
-    W_O: np.ndarray  # (D, D), output = concat @ W_O + b_O
+    output: np.ndarray | None = None  # (T, D) the layer's output (None for a whole model)
+    picked: list | None = None  # [(layer, head)] from 1 to show; None: every head
+    config: Config | None = None  # what the lecture's module ran (kind "config")
+    x: np.ndarray | None = None  # (T, D) generated embeddings; None for explicit Q, K, V
+    q: np.ndarray | None = None  # (T, D) projected queries (kind "config", as k to b_O)
+    k: np.ndarray | None = None  # (T, G·d_k) projected keys
+    v: np.ndarray | None = None  # (T, G·d_k) projected values
+    concat: np.ndarray | None = None  # (T, D): the heads' outputs side by side, before W_O
+    W_O: np.ndarray | None = None  # (D, D), output = concat @ W_O + b_O
     b_O: np.ndarray | None = None  # (D,) the output projection's bias (configs have none)
-    only: int | None = None  # the head shown when none is asked for (None: every head)
+    label: str = ""  # the user's module (kind "module"): its name, call and what it was fed
+    call: str = ""
+    how: str = ""
+    averaged: bool = False  # the module returned one (T, T) map averaged over its heads
+    sentence: object = None  # a model (kind "model"): the text through it (models.sentence)
+    words: bool = False  # word pieces grouped into words
+    hide_special: bool = False  # [CLS] and [SEP] left out
 
     @property
-    def tokens(self):
-        return self.config.tokens
+    def weights(self) -> np.ndarray:
+        """(heads, T, T) of a one-layer run; (layers, heads, T, T) of a whole model."""
+        return self.layers[0] if len(self.layers) == 1 and self.kind != "model" else self.layers
 
     @property
     def heads(self) -> int:
-        return self.config.heads
+        return self.layers.shape[1]
 
     @property
     def kv_heads(self) -> int:
-        return self.config.kv_heads or self.config.heads
+        return (self.config.kv_heads if self.config else None) or self.heads
 
     @property
     def d_k(self) -> int:
@@ -53,23 +72,24 @@ class HeadsView(Shows):
     def wo_identity(self) -> bool:
         return bool(np.array_equal(self.W_O, np.eye(len(self.W_O))))
 
+    @property
+    def whole(self) -> bool:
+        """A model's overview: neither a layer nor a head was named."""
+        return self.kind == "model" and self.picked is None
+
+    @property
+    def only(self) -> int | None:
+        """The head (from 1) of a one-layer run shown alone, if one was picked."""
+        return self.picked[0][1] if self.picked and len(self.picked) == 1 else None
+
     def kv_head_of(self, h: int) -> int:
         """The K/V head that query head h (0-based) reads under grouped-query attention."""
         return h // (self.heads // self.kv_heads)
 
-    def renderables(self, width: int = 100, decimals: int = 4, head: int | None = None) -> list:
-        from mha_trace.render.heads import heads_renderables
 
-        return heads_renderables(self, decimals, head or self.only)
-
-    def data(self, decimals: int = 4, head: int | None = None) -> dict:
-        from mha_trace.render.heads import heads_data
-
-        return heads_data(self, decimals, head or self.only)
-
-
-def analyse(source: Run | Config) -> HeadsView:
-    """Every head's weights, the projections, the concatenation and the output of one run."""
+def analyse(source: Run | Config) -> Heads:
+    """Every head's weights, the projections, the concatenation and the output of one run of
+    the lecture's module."""
     run = from_config(source) if isinstance(source, Config) else source
     module, (q, k, v) = run.module, run.qkv
     captured = {}
@@ -84,12 +104,25 @@ def analyse(source: Run | Config) -> HeadsView:
     finally:
         hook.remove()
     numpy = lambda t: t[0].double().cpu().numpy()
-    return HeadsView(
-        config=run.config, mask=None if run.mask is None else run.mask.cpu().numpy(),
+    return Heads(
+        "config", run.config.tokens, numpy(weights)[None],
+        None if run.mask is None else run.mask.cpu().numpy(), numpy(output), config=run.config,
         x=None if run.x is None else numpy(run.x), q=numpy(qp), k=numpy(kp), v=numpy(vp),
-        weights=numpy(weights), concat=numpy(captured["concat"]), output=numpy(output),
-        W_O=module.W_o.weight.detach().double().cpu().T.numpy(),
+        concat=numpy(captured["concat"]), W_O=module.W_o.weight.detach().double().cpu().T.numpy(),
         b_O=None if module.W_o.bias is None else module.W_o.bias.detach().double().cpu().numpy())
+
+
+def run_heads(run: Run, head: int | None = None) -> Heads:
+    """Every head's weights of a run of the lecture's module or of the user's; `head` (from 1,
+    checked against the heads there are) is the one shown."""
+    view = analyse(run) if run.builtin else module_heads(run)
+    if head is None:
+        return view
+    if not (isinstance(head, int) and 1 <= head <= view.heads):
+        what = "this config has" if run.builtin else "the module returned"
+        raise MhaError(f"head {head!r} is out of range ({what} heads 1 to {view.heads})",
+                       quantity="head")
+    return replace(view, picked=[(1, head)])
 
 
 def _rotated(t, module):
@@ -148,7 +181,7 @@ class HeadWalk:
 
 @dataclass
 class Walk(Shows):
-    view: HeadsView
+    view: Heads
     position: int
     sqrt_dk: float
     heads: list[HeadWalk]
@@ -160,18 +193,8 @@ class Walk(Shows):
     def token(self) -> str:
         return self.view.tokens[self.position]
 
-    def renderables(self, width: int = 100, decimals: int = 4, head: int | None = None) -> list:
-        from mha_trace.render.explain import explain_renderables
 
-        return explain_renderables(self, decimals, head or self.only)
-
-    def data(self, decimals: int = 4, head: int | None = None) -> dict:
-        from mha_trace.render.explain import explain_data
-
-        return explain_data(self, decimals, head or self.only)
-
-
-def walk(view: HeadsView, position: int) -> Walk:
+def walk(view: Heads, position: int) -> Walk:
     """One token through every head, each number computed by hand (numpy, float64).
 
     The tests check that these weights equal the module's own: the walk-through describes the
@@ -203,22 +226,12 @@ def walk(view: HeadsView, position: int) -> Walk:
 
 @dataclass
 class Ablation(Shows):
-    view: HeadsView  # the full run
+    view: Heads  # the full run
     removed: list[int]  # 1-based head numbers
     output: np.ndarray  # (T, D) with those heads' outputs zeroed before W_O
     per_token: np.ndarray  # (T,) L2 distance of each token's output from the full output
     total: float  # L2 norm of the whole difference
     relative: float  # total / L2 norm of the full output
-
-    def renderables(self, width: int = 100, decimals: int = 4) -> list:
-        from mha_trace.render.ablate import ablate_renderables
-
-        return ablate_renderables(self, decimals)
-
-    def data(self, decimals: int = 4) -> dict:
-        from mha_trace.render.ablate import ablate_data
-
-        return ablate_data(self, decimals)
 
 
 def ablate(config: Config, removed: list[int]) -> Ablation:
@@ -241,7 +254,14 @@ def ablate(config: Config, removed: list[int]) -> Ablation:
                     total / full_norm if full_norm else float("nan"))
 
 
-def compare(config: Config, head_counts: list[int]) -> list[HeadsView]:
+@dataclass
+class Comparison(Shows):
+    """The same input split into several head counts (one `Heads` each)."""
+
+    views: list
+
+
+def compare(config: Config, head_counts: list[int]) -> list[Heads]:
     """The same Q, K, V (or the same seed) split into each head count."""
     if not head_counts:
         raise MhaError("--heads needs a comma-separated list of head counts, e.g. 1,2,4")
@@ -264,32 +284,7 @@ def distinct_rows(weights: np.ndarray, decimals: int = 4) -> int:
     return len({tuple(np.round(row, decimals)) for row in weights})
 
 
-@dataclass
-class ModuleHeads(Shows):
-    """What the user's own module returned for a config's tokens."""
-
-    label: str
-    call: str
-    tokens: tuple
-    weights: np.ndarray  # (H, T, T), or (1, T, T) when the module averages over heads
-    averaged: bool  # the module returned one (T, T) map per batch item
-    output: np.ndarray  # (T, D)
-    mask: np.ndarray | None
-    how: str = "seeded embeddings, batch 1"  # what forward was fed
-    only: int | None = None  # the head shown when none is asked for (None: every head)
-
-    def renderables(self, width: int = 100, decimals: int = 4, head: int | None = None) -> list:
-        from mha_trace.render.heads import module_heads_renderables
-
-        return module_heads_renderables(self, decimals, head or self.only)
-
-    def data(self, decimals: int = 4, head: int | None = None) -> dict:
-        from mha_trace.render.heads import module_heads_data
-
-        return module_heads_data(self, decimals, head or self.only)
-
-
-def module_heads(run: Run) -> ModuleHeads:
+def module_heads(run: Run) -> Heads:
     """Run the user's module (`run.from_module`) and keep the weights it returns, per head."""
     from mha_trace import usermodule
 
@@ -317,6 +312,6 @@ def module_heads(run: Run) -> ModuleHeads:
     w = w.reshape(-1, T, T) if w.ndim <= 3 else w[0]
     averaged = weights.dim() == 3 and weights.shape[0] == 1 and run.sizes.heads > 1
     out = output.detach().double().cpu().numpy().reshape(-1, T, output.shape[-1])[0]
-    return ModuleHeads(run.label, run.call, run.tokens, w, averaged, out,
-                       None if run.mask is None else run.mask.cpu().numpy(),
-                       run.how or "seeded embeddings, batch 1")
+    return Heads("module", run.tokens, w[None], None if run.mask is None else run.mask.cpu().numpy(),
+                 out, label=run.label, call=run.call, how=run.how or "seeded embeddings, batch 1",
+                 averaged=averaged)

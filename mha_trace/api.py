@@ -15,10 +15,9 @@ the terminal text; `r.data()` and `r.to_json()` the JSON of `--format json`. Eve
 `resolve`, so bad input raises `MhaError` naming the quantity, as the CLI's `Error:` line does.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from mha_trace.errors import MhaError
-from mha_trace.output import Shows
 from mha_trace.resolve import RunOptions, resolve
 
 
@@ -55,14 +54,9 @@ def heads(config=None, *, head: int | None = None, **options):
     >>> heads("cat-sat-on-mat").weights.shape
     (2, 5, 5)
     """
-    from mha_trace.analysis import analyse, module_heads
+    from mha_trace.analysis import run_heads
 
-    run = resolve(_options(options, config=config))
-    view = analyse(run) if run.builtin else module_heads(run)
-    count = len(view.weights)
-    if head is not None and not (isinstance(head, int) and 1 <= head <= count):
-        raise MhaError(f"head {head!r} is out of range (heads 1 to {count})", quantity="head")
-    return replace(view, only=head)
+    return run_heads(resolve(_options(options, config=config)), head)
 
 
 def explain(config=None, token: str | None = None, position: int | None = None, *,
@@ -72,10 +66,10 @@ def explain(config=None, token: str | None = None, position: int | None = None, 
     >>> explain("cat-sat-on-mat", token="cat", head=1).heads[0].terms[1].weight
     0.2509...
     """
-    from mha_trace.analysis import HeadsView, find_position, walk
+    from mha_trace.analysis import Heads, find_position, walk
 
-    view = config if isinstance(config, HeadsView) else heads(config, head=head, **options)
-    if not isinstance(view, HeadsView):
+    view = config if isinstance(config, Heads) else heads(config, head=head, **options)
+    if view.kind != "config":
         raise MhaError("explain walks the lecture's module (its heads' q, k and v); for your "
                        "module use heads(module=...)", quantity="module")
     return replace(walk(view, find_position(view.tokens, token, position)), only=head)
@@ -89,26 +83,9 @@ def ablate(config=None, removed=(2,), **options):
     return run_ablate(config_of(_options(options, config=config)), _whole_numbers(removed, "removed"))
 
 
-@dataclass
-class Comparison(Shows):
-    """The same input split into several head counts."""
-
-    views: list
-
-    def renderables(self, width: int = 100, decimals: int = 4) -> list:
-        from mha_trace.render.compare import compare_renderables
-
-        return compare_renderables(self.views, decimals)
-
-    def data(self, decimals: int = 4) -> dict:
-        from mha_trace.render.compare import compare_data
-
-        return compare_data(self.views, decimals)
-
-
-def compare(config=None, head_counts=(1, 2, 4), **options) -> Comparison:
+def compare(config=None, head_counts=(1, 2, 4), **options):
     """The same Q, K, V split into each head count (`mha-trace compare --heads 1,2,4`)."""
-    from mha_trace.analysis import compare as run_compare
+    from mha_trace.analysis import Comparison, compare as run_compare
     from mha_trace.resolve import config_of
 
     counts = _whole_numbers(head_counts, "head_counts")

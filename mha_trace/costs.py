@@ -216,17 +216,6 @@ class CostReport(Shows):
     source: str | None = None  # where the preset's dimensions were published
     formulas: bool = False  # show each formula with the numbers put in
 
-    def renderables(self, width: int = 100) -> list:
-        from mha_trace.render.cost import cost_renderables
-
-        return cost_renderables(self.rows, self.dims, self.layers, self.label, self.source,
-                                self.formulas)
-
-    def data(self) -> dict:
-        from mha_trace.render.cost import cost_data
-
-        return cost_data(self.rows, self.dims, self.layers, self.preset, self.source)
-
 
 def cost_report(preset: str | None = None, batch: int | None = None, seq: int | None = None,
                 d_model: int | None = None, heads: int | None = None, kv_heads: int | None = None,

@@ -204,12 +204,12 @@ class Explorer(App):
                                                       overflow="ellipsis"))
 
     def draw_trace(self, keep_row: bool = False) -> None:
-        from mha_trace.render.shapes import _shape
+        from mha_trace.render.shapes import shape_text
 
         table = self.query_one("#steps", DataTable)
         row = table.cursor_row if keep_row else 0
         table.clear(columns=True)
-        rows = [(str(s.index), str(s.line or "in"), s.op, _shape(s.shape), s.text)
+        rows = [(str(s.index), str(s.line or "in"), s.op, shape_text(s.shape), s.text)
                 for s in self.session.report().steps]
         _columns(table, ("#", "ln", "op", "shape", "code"), rows)  # the code last: it may run long
         for cells in rows:
@@ -218,7 +218,7 @@ class Explorer(App):
         self.draw_step(table.cursor_row)
 
     def draw_step(self, row: int) -> None:
-        from mha_trace.render.shapes import _shape, _stride, step_note
+        from mha_trace.render.shapes import shape_text, stride_text, step_note
 
         steps = self.session.report().steps
         if not 0 <= row < len(steps):
@@ -237,7 +237,7 @@ class Explorer(App):
         self.query_one("#source", Static).update(source)
         kind = "view (shares memory)" if s.is_view else "new tensor"
         self.query_one("#detail", Static).update(Group(
-            Text(f"shape {_shape(s.shape)}   stride {_stride(s.stride)}   contiguous "
+            Text(f"shape {shape_text(s.shape)}   stride {stride_text(s.stride)}   contiguous "
                  f"{'yes' if s.contiguous else 'no'}   {kind}", style="bold"),
             Text(step_note(s))))
 
@@ -336,10 +336,6 @@ class Explorer(App):
         if result is None:
             body = [Text("Every head is on: switch one off to see how far each token's output "
                          "moves.", style="dim")]
-        elif s.model:
-            from mha_trace.render.model import ablation_renderables
-
-            body = ablation_renderables(result, 4)
         else:
             body = result.renderables(decimals=4)
         self.query_one("#ablation", Static).update(Group(head, Text(""), *body))

@@ -52,16 +52,6 @@ class ModelAblation(Shows):
         keep = p > 0
         return float(np.sum(p[keep] * (np.log(p[keep]) - np.log(np.maximum(q[keep], 1e-45)))))
 
-    def renderables(self, width: int = 100, decimals: int = 4) -> list:
-        from mha_trace.render.model import ablation_renderables
-
-        return ablation_renderables(self, decimals)
-
-    def data(self, decimals: int = 4) -> dict:
-        from mha_trace.render.model import ablation_data
-
-        return ablation_data(self, decimals)
-
 
 def _run_with(model, ids, plan: dict, batch: int = 1):
     """The model on `ids` with heads removed; plan: layer -> [(batch rows or None, head)]."""
@@ -105,16 +95,6 @@ class HeadRanking(Shows):
     top_drop: np.ndarray | None  # causal: how much the top-1 token's probability fell
     measure: str
     top_token: int | None = None  # causal: the full model's most likely next token
-
-    def renderables(self, width: int = 100, top: int = 20) -> list:
-        from mha_trace.render.model import ranking_renderables
-
-        return ranking_renderables(self, top)
-
-    def data(self) -> dict:
-        from mha_trace.render.model import ranking_data
-
-        return ranking_data(self)
 
 
 def rank_heads(sentence) -> HeadRanking:
@@ -181,16 +161,6 @@ class Survey(Shows):
     probe: dict | None = None  # coreference: {"from": token, "to": [...], "scores": {to: (L, H)}}
     builtin: bool = True  # the built-in sentence set (else the user's own sentence)
 
-    def renderables(self, width: int = 100, top: int = 3) -> list:
-        from mha_trace.render.survey import survey_renderables
-
-        return survey_renderables(self, top)
-
-    def data(self, top: int = 3) -> dict:
-        from mha_trace.render.survey import survey_data
-
-        return survey_data(self, top)
-
 
 def survey(model, sentences: list[str], source: str | None = None,
            targets: list[str] | None = None, builtin: bool = True) -> Survey:
@@ -250,16 +220,6 @@ class Prediction(Shows):
     text: str
     top: list  # [(token id, probability)], most likely first
     generated: list  # greedy continuation, token ids
-
-    def renderables(self, width: int = 100) -> list:
-        from mha_trace.render.model import prediction_renderables
-
-        return prediction_renderables(self)
-
-    def data(self) -> dict:
-        from mha_trace.render.model import prediction_data
-
-        return prediction_data(self)
 
 
 def predict(model, text: str, k: int = 10, generate: int = 0) -> Prediction:

@@ -1,54 +1,17 @@
 """A pretrained model's heads as `heads --model` and `Model.heads` show them: every head at a
 glance, one layer's tables, or one head; word pieces grouped into words; [CLS]/[SEP] hidden."""
 
-from dataclasses import dataclass
-
-import numpy as np
-
+from mha_trace.analysis import Heads
 from mha_trace.errors import MhaError
-from mha_trace.output import Shows
-
-
-@dataclass
-class ModelHeads(Shows):
-    sentence: object  # the text through the whole model (models.sentence.Sentence)
-    tokens: list  # the labels shown (tokens, or words with words=True)
-    weights: np.ndarray  # (layers, heads, T, T) as shown
-    picked: list  # [(layer, head)] from 1: every head, one layer's, or one
-    whole: bool  # neither a layer nor a head was named: the overview
-    words: bool = False
-    hide_special: bool = False
-
-    @property
-    def model(self):
-        return self.sentence.model
-
-    def renderables(self, width: int = 100, decimals: int = 4) -> list:
-        from mha_trace.render.model import head_tables, overview
-
-        if self.whole:
-            return overview(self.sentence, self.tokens, self.weights, width)
-        layer = self.picked[0][0]
-        where = f"layer {layer}" if len(self.picked) > 1 else f"head {layer}.{self.picked[0][1]}"
-        title = f"{self.model.name}, {where}: \"{self.sentence.text}\""
-        if self.hide_special:
-            title += "  ([CLS] and [SEP] hidden: rows no longer sum to 1)"
-        return head_tables(title, self.tokens, self.weights[layer - 1],
-                           [h for _, h in self.picked], layer, decimals, self.words,
-                           self.model.causal)
-
-    def data(self, decimals: int = 4) -> dict:
-        from mha_trace.render.model import heads_data
-
-        return heads_data(self.sentence, self.tokens, self.weights, self.picked, decimals,
-                          self.words, self.hide_special)
 
 
 def model_heads(run, layer: int | None = None, head: str | None = None, words: bool = False,
-                hide_special: bool = False) -> ModelHeads:
-    """The heads of a model's run (`resolve` with a model): head "L.H", layer L, or all."""
+                hide_special: bool = False) -> Heads:
+    """The heads of a model's run (`resolve` with a model): head "L.H", layer L, or all (the
+    overview: `picked` is None)."""
     from mha_trace.models import parse_head
     from mha_trace.model_analysis import check_heads
+    from mha_trace.masks import allowed
     from mha_trace.resolve import check_layer
 
     s = run.sentence
@@ -66,12 +29,13 @@ def model_heads(run, layer: int | None = None, head: str | None = None, words: b
     elif layer is not None:
         picked = [(check_layer(s.model, layer), h) for h in range(1, s.model.heads + 1)]
     else:
-        picked = [(l, h) for l in range(1, s.model.layers + 1) for h in range(1, s.model.heads + 1)]
-    return ModelHeads(s, tokens, weights, picked, head is None and layer is None, words,
-                      hide_special)
+        picked = None
+    mask = allowed(len(tokens), "causal") if s.model.causal else None
+    return Heads("model", tuple(tokens), weights, mask, picked=picked, sentence=s, words=words,
+                 hide_special=hide_special)
 
 
-def check_not_overview(view: ModelHeads, overview: bool) -> None:
+def check_not_overview(view: Heads, overview: bool) -> None:
     if overview and not view.whole:
         raise MhaError("--overview shows every head; it does not go with --layer or --head")
 

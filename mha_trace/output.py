@@ -45,17 +45,22 @@ class Output:
 
 
 class Shows:
-    """A result that renders itself: in a terminal (rich), in Jupyter (HTML) and as JSON.
+    """A record shown in a terminal (rich), in Jupyter (HTML) and as JSON.
 
-    Subclasses give `renderables(width)` (rich renderables, as the CLI prints them) and `data()`
-    (the JSON the CLI prints with --format json, without schema_version).
+    `renderables(width, **options)` (rich renderables, as the CLI prints them) and
+    `data(**options)` (the JSON of --format json, without schema_version) come from the renderer
+    `mha_trace.render` has registered for the record's type: records never import renderers.
     """
 
-    def renderables(self, width: int = PLAIN_WIDTH) -> list:
-        raise NotImplementedError
+    def renderables(self, width: int = PLAIN_WIDTH, **options) -> list:
+        from mha_trace import render
 
-    def data(self) -> dict:
-        raise NotImplementedError
+        return render.renderables(self, width, **options)
+
+    def data(self, **options) -> dict:
+        from mha_trace import render
+
+        return render.data(self, **options)
 
     def to_json(self) -> str:
         return json.dumps({"schema_version": SCHEMA_VERSION, **self.data()}, indent=2,

@@ -43,16 +43,6 @@ class VerifyReport(Shows):
     def passed(self) -> bool:
         return all(c.passed is not False for c in self.checks)
 
-    def renderables(self, width: int = 100) -> list:
-        from mha_trace.render.verify import verify_renderables
-
-        return verify_renderables(self, width)
-
-    def data(self) -> dict:
-        from mha_trace.render.verify import verify_data
-
-        return verify_data(self)
-
 
 def numpy_rope(x: np.ndarray, base: float) -> np.ndarray:
     """RoPE by hand: pair (x_i, x_{i+d/2}) at position p turns by the angle p · base^(-2i/d)."""

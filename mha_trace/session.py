@@ -2,7 +2,7 @@
 
 A Session is one source of a run (a config, flags, or a pretrained model's sentence) plus what the
 lecturer has picked: the head count, the mask, a head, a token, the heads switched off, a layer.
-Every view it hands out is the record the CLI prints (ShapesReport, HeadsView, Walk, Ablation,
+Every view it hands out is the record the CLI prints (ShapesReport, Heads, Walk, Ablation,
 ModelAblation), computed by the same functions, and cached until a choice that changes it.
 """
 
@@ -175,7 +175,7 @@ class Session:
         return self._cached("report", make)
 
     def view(self):
-        """Every head's weights (HeadsView), as `heads` shows them."""
+        """Every head's weights (Heads), as `heads` shows them."""
         from mha_trace.analysis import analyse
 
         return self._cached("view", lambda: analyse(self.run()))

@@ -83,17 +83,6 @@ class ShapesReport(Shows):
         phases = ["prefill"] + [f"decode step {i + 1}" for i in range(s.decode)]
         return [(p, s.seq + i, per_token * (s.seq + i)) for i, p in enumerate(phases)]
 
-    def renderables(self, width: int = 100) -> list:
-        from mha_trace.render.shapes import failure_renderables, shapes_notes, shapes_table
-
-        table = shapes_table(self, width)
-        return [table, *failure_renderables(self)] if self.failure else [table, shapes_notes(self)]
-
-    def data(self) -> dict:
-        from mha_trace.render.shapes import shapes_data
-
-        return shapes_data(self)
-
 
 def trace_run(run: Run) -> ShapesReport:
     """Trace the run's forward pass; a failure inside a user's module is kept, not raised."""

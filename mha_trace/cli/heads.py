@@ -12,22 +12,6 @@ from mha_trace.output import Output, emit
 ModuleDModelOpt = Annotated[int | None, typer.Option("--d-model", "-d", help="With --module: the width to build it with (default 64). Example: --d-model 64")]
 
 
-def _heads_of(run, head: int | None):
-    """Every head's weights of a config's run (HeadsView), or of a user's module (ModuleHeads);
-    `head` (from 1) checked against the heads there are."""
-    from mha_trace.analysis import analyse, module_heads
-
-    if run.builtin:
-        view, what = analyse(run), "this config has"
-        count = view.heads
-    else:
-        view = module_heads(run)
-        count, what = len(view.weights), "the module returned"
-    if head is not None and not 1 <= head <= count:
-        raise MhaError(f"head {head} is out of range ({what} heads 1 to {count})", quantity="head")
-    return view
-
-
 def _head_number(head: str | None) -> int | None:
     """--head for a config or a user's module: one number (a model's L.H goes with --model)."""
     if head is None:
@@ -70,6 +54,7 @@ def heads(
     Example: mha-trace heads --config chicken-road --head 3
     Example: mha-trace heads --model minilm --sentence "The animal didn't cross the street because it was too tired." --head 4.1
     """
+    from mha_trace.analysis import run_heads
     from mha_trace.resolve import RunOptions, needs_model, resolve
 
     o = RunOptions(config, module, init, model, sentence, layer, d_model=d_model, heads=heads,
@@ -83,7 +68,7 @@ def heads(
     needs_model(None, None, overview=overview, words=words, hide_special=hide_special)
     head = _head_number(head)
     run = resolve(o)
-    view = _heads_of(run, head)
+    view = run_heads(run, head)
     if out.png and not module:
         from mha_trace.plots import save_heatmaps
 
@@ -91,7 +76,7 @@ def heads(
         save_heatmaps(out.png, view.config.title, [(f"head {h + 1}", view.tokens, view.tokens,
                                                     view.weights[h], view.mask) for h in picked], decimals, out.theme)
     emit(out, view.renderables(decimals=decimals, head=head),
-         with_inputs(view.data(decimals, head), run, include_inputs))
+         with_inputs(view.data(decimals=decimals, head=head), run, include_inputs))
 
 
 @app.command(short_help="One token through every head, every product written out.")
@@ -124,7 +109,7 @@ def explain(
     Example: mha-trace explain --token cat
     Example: mha-trace explain --model minilm --token it --head 6.12
     """
-    from mha_trace.analysis import find_position, walk
+    from mha_trace.analysis import find_position, run_heads, walk
     from mha_trace.resolve import RunOptions, resolve
 
     o = RunOptions(config, module, init, model, sentence, layer, d_model=d_model, heads=heads,
@@ -139,7 +124,7 @@ def explain(
     check_include(include_inputs, None, out)
     head = _head_number(head)
     run = resolve(o)
-    view = _heads_of(run, head)
+    view = run_heads(run, head)
     if module:
         from mha_trace.render.explain import module_explain_data, module_explain_renderables
 
@@ -159,7 +144,7 @@ def explain(
                       [("weights per head", [f"head {hw.head}" for hw in w.heads], view.tokens,
                         rows, keep)], decimals, out.theme)
     emit(out, w.renderables(decimals=decimals, head=head),
-         with_inputs(w.data(decimals, head), run, include_inputs))
+         with_inputs(w.data(decimals=decimals, head=head), run, include_inputs))
 
 
 def _int_list(text: str, quantity: str) -> list[int]:
@@ -191,8 +176,7 @@ def compare(
 
     Example: mha-trace compare --heads 1,2,4
     """
-    from mha_trace.analysis import compare as run_compare
-    from mha_trace.render.compare import compare_data, compare_renderables
+    from mha_trace.analysis import Comparison, compare as run_compare
 
     if module:
         raise MhaError("compare re-splits one set of projections into other head counts, which "
@@ -210,7 +194,8 @@ def compare(
         save_heatmaps(out.png, f"{c.title}: heads {heads}",
                       [(f"H={v.heads} head {h + 1}", v.tokens, v.tokens, v.weights[h], v.mask)
                        for v in views for h in range(v.heads)], decimals, out.theme)
-    emit(out, compare_renderables(views, decimals), compare_data(views, decimals))
+    shown = Comparison(views)
+    emit(out, shown.renderables(decimals=decimals), shown.data(decimals=decimals))
 
 
 @app.command(short_help="The output without some heads, and how far it moved.")
@@ -263,4 +248,4 @@ def ablate(
 
     needs_model(sentence, None, rank=rank)
     a = run_ablate(config_of(o), _int_list("2" if head is None else head, "head"))
-    emit(out, a.renderables(decimals=decimals), a.data(decimals))
+    emit(out, a.renderables(decimals=decimals), a.data(decimals=decimals))

@@ -1,5 +1,5 @@
 """`--model` on heads, explain, shapes and ablate, and the `survey` command: a pretrained model's
-real heads. The commands in views.py and tracing.py hand over here when --model is given.
+real heads. The commands in cli/heads.py and cli/shapes.py hand over here when --model is given.
 """
 
 from typing import Annotated
@@ -13,20 +13,19 @@ from mha_trace.output import Output, emit
 
 def heads(o, head, overview, words, hide_special, decimals, out: Output):
     from mha_trace.model_heads import check_not_overview, model_heads
-
+    from mha_trace.output import make_console
     from mha_trace.resolve import resolve
 
     view = model_heads(resolve(o), o.layer, head, words, hide_special)
     check_not_overview(view, overview)
     if out.png:
         _save_model_png(view, decimals, out)
-    from mha_trace.output import make_console
-
-    emit(out, view.renderables(make_console(out).width, decimals), view.data(decimals))
+    emit(out, view.renderables(make_console(out).width, decimals=decimals),
+         view.data(decimals=decimals))
 
 
 def _save_model_png(view, decimals: int, out: Output) -> None:
-    s, tokens, weights = view.sentence, view.tokens, view.weights
+    s, tokens, weights = view.sentence, view.tokens, view.layers
     if not view.whole:
         from mha_trace.plots import save_heatmaps
 
@@ -55,7 +54,7 @@ def explain(o, head, token, position, decimals, out: Output):
 
     layer, only = head_in_layer(o.layer, head)
     w = model_walk(resolve(replace(o, layer=layer)), only, token, position)
-    emit(out, w.renderables(decimals=decimals, head=only), w.data(decimals, only))
+    emit(out, w.renderables(decimals=decimals, head=only), w.data(decimals=decimals, head=only))
 
 
 def shapes(o, out: Output):
@@ -71,22 +70,20 @@ def shapes(o, out: Output):
 def ablate(o, head, decimals, out: Output, rank: bool = False, top: int = 20):
     from mha_trace.models import parse_head
     from mha_trace.model_analysis import ablate as run_ablate
-    from mha_trace.render.model import ablation_data, ablation_renderables
     from mha_trace.resolve import resolve
 
     run = resolve(o)
     if rank:
         from mha_trace.model_analysis import rank_heads
-        from mha_trace.render.model import ranking_data, ranking_renderables
 
         r = rank_heads(run.sentence)
-        emit(out, ranking_renderables(r, top), ranking_data(r))
+        emit(out, r.renderables(top=top), r.data())
         return
     removed = [parse_head(part.strip()) for part in head.split(",") if part.strip()]
     if not removed:
         raise MhaError("needs at least one LAYER.HEAD, e.g. 6.12", quantity="head")
     a = run_ablate(run.sentence, removed)
-    emit(out, ablation_renderables(a, decimals), ablation_data(a, decimals))
+    emit(out, a.renderables(decimals=decimals), a.data(decimals=decimals))
 
 
 @app.command(short_help="Which layer.head of a model does what, ranked.")
@@ -106,7 +103,6 @@ def survey(
     """
     from mha_trace.models import load
     from mha_trace.model_analysis import SURVEY_SENTENCES, survey as run_survey
-    from mha_trace.render.survey import survey_data, survey_renderables
 
     if (source is None) != (targets is None):
         raise MhaError("--from and --to go together, e.g. --from it --to animal,street")
@@ -114,7 +110,7 @@ def survey(
     sentences = [sentence] if sentence is not None else list(SURVEY_SENTENCES)
     result = run_survey(load(model), sentences, source.lower() if source else None, to,
                         builtin=sentence is None)
-    emit(out, survey_renderables(result, top), survey_data(result, top))
+    emit(out, result.renderables(top=top), result.data(top=top))
 
 
 @app.command(short_help="A causal model's next-token distribution.")
@@ -132,7 +128,6 @@ def predict(
     """
     from mha_trace.models import load
     from mha_trace.model_analysis import predict as run_predict
-    from mha_trace.render.model import prediction_data, prediction_renderables
 
     p = run_predict(load(model), sentence, top, generate)
-    emit(out, prediction_renderables(p), prediction_data(p))
+    emit(out, p.renderables(), p.data())

@@ -5,6 +5,8 @@ from rich.text import Text
 
 from mha_trace.output import new_table
 from mha_trace.render.matrices import rounded, config_data, describe, fmt, vector
+from mha_trace.render import data, renderables
+from mha_trace.analysis import Ablation
 
 
 def ablate_renderables(a, decimals: int) -> list:
@@ -31,3 +33,13 @@ def ablate_data(a, decimals: int) -> dict:
             "output": rounded(a.output, decimals),
             "per_token_l2": [float(x) for x in a.per_token],
             "total_l2": float(a.total), "relative": float(a.relative)}
+
+
+@renderables.register(Ablation)
+def _ablation(a, width: int, decimals: int = 4, **_) -> list:
+    return ablate_renderables(a, decimals)
+
+
+@data.register(Ablation)
+def _ablation_data(a, decimals: int = 4, **_) -> dict:
+    return ablate_data(a, decimals)

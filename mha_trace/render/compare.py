@@ -4,7 +4,8 @@ import numpy as np
 from rich.columns import Columns
 from rich.text import Text
 
-from mha_trace.analysis import distinct_rows
+from mha_trace.analysis import Comparison, distinct_rows
+from mha_trace.render import data, renderables
 from mha_trace.render.matrices import matrix_table, rounded, weights_table, config_data, legend
 
 
@@ -49,3 +50,13 @@ def compare_data(views, decimals: int) -> dict:
                       "distinct_rows": [distinct_rows(w) for w in v.weights],
                       "output": rounded(v.output, decimals),
                       "reading": reading(v, views[0])} for v in views]}
+
+
+@renderables.register(Comparison)
+def _comparison(c, width: int, decimals: int = 4, **_) -> list:
+    return compare_renderables(c.views, decimals)
+
+
+@data.register(Comparison)
+def _comparison_data(c, decimals: int = 4, **_) -> dict:
+    return compare_data(c.views, decimals)

@@ -4,6 +4,8 @@ from rich.text import Text
 
 from mha_trace.costs import decimal_bytes, human_bytes, si
 from mha_trace.output import new_table
+from mha_trace.render import data, renderables
+from mha_trace.costs import CostReport
 
 
 def _count(n: int, unit: str) -> str:
@@ -70,3 +72,13 @@ def cost_data(rows, d, layers: int, preset: str | None, source: str | None) -> d
                   "numbers": r.numbers, "per_layer": r.per_layer, "total": r.total,
                   "unit": r.unit} for r in rows],
     }
+
+
+@renderables.register(CostReport)
+def _cost(r, width: int, **_) -> list:
+    return cost_renderables(r.rows, r.dims, r.layers, r.label, r.source, r.formulas)
+
+
+@data.register(CostReport)
+def _cost_data(r, **_) -> dict:
+    return cost_data(r.rows, r.dims, r.layers, r.preset, r.source)

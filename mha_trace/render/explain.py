@@ -3,6 +3,8 @@
 from rich.text import Text
 
 from mha_trace.output import new_table
+from mha_trace.analysis import Walk
+from mha_trace.render import data, renderables
 from mha_trace.render.matrices import (MASKED, MAX_DIMS, matrix_table, config_data, describe, fmt,
                                        shade, sharing_table, short, vector)
 
@@ -141,3 +143,13 @@ def module_explain_data(m, i: int, decimals: int, only_head: int | None) -> dict
             "heads": [{"head": h + 1, "weights": [float(x) for x in m.weights[h][i]]}
                       for h in picked],
             "output": [float(x) for x in m.output[i]]}
+
+
+@renderables.register(Walk)
+def _walk(w, width: int, decimals: int = 4, head: int | None = None, **_) -> list:
+    return explain_renderables(w, decimals, head or w.only)
+
+
+@data.register(Walk)
+def _walk_data(w, decimals: int = 4, head: int | None = None, **_) -> dict:
+    return explain_data(w, decimals, head or w.only)

@@ -1,9 +1,33 @@
-"""Render `heads`: each head's weight matrix, the average, the output (and a user module's)."""
+"""Render `heads`: each head's weight matrix, the average, the output, whatever the source (the
+lecture's module, the user's module, a pretrained model's layers)."""
 
 from rich.text import Text
 
+from mha_trace.analysis import Heads
+from mha_trace.render import data, renderables
+
 from mha_trace.render.matrices import (matrix_table, rounded, weights_table, config_data,
                                        describe, head_title, legend, sharing_table)
+
+
+@renderables.register(Heads)
+def _heads(view, width: int, decimals: int = 4, head: int | None = None, **_) -> list:
+    if view.kind == "model":
+        from mha_trace.render.model import model_heads_renderables
+
+        return model_heads_renderables(view, width, decimals)
+    shown = module_heads_renderables if view.kind == "module" else heads_renderables
+    return shown(view, decimals, head or view.only)
+
+
+@data.register(Heads)
+def _heads_data(view, decimals: int = 4, head: int | None = None, **_) -> dict:
+    if view.kind == "model":
+        from mha_trace.render.model import model_heads_data
+
+        return model_heads_data(view, decimals)
+    shown = module_heads_data if view.kind == "module" else heads_data
+    return shown(view, decimals, head or view.only)
 
 
 def heads_renderables(view, decimals: int, only_head: int | None) -> list:

@@ -14,6 +14,8 @@ from rich.text import Text
 
 from mha_trace.masks import allowed
 from mha_trace.render.matrices import fmt, legend, shade, weights_table
+from mha_trace.render import data, renderables
+from mha_trace.model_analysis import HeadRanking, ModelAblation, Prediction
 
 _LEFT, _RIGHT = (0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80)  # braille dots by row
 
@@ -109,20 +111,34 @@ def head_tables(title: str, tokens, weights, picked: list, layer: int, decimals:
     return out
 
 
-def heads_data(sentence, tokens, weights, picked: list[tuple[int, int]], decimals: int,
-               words: bool, hide_special: bool = False) -> dict:
+def model_heads_renderables(view, width: int, decimals: int) -> list:
+    """A model's `Heads`: the overview, one layer's tables or one head's."""
+    s = view.sentence
+    if view.whole:
+        return overview(s, view.tokens, view.layers, width)
+    layer = view.picked[0][0]
+    where = f"layer {layer}" if len(view.picked) > 1 else f"head {layer}.{view.picked[0][1]}"
+    title = f"{s.model.name}, {where}: \"{s.text}\""
+    if view.hide_special:
+        title += "  ([CLS] and [SEP] hidden: rows no longer sum to 1)"
+    return head_tables(title, view.tokens, view.layers[layer - 1], [h for _, h in view.picked],
+                       layer, decimals, view.words, s.model.causal)
+
+
+def model_heads_data(view, decimals: int) -> dict:
     from mha_trace.render.heads import head_entry, heads_json
 
+    sentence, tokens, weights, words = view.sentence, view.tokens, view.layers, view.words
     m = sentence.model
+    picked = view.picked or [(l, h) for l in range(1, m.layers + 1) for h in range(1, m.heads + 1)]
     group, attention = m.heads // (m.kv_heads or m.heads), m.attention_module(1)
     source = {"kind": "model", "model": m.name, "sentence": sentence.text, "words": words,
-              "hide_special": hide_special}
+              "hide_special": view.hide_special}
     settings = {"layers": m.layers, "heads": m.heads, "kv_heads": m.kv_heads or m.heads,
                 "d_model": m.d_model, "d_k": m.d_model // m.heads,
                 "mask": "causal" if m.causal else "none", "pad": 0, "window": None,
                 "rope": attention.rope, "rope_base": attention.rope_base if attention.rope else None}
-    mask = allowed(len(tokens), "causal") if m.causal else None
-    return heads_json(source, settings, tokens, mask,
+    return heads_json(source, settings, tokens, view.mask,
                       [head_entry(l, h, (h - 1) // group + 1, weights[l - 1, h - 1], decimals)
                        for l, h in picked], None, None, decimals)
 
@@ -236,3 +252,33 @@ def prediction_data(p) -> dict:
                     for t, q in p.top],
             "generated": [{"token": p.model.token_text(t), "id": t} for t in p.generated],
             "text": p.text + p.model.tokenizer.decode(p.generated) if p.generated else p.text}
+
+
+@renderables.register(ModelAblation)
+def _ablation(a, width: int, decimals: int = 4, **_) -> list:
+    return ablation_renderables(a, decimals)
+
+
+@data.register(ModelAblation)
+def _ablation_data(a, decimals: int = 4, **_) -> dict:
+    return ablation_data(a, decimals)
+
+
+@renderables.register(HeadRanking)
+def _ranking(r, width: int, top: int = 20, **_) -> list:
+    return ranking_renderables(r, top)
+
+
+@data.register(HeadRanking)
+def _ranking_data(r, **_) -> dict:
+    return ranking_data(r)
+
+
+@renderables.register(Prediction)
+def _prediction(p, width: int, **_) -> list:
+    return prediction_renderables(p)
+
+
+@data.register(Prediction)
+def _prediction_data(p, **_) -> dict:
+    return prediction_data(p)

@@ -10,17 +10,18 @@ from rich.text import Text
 
 from mha_trace.costs import DTYPE_BYTES, human_bytes
 from mha_trace.output import display_path, new_table
+from mha_trace.render import data, renderables
 from mha_trace.shapes import ShapesReport
 
 SHORT_DTYPES = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
                 "bool": "bool", "int64": "i64"}
 
 
-def _shape(t: tuple) -> str:
+def shape_text(t: tuple) -> str:
     return "[" + ", ".join(map(str, t)) + "]"
 
 
-def _stride(t: tuple) -> str:
+def stride_text(t: tuple) -> str:
     return "(" + ", ".join(map(str, t)) + ")"
 
 
@@ -111,8 +112,8 @@ def _shapes_table(report: ShapesReport, width: int, excess: int, dropped: int, s
     need = {"#": whole([s.index for s in steps] + ["#"]), "ln": whole([where(s) for s in steps] +
             ["ln" if len(files) <= 1 else "file:ln"]), "code": 12,
             "op": whole([s.op for s in steps] + ["op"]),
-            "shape": whole([_shape(s.shape) for s in steps] + ["shape"]),
-            "stride": _longest_word([_stride(s.stride) for s in steps] + ["stride"]),
+            "shape": whole([shape_text(s.shape) for s in steps] + ["shape"]),
+            "stride": _longest_word([stride_text(s.stride) for s in steps] + ["stride"]),
             "contig": len("contig"), "dtype": len("dtype"),
             "alloc": whole(["alloc"] + [human_bytes(s.bytes) for s in steps])}
     shown = list(need)
@@ -154,8 +155,8 @@ def _shapes_table(report: ShapesReport, width: int, excess: int, dropped: int, s
             table.add_row("", "", Text(phase_label(report, phase), style="bold magenta"),
                           *[""] * (len(table.columns) - 3))
         alloc = Text("view", style="green") if s.is_view else Text(human_bytes(s.bytes), style="yellow")
-        row = [str(s.index), where(s), Text(text), s.op, _shape(s.shape)]
-        row += [_stride(s.stride)] if "stride" in shown else []
+        row = [str(s.index), where(s), Text(text), s.op, shape_text(s.shape)]
+        row += [stride_text(s.stride)] if "stride" in shown else []
         row += ["yes" if s.contiguous else "no"] if "contig" in shown else []
         row += [SHORT_DTYPES.get(s.dtype, s.dtype)] if "dtype" in shown else []
         table.add_row(*row, alloc, style="bold" if s.op == "contiguous" and not s.is_view else None)
@@ -210,11 +211,11 @@ def compare_impl_table(explicit: ShapesReport, fused: ShapesReport) -> list:
                       ("sdpa (F.scaled_dot_product_attention)", fused)):
         big = rep.largest
         table.add_row(name, str(sum(1 for s in rep.steps if s.bytes)), human_bytes(rep.bytes_allocated),
-                      f"{big.op} {_shape(big.shape)}")
+                      f"{big.op} {shape_text(big.shape)}")
     gone = [s for s in explicit.steps if len(s.shape) == 4 and s.shape[-1] == explicit.key_len
             and s.shape[-2] == explicit.query_len and s.bytes]
     lines = ["Never materialised by the fused path: " + "; ".join(
-        f"row {s.index} {s.op} {_shape(s.shape)} {human_bytes(s.bytes)}" for s in gone) + "."]
+        f"row {s.index} {s.op} {shape_text(s.shape)} {human_bytes(s.bytes)}" for s in gone) + "."]
     lines.append(f"Saved: {human_bytes(explicit.bytes_allocated - fused.bytes_allocated)} of "
                  f"{human_bytes(explicit.bytes_allocated)}; the outputs agree (the tests check it).")
     return [table, Text("\n".join(lines))]
@@ -250,7 +251,7 @@ def shapes_notes(report: ShapesReport) -> Group:
     lines.append(f"Forward pass {verb} {human_bytes(report.bytes_allocated)} in {len(new)} new "
                  "tensors (inputs included).")
     big = report.largest
-    lines.append(f"Largest tensor: row {big.index} {big.text} {_shape(big.shape)}, "
+    lines.append(f"Largest tensor: row {big.index} {big.text} {shape_text(big.shape)}, "
                  f"{human_bytes(math.prod(big.shape) * big.itemsize)}.")
     if report.kv_cache_per_token:
         kv, full = report.kv_cache_per_token
@@ -288,7 +289,7 @@ def internal_path(steps) -> str:
 def failure_renderables(report: ShapesReport) -> list:
     """The trace up to the failing op, then the op, its line, its inputs and torch's message."""
     f = report.failure
-    ins = ", ".join(_shape(i) for i in f.inputs) or "none"
+    ins = ", ".join(shape_text(i) for i in f.inputs) or "none"
     where = f"{display_path(f.file)}:{f.line}" if f.line else display_path(f.file)
     lines = [f"forward raised at {where}", f"    {f.source}", f"op: {f.op} ({f.text})",
              f"input shapes: {ins}", f"torch says: {f.message}"]
@@ -393,7 +394,7 @@ def compact_table(report: ShapesReport, width: int = 100):
         copied = report.steps[i - 1] if name == "contiguous + view" else s  # the copy, if any
         alloc = Text("view", style="green") if copied.is_view else Text(
             human_bytes(copied.bytes), style="yellow")
-        table.add_row(name, *([Text(texts[name])] if with_code else []), _shape(s.shape), sym[i], alloc)
+        table.add_row(name, *([Text(texts[name])] if with_code else []), shape_text(s.shape), sym[i], alloc)
     table.caption = "The eight steps of the lecture's table; --compact off shows every op."
     table.caption_justify = "left"
     return table
@@ -429,3 +430,14 @@ def step_note(step) -> str:
     else:
         cost = f"a new tensor of {human_bytes(step.bytes)}"
     return f"{what[0].upper()}{what[1:]}. Here {cost}."
+
+
+@renderables.register(ShapesReport)
+def _shapes(report, width: int, **_) -> list:
+    table = shapes_table(report, width)
+    return [table, *failure_renderables(report)] if report.failure else [table, shapes_notes(report)]
+
+
+@data.register(ShapesReport)
+def _shapes_data(report, **_) -> dict:
+    return shapes_data(report)

@@ -5,6 +5,8 @@ from rich.text import Text
 
 from mha_trace.output import new_table
 from mha_trace.render.matrices import shade
+from mha_trace.render import data, renderables
+from mha_trace.model_analysis import Survey
 
 
 def _top(scores: np.ndarray, n: int) -> list[tuple[int, int, float]]:
@@ -66,3 +68,13 @@ def survey_data(result, top: int) -> dict:
             "probe": None if not result.probe else {
                 "from": result.probe["from"], "to": result.probe["to"],
                 "sentences": result.probe["sentences"]}}
+
+
+@renderables.register(Survey)
+def _survey(result, width: int, top: int = 3, **_) -> list:
+    return survey_renderables(result, top)
+
+
+@data.register(Survey)
+def _survey_data(result, top: int = 3, **_) -> dict:
+    return survey_data(result, top)

@@ -3,6 +3,8 @@
 from rich.text import Text
 
 from mha_trace.output import new_table
+from mha_trace.render import data, renderables
+from mha_trace.references import VerifyReport
 
 
 def verify_renderables(report, width: int = 100) -> list:
@@ -99,3 +101,13 @@ def student_data(r) -> dict:
             "first_wrong_step": None if f is None else {
                 "line": f.line, "source": f.source, "op": f.op, "shape": list(f.shape)},
             "diagnosis": r.diagnosis, "notes": r.notes}
+
+
+@renderables.register(VerifyReport)
+def _verify(report, width: int, **_) -> list:
+    return verify_renderables(report, width)
+
+
+@data.register(VerifyReport)
+def _verify_data(report, **_) -> dict:
+    return verify_data(report)

@@ -90,7 +90,10 @@ class Heads(Shows):
 def analyse(source: Run | Config) -> Heads:
     """Every head's weights, the projections, the concatenation and the output of one run of
     the lecture's module."""
+    from mha_trace.runtime import needs_values
+
     run = from_config(source) if isinstance(source, Config) else source
+    needs_values(run.device.type, "showing the weights")
     module, (q, k, v) = run.module, run.qkv
     captured = {}
     hook = module.W_o.register_forward_pre_hook(lambda _, args: captured.update(concat=args[0]))
@@ -234,7 +237,7 @@ class Ablation(Shows):
     relative: float  # total / L2 norm of the full output
 
 
-def ablate(config: Config, removed: list[int]) -> Ablation:
+def ablate(config: Config, removed: list[int], device: str = "cpu") -> Ablation:
     """Run the module again with the given heads' contributions zeroed before W_O."""
     for h in removed:
         if not 1 <= h <= config.heads:
@@ -242,11 +245,11 @@ def ablate(config: Config, removed: list[int]) -> Ablation:
                            quantity="head")
     from mha_trace.ablation import heads_zeroed
 
-    view = analyse(config)
-    run = from_config(config)
+    view = analyse(from_config(config, device=device))
+    run = from_config(config, device=device)
     with heads_zeroed({run.module: [(None, h) for h in removed]}):
         output, _ = run.forward()
-    output = output[0].numpy()
+    output = output[0].cpu().numpy()
     diff = output - view.output
     full_norm = float(np.linalg.norm(view.output))
     total = float(np.linalg.norm(diff))
@@ -261,7 +264,7 @@ class Comparison(Shows):
     views: list
 
 
-def compare(config: Config, head_counts: list[int]) -> list[Heads]:
+def compare(config: Config, head_counts: list[int], device: str = "cpu") -> list[Heads]:
     """The same Q, K, V (or the same seed) split into each head count."""
     if not head_counts:
         raise MhaError("--heads needs a comma-separated list of head counts, e.g. 1,2,4")
@@ -276,7 +279,7 @@ def compare(config: Config, head_counts: list[int]) -> list[Heads]:
         base = config
         if config.kv_heads and h % config.kv_heads:  # GQA grouping that does not fit h: plain MHA
             base = replace(config, kv_heads=None)
-        views.append(analyse(base.with_overrides(heads=h)))
+        views.append(analyse(from_config(base.with_overrides(heads=h), device=device)))
     return views
 
 
@@ -287,7 +290,9 @@ def distinct_rows(weights: np.ndarray, decimals: int = 4) -> int:
 def module_heads(run: Run) -> Heads:
     """Run the user's module (`run.from_module`) and keep the weights it returns, per head."""
     from mha_trace import usermodule
+    from mha_trace.runtime import needs_values
 
+    needs_values(run.device.type, "showing the weights")
     try:
         with usermodule.user_code(f"{run.label}: forward"):
             result = run.forward()

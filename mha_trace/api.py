@@ -18,7 +18,7 @@ the terminal text; `r.data()` and `r.to_json()` the JSON of `--format json`. Eve
 from dataclasses import replace
 
 from mha_trace.errors import MhaError
-from mha_trace.resolve import RunOptions, resolve
+from mha_trace.resolve import RunOptions, check_options, resolve
 
 
 def trace(module, *args, **kwargs):
@@ -80,7 +80,8 @@ def ablate(config=None, removed=(2,), **options):
     from mha_trace.analysis import ablate as run_ablate
     from mha_trace.resolve import config_of
 
-    return run_ablate(config_of(_options(options, config=config)), _whole_numbers(removed, "removed"))
+    o = _options(options, config=config)
+    return run_ablate(config_of(o), _whole_numbers(removed, "removed"), o.device or "cpu")
 
 
 def compare(config=None, head_counts=(1, 2, 4), **options):
@@ -88,8 +89,8 @@ def compare(config=None, head_counts=(1, 2, 4), **options):
     from mha_trace.analysis import Comparison, compare as run_compare
     from mha_trace.resolve import config_of
 
-    counts = _whole_numbers(head_counts, "head_counts")
-    return Comparison(run_compare(config_of(_options(options, config=config)), counts))
+    counts, o = _whole_numbers(head_counts, "head_counts"), _options(options, config=config)
+    return Comparison(run_compare(config_of(o), counts, o.device or "cpu"))
 
 
 def verify(module=None, *, map: str | None = None, **options):
@@ -135,11 +136,16 @@ class Model:
     >>> m.heads(head="1.3")          # one head; layer=4 for a layer; neither for the overview
     """
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, device: str = "cpu"):
+        self.name, self.device = name, device
+        self.model  # loaded now, so that a bad device is said here
+
+    @property
+    def model(self):
+        """The loaded model, on this object's device (one copy per process: it moves)."""
         from mha_trace.models import load
 
-        self.name = name
-        self.model = load(name)
+        return load(self.name, self.device)
 
     def __repr__(self) -> str:
         m = self.model
@@ -147,7 +153,8 @@ class Model:
 
     def run(self, text: str | None = None, layer: int | None = None):
         """The Run of one layer (default 1) on the text: what every view reads."""
-        return resolve(RunOptions(model=self.name, sentence=_text(text), layer=layer))
+        return resolve(RunOptions(model=self.name, sentence=_text(text), layer=layer,
+                                  device=self.device))
 
     def heads(self, text: str | None = None, *, layer: int | None = None,
               head: str | None = None, words: bool = False, hide_special: bool = False):
@@ -204,13 +211,15 @@ class Model:
                        _whole_numbers([generate], "generate", least=0)[0])
 
 
-def model(name: str) -> Model:
-    """A pretrained model shipped in a PyPI package, loaded offline: "minilm" or "smollm2"."""
+def model(name: str, device: str = "cpu") -> Model:
+    """A pretrained model shipped in a PyPI package, loaded offline: "minilm" or "smollm2",
+    on device "cpu" (default), "cuda" or "mps"."""
     from mha_trace.models import MODELS
 
     if name not in MODELS:
         raise MhaError(f"model {name!r} is not one of {', '.join(MODELS)}", quantity="model")
-    return Model(name)
+    check_options(RunOptions(device=device))
+    return Model(name, device)
 
 
 def _options(options: dict, **source) -> RunOptions:
@@ -220,7 +229,9 @@ def _options(options: dict, **source) -> RunOptions:
     if unknown:
         raise MhaError(f"unknown option {unknown[0]!r} (known: {', '.join(sorted(known))})",
                        quantity=unknown[0])
-    return RunOptions(**{k: v for k, v in source.items() if v is not None}, **options)
+    o = RunOptions(**{k: v for k, v in source.items() if v is not None}, **options)
+    check_options(o)
+    return o
 
 
 def _whole_numbers(values, quantity: str, least: int = 1) -> list[int]:

@@ -64,7 +64,7 @@ def _run_with(model, ids, plan: dict, batch: int = 1):
 
 def next_token_probabilities(model, hidden: torch.Tensor) -> np.ndarray:
     """(B, V) softmax of the last position's logits."""
-    return torch.softmax(model.logits(hidden).double(), dim=-1).numpy()
+    return torch.softmax(model.logits(hidden).double(), dim=-1).cpu().numpy()
 
 
 def ablate(sentence, removed: list[tuple[int, int]]) -> ModelAblation:
@@ -76,13 +76,13 @@ def ablate(sentence, removed: list[tuple[int, int]]) -> ModelAblation:
         plan.setdefault(layer, []).append((None, head))
     out = _run_with(model, sentence.ids, plan)
     full = sentence.output
-    ablated = out[0].numpy()
+    ablated = out[0].cpu().numpy()
     distance = np.linalg.norm(ablated - full, axis=1)
     norms = np.linalg.norm(full, axis=1)
     cosine = (ablated * full).sum(1) / (np.linalg.norm(ablated, axis=1) * norms)
     result = ModelAblation(sentence, sorted(removed), ablated, distance, distance / norms, cosine)
     if model.causal:
-        result.next_full = next_token_probabilities(model, torch.from_numpy(full)[None])[0]
+        result.next_full = next_token_probabilities(model, torch.from_numpy(full)[None].to(model.device))[0]
         result.next_ablated = next_token_probabilities(model, out)[0]
     return result
 
@@ -105,7 +105,7 @@ def rank_heads(sentence) -> HeadRanking:
     for row, (layer, head) in enumerate(heads):
         plan.setdefault(layer, []).append(([row], head))
     out = _run_with(model, sentence.ids, plan, batch=len(heads))
-    full = torch.from_numpy(sentence.output)[None]
+    full = torch.from_numpy(sentence.output)[None].to(model.device)
     if model.causal:
         p = next_token_probabilities(model, full)[0]
         q = next_token_probabilities(model, out)
@@ -115,7 +115,7 @@ def rank_heads(sentence) -> HeadRanking:
         drop, measure = p[top] - q[:, top], "KL(full ‖ ablated) of the next-token distribution"
     else:
         top = None
-        moved = np.linalg.norm(out.numpy() - sentence.output, axis=2)
+        moved = np.linalg.norm(out.cpu().numpy() - sentence.output, axis=2)
         effect = (moved / np.linalg.norm(sentence.output, axis=1)).mean(1)
         drop, measure = None, "mean relative movement of the final vectors"
     order = np.argsort(-effect, kind="stable")

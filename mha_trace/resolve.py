@@ -174,7 +174,7 @@ def _module_run(o: RunOptions, on_config: bool):
     if not on_config:
         return from_module(o.module, sizes_of(o), o.init)
     c = config_of(replace(o, heads=None))
-    return from_module(o.module, module_sizes_for_config(c, o.d_model, o.heads), o.init,
+    return from_module(o.module, module_sizes_for_config(c, o.d_model, o.heads, o.device or "cpu"), o.init,
                        tokens=c.tokens, config=c)
 
 
@@ -188,7 +188,7 @@ def _model_run(o: RunOptions):
         from mha_trace.models import load
         from mha_trace.model_analysis import predict
 
-        m = load(o.model)
+        m = load(o.model, o.device or "cpu")
         if not m.causal:
             raise MhaError(f"decode needs a causal model; {m.name} is an encoder (try --model "
                            f"smollm2)", quantity="decode")
@@ -198,20 +198,21 @@ def _model_run(o: RunOptions):
         _, ids = m.tokenize(text)
         labels = tuple(m.token_text(i) for i in ids + p.generated)
         return from_model_decode(m, ids + p.generated, len(ids), o.layer or 1, labels)
-    s = encode(o.model, o.sentence)
+    s = encode(o.model, o.sentence, o.device or "cpu")
     return from_model(s, check_layer(s.model, o.layer or 1))
 
 
-def encode(model: str, sentence: str | None):
-    """The sentence (default: DEFAULT_SENTENCE) through the whole model (loaded once); the last
-    few sentences are kept, so views of one sentence run the model once."""
+def encode(model: str, sentence: str | None, device: str = "cpu"):
+    """The sentence (default: DEFAULT_SENTENCE) through the whole model (loaded once, on
+    `device`); the last few sentences are kept, so views of one sentence run the model once."""
     from mha_trace.models import load
 
-    return _encoded(load(model), DEFAULT_SENTENCE if sentence is None else sentence)
+    loaded = load(model, device)
+    return _encoded(loaded, loaded.device, DEFAULT_SENTENCE if sentence is None else sentence)
 
 
 @functools.lru_cache(maxsize=4)
-def _encoded(model, text: str):
+def _encoded(model, device, text: str):
     return model.encode(text)
 
 

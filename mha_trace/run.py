@@ -210,8 +210,9 @@ def _meta_estimate(sizes: Sizes) -> int:
 
 
 def config_sizes(config: Config, dtype: str = "float64", device: str = "cpu") -> Sizes:
-    return Sizes(1, len(config.tokens), config.d_model, config.heads, config.kv_heads,
-                 config.mask, config.pad, dtype, device, config.seed)
+    return Sizes(batch=1, seq=len(config.tokens), d_model=config.d_model, heads=config.heads,
+                 kv_heads=config.kv_heads, mask=config.mask, pad=config.pad, dtype=dtype,
+                 device=device, seed=config.seed)
 
 
 def from_config(config: Config, dtype: str = "float64", device: str = "cpu") -> Run:
@@ -288,12 +289,13 @@ def from_module(spec: str, sizes: Sizes, init: str | None = None, tokens: tuple 
     return run
 
 
-def module_sizes_for_config(config: Config, d_model: int | None, heads: int | None) -> Sizes:
+def module_sizes_for_config(config: Config, d_model: int | None, heads: int | None,
+                            device: str = "cpu") -> Sizes:
     """A user module on a config's tokens: batch 1, the config's length, mask and seed; the
     config's width and heads unless given (64 and 4 for a generated config)."""
     width = d_model or (config.d_model if config.explicit else 64)
-    return replace(config_sizes(config), d_model=width, heads=heads or config.heads,
-                   kv_heads=None)
+    return replace(config_sizes(config, device=device), d_model=width,
+                   heads=heads or config.heads, kv_heads=None)
 
 
 def _source(module) -> str:
@@ -317,9 +319,10 @@ def from_model(sentence, layer: int) -> Run:
     config = Config(model.name, "", sentence.text, "", sentence.labels, model.heads,
                     model.d_model, kv_heads=model.kv_heads, mask=mask_kind, origin=origin,
                     rope=module.rope, rope_base=module.rope_base)
-    sizes = Sizes(1, T, model.d_model, model.heads, model.kv_heads, mask_kind, 0, "float32", "cpu",
-                  0, rope=module.rope, rope_base=module.rope_base)
-    mask = make_mask(T, mask_kind)
+    sizes = Sizes(batch=1, seq=T, d_model=model.d_model, heads=model.heads,
+                  kv_heads=model.kv_heads, mask=mask_kind, device=model.device.type,
+                  rope=module.rope, rope_base=module.rope_base)
+    mask = make_mask(T, mask_kind, device=model.device)
     return Run(module, (x,), {} if mask is None else {"mask": mask}, sizes,
                label=f"{origin} attention", call="forward(x)" if mask is None else "forward(x, mask)",
                mask=mask, tokens=sentence.labels, x=x, config=config, source=_source(module),
@@ -335,9 +338,10 @@ def from_model_decode(model, ids: list, prompt: int, layer: int, labels: tuple) 
     x = inputs[layer - 1]  # (1, T + N, D)
     module = model.attention_module(layer)
     steps = len(ids) - prompt
-    sizes = Sizes(1, prompt, model.d_model, model.heads, model.kv_heads, "causal", 0, "float32",
-                  "cpu", 0, rope=module.rope, rope_base=module.rope_base, decode=steps)
-    mask = make_mask(prompt, "causal")
+    sizes = Sizes(batch=1, seq=prompt, d_model=model.d_model, heads=model.heads,
+                  kv_heads=model.kv_heads, mask="causal", device=model.device.type,
+                  rope=module.rope, rope_base=module.rope_base, decode=steps)
+    mask = make_mask(prompt, "causal", device=model.device)
     cache = KVCache()
     phases = [("prefill", (x[:, :prompt],), {"mask": mask, "cache": cache})] + [
         (f"decode step {i + 1}", (x[:, prompt + i:prompt + i + 1],), {"cache": cache})

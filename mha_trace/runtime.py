@@ -12,6 +12,13 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64,
           "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
+def needs_values(device: str, what: str) -> None:
+    """Views that print numbers cannot run on meta, which holds none."""
+    if device == "meta":
+        raise MhaError(f"{what} needs numbers, and meta tensors hold none (meta is for shapes and "
+                       f"cost: use --device cpu or cuda)", quantity="device")
+
+
 def check_device(device: str) -> torch.device:
     """The torch device for a --device value; exit 1 with a clear line when it is not there."""
     if device == "cuda" and not torch.cuda.is_available():

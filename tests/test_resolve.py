@@ -124,3 +124,39 @@ def test_the_api_and_the_cli_give_the_same_model_json(cli):
     assert walk.only == 3 and json.loads(cli(
         "explain", "--model", "minilm", "--sentence", "The cat sat on the mat.", "--token", "cat",
         "--head", "1.3", "--format", "json").stdout) == {"schema_version": 2, **walk.data()}
+
+
+COMPUTING = [("heads", "--head", "1"), ("explain", "--token", "cat"), ("compare", "--heads", "1,2"),
+             ("ablate", "--head", "1"), ("heads", "--model", "minilm", "--head", "2.3"),
+             ("explain", "--model", "minilm", "--head", "1.1", "--sentence", "The cat sat."),
+             ("ablate", "--model", "minilm", "--head", "1.1", "--sentence", "The cat sat."),
+             ("survey", "--sentence", "The cat sat on the mat."),
+             ("predict", "--top", "3")]
+
+
+@pytest.mark.parametrize("args", COMPUTING, ids=lambda a: " ".join(a[:3]))
+def test_device_reaches_every_command_that_computes(cli, args):
+    """--device cpu is what runs without it; cuda runs there where torch has CUDA and is one
+    Error line where it has not; meta, which holds no numbers, is refused by name."""
+    plain = cli(*args, "--format", "json")
+    assert plain.exit_code == 0, plain.output
+    assert cli(*args, "--device", "cpu", "--format", "json").output == plain.output
+    cuda = cli(*args, "--device", "cuda", "--format", "json")
+    if torch.cuda.is_available():
+        assert cuda.exit_code == 0 and json.loads(cuda.output).keys() == json.loads(plain.output).keys()
+    else:
+        assert cuda.exit_code == 1 and cuda.output.startswith("Error: --device cuda was asked for")
+    meta = cli(*args, "--device", "meta")
+    assert meta.exit_code != 0 and "meta tensors hold none" in meta.output
+    assert len(meta.output.strip().splitlines()) == 1
+
+
+def test_a_models_run_carries_its_device():
+    run = resolve(RunOptions(model="minilm", sentence="The cat sat.", layer=2, device="cpu"))
+    assert run.sizes.device == "cpu" and run.x.device.type == "cpu"
+    assert {p.device.type for p in run.module.parameters()} == {"cpu"}
+    m = mha_trace.model("minilm", device="cpu")
+    assert m.model.device.type == "cpu" and m.run("The cat sat.").sizes.device == "cpu"
+    with pytest.raises(MhaError) as e:
+        mha_trace.model("minilm", device="meta")
+    assert e.value.quantity == "device"

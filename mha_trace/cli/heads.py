@@ -9,8 +9,6 @@ from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
 from mha_trace.errors import MhaError
 from mha_trace.output import Output, emit
 
-ModuleDModelOpt = Annotated[int | None, typer.Option("--d-model", "-d", help="With --module: the width to build it with (default 64). Example: --d-model 64")]
-
 
 def _head_number(head: str | None) -> int | None:
     """--head for a config or a user's module: one number (a model's L.H goes with --model)."""
@@ -25,27 +23,15 @@ def _head_number(head: str | None) -> int | None:
 
 @app.command(short_help="Each head's attention weights, their average, the output.")
 @output_options(png=True, step=True)
+@run_options("config", "module", "model", "layer", "device")
 def heads(
-    config: ConfigOpt = None,
     head: HeadOpt = None,
-    heads: ResplitOpt = None,
-    kv_heads: KvHeadsOpt = None,
-    mask: ConfigMaskOpt = None,
-    pad: ConfigPadOpt = None,
-    rope: RopeOpt = False,
-    rope_base: ConfigRopeBaseOpt = None,
-    window: WindowOpt = None,
     decimals: DecimalsOpt = 4,
-    module: ModuleOpt = None,
-    init: InitOpt = None,
-    d_model: ModuleDModelOpt = None,
-    model: PretrainedOpt = None,
-    sentence: SentenceOpt = None,
-    layer: LayerOpt = None,
     overview: Annotated[bool, typer.Option("--overview", help="With --model: every layer.head as a small map, on one screen (the default when neither --layer nor --head is given). Example: --overview")] = False,
     words: Annotated[bool, typer.Option("--words", help="With --model: group word pieces into words (to a word: the sum over its pieces; from a word: the mean). Example: --words")] = False,
     hide_special: Annotated[bool, typer.Option("--hide-special", help="With --model: leave out the [CLS] and [SEP] rows and columns. Example: --hide-special")] = False,
     include_inputs: IncludeInputsOpt = False,
+    o=None,
     out: Output = None,
 ):
     """Each head's attention weights (rows: queries, columns: keys), their average, the output.
@@ -55,13 +41,10 @@ def heads(
     Example: mha-trace heads --model minilm --sentence "The animal didn't cross the street because it was too tired." --head 4.1
     """
     from mha_trace.analysis import run_heads
-    from mha_trace.resolve import RunOptions, needs_model, resolve
+    from mha_trace.resolve import needs_model, resolve
 
-    o = RunOptions(config, module, init, model, sentence, layer, d_model=d_model, heads=heads,
-                   kv_heads=kv_heads, mask=mask and mask.value, pad=pad, rope=rope,
-                   rope_base=rope_base, window=window)
-    check_include(include_inputs, model, out)
-    if model:
+    check_include(include_inputs, o.model, out)
+    if o.model:
         from mha_trace.cli import models
 
         return models.heads(o, head, overview, words, hide_special, decimals, out)
@@ -69,7 +52,7 @@ def heads(
     head = _head_number(head)
     run = resolve(o)
     view = run_heads(run, head)
-    if out.png and not module:
+    if out.png and not o.module:
         from mha_trace.plots import save_heatmaps
 
         picked = [head - 1] if head else range(view.heads)
@@ -81,26 +64,14 @@ def heads(
 
 @app.command(short_help="One token through every head, every product written out.")
 @output_options(png=True, step=True)
+@run_options("config", "module", "model", "layer", "device")
 def explain(
     token: Annotated[str | None, typer.Option("--token", help="The query token to follow (default: the first). Example: --token cat")] = None,
     position: Annotated[int | None, typer.Option("--position", "-p", help="Pick the token by position (0-based), needed when it repeats. Example: --position 4")] = None,
-    config: ConfigOpt = None,
     head: HeadOpt = None,
-    heads: ResplitOpt = None,
-    kv_heads: KvHeadsOpt = None,
-    mask: ConfigMaskOpt = None,
-    pad: ConfigPadOpt = None,
-    rope: RopeOpt = False,
-    rope_base: ConfigRopeBaseOpt = None,
-    window: WindowOpt = None,
     decimals: DecimalsOpt = 4,
-    module: ModuleOpt = None,
-    init: InitOpt = None,
-    d_model: ModuleDModelOpt = None,
-    model: PretrainedOpt = None,
-    sentence: SentenceOpt = None,
-    layer: LayerOpt = None,
     include_inputs: IncludeInputsOpt = False,
+    o=None,
     out: Output = None,
 ):
     """One token through every head: q·k written out for each key, ÷√d_k, softmax, Σ w·v, concat, W_O.
@@ -110,12 +81,9 @@ def explain(
     Example: mha-trace explain --model minilm --token it --head 6.12
     """
     from mha_trace.analysis import find_position, run_heads, walk
-    from mha_trace.resolve import RunOptions, resolve
+    from mha_trace.resolve import resolve
 
-    o = RunOptions(config, module, init, model, sentence, layer, d_model=d_model, heads=heads,
-                   kv_heads=kv_heads, mask=mask and mask.value, pad=pad, rope=rope,
-                   rope_base=rope_base, window=window)
-    if model:
+    if o.model:
         from mha_trace.cli import models
         from mha_trace.resolve import refuse_with_model
 
@@ -125,7 +93,7 @@ def explain(
     head = _head_number(head)
     run = resolve(o)
     view = run_heads(run, head)
-    if module:
+    if o.module:
         from mha_trace.render.explain import module_explain_data, module_explain_renderables
 
         i = find_position(view.tokens, token, position)
@@ -170,6 +138,7 @@ def compare(
     window: WindowOpt = None,
     decimals: DecimalsOpt = 4,
     module: ModuleOpt = None,
+    device: ComputeDeviceOpt = Device.cpu,
     out: Output = None,
 ):
     """The same input split into different head counts, side by side, with a one-line reading.
@@ -187,7 +156,7 @@ def compare(
     counts = _int_list(heads, "heads")
     c = config_of(RunOptions(config, mask=mask and mask.value, pad=pad, rope=rope,
                              rope_base=rope_base, window=window))
-    views = run_compare(c, counts)
+    views = run_compare(c, counts, device.value)
     if out.png:
         from mha_trace.plots import save_heatmaps
 
@@ -200,22 +169,14 @@ def compare(
 
 @app.command(short_help="The output without some heads, and how far it moved.")
 @output_options()
+@run_options("config", "model", "device")
 def ablate(
     head: Annotated[str | None, typer.Option("--head", help="Head(s) to remove, 1-based, comma-separated (default 2); with --model, LAYER.HEAD. Example: --head 1,3, or --head 6.12,3.1")] = None,
-    config: ConfigOpt = None,
-    heads: ResplitOpt = None,
-    kv_heads: KvHeadsOpt = None,
-    mask: ConfigMaskOpt = None,
-    pad: ConfigPadOpt = None,
-    rope: RopeOpt = False,
-    rope_base: ConfigRopeBaseOpt = None,
-    window: WindowOpt = None,
     decimals: DecimalsOpt = 4,
-    model: PretrainedOpt = None,
-    sentence: SentenceOpt = None,
     module: ModuleOpt = None,
     rank: Annotated[bool, typer.Option("--rank", help="With --model: remove every head on its own and rank them by their effect (one batched pass). Example: --rank")] = False,
     top: Annotated[int, typer.Option("--top", min=1, max=10000, help="With --rank: how many heads to list. Example: --top 10")] = 20,
+    o=None,
     out: Output = None,
 ):
     """The output with some heads removed (zeroed before W_O), and how far each token moved.
@@ -231,11 +192,9 @@ def ablate(
                        "module, and a foreign class's concatenation cannot be reached from outside; "
                        "verify --module checks your class against that module instead",
                        quantity="module")
-    from mha_trace.resolve import RunOptions, needs_model
+    from mha_trace.resolve import needs_model
 
-    o = RunOptions(config, model=model, sentence=sentence, heads=heads, kv_heads=kv_heads,
-                   mask=mask and mask.value, pad=pad, rope=rope, rope_base=rope_base, window=window)
-    if model:
+    if o.model:
         from mha_trace.cli import models
 
         if head is None and not rank:
@@ -246,6 +205,6 @@ def ablate(
         return models.ablate(o, head, decimals, out, rank, top)
     from mha_trace.resolve import config_of
 
-    needs_model(sentence, None, rank=rank)
-    a = run_ablate(config_of(o), _int_list("2" if head is None else head, "head"))
+    needs_model(o.sentence, None, rank=rank)
+    a = run_ablate(config_of(o), _int_list("2" if head is None else head, "head"), o.device)
     emit(out, a.renderables(decimals=decimals), a.data(decimals=decimals))

@@ -94,6 +94,7 @@ def survey(
     source: Annotated[str | None, typer.Option("--from", help="Coreference probe: the word that refers (with --to). Example: --from it")] = None,
     targets: Annotated[str | None, typer.Option("--to", help="Coreference probe: the candidate words, comma-separated. Example: --to animal,street")] = None,
     top: Annotated[int, typer.Option("--top", min=1, max=20, help="How many heads to list per behaviour. Example: --top 5")] = 3,
+    device: ComputeDeviceOpt = Device.cpu,
     out: Output = None,
 ):
     """Which layer.head does what: previous token, next token, self, [CLS] and [SEP] sinks,
@@ -108,7 +109,7 @@ def survey(
         raise MhaError("--from and --to go together, e.g. --from it --to animal,street")
     to = [t.strip().lower() for t in targets.split(",") if t.strip()] if targets else None
     sentences = [sentence] if sentence is not None else list(SURVEY_SENTENCES)
-    result = run_survey(load(model), sentences, source.lower() if source else None, to,
+    result = run_survey(load(model, device.value), sentences, source.lower() if source else None, to,
                         builtin=sentence is None)
     emit(out, result.renderables(top=top), result.data(top=top))
 
@@ -120,6 +121,7 @@ def predict(
     sentence: Annotated[str, typer.Option("--sentence", "-s", help="The text to continue (plain, no chat template). Example: --sentence \"The capital of France is\"")] = "The capital of France is",
     top: Annotated[int, typer.Option("--top", min=1, max=100, help="How many next tokens to list. Example: --top 5")] = 10,
     generate: Annotated[int, typer.Option("--generate", min=0, max=200, help="Also continue greedily for N tokens. Example: --generate 8")] = 0,
+    device: ComputeDeviceOpt = Device.cpu,
     out: Output = None,
 ):
     """A causal model's next-token distribution: the top tokens with their probabilities.
@@ -129,5 +131,5 @@ def predict(
     from mha_trace.models import load
     from mha_trace.model_analysis import predict as run_predict
 
-    p = run_predict(load(model), sentence, top, generate)
+    p = run_predict(load(model, device.value), sentence, top, generate)
     emit(out, p.renderables(), p.data())

@@ -69,6 +69,7 @@ DModelOpt = Annotated[int, typer.Option("--d-model", "-d", help="Model width d_m
 HeadsOpt = Annotated[int, typer.Option("--heads", "-H", help="Number of query heads H; d_k = d_model / H. Example: --heads 8")]
 KvHeadsOpt = Annotated[int | None, typer.Option("--kv-heads", help="Key/value heads (grouped-query attention; 1 is multi-query); must divide --heads. Example: --kv-heads 2")]
 DeviceOpt = Annotated[Device, typer.Option("--device", help="Where to run; meta computes shapes without allocating memory. Example: --device meta")]
+ComputeDeviceOpt = Annotated[Device, typer.Option("--device", help="Where to compute: cpu, cuda or mps (a model moves there once; meta holds no numbers to show). Example: --device cuda")]
 DtypeOpt = Annotated[Dtype, typer.Option("--dtype", help="Tensor dtype. Example: --dtype bfloat16")]
 MaskOpt = Annotated[Mask, typer.Option("--mask", help="none, or causal (no query looks at later keys). Example: --mask causal")]
 PadOpt = Annotated[int, typer.Option("--pad", help="Mask the last N key positions as padding. Example: --pad 2")]
@@ -114,6 +115,50 @@ def with_inputs(data: dict, run, include: bool) -> dict:
     from mha_trace.run import inputs_data
 
     return {**data, "inputs": inputs_data(run)}
+
+
+ModuleDModelOpt = Annotated[int | None, typer.Option("--d-model", "-d", help="With --module: the width to build it with (default 64). Example: --d-model 64")]
+
+# the options of a run's source, by group; a command names the groups it takes (run_options)
+RUN_GROUPS = {
+    "config": [("config", ConfigOpt, None), ("heads", ResplitOpt, None),
+               ("kv_heads", KvHeadsOpt, None), ("mask", ConfigMaskOpt, None),
+               ("pad", ConfigPadOpt, None), ("rope", RopeOpt, False),
+               ("rope_base", ConfigRopeBaseOpt, None), ("window", WindowOpt, None)],
+    "module": [("module", ModuleOpt, None), ("init", InitOpt, None),
+               ("d_model", ModuleDModelOpt, None)],
+    "model": [("model", PretrainedOpt, None), ("sentence", SentenceOpt, None)],
+    "layer": [("layer", LayerOpt, None)],
+    "device": [("device", ComputeDeviceOpt, Device.cpu)],
+}
+
+
+def run_options(*groups: str):
+    """Give a command the options of these groups of RUN_GROUPS, declared there once, before
+    its own; the command receives them as one `o: RunOptions` (choices as their plain values)."""
+    names = [name for g in groups for name, _, _ in RUN_GROUPS[g]]
+
+    def wrap(command):
+        sig = inspect.signature(command)
+        own = [p for p in sig.parameters.values() if p.name != "o"]
+        added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                   annotation=annotation)
+                 for g in groups for name, annotation, default in RUN_GROUPS[g]]
+
+        @functools.wraps(command)
+        def run(**kwargs):
+            from mha_trace.resolve import RunOptions
+
+            given = {name: getattr(v, "value", v) for name in names
+                     if (v := kwargs.pop(name)) is not None}
+            return command(o=RunOptions(**given), **kwargs)
+
+        run.__signature__ = sig.replace(parameters=added + [
+            p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own])
+        run.__annotations__ = {p.name: p.annotation for p in run.__signature__.parameters.values()}
+        return run
+
+    return wrap
 
 
 _OUTPUT = ["format", "no_color", "width", "svg", "html"]

@@ -9,20 +9,24 @@ from mha_trace.errors import MhaError
 MODELS = ("minilm", "smollm2")
 
 
-def load(name: str):
-    """The loaded model for a --model name (imported only when asked for)."""
+def load(name: str, device: str = "cpu"):
+    """The loaded model for a --model name (imported only when asked for), on `device`."""
     from mha_trace.speedups import return_freed_memory
 
+    if name not in MODELS:
+        raise MhaError(f"model '{name}' is not one of {', '.join(MODELS)}", quantity="model")
+    from mha_trace.runtime import check_device, needs_values
+
+    needs_values(device, "a model")
+    where = check_device(device)
     return_freed_memory()
     if name == "minilm":
         from mha_trace.models.minilm import load as load_minilm
 
-        return load_minilm()
-    if name == "smollm2":
-        from mha_trace.models.smollm2 import load as load_smollm2
+        return load_minilm().to(where)
+    from mha_trace.models.smollm2 import load as load_smollm2
 
-        return load_smollm2()
-    raise MhaError(f"model '{name}' is not one of {', '.join(MODELS)}", quantity="model")
+    return load_smollm2().to(where)
 
 
 def parse_head(text: str) -> tuple[int, int]:

@@ -121,6 +121,14 @@ class Model:
             state = {ours: f.get_tensor(theirs) for ours, theirs in _names(self.layers).items()}
         self.encoder.load_state_dict(state, assign=True)
         self.encoder.eval()
+        self.device = torch.device("cpu")
+
+    def to(self, device: torch.device) -> "Model":
+        """Run on `device` from now on (the weights move once)."""
+        if device != self.device:
+            self.encoder.to(device)
+            self.device = device
+        return self
 
     def word_vectors(self, ids) -> torch.Tensor:
         """(1, T, D): the embedding rows of these token ids, read from the file one by one."""
@@ -128,7 +136,7 @@ class Model:
 
         with safe_open(self._weights, framework="pt") as f:
             words = f.get_slice("embeddings.word_embeddings.weight")
-            return torch.cat([words[i:i + 1] for i in ids])[None]
+            return torch.cat([words[i:i + 1] for i in ids])[None].to(self.device)
 
     def run(self, ids, batch: int = 1):
         """The encoder on token ids: (output, every layer's input, every layer's weights).
@@ -154,7 +162,7 @@ class Model:
         out, inputs, weights = self.run(encoding.ids)
         return Sentence(self, text, tuple(encoding.ids), tuple(encoding.tokens),
                         tuple(encoding.word_ids), inputs,
-                        torch.stack(weights)[:, 0].numpy(), out[0].numpy())
+                        torch.stack(weights)[:, 0].cpu().numpy(), out[0].cpu().numpy())
 
     def attention_input(self, sentence, layer: int):
         """What layer `layer`'s attention reads (BERT: the layer's input itself)."""

@@ -159,6 +159,7 @@ class Model:
         self.d_model, self.max_positions, self.rope_base = s["d_model"], s["context"], s["rope_base"]
         self.add_bos, self.bos, self.eos = s["add_bos"], s["bos"], s["eos"]
         self.tokenizer, self.tensors = tokenizer, meta["tensors"]
+        self.device = torch.device("cpu")  # `to` moves it
         with open(path, "rb") as f:  # copy-on-write: nothing is written, and no write is possible
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
         self._file = np.frombuffer(self._map, dtype=np.uint8)
@@ -179,6 +180,19 @@ class Model:
         container.load_state_dict(state, assign=True, strict=False)  # the FFN stays on meta
         self._release()
 
+    def to(self, device: torch.device) -> "Model":
+        """Run on `device` from now on: the attention and norm weights move once; each layer's
+        feed-forward weights are dequantised onto it as a pass reaches the layer."""
+        if device != self.device:
+            for module in (*self.blocks, self.norm):
+                for name, p in list(module.named_parameters()):
+                    if not p.is_meta:
+                        owner = module.get_submodule(name.rpartition(".")[0])
+                        setattr(owner, name.rpartition(".")[2],
+                                nn.Parameter(p.to(device), requires_grad=False))
+            self.device = device
+        return self
+
     def _release(self) -> None:
         """Let go of the file's pages this process touched: dequantised, they are not needed, and
         they stay in the OS's page cache for the next read."""
@@ -191,7 +205,7 @@ class Model:
         return raw if rows is None else raw[rows]
 
     def _tensor(self, name: str, rows=None) -> torch.Tensor:
-        return DEQUANTISE[self.tensors[name]["type"]](self._raw(name, rows))
+        return DEQUANTISE[self.tensors[name]["type"]](self._raw(name, rows)).to(self.device)
 
     def _qk(self, name: str, heads: int) -> torch.Tensor:
         """llama.cpp stores W_q and W_k permuted for its RoPE, which turns adjacent pairs; the
@@ -215,7 +229,7 @@ class Model:
         """
         T = len(ids)
         x = self.word_vectors(ids).expand(batch, T, self.d_model)
-        mask = torch.ones(T, T, dtype=torch.bool).tril()  # causal: no looking ahead
+        mask = torch.ones(T, T, dtype=torch.bool, device=self.device).tril()  # causal: no looking ahead
         inputs, weights = [], []
         with torch.no_grad():
             for i, block in enumerate(self.blocks):
@@ -259,7 +273,7 @@ class Model:
         out, inputs, weights = self.run(ids)
         words = ([None] if self.add_bos else []) + list(encoding.word_ids)
         return Sentence(self, text, tuple(ids), tuple(self.token_text(i) for i in ids), tuple(words),
-                        inputs, torch.stack(weights)[:, 0].numpy(), out[0].numpy())
+                        inputs, torch.stack(weights)[:, 0].cpu().numpy(), out[0].cpu().numpy())
 
     def attention_module(self, layer: int):
         return self.blocks[layer - 1].attention

@@ -127,63 +127,70 @@ def cost_rows(d: Dims, layers: int) -> list[Row]:
     FLOPs count a multiply-add as 2. Softmax counts 5 per score (max, subtract, exp, sum, divide)
     and the ÷√d_k scaling 1; bias additions count 1 per output element.
     """
-    B, T, D, H, G, k, s = d.batch, d.seq, d.d_model, d.heads, d.kv_heads, d.d_k, d.itemsize
-    b = 1 if d.bias else 0
-    L = layers
-    bias_txt = " + D" if b else ""
     rows = []
 
     def add(section, item, formula, numbers, value, unit, total=None):
-        rows.append(Row(section, item, formula, numbers, value, value * L if total is None else total, unit))
+        rows.append(Row(section, item, formula, numbers, value,
+                        value * layers if total is None else total, unit))
 
+    for section in (_parameter_rows, _flop_rows, _memory_rows):
+        section(add, d, layers)
+    return rows
+
+
+def _parameter_rows(add, d: Dims, L: int) -> None:
+    D, G, k, b = d.d_model, d.kv_heads, d.d_k, 1 if d.bias else 0
+    bias_txt, kv_bias, gk = (" + D", " + G·d_k", G * k) if b else ("", "", G * k)
     p = parameters(d)
     add("parameters", "W_q", f"D·D{bias_txt}", f"{D}·{D}{f' + {D}' if b else ''}", p["W_q"], "params")
-    gk = G * k
-    kv_bias = " + G·d_k" if b else ""
     add("parameters", "W_k", f"D·G·d_k{kv_bias}", f"{D}·{G}·{k}{f' + {gk}' if b else ''}", p["W_k"], "params")
     add("parameters", "W_v", f"D·G·d_k{kv_bias}", f"{D}·{G}·{k}{f' + {gk}' if b else ''}", p["W_v"], "params")
     add("parameters", "W_o", f"D·D{bias_txt}", f"{D}·{D}{f' + {D}' if b else ''}", p["W_o"], "params")
     add("parameters", "attention total", "sum of the above", "", sum(p.values()), "params")
 
-    pb = " + B·T·D" if b else ""
-    add("flops", "Q projection", f"2·B·T·D·D{pb}", f"2·{B}·{T}·{D}·{D}" + (f" + {B}·{T}·{D}" if b else ""),
-        2 * B * T * D * D + b * B * T * D, "FLOPs")
-    kvb = " + 2·B·T·G·d_k" if b else ""
-    add("flops", "K, V projections", f"2·(2·B·T·D·G·d_k){kvb}",
-        f"2·(2·{B}·{T}·{D}·{gk})" + (f" + 2·{B}·{T}·{gk}" if b else ""),
-        2 * (2 * B * T * D * gk) + b * 2 * B * T * gk, "FLOPs")
-    add("flops", "scores QKᵀ", "2·B·H·T·T·d_k", f"2·{B}·{H}·{T}·{T}·{k}", 2 * B * H * T * T * k, "FLOPs")
-    add("flops", "scale ÷√d_k", "B·H·T·T", f"{B}·{H}·{T}·{T}", B * H * T * T, "FLOPs")
-    add("flops", "softmax", "5·B·H·T·T", f"5·{B}·{H}·{T}·{T}", 5 * B * H * T * T, "FLOPs")
-    add("flops", "weights · V", "2·B·H·T·T·d_k", f"2·{B}·{H}·{T}·{T}·{k}", 2 * B * H * T * T * k, "FLOPs")
-    add("flops", "output projection", f"2·B·T·D·D{pb}", f"2·{B}·{T}·{D}·{D}" + (f" + {B}·{T}·{D}" if b else ""),
-        2 * B * T * D * D + b * B * T * D, "FLOPs")
-    add("flops", "attention total", "sum of the above", "",
-        sum(r.per_layer for r in rows if r.section == "flops"), "FLOPs")
 
-    add("memory", "scores, materialised", "B·H·T·T·s", f"{B}·{H}·{T}·{T}·{s}", B * H * T * T * s, "bytes",
-        total=B * H * T * T * s)
+def _flop_rows(add, d: Dims, L: int) -> None:
+    B, T, D, H, k, b = d.batch, d.seq, d.d_model, d.heads, d.d_k, 1 if d.bias else 0
+    gk = d.kv_heads * k
+    pb, kvb = (" + B·T·D", " + 2·B·T·G·d_k") if b else ("", "")
+    stages = [
+        ("Q projection", f"2·B·T·D·D{pb}", f"2·{B}·{T}·{D}·{D}" + (f" + {B}·{T}·{D}" if b else ""),
+         2 * B * T * D * D + b * B * T * D),
+        ("K, V projections", f"2·(2·B·T·D·G·d_k){kvb}",
+         f"2·(2·{B}·{T}·{D}·{gk})" + (f" + 2·{B}·{T}·{gk}" if b else ""),
+         2 * (2 * B * T * D * gk) + b * 2 * B * T * gk),
+        ("scores QKᵀ", "2·B·H·T·T·d_k", f"2·{B}·{H}·{T}·{T}·{k}", 2 * B * H * T * T * k),
+        ("scale ÷√d_k", "B·H·T·T", f"{B}·{H}·{T}·{T}", B * H * T * T),
+        ("softmax", "5·B·H·T·T", f"5·{B}·{H}·{T}·{T}", 5 * B * H * T * T),
+        ("weights · V", "2·B·H·T·T·d_k", f"2·{B}·{H}·{T}·{T}·{k}", 2 * B * H * T * T * k),
+        ("output projection", f"2·B·T·D·D{pb}", f"2·{B}·{T}·{D}·{D}" + (f" + {B}·{T}·{D}" if b else ""),
+         2 * B * T * D * D + b * B * T * D)]
+    for item, formula, numbers, value in stages:
+        add("flops", item, formula, numbers, value, "FLOPs")
+    add("flops", "attention total", "sum of the above", "", sum(s[3] for s in stages), "FLOPs")
+
+
+def _memory_rows(add, d: Dims, L: int) -> None:
+    B, T, H, G, k, s = d.batch, d.seq, d.heads, d.kv_heads, d.d_k, d.itemsize
+    once = lambda item, formula, numbers, value: add("memory", item, formula, numbers, value,
+                                                     "bytes", total=value)
+    once("scores, materialised", "B·H·T·T·s", f"{B}·{H}·{T}·{T}·{s}", B * H * T * T * s)
     W = T if d.window is None else min(T, d.window)  # keys a query sees (and the cache keeps)
     if d.window is not None:
-        add("memory", f"scores, sliding window {d.window} (band only)", "B·H·T·min(T, W)·s",
-            f"{B}·{H}·{T}·{W}·{s}", B * H * T * W * s, "bytes", total=B * H * T * W * s)
-    add("memory", "scores, tiled (FlashAttention-2)", "B·H·T·4 (one fp32 logsumexp per row)",
-        f"{B}·{H}·{T}·4", B * H * T * 4, "bytes", total=B * H * T * 4)
-    add("memory", "KV cache per token, one layer", "2·G·d_k·s", f"2·{G}·{k}·{s}", 2 * G * k * s, "bytes",
-        total=2 * G * k * s)
-    add("memory", "KV cache per token, all layers", "2·G·d_k·s·L", f"2·{G}·{k}·{s}·{L}", 2 * G * k * s * L,
-        "bytes", total=2 * G * k * s * L)
+        once(f"scores, sliding window {d.window} (band only)", "B·H·T·min(T, W)·s",
+             f"{B}·{H}·{T}·{W}·{s}", B * H * T * W * s)
+    once("scores, tiled (FlashAttention-2)", "B·H·T·4 (one fp32 logsumexp per row)",
+         f"{B}·{H}·{T}·4", B * H * T * 4)
+    once("KV cache per token, one layer", "2·G·d_k·s", f"2·{G}·{k}·{s}", 2 * G * k * s)
+    once("KV cache per token, all layers", "2·G·d_k·s·L", f"2·{G}·{k}·{s}·{L}", 2 * G * k * s * L)
     cached, tokens = ("T", T) if d.window is None else ("min(T, W)", W)
-    add("memory", "KV cache, batch × seq × layers" if d.window is None else
-        f"KV cache, batch × layers × {W} tokens (window)", f"2·G·d_k·s·L·B·{cached}",
-        f"2·{G}·{k}·{s}·{L}·{B}·{tokens}", 2 * G * k * s * L * B * tokens, "bytes",
-        total=2 * G * k * s * L * B * tokens)
+    once("KV cache, batch × seq × layers" if d.window is None else
+         f"KV cache, batch × layers × {W} tokens (window)", f"2·G·d_k·s·L·B·{cached}",
+         f"2·{G}·{k}·{s}·{L}·{B}·{tokens}", 2 * G * k * s * L * B * tokens)
     if G != H:
         full = 2 * H * k * s * L * B * tokens
-        add("memory", f"KV cache saved vs {H} K/V heads", f"2·(H − G)·d_k·s·L·B·{cached}",
-            f"2·({H} − {G})·{k}·{s}·{L}·{B}·{tokens}", full - 2 * G * k * s * L * B * tokens, "bytes",
-            total=full - 2 * G * k * s * L * B * tokens)
-    return rows
+        once(f"KV cache saved vs {H} K/V heads", f"2·(H − G)·d_k·s·L·B·{cached}",
+             f"2·({H} − {G})·{k}·{s}·{L}·{B}·{tokens}", full - 2 * G * k * s * L * B * tokens)
 
 
 def decimal_bytes(n: float) -> str:

@@ -135,38 +135,52 @@ def save_heatmaps(path: str, title: str, panels: list, decimals: int = 4, theme:
                                  dpi=DPI, facecolor=bg, constrained_layout=True)
         for ax in axes.flat[len(panels):]:
             ax.axis("off")
-        image = None
-        for ax, (name, row_labels, col_labels, matrix, mask) in zip(axes.flat, panels):
-            matrix = np.asarray(matrix, float)
-            shown = np.ma.masked_where(~np.asarray(mask, bool), matrix) if mask is not None else matrix
-            ax.set_facecolor(bg)
-            image = ax.imshow(shown, cmap="viridis", vmin=lo, vmax=hi)
-            if mask is not None:  # masked cells: hatched, never a colour that reads as a weight
-                from matplotlib.patches import PathPatch
-                from matplotlib.path import Path
-                from matplotlib.transforms import Affine2D
-
-                cells = [Path.unit_rectangle().transformed(Affine2D().translate(j - 0.5, i - 0.5))
-                         for i, j in zip(*np.where(~np.asarray(mask, bool)))]
-                if cells:
-                    ax.add_patch(PathPatch(Path.make_compound_path(*cells), fill=False,
-                                           hatch="///", linewidth=0))
-            ax.set_title(name, fontsize=24, color=fg)
-            small = matrix.shape[1] <= 12
-            labels = 18 if matrix.shape[1] <= 6 else 14 if small else 11
-            ax.set_xticks(range(len(col_labels)), col_labels, rotation=45, ha="right", fontsize=labels)
-            ax.set_yticks(range(len(row_labels)), row_labels, fontsize=labels)
-            ax.set_xlabel("key", fontsize=20)
-            ax.set_ylabel("query", fontsize=20)
-            if small and matrix.shape[1] <= 8:
-                for i in range(matrix.shape[0]):
-                    for j in range(matrix.shape[1]):
-                        if mask is None or mask[i][j]:
-                            v = matrix[i][j]
-                            light = (v - lo) / (hi - lo) > 0.6
-                            ax.text(j, i, f"{v:.{min(decimals, 2)}f}", ha="center", va="center",
-                                    fontsize=16, color="black" if light else "white")
-        bar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8)
+        images = [_panel(ax, panel, lo, hi, decimals, fg, bg) for ax, panel in zip(axes.flat, panels)]
+        bar = fig.colorbar(images[-1], ax=axes.ravel().tolist(), shrink=0.8)
         bar.set_label(f"attention weight (this figure: {lo:.2f} to {hi:.2f})", fontsize=18)
         fig.suptitle(title, fontsize=28, color=fg)
     _save(plt, fig, path, bg)
+
+
+def _panel(ax, panel, lo: float, hi: float, decimals: int, fg: str, bg: str):
+    """One heatmap on `ax`: (title, row labels, column labels, matrix, mask or None); masked
+    cells hatched, values written in when there are at most 8 columns. Returns the image."""
+    import numpy as np
+
+    name, row_labels, col_labels, matrix, mask = panel
+    matrix = np.asarray(matrix, float)
+    shown = np.ma.masked_where(~np.asarray(mask, bool), matrix) if mask is not None else matrix
+    ax.set_facecolor(bg)
+    image = ax.imshow(shown, cmap="viridis", vmin=lo, vmax=hi)
+    if mask is not None:  # masked cells: hatched, never a colour that reads as a weight
+        _hatch(ax, ~np.asarray(mask, bool))
+    ax.set_title(name, fontsize=24, color=fg)
+    small = matrix.shape[1] <= 12
+    labels = 18 if matrix.shape[1] <= 6 else 14 if small else 11
+    ax.set_xticks(range(len(col_labels)), col_labels, rotation=45, ha="right", fontsize=labels)
+    ax.set_yticks(range(len(row_labels)), row_labels, fontsize=labels)
+    ax.set_xlabel("key", fontsize=20)
+    ax.set_ylabel("query", fontsize=20)
+    if small and matrix.shape[1] <= 8:
+        for i in range(matrix.shape[0]):
+            for j in range(matrix.shape[1]):
+                if mask is None or mask[i][j]:
+                    v = matrix[i][j]
+                    light = (v - lo) / (hi - lo) > 0.6
+                    ax.text(j, i, f"{v:.{min(decimals, 2)}f}", ha="center", va="center",
+                            fontsize=16, color="black" if light else "white")
+    return image
+
+
+def _hatch(ax, hidden) -> None:
+    """Hatch the cells where `hidden` (a bool matrix) is True."""
+    import numpy as np
+    from matplotlib.patches import PathPatch
+    from matplotlib.path import Path
+    from matplotlib.transforms import Affine2D
+
+    cells = [Path.unit_rectangle().transformed(Affine2D().translate(j - 0.5, i - 0.5))
+             for i, j in zip(*np.where(hidden))]
+    if cells:
+        ax.add_patch(PathPatch(Path.make_compound_path(*cells), fill=False, hatch="///",
+                               linewidth=0))

@@ -70,11 +70,8 @@ def plain_option_coercion() -> None:
     """
     if not ENABLED:
         return
-    import typing
-
     import typer
     from dataclasses import dataclass
-    from enum import Enum
 
     try:
         from typer import _coercion, core
@@ -82,48 +79,57 @@ def plain_option_coercion() -> None:
     except (ImportError, AttributeError):
         return
 
-    def plain(annotation):
-        args = typing.get_args(annotation)
-        if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 2 \
-                and type(None) in args:
-            annotation = args[0] if args[1] is type(None) else args[1]
-        if annotation in (int, str, bool) or (isinstance(annotation, type) and issubclass(annotation, Enum)):
-            return annotation
-        return None
-
     @dataclass(frozen=True)
     class Plain(base):
         def _coerce_value(self, value, param, ctx):
-            kind, info = self.annotation, self.parameter_info
-            if isinstance(value, kind):
-                result = value
-            elif kind is int:
-                try:
-                    result = int(str(value).strip())
-                except ValueError:
-                    raise typer.BadParameter(f"{value!r} is not a whole number", ctx, param) from None
-            elif issubclass(kind, Enum):
-                try:
-                    result = kind(value)
-                except ValueError:
-                    valid = ", ".join(repr(m.value) for m in kind)
-                    raise typer.BadParameter(f"{value!r} is not one of {valid}", ctx, param) from None
-            else:
-                result = kind(value)
-            if kind is int and info.min is not None and result < info.min:
-                raise typer.BadParameter(f"{result} is less than the minimum, {info.min}", ctx, param)
-            if kind is int and info.max is not None and result > info.max:
-                raise typer.BadParameter(f"{result} is more than the maximum, {info.max}", ctx, param)
-            return result
+            return _coerced(self.annotation, self.parameter_info, value,
+                            lambda message: typer.BadParameter(message, ctx, param))
 
     def get_runtime_param(self):
         descriptor = self.type_descriptor
-        kind = plain(descriptor.annotation)
+        kind = _plain(descriptor.annotation)
         if self._runtime_param is None and kind is not None and descriptor.file_annotation is None:
             self._runtime_param = Plain(parameter_info=descriptor.parameter_info, annotation=kind)
         return get(self)
 
     core._TyperParameter.get_runtime_param = get_runtime_param
+
+
+def _plain(annotation):
+    """int, str, bool or a str enum (optional or not), else None: typer's own path."""
+    import typing
+    from enum import Enum
+
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 2 \
+            and type(None) in args:
+        annotation = args[0] if args[1] is type(None) else args[1]
+    if annotation in (int, str, bool) or (isinstance(annotation, type) and issubclass(annotation, Enum)):
+        return annotation
+    return None
+
+
+def _coerced(kind, info, value, bad):
+    """`value` as `kind`, within the option's min and max; `bad(message)` is the error raised."""
+    if isinstance(value, kind):
+        result = value
+    elif kind is int:
+        try:
+            result = int(str(value).strip())
+        except ValueError:
+            raise bad(f"{value!r} is not a whole number") from None
+    elif kind not in (str, bool):  # a str enum
+        try:
+            result = kind(value)
+        except ValueError:
+            raise bad(f"{value!r} is not one of {', '.join(repr(m.value) for m in kind)}") from None
+    else:
+        result = kind(value)
+    if kind is int and info.min is not None and result < info.min:
+        raise bad(f"{result} is less than the minimum, {info.min}")
+    if kind is int and info.max is not None and result > info.max:
+        raise bad(f"{result} is more than the maximum, {info.max}")
+    return result
 
 
 @contextlib.contextmanager

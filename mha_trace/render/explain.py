@@ -39,26 +39,34 @@ def explain_renderables(w, decimals: int, only_head: int | None) -> list:
                         f"{c.seed}); the walk starts from those projections."))
     if view.kv_heads != view.heads:
         out.append(sharing_table(view))
-    sqrt_txt = f"√{view.d_k} = {fmt(w.sqrt_dk, decimals)}"
-    for hw in w.heads:
-        if only_head and hw.head != only_head:
-            continue
-        kv = f", K/V head {hw.kv_head}" if view.kv_heads != view.heads else ""
-        table = new_table(f"Head {hw.head}: dims {hw.dims[0]}–{hw.dims[1] - 1}{kv}, "
-                          f"q[{w.token}] = {_query(hw.query, decimals)}, "
-                          f"÷ {sqrt_txt}")
-        table.add_column("key")
-        table.add_column("q·k", overflow="fold")
-        table.add_column("÷√d_k", justify="right")
-        table.add_column("softmax", justify="right")
-        for t in hw.terms:
-            weight = Text(MASKED + " masked") if t.masked else Text(fmt(t.weight, decimals),
-                                                                     style=shade(t.weight))
-            table.add_row(t.token, _dot_text(t.products, t.dot, decimals),
-                          fmt(t.scaled, decimals), weight, style="dim" if t.masked else None)
-        table.caption = weighted_sum(hw, decimals)
-        table.caption_justify = "left"
-        out.append(table)
+    out += [_head_table(w, hw, decimals) for hw in w.heads if not only_head or hw.head == only_head]
+    return out + _after_heads(w, decimals)
+
+
+def _head_table(w, hw, decimals: int):
+    """One head's walk: each key's q·k written out, ÷√d_k, the softmax, then Σ w·v."""
+    view = w.view
+    kv = f", K/V head {hw.kv_head}" if view.kv_heads != view.heads else ""
+    table = new_table(f"Head {hw.head}: dims {hw.dims[0]}–{hw.dims[1] - 1}{kv}, "
+                      f"q[{w.token}] = {_query(hw.query, decimals)}, "
+                      f"÷ √{view.d_k} = {fmt(w.sqrt_dk, decimals)}")
+    table.add_column("key")
+    table.add_column("q·k", overflow="fold")
+    table.add_column("÷√d_k", justify="right")
+    table.add_column("softmax", justify="right")
+    for t in hw.terms:
+        weight = Text(MASKED + " masked") if t.masked else Text(fmt(t.weight, decimals),
+                                                                 style=shade(t.weight))
+        table.add_row(t.token, _dot_text(t.products, t.dot, decimals),
+                      fmt(t.scaled, decimals), weight, style="dim" if t.masked else None)
+    table.caption = weighted_sum(hw, decimals)
+    table.caption_justify = "left"
+    return table
+
+
+def _after_heads(w, decimals: int) -> list:
+    """The concatenation of the heads' outputs, W_O and the token's output."""
+    view, c, out = w.view, w.view.config, []
     if len(w.heads) <= 4:
         parts = " | ".join(vector(hw.output, decimals) for hw in w.heads)
         out.append(Text(f"Concatenation: [{parts}] = {vector(w.concat, decimals)}"))

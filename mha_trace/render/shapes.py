@@ -147,8 +147,14 @@ def _shapes_table(report: ShapesReport, width: int, excess: int, dropped: int, s
     if "dtype" in shown:
         table.add_column("dtype", no_wrap=True)
     table.add_column("alloc", justify="right", no_wrap=True)
+    _add_steps(table, report, code, shown, where)
+    return table, floor, code_width
+
+
+def _add_steps(table, report: ShapesReport, code: list, shown: list, where) -> None:
+    """One row per step (its code broken to fit), a section per phase of a decoding run."""
     phase = ""
-    for s, text in zip(steps, code):
+    for s, text in zip(report.steps, code):
         if s.phase != phase:
             phase = s.phase
             table.add_section()
@@ -160,7 +166,6 @@ def _shapes_table(report: ShapesReport, width: int, excess: int, dropped: int, s
         row += ["yes" if s.contiguous else "no"] if "contig" in shown else []
         row += [SHORT_DTYPES.get(s.dtype, s.dtype)] if "dtype" in shown else []
         table.add_row(*row, alloc, style="bold" if s.op == "contiguous" and not s.is_view else None)
-    return table, floor, code_width
 
 
 def phase_label(report: ShapesReport, phase: str) -> str:

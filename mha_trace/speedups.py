@@ -62,7 +62,7 @@ def one_thread_for_models() -> None:
 
 
 def plain_option_coercion() -> None:
-    """Coerce plain options (int, str, bool, str enums) without pydantic.
+    """Coerce plain options (int, float, str, bool, str enums) without pydantic.
 
     typer 0.29 coerces every option through a pydantic TypeAdapter: importing pydantic and
     building the adapters costs about 0.1 s of every run. Our options are all plain types, which
@@ -96,7 +96,7 @@ def plain_option_coercion() -> None:
 
 
 def _plain(annotation):
-    """int, str, bool or a str enum (optional or not), else None: typer's own path."""
+    """int, float, str, bool or a str enum (optional or not), else None: typer's own path."""
     import typing
     from enum import Enum
 
@@ -104,7 +104,7 @@ def _plain(annotation):
     if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 2 \
             and type(None) in args:
         annotation = args[0] if args[1] is type(None) else args[1]
-    if annotation in (int, str, bool) or (isinstance(annotation, type) and issubclass(annotation, Enum)):
+    if annotation in (int, float, str, bool) or (isinstance(annotation, type) and issubclass(annotation, Enum)):
         return annotation
     return None
 
@@ -118,6 +118,11 @@ def _coerced(kind, info, value, bad):
             result = int(str(value).strip())
         except ValueError:
             raise bad(f"{value!r} is not a whole number") from None
+    elif kind is float:
+        try:
+            result = float(str(value).strip())
+        except ValueError:
+            raise bad(f"{value!r} is not a number") from None
     elif kind not in (str, bool):  # a str enum
         try:
             result = kind(value)
@@ -125,9 +130,9 @@ def _coerced(kind, info, value, bad):
             raise bad(f"{value!r} is not one of {', '.join(repr(m.value) for m in kind)}") from None
     else:
         result = kind(value)
-    if kind is int and info.min is not None and result < info.min:
+    if kind in (int, float) and info.min is not None and result < info.min:
         raise bad(f"{result} is less than the minimum, {info.min}")
-    if kind is int and info.max is not None and result > info.max:
+    if kind in (int, float) and info.max is not None and result > info.max:
         raise bad(f"{result} is more than the maximum, {info.max}")
     return result
 

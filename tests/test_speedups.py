@@ -17,6 +17,8 @@ COMMANDS = [
     ("cost", "--preset", "gpt3-175b"),
     ("heads", "--model", "minilm", "--head", "1.3"),
     ("shapes", "--heads", "x"),  # an error line, through the option coercion
+    ("shapes", "--rope", "--rope-base", "500", "--seq", "4"),  # a float option
+    ("shapes", "--rope", "--rope-base", "x"),
 ]
 
 

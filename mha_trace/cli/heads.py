@@ -23,7 +23,7 @@ def _head_number(head: str | None) -> int | None:
 
 @app.command(short_help="Each head's attention weights, their average, the output.")
 @output_options(png=True, step=True)
-@run_options("config", "module", "model", "layer", "device")
+@run_options("config", "resplit", "module", "module_width", "model", "layer", "device")
 def heads(
     head: HeadOpt = None,
     decimals: DecimalsOpt = 4,
@@ -64,7 +64,7 @@ def heads(
 
 @app.command(short_help="One token through every head, every product written out.")
 @output_options(png=True, step=True)
-@run_options("config", "module", "model", "layer", "device")
+@run_options("config", "resplit", "module", "module_width", "model", "layer", "device")
 def explain(
     token: Annotated[str | None, typer.Option("--token", help="The query token to follow (default: the first). Example: --token cat")] = None,
     position: Annotated[int | None, typer.Option("--position", "-p", help="Pick the token by position (0-based), needed when it repeats. Example: --position 4")] = None,
@@ -128,17 +128,12 @@ def _int_list(text: str, quantity: str) -> list[int]:
 
 @app.command(short_help="The same input split into different head counts.")
 @output_options(png=True)
+@run_options("config", "device")
 def compare(
     heads: Annotated[str, typer.Option("--heads", "-H", help="Comma-separated head counts, each dividing d_model. Example: --heads 1,2,4")] = "1,2,4",
-    config: ConfigOpt = None,
-    mask: ConfigMaskOpt = None,
-    pad: ConfigPadOpt = None,
-    rope: RopeOpt = False,
-    rope_base: ConfigRopeBaseOpt = None,
-    window: WindowOpt = None,
     decimals: DecimalsOpt = 4,
     module: ModuleOpt = None,
-    device: ComputeDeviceOpt = Device.cpu,
+    o=None,
     out: Output = None,
 ):
     """The same input split into different head counts, side by side, with a one-line reading.
@@ -151,12 +146,11 @@ def compare(
         raise MhaError("compare re-splits one set of projections into other head counts, which "
                        "only the lecture's module exposes; for your class, run heads --module "
                        "once per head count (--heads 1, 2, 4)", quantity="module")
-    from mha_trace.resolve import RunOptions, config_of
+    from mha_trace.resolve import config_of
 
     counts = _int_list(heads, "heads")
-    c = config_of(RunOptions(config, mask=mask and mask.value, pad=pad, rope=rope,
-                             rope_base=rope_base, window=window))
-    views = run_compare(c, counts, device.value)
+    c = config_of(o)
+    views = run_compare(c, counts, o.device)
     if out.png:
         from mha_trace.plots import save_heatmaps
 
@@ -169,7 +163,7 @@ def compare(
 
 @app.command(short_help="The output without some heads, and how far it moved.")
 @output_options()
-@run_options("config", "model", "device")
+@run_options("config", "resplit", "model", "device")
 def ablate(
     head: Annotated[str | None, typer.Option("--head", help="Head(s) to remove, 1-based, comma-separated (default 2); with --model, LAYER.HEAD. Example: --head 1,3, or --head 6.12,3.1")] = None,
     decimals: DecimalsOpt = 4,

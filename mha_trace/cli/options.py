@@ -63,17 +63,17 @@ StepOpt = Annotated[bool, typer.Option("--step", help="Paced for a lecture: one 
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show Python tracebacks instead of one-line errors. Example: --debug")]
 
 # sizes
-BatchOpt = Annotated[int, typer.Option("--batch", "-b", help="Batch size B. Example: --batch 2")]
-SeqOpt = Annotated[int, typer.Option("--seq", "-t", help="Sequence length T (tokens). Example: --seq 10")]
-DModelOpt = Annotated[int, typer.Option("--d-model", "-d", help="Model width d_model; must be divisible by --heads. Example: --d-model 512")]
-HeadsOpt = Annotated[int, typer.Option("--heads", "-H", help="Number of query heads H; d_k = d_model / H. Example: --heads 8")]
+BatchOpt = Annotated[int | None, typer.Option("--batch", "-b", help="Batch size B (default 2). Example: --batch 2")]
+SeqOpt = Annotated[int | None, typer.Option("--seq", "-t", help="Sequence length T in tokens (default 10). Example: --seq 10")]
+DModelOpt = Annotated[int | None, typer.Option("--d-model", "-d", help="Model width d_model (default 512); must be divisible by --heads. Example: --d-model 512")]
+HeadsOpt = Annotated[int | None, typer.Option("--heads", "-H", help="Number of query heads H (default 8, or the config's); d_k = d_model / H. Example: --heads 8")]
 KvHeadsOpt = Annotated[int | None, typer.Option("--kv-heads", help="Key/value heads (grouped-query attention; 1 is multi-query); must divide --heads. Example: --kv-heads 2")]
 DeviceOpt = Annotated[Device, typer.Option("--device", help="Where to run; meta computes shapes without allocating memory. Example: --device meta")]
 ComputeDeviceOpt = Annotated[Device, typer.Option("--device", help="Where to compute: cpu, cuda or mps (a model moves there once; meta holds no numbers to show). Example: --device cuda")]
 DtypeOpt = Annotated[Dtype, typer.Option("--dtype", help="Tensor dtype. Example: --dtype bfloat16")]
-MaskOpt = Annotated[Mask, typer.Option("--mask", help="none, or causal (no query looks at later keys). Example: --mask causal")]
-PadOpt = Annotated[int, typer.Option("--pad", help="Mask the last N key positions as padding. Example: --pad 2")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed for weights and inputs. Example: --seed 0")]
+MaskOpt = Annotated[Mask | None, typer.Option("--mask", help="none, or causal: no query looks at later keys (default none, or the config's). Example: --mask causal")]
+PadOpt = Annotated[int | None, typer.Option("--pad", help="Mask the last N key positions as padding (default 0, or the config's). Example: --pad 2")]
+SeedOpt = Annotated[int | None, typer.Option("--seed", help="Random seed for weights and inputs (default 0). Example: --seed 0")]
 
 class Impl(str, Enum):
     explicit = "explicit"
@@ -81,7 +81,7 @@ class Impl(str, Enum):
 
 
 RopeOpt = Annotated[bool, typer.Option("--rope", help="Rotary positions (RoPE, as LLaMA): turn Q and K in each head by token position. Example: --rope")]
-RopeBaseOpt = Annotated[float, typer.Option("--rope-base", help="RoPE's base: pair i turns by position · base^(-2i/d_k) (LLaMA 10000, SmolLM2 100000). Example: --rope-base 100000")]
+RopeBaseOpt = Annotated[float | None, typer.Option("--rope-base", help="RoPE's base: pair i turns by position · base^(-2i/d_k) (default 10000, or the config's; LLaMA 10000, SmolLM2 100000). Example: --rope-base 100000")]
 WindowOpt = Annotated[int | None, typer.Option("--window", help="Sliding-window attention (Mistral): a query sees at most W keys, itself included; implies a causal mask. Example: --window 4")]
 ConfigRopeBaseOpt = Annotated[float | None, typer.Option("--rope-base", help="RoPE's base (default: the config's, else 10000). Example: --rope-base 100000")]
 ImplOpt = Annotated[Impl, typer.Option("--impl", help="explicit (the lecture's formula) or sdpa (F.scaled_dot_product_attention, which never forms the weights). Example: --impl sdpa")]
@@ -121,12 +121,18 @@ ModuleDModelOpt = Annotated[int | None, typer.Option("--d-model", "-d", help="Wi
 
 # the options of a run's source, by group; a command names the groups it takes (run_options)
 RUN_GROUPS = {
-    "config": [("config", ConfigOpt, None), ("heads", ResplitOpt, None),
-               ("kv_heads", KvHeadsOpt, None), ("mask", ConfigMaskOpt, None),
+    "config": [("config", ConfigOpt, None), ("mask", ConfigMaskOpt, None),
                ("pad", ConfigPadOpt, None), ("rope", RopeOpt, False),
                ("rope_base", ConfigRopeBaseOpt, None), ("window", WindowOpt, None)],
-    "module": [("module", ModuleOpt, None), ("init", InitOpt, None),
-               ("d_model", ModuleDModelOpt, None)],
+    "resplit": [("heads", ResplitOpt, None), ("kv_heads", KvHeadsOpt, None)],
+    "sizes": [("batch", BatchOpt, None), ("seq", SeqOpt, None), ("d_model", DModelOpt, None),
+              ("heads", HeadsOpt, None), ("kv_heads", KvHeadsOpt, None),
+              ("device", DeviceOpt, Device.cpu), ("dtype", DtypeOpt, Dtype.float32),
+              ("mask", MaskOpt, None), ("pad", PadOpt, None), ("seed", SeedOpt, None),
+              ("rope", RopeOpt, False), ("rope_base", RopeBaseOpt, None),
+              ("window", WindowOpt, None), ("impl", ImplOpt, Impl.explicit)],
+    "module": [("module", ModuleOpt, None), ("init", InitOpt, None)],
+    "module_width": [("d_model", ModuleDModelOpt, None)],
     "model": [("model", PretrainedOpt, None), ("sentence", SentenceOpt, None)],
     "layer": [("layer", LayerOpt, None)],
     "device": [("device", ComputeDeviceOpt, Device.cpu)],

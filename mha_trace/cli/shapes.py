@@ -12,30 +12,13 @@ from mha_trace.output import Output, emit, make_console
 
 @app.command(short_help="Every tensor op of a real forward pass: shape, stride, memory.")
 @output_options(step=True)
+@run_options("sizes", "module", "model", "layer")
 def shapes(
-    batch: BatchOpt = 2,
-    seq: SeqOpt = 10,
-    d_model: DModelOpt = 512,
-    heads: HeadsOpt = 8,
-    kv_heads: KvHeadsOpt = None,
-    device: DeviceOpt = Device.cpu,
-    dtype: DtypeOpt = Dtype.float32,
-    mask: MaskOpt = Mask.none,
-    pad: PadOpt = 0,
-    seed: SeedOpt = 0,
-    module: ModuleOpt = None,
-    init: InitOpt = None,
-    rope: RopeOpt = False,
-    rope_base: RopeBaseOpt = 10000.0,
-    window: WindowOpt = None,
-    impl: ImplOpt = Impl.explicit,
     compare_impl: Annotated[bool, typer.Option("--compare-impl", help="With --impl sdpa: also run the explicit path and compare what each allocates and which tensors the fused path never makes. Example: --impl sdpa --compare-impl")] = False,
     compact: Annotated[bool, typer.Option("--compact", help="For slides: the lecture table's eight rows (input, W_q, view, transpose, attention, transpose back, contiguous + view, W_o), each shape also in symbols. Example: --compact")] = False,
     decode: Annotated[int, typer.Option("--decode", help="After a prefill over --seq tokens, decode N more one at a time with a growing KV cache (implies a causal mask). Example: --decode 3")] = 0,
-    model: PretrainedOpt = None,
-    sentence: SentenceOpt = None,
-    layer: LayerOpt = None,
     include_inputs: IncludeInputsOpt = False,
+    o=None,
     out: Output = None,
 ):
     """Trace a real forward pass and print the shape, stride and memory of every tensor op.
@@ -45,24 +28,19 @@ def shapes(
     Example: mha-trace shapes --model minilm --sentence "The cat sat on the mat." --layer 1
     Example: mha-trace shapes --decode 3 --mask causal --kv-heads 2
     """
-    from mha_trace.resolve import RunOptions, resolve
+    from dataclasses import replace
+
+    from mha_trace.resolve import resolve
     from mha_trace.shapes import trace_run
 
-    # the size flags are typer defaults here: only changed ones are given (and clash with --model)
-    given = lambda value, default: None if value == default else value
-    o = RunOptions(module=module, init=init, model=model, sentence=sentence, layer=layer,
-                   batch=given(batch, 2), seq=given(seq, 10), d_model=given(d_model, 512),
-                   heads=given(heads, 8), kv_heads=kv_heads, mask=given(mask.value, "none"),
-                   pad=given(pad, 0), dtype=dtype.value, device=device.value, seed=seed, rope=rope,
-                   rope_base=rope_base, window=window, impl=given(impl.value, "explicit"),
-                   decode=decode)
-    if model:
+    o = replace(o, decode=decode)
+    if o.model:
         from mha_trace.cli import models
         from mha_trace.resolve import refuse_with_model
 
         refuse_with_model(compare_impl=compare_impl or None, include_inputs=include_inputs or None)
         return models.shapes(o, out)
-    if compare_impl and impl != Impl.sdpa:
+    if compare_impl and o.impl != "sdpa":
         raise MhaError("compare_impl goes with --impl sdpa (it compares the fused path with the "
                        "explicit one)", quantity="compare_impl")
     check_include(include_inputs, None, out)
@@ -70,7 +48,7 @@ def shapes(
     console = make_console(out)
     renderables, data = report.renderables(console.width), report.data()
     if compact:
-        renderables = _compact(report, data, console.width, bool(module or decode))
+        renderables = _compact(report, data, console.width, bool(o.module or decode))
     if compare_impl:
         renderables += _compare_impl(o, report, data)
     emit(out, renderables, with_inputs(data, report.run, include_inputs), console)

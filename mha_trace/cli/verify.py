@@ -12,25 +12,11 @@ from mha_trace.output import Output, emit
 
 @app.command(short_help="The module (or yours) against independent references.")
 @output_options()
+@run_options("sizes", "module")
 def verify(
     config: Annotated[str | None, typer.Option("--config", "-c", help="Verify on a config's Q, K, V (or generated input) instead of random sizes from flags; --heads, --kv-heads, --mask and --pad override the config's. Example: --config chicken-road")] = None,
-    batch: Annotated[int | None, typer.Option("--batch", "-b", help="Batch size B (default 2). Example: --batch 2")] = None,
-    seq: Annotated[int | None, typer.Option("--seq", "-t", help="Sequence length T (default 10). Example: --seq 10")] = None,
-    d_model: Annotated[int | None, typer.Option("--d-model", "-d", help="Model width (default 512); must be divisible by --heads. Example: --d-model 512")] = None,
-    heads: Annotated[int | None, typer.Option("--heads", "-H", help="Query heads (default 8, or the config's). Example: --heads 8")] = None,
-    kv_heads: KvHeadsOpt = None,
-    device: DeviceOpt = Device.cpu,
-    dtype: DtypeOpt = Dtype.float32,
-    mask: Annotated[Mask | None, typer.Option("--mask", help="none, or causal (default none, or the config's). Example: --mask causal")] = None,
-    pad: Annotated[int | None, typer.Option("--pad", help="Mask the last N key positions as padding (default 0, or the config's). Example: --pad 2")] = None,
-    seed: Annotated[int | None, typer.Option("--seed", help="Random seed for weights and inputs (default 0). Example: --seed 0")] = None,
-    rope: RopeOpt = False,
-    rope_base: ConfigRopeBaseOpt = None,
-    window: WindowOpt = None,
-    impl: ImplOpt = Impl.explicit,
-    module: ModuleOpt = None,
-    init: InitOpt = None,
     map_: Annotated[str | None, typer.Option("--map", help="With --module: which of your layers is which projection, when names and shapes do not tell. Example: --map 'q=W_Q,k=W_K,v=W_V,o=W_O'")] = None,
+    o=None,
     out: Output = None,
 ):
     """Check the module against numpy by hand, nn.MultiheadAttention and F.scaled_dot_product_attention.
@@ -43,14 +29,11 @@ def verify(
     Example: mha-trace verify --rope --window 4 --kv-heads 2 --dtype float64
     Example: mha-trace verify --module example:l04 --d-model 64 --heads 4
     """
-    from mha_trace.resolve import RunOptions
+    from dataclasses import replace
 
-    o = RunOptions(config, module, init, batch=batch, seq=seq, d_model=d_model, heads=heads,
-                   kv_heads=kv_heads, mask=mask and mask.value, pad=pad, dtype=dtype.value,
-                   device=device.value, seed=seed, rope=rope, rope_base=rope_base, window=window,
-                   impl=impl.value)
-    report = _student(o, map_) if module else _builtin(o, map_)
-    if module:
+    o = replace(o, config=config)
+    report = _student(o, map_) if o.module else _builtin(o, map_)
+    if o.module:
         from mha_trace.render.verify import student_data, student_renderables
 
         emit(out, student_renderables(report), student_data(report))

@@ -258,7 +258,7 @@ def check_on_config(spec: str, config, init: str | None, given_map: str | None) 
         return check_module(spec, config.d_model, config.heads, len(config.tokens), 1, config.mask,
                             config.seed, init, given_map)
     from mha_trace.run import from_config, from_module, module_sizes_for_config
-    from mha_trace.usermodule import explain_exception, split_result, user_code
+    from mha_trace.usermodule import split_result
 
     run = from_module(spec, module_sizes_for_config(config, None, None), init,
                       tokens=config.tokens, config=config)
@@ -269,44 +269,23 @@ def check_on_config(spec: str, config, init: str | None, given_map: str | None) 
                             "config's sizes and mask, not on the config's Q, K, V")
         return report
     reference_run = from_config(config)
-    reference = reference_run.module
-    if run.numpy:
-        from mha_trace import nptrace as tracer
-        kwargs = {}
-    else:
-        from mha_trace import tracer
+    if not run.numpy:
         run.module.double()
         run.args = tuple(a.double() for a in run.args)
-        kwargs = dict(run.kwargs)
-    try:
-        with torch.no_grad(), user_code(f"{run.label}: forward"):
-            traced = tracer.trace(run.module, *run.args, watch=(run.source,), keep_values=True, **kwargs)
-    except tracer.ForwardFailed as failed:
-        raise MhaError(f"{run.label}: forward raised {failed.trace.failure.message}", exit_code=1) from None
-    except MhaError:
-        raise
-    except Exception as e:
-        raise MhaError(f"{run.label}: forward raised {explain_exception(e)}", exit_code=1) from None
+    traced = _traced_forward(run, run.module, run.args, {} if run.numpy else dict(run.kwargs))
     with torch.no_grad():
         expected, expected_w = reference_run.forward()
     output, weights = split_result(traced.output, run.args[0])
-    output = output.reshape(expected.shape) if output.numel() == expected.numel() else output
-    diff = float((output.double() - expected).abs().max()) if output.shape == expected.shape else float("inf")
-    w_diff = None
-    if weights is not None and weights.numel() == expected_w.numel():
-        w_diff = float((weights.double().reshape(expected_w.shape) - expected_w).abs().max())
-    report = StudentReport(run.label, f"(projections none: {run.how})", run.call, diff, w_diff, 1e-8)
+    report = StudentReport(run.label, f"(projections none: {run.how})", run.call,
+                           *_differences(output, weights, expected, expected_w), 1e-8)
     if config.W_O is not None:
         report.notes.append("the config's W_O is the lecture side's only: your module's output "
                             "projection is its own")
     if not report.passed:
-        ref_trace = trace_reference(reference, reference_run)
-        report.first_wrong = first_wrong_step(traced.steps, ref_trace.steps)
-        if report.first_wrong is not None:
-            report.reference_step = counterpart(report.first_wrong, ref_trace.steps)
-        if output.shape == expected.shape:
-            report.diagnosis = diagnose(reference, tuple(reference_run.args), reference_run.mask,
-                                        output)
+        reference = reference_run.module
+        _where_it_went_wrong(report, traced, trace_reference(reference, reference_run),
+                             (reference, tuple(reference_run.args), reference_run.mask),
+                             output, expected)
     return report
 
 
@@ -321,9 +300,10 @@ def check_module(spec: str, d_model: int, heads: int, seq: int, batch: int, mask
     """Build the student's module and the reference at the same sizes, share the weights, compare."""
     from mha_trace.run import Sizes, from_module, make_mask
     from mha_trace.tracer import trace
-    from mha_trace.usermodule import explain_exception, split_result, user_code
+    from mha_trace.usermodule import forward_call, split_result
 
-    sizes = Sizes(batch, seq, d_model, heads, None, mask_kind, 0, "float64", "cpu", seed)
+    sizes = Sizes(batch=batch, seq=seq, d_model=d_model, heads=heads, mask=mask_kind,
+                  dtype="float64", seed=seed)
     run = from_module(spec, sizes, init)
     numpy = run.numpy
     module = run.module if numpy else run.module.double()
@@ -342,51 +322,70 @@ def check_module(spec: str, d_model: int, heads: int, seq: int, batch: int, mask
         biased = copy_reference(reference, mapping)
     x = torch.randn(batch if not numpy else 1, seq, d_model, dtype=torch.float64)
     mask = make_mask(seq, mask_kind)
-    from mha_trace.usermodule import forward_call
-
     fed = x[0].numpy() if numpy else x
     call, args, kwargs = forward_call(module, fed, None if mask is None else (
         mask.numpy() if numpy else mask))
     if "use_projections" in inspect.signature(module.forward).parameters and mapping.layers:
         kwargs["use_projections"] = True  # the chapter's class: let it use the copied weights
         call = call[:-1] + ", use_projections=True)"
-    if numpy:
-        from mha_trace import nptrace as tracer
-    else:
-        from mha_trace import tracer
     with torch.no_grad():
         expected, expected_w = reference(x, mask=mask)
-        try:
-            with user_code(f"{run.label}: forward"):
-                traced = tracer.trace(module, *args, watch=(run.source,), keep_values=True, **kwargs)
-        except tracer.ForwardFailed as failed:
-            raise MhaError(f"{run.label}: forward raised {failed.trace.failure.message}",
-                           exit_code=1) from None
-        except Exception as e:
-            raise MhaError(f"{run.label}: forward raised {explain_exception(e)}", exit_code=1) from None
+    traced = _traced_forward(run, module, args, kwargs)
     output, weights = split_result(traced.output, fed)
-    output = output.reshape(expected.shape) if output.numel() == expected.numel() else output
-    if output.shape != expected.shape:
-        diff = float("inf")
-    else:
-        diff = float((output.double() - expected).abs().max())
-    w_diff = None
-    if weights is not None:
-        w = weights.double()
-        if w.shape != expected_w.shape and w.numel() == expected_w.numel():
-            w = w.reshape(expected_w.shape)  # unbatched (H, T, T), as a NumPy class returns
-        if w.shape == expected_w.shape:
-            w_diff = float((w - expected_w).abs().max())
-        elif w.numel() == expected_w.mean(1).numel():  # a module that averages its heads
-            w_diff = float((w.reshape(expected_w.mean(1).shape) - expected_w.mean(1)).abs().max())
-    report = StudentReport(run.label, mapping.describe(), call, diff, w_diff, 1e-8)
+    report = StudentReport(run.label, mapping.describe(), call,
+                           *_differences(output, weights, expected, expected_w), 1e-8)
     if not biased:
         report.notes.append("its projections have no biases, so the reference's were set to zero")
     if not report.passed:
-        ref_trace = trace(reference, x, mask=mask, keep_values=True)
-        report.first_wrong = first_wrong_step(traced.steps, ref_trace.steps)
-        if report.first_wrong is not None:
-            report.reference_step = counterpart(report.first_wrong, ref_trace.steps)
-        if output.shape == expected.shape:
-            report.diagnosis = diagnose(reference, x, mask, output)
+        _where_it_went_wrong(report, traced, trace(reference, x, mask=mask, keep_values=True),
+                             (reference, x, mask), output, expected)
     return report
+
+
+def _traced_forward(run, module, args: tuple, kwargs: dict):
+    """The student's forward, traced op by op with every value kept, under the user-code guard;
+    a failure is one error naming it."""
+    from mha_trace.usermodule import explain_exception, user_code
+
+    if run.numpy:
+        from mha_trace import nptrace as tracer
+    else:
+        from mha_trace import tracer
+    try:
+        with torch.no_grad(), user_code(f"{run.label}: forward"):
+            return tracer.trace(module, *args, watch=(run.source,), keep_values=True, **kwargs)
+    except tracer.ForwardFailed as failed:
+        raise MhaError(f"{run.label}: forward raised {failed.trace.failure.message}",
+                       exit_code=1) from None
+    except MhaError:
+        raise
+    except Exception as e:
+        raise MhaError(f"{run.label}: forward raised {explain_exception(e)}", exit_code=1) from None
+
+
+def _differences(output, weights, expected, expected_w) -> tuple:
+    """(largest output difference, largest weights difference or None): an unbatched output or
+    weights are compared reshaped, weights averaged over heads against the average."""
+    output = output.reshape(expected.shape) if output.numel() == expected.numel() else output
+    diff = float((output.double() - expected).abs().max()) if output.shape == expected.shape \
+        else float("inf")
+    if weights is None:
+        return diff, None
+    w = weights.double()
+    if w.shape != expected_w.shape and w.numel() == expected_w.numel():
+        w = w.reshape(expected_w.shape)  # unbatched (H, T, T), as a NumPy class returns
+    if w.shape == expected_w.shape:
+        return diff, float((w - expected_w).abs().max())
+    if w.numel() == expected_w.mean(1).numel():  # a module that averages its heads
+        return diff, float((w.reshape(expected_w.mean(1).shape) - expected_w.mean(1)).abs().max())
+    return diff, None
+
+
+def _where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output, expected) -> None:
+    """A wrong module's first wrong step, the reference's step beside it, and a diagnosis."""
+    report.first_wrong = first_wrong_step(traced.steps, ref_trace.steps)
+    if report.first_wrong is not None:
+        report.reference_step = counterpart(report.first_wrong, ref_trace.steps)
+    output = output.reshape(expected.shape) if output.numel() == expected.numel() else output
+    if output.shape == expected.shape:
+        report.diagnosis = diagnose(*diagnose_args, output)

@@ -1,7 +1,5 @@
-"""The start-up speed-ups live in one module behind one switch, and change no printed byte; the
-library never imports the command line."""
+"""The start-up speed-ups live in one module behind one switch, and change no printed byte."""
 
-import ast
 import os
 import pathlib
 import subprocess
@@ -54,19 +52,6 @@ def test_the_switch_turns_every_speedup_off():
         assert out.stdout.split() == expected.split(), out.stderr
 
 
-def test_the_library_never_imports_the_command_line():
-    package = pathlib.Path(__file__).parent.parent / "mha_trace"
-    leaks = []
-    for path in package.rglob("*.py"):
-        if "cli" in path.relative_to(package).parts or path.name == "__main__.py":
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [
-                a.name for a in node.names] if isinstance(node, ast.Import) else []
-            leaks += [f"{path.name}: {n}" for n in names if n.startswith("mha_trace.cli")]
-    assert leaks == []
-
-
 def test_tricks_live_in_one_module():
     package = pathlib.Path(__file__).parent.parent / "mha_trace"
     tricks = ("mallopt", "gc.disable", "os._exit(code)", "sys.modules.update",
@@ -74,35 +59,3 @@ def test_tricks_live_in_one_module():
     found = {(p.name, t) for p in package.rglob("*.py") for t in tricks if t in p.read_text()}
     # runtime.one_thread is for determinism (verify's sums in one order), not speed
     assert found == {("speedups.py", t) for t in tricks} | {("runtime.py", "set_num_threads(1)")}
-
-
-def test_no_import_cycle_and_records_never_import_renderers():
-    """Module-level imports inside mha_trace form no cycle; a renderer is found by its record's
-    type (mha_trace.render), so no record module names a renderer file."""
-    package = pathlib.Path(__file__).parent.parent / "mha_trace"
-    graph = {}
-    for path in package.rglob("*.py"):
-        name = ".".join(("mha_trace", *path.relative_to(package).with_suffix("").parts))
-        name = name.removesuffix(".__init__")
-        imported = set()
-        for node in ast.parse(path.read_text()).body:  # module level only
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mha_trace"):
-                imported |= {node.module} if node.module != "mha_trace" else {
-                    f"mha_trace.{a.name}" for a in node.names}
-        graph[name] = imported - {name}  # a package naming its own submodules
-
-    def cycle(path):
-        for nxt in sorted(graph.get(path[-1], ())):
-            if nxt == path[0]:
-                return [*path, nxt]
-            if nxt not in path and nxt in graph and nxt > path[0]:  # each cycle once
-                found = cycle([*path, nxt])
-                if found:
-                    return found
-        return None
-
-    assert [c for c in map(lambda m: cycle([m]), sorted(graph)) if c] == []
-    for name in ("analysis", "shapes", "costs", "references", "model_analysis", "run"):
-        assert "import" not in "".join(
-            line for line in (package / f"{name}.py").read_text().splitlines()
-            if "mha_trace.render" in line), name

@@ -22,7 +22,7 @@ TARGETS = {  # name: (wall ratio, peak-RSS ratio) targets from the issues; None 
     "mha-trace shapes": (0.85, None),
     "mha-trace shapes (GPT-3, meta)": (1.0, 1.4),
     "mha-trace cost --preset gpt3-175b": (0.25, None),
-    "mha-trace heads --model minilm": (1.3, 1.4),
+    "mha-trace heads --model minilm": (1.0, 1.4),
     "mha-trace survey --model minilm": (2.0, None),
     "mha-trace heads --model smollm2 (first run)": (4.0, None),
     "mha-trace heads --model smollm2": (1.6, 2.0),

@@ -19,11 +19,24 @@ _BIDI = {chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
 
 
 def printable(text: str) -> str:
-    """Text safe for a terminal: control characters (escape sequences, bells, carriage returns)
-    and bidirectional overrides are shown escaped (a\\x1b[31m), never sent raw."""
+    """Text safe for a terminal: control characters (escape sequences, bells, carriage returns,
+    C1), bidirectional overrides and lone surrogates are shown escaped (a\\x1b[31m), never sent
+    raw. The one sanitiser for text that came from a user or a model."""
     import unicodedata
 
     if text.isprintable():
         return text
-    return "".join(ch.encode("unicode_escape").decode("ascii")
-                   if unicodedata.category(ch) == "Cc" or ch in _BIDI else ch for ch in text)
+    return "".join(ch.encode("unicode_escape", "backslashreplace").decode("ascii")
+                   if unicodedata.category(ch) in ("Cc", "Cs") or ch in _BIDI else ch
+                   for ch in text)
+
+
+def printable_data(value):
+    """Every string in JSON-ready data made `printable` (dict keys too)."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable_data(k): printable_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [printable_data(v) for v in value]
+    return value

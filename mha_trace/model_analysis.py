@@ -166,6 +166,12 @@ def survey(model, sentences: list[str], source: str | None = None,
            targets: list[str] | None = None, builtin: bool = True) -> Survey:
     """Score every head on every sentence, and average; with a probe, also source -> targets."""
     runs = [model.encode(s) for s in sentences]
+    short = next((r for r in runs if len(r.tokens) < 3), None)
+    if short is not None:
+        n = len(short.tokens)
+        raise MhaError(f"'{short.text}' is only {n} token{'s' if n != 1 else ''} "
+                       f"({' '.join(short.tokens)}); a survey scores each query's previous and next "
+                       f"token, so it needs at least 3", quantity="sentence")
     per = [detector_scores(r) for r in runs]
     names = [n for n in per[0] if all(n in p for p in per)] + [
         n for n in ("punctuation",) if n not in per[0] and any(n in p for p in per)]
@@ -192,8 +198,13 @@ def coreference(runs, source: str, targets: list[str]) -> dict:
         for t in targets:
             per_target[t].append(r.weights[..., rows, :][..., :, words[t]].sum(-1).mean(-1))
     if not used:
-        raise MhaError(f"no sentence holds '{source}' and every one of {', '.join(targets)} "
-                       f"(give one with --sentence)", quantity="to")
+        from mha_trace.errors import printable
+
+        if not any(source in _word_spans(r) for r in runs):
+            raise MhaError(f"no sentence holds '{printable(source)}' (give one that does with "
+                           f"--sentence)", quantity="from")
+        raise MhaError(f"no sentence holds '{printable(source)}' and every one of "
+                       f"{printable(', '.join(targets))} (give one with --sentence)", quantity="to")
     return {"from": source, "to": targets, "sentences": used,
             "scores": {t: np.mean(v, axis=0) for t, v in per_target.items()}}
 

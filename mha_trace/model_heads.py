@@ -22,6 +22,9 @@ def model_heads(run, layer: int | None = None, head: str | None = None, words: b
         tokens, weights = word_weights(s, weights)
     if hide_special:
         keep = [i for i, t in enumerate(tokens) if t not in ("[CLS]", "[SEP]")]
+        if not keep:
+            raise MhaError("--hide-special leaves nothing: the sentence is only [CLS] and [SEP]",
+                           quantity="hide_special")
         tokens, weights = [tokens[i] for i in keep], weights[..., keep, :][..., :, keep]
     if head is not None:
         picked = [parse_head(head)]
@@ -48,6 +51,9 @@ def head_in_layer(layer: int | None, head: str | None) -> tuple[int | None, int 
     from mha_trace.models import parse_head
 
     picked, only = parse_head(head)
+    if picked < 1 or only < 1:
+        raise MhaError(f"head {head} is out of range (layers and heads count from 1)",
+                       quantity="head")
     if layer is not None and layer != picked:
         raise MhaError(f"--layer {layer} and --head {head} name different layers")
     return picked, only

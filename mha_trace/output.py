@@ -18,6 +18,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from mha_trace.errors import printable, printable_data
+
 SCHEMA_VERSION = 2  # 2: heads has one schema whatever the source (README: JSON)
 PLAIN_WIDTH = 100  # width used when the output is not a terminal and COLUMNS is not set
 
@@ -63,8 +65,8 @@ class Shows:
         return render.data(self, **options)
 
     def to_json(self) -> str:
-        return json.dumps({"schema_version": SCHEMA_VERSION, **self.data()}, indent=2,
-                          ensure_ascii=False)
+        return json.dumps(printable_data({"schema_version": SCHEMA_VERSION, **self.data()}),
+                          indent=2, ensure_ascii=False)
 
     def __rich_console__(self, console, options):
         for i, r in enumerate(self.renderables(options.max_width)):
@@ -168,10 +170,10 @@ def emit(out: Output, renderables: list, data: dict, console: Console | None = N
     console = console or make_console(out)
     if out.format in (Format.json, Format.markdown):
         if out.format == Format.json:
-            payload = {"schema_version": SCHEMA_VERSION, **data}
+            payload = printable_data({"schema_version": SCHEMA_VERSION, **data})
             text = json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
         else:
-            text = to_markdown(renderables)
+            text = "".join(printable(line) + "\n" for line in to_markdown(renderables).splitlines())
         sys.stdout.write(text)
         _save_recordings(out, [Text(text.rstrip("\n"))], console.width)
         return
@@ -182,7 +184,8 @@ def emit(out: Output, renderables: list, data: dict, console: Console | None = N
     else:
         with console.capture() as captured:  # piped: plain lines without trailing padding
             _print_all(console, renderables)
-        console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+        console.file.write("".join(printable(line.rstrip()) + "\n"
+                                   for line in captured.get().splitlines()))
     _save_recordings(out, renderables, console.width)
 
 

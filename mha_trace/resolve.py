@@ -94,6 +94,13 @@ def check_options(o: RunOptions) -> None:
         value = getattr(o, name)
         if value is not None and not isinstance(value, str):
             raise MhaError(f"{name} must be a str, got {type(value).__name__}", quantity=name)
+    from mha_trace.models import MODELS
+
+    if o.model is not None and o.model not in MODELS:
+        from mha_trace.errors import printable
+
+        raise MhaError(f"model '{printable(o.model)}' is not one of {', '.join(MODELS)}",
+                       quantity="model")
     from mha_trace.config import Config
 
     if o.config is not None and not isinstance(o.config, (str, Config, os.PathLike)):
@@ -192,14 +199,14 @@ def _model_run(o: RunOptions):
         if not m.causal:
             raise MhaError(f"decode needs a causal model; {m.name} is an encoder (try --model "
                            f"smollm2)", quantity="decode")
-        check_layer(m, o.layer or 1)
+        check_layer(m, 1 if o.layer is None else o.layer)
         text = DEFAULT_SENTENCE if o.sentence is None else o.sentence
         p = predict(m, text, 1, o.decode)  # greedy tokens: what real decoding feeds back
         _, ids = m.tokenize(text)
         labels = tuple(m.token_text(i) for i in ids + p.generated)
-        return from_model_decode(m, ids + p.generated, len(ids), o.layer or 1, labels)
+        return from_model_decode(m, ids + p.generated, len(ids), 1 if o.layer is None else o.layer, labels)
     s = encode(o.model, o.sentence, o.device or "cpu")
-    return from_model(s, check_layer(s.model, o.layer or 1))
+    return from_model(s, check_layer(s.model, 1 if o.layer is None else o.layer))
 
 
 def encode(model: str, sentence: str | None, device: str = "cpu"):

@@ -100,7 +100,7 @@ def test_divisors_of_large_numbers():
 
 # 2. configs -------------------------------------------------------------------------------------
 
-VALID = (Path("configs") / "cat-sat-on-mat.toml").read_text()
+VALID = (Path(__file__).parent.parent / "configs" / "cat-sat-on-mat.toml").read_text()
 
 
 def _malformed(rng: random.Random) -> bytes:
@@ -399,3 +399,76 @@ def test_verify_prints_the_same_whatever_the_thread_count():
     outputs = {_run("verify", "--seq", "64", "--d-model", "256", env={"OMP_NUM_THREADS": t}).stdout
                for t in ("1", "2", "4")}
     assert len(outputs) == 1
+
+
+# 8. models: sentences and head specs ------------------------------------------------------------
+
+RAW = ("\x1b", "\x07", "\r", "\x9b", "\x85", "\u202e", "\u2066", "\ud800")  # never printed raw
+SENTENCES = ["cat\x1b[31m sat on the mat", "the \x1b]0;pwned\x07 cat sat", "a\rb c d", "cat \x9b31m sat",
+             "\u202eevil cat sat", "cat \u2066sat\u2069 down", "cat \ud800 sat", "\udcff\udcfe cat"]
+
+
+def _no_raw(text: str) -> bool:
+    return not any(ch in text for ch in RAW)
+
+
+@pytest.mark.parametrize("sentence", SENTENCES, ids=lambda s: s.encode("unicode_escape").decode())
+def test_model_sentences_never_send_control_characters(cli, sentence):
+    """Whatever the sentence holds, each command's output (table and JSON) shows it escaped;
+    text that is not text (a lone surrogate) is refused with one line."""
+    runs = [("heads", "--model", "minilm", "--layer", "1"), ("explain", "--model", "minilm"),
+            ("ablate", "--model", "minilm", "--head", "1.1"), ("survey",)]
+    for args in runs:
+        for fmt in ("table", "json"):
+            result = cli(*args, "--sentence", sentence, "--format", fmt)
+            check_clean(result, {0, 2})
+            assert _no_raw(result.stdout) and _no_raw(result.stderr), (args, fmt)
+            if "\ud800" in sentence or "\udcff" in sentence:
+                assert result.exit_code == 2 and "which is not text" in result.stderr
+            else:
+                assert result.exit_code == 0, result.stderr
+                if fmt == "json":
+                    json.loads(result.stdout)
+
+
+def test_smollm2_labels_and_predictions_are_escaped(cli):
+    for args in (("heads", "--model", "smollm2", "--head", "1.1"), ("predict", "--generate", "2")):
+        for fmt in ("table", "json"):
+            result = cli(*args, "--sentence", "The \x1b[31mcat\x9b sat \u202eon", "--format", fmt)
+            check_clean(result, {0})
+            assert _no_raw(result.stdout), (args, fmt)
+
+
+DIGITS = ["²", "①", "٣", "４", "𝟙", "Ⅳ", "½", "٫"]  # superscript, circled, Arabic-Indic, fullwidth, ...
+HEAD_SPECS = ([f"{d}.1" for d in DIGITS] + [f"4.{d}" for d in DIGITS] + DIGITS
+              + ["4 . 2", " 4.2", "4.2 ", "4.2.1", "", ".", "-1.2", "4.-2", "1e3.1", "4.1\x1b[31m",
+                 "9" * 40 + ".1", "4.0", "0.1"])
+
+
+@pytest.mark.parametrize("spec", HEAD_SPECS, ids=lambda s: s.encode("unicode_escape").decode())
+def test_head_specs_in_every_digit_class(cli, spec):
+    """A head is ASCII digits (LAYER.HEAD with a model): anything else is one Error line, exit 2
+    (ablate's comma-separated list may have spaces around each head)."""
+    ablate = [("ablate", "--model", "minilm")] if spec.strip() == spec else []
+    for args in [("heads", "--model", "minilm"), ("explain", "--model", "minilm"), *ablate,
+                 ("heads",), ("explain",)]:
+        result = cli(*args, "--head", spec)
+        check_clean(result, {2})
+        assert result.stdout == "" and _no_raw(result.stderr), (args, spec)
+
+
+@pytest.mark.parametrize("args,message", [
+    (("heads", "--model", "minilm", "--sentence", ""), "--sentence is empty"),
+    (("heads", "--model", "minilm", "--sentence", "   "), "--sentence is empty"),
+    (("explain", "--model", "minilm", "--sentence", ""), "--sentence is empty"),
+    (("survey", "--sentence", " "), "--sentence is empty"),
+    (("heads", "--model", ""), "--model '' is not one of minilm, smollm2"),
+    (("survey", "--from", "", "--to", "a"), "--from is empty"),
+    (("survey", "--from", "it", "--to", ","), "--to is empty"),
+    (("survey", "--from", "zebra", "--to", "cat"), "--from: no sentence holds 'zebra'"),
+    (("survey", "--model", "smollm2", "--sentence", "a"), "a survey scores each query's previous"),
+])
+def test_empty_and_unusable_model_input_is_refused(cli, args, message):
+    result = cli(*args)
+    check_clean(result, {2})
+    assert result.exit_code == 2 and message in result.stderr, result.stderr

@@ -14,11 +14,14 @@ def _head_number(head: str | None) -> int | None:
     """--head for a config or a user's module: one number (a model's L.H goes with --model)."""
     if head is None:
         return None
-    try:
-        return int(head)
-    except ValueError:
+    import re
+
+    if re.fullmatch(r"[0-9]{1,9}", head) is None:
+        from mha_trace.errors import printable
+
         hint = " (LAYER.HEAD goes with --model)" if "." in head else ""
-        raise MhaError(f"head '{head}' is not a whole number{hint}", quantity="head") from None
+        raise MhaError(f"head '{printable(head)}' is not a whole number{hint}", quantity="head")
+    return int(head)
 
 
 @app.command(short_help="Each head's attention weights, their average, the output.")

@@ -107,6 +107,9 @@ def survey(
 
     if (source is None) != (targets is None):
         raise MhaError("--from and --to go together, e.g. --from it --to animal,street")
+    for flag, value in (("from", source), ("to", targets)):
+        if value is not None and not value.replace(",", "").strip():
+            raise MhaError(f"--{flag} is empty: name a word, e.g. --from it --to animal,street")
     to = [t.strip().lower() for t in targets.split(",") if t.strip()] if targets else None
     sentences = [sentence] if sentence is not None else list(SURVEY_SENTENCES)
     result = run_survey(load(model, device.value), sentences, source.lower() if source else None, to,

@@ -153,11 +153,13 @@ def run_options(*groups: str):
 
         @functools.wraps(command)
         def run(**kwargs):
-            from mha_trace.resolve import RunOptions
+            from mha_trace.resolve import RunOptions, check_options
 
             given = {name: getattr(v, "value", v) for name in names
                      if (v := kwargs.pop(name)) is not None}
-            return command(o=RunOptions(**given), **kwargs)
+            o = RunOptions(**given)
+            check_options(o)
+            return command(o=o, **kwargs)
 
         run.__signature__ = sig.replace(parameters=added + [
             p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own])

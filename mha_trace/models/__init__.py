@@ -29,10 +29,28 @@ def load(name: str, device: str = "cpu"):
     return load_smollm2().to(where)
 
 
+def check_sentence(text: str) -> str:
+    """A model's text: something to run, and text (not a lone surrogate from undecodable bytes)."""
+    from mha_trace.errors import printable
+
+    if not text.strip():
+        raise MhaError("sentence is empty: nothing to run", quantity="sentence")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise MhaError(f"sentence holds {printable(text[e.start])}, which is not text (bytes that "
+                       f"are not UTF-8?)", quantity="sentence") from None
+    return text
+
+
 def parse_head(text: str) -> tuple[int, int]:
-    """'4.1' -> (4, 1): layer and head, both counted from 1."""
-    layer, dot, head = text.partition(".")
-    if not dot or not layer.strip().isdigit() or not head.strip().isdigit():
-        raise MhaError(f"head '{text}' is not LAYER.HEAD, e.g. 4.1 (layer 4, head 1)",
+    """'4.1' -> (4, 1): layer and head, both counted from 1, in ASCII digits."""
+    import re
+
+    found = re.fullmatch(r"([0-9]{1,9})\.([0-9]{1,9})", text)
+    if found is None:
+        from mha_trace.errors import printable
+
+        raise MhaError(f"head '{printable(text)}' is not LAYER.HEAD, e.g. 4.1 (layer 4, head 1)",
                        quantity="head")
-    return int(layer), int(head)
+    return int(found[1]), int(found[2])

@@ -151,7 +151,9 @@ class Model:
         return self.encoder.layers[layer - 1].attention
 
     def tokenize(self, text: str):
-        encoding = self.tokenizer.encode(text)
+        from mha_trace.models import check_sentence
+
+        encoding = self.tokenizer.encode(check_sentence(text))
         if len(encoding.ids) > self.max_positions:
             raise MhaError(f"sentence has {len(encoding.ids)} tokens with [CLS] and [SEP]; "
                            f"{self.name} reads at most {self.max_positions}", quantity="sentence")

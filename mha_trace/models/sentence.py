@@ -17,6 +17,13 @@ class Sentence:
     weights: np.ndarray  # (layers, heads, T, T)
     output: np.ndarray  # (T, D): the final hidden states
 
+    def __post_init__(self):
+        # what a sentence shows comes from a user or a model: never raw control characters
+        from mha_trace.errors import printable
+
+        self.text = printable(self.text)
+        self.tokens = tuple(printable(t) for t in self.tokens)
+
     @property
     def labels(self) -> tuple:
         """Tokens as tables show them: a repeated token carries its position (the·1, the·5)."""

@@ -254,10 +254,10 @@ class Model:
         return torch.cat(parts, dim=-1)
 
     def tokenize(self, text: str):
-        encoding = self.tokenizer.encode(text)
+        from mha_trace.models import check_sentence
+
+        encoding = self.tokenizer.encode(check_sentence(text))
         ids = ([self.bos] if self.add_bos else []) + list(encoding.ids)
-        if not ids:
-            raise MhaError("sentence is empty: nothing to run", quantity="sentence")
         if len(ids) > self.max_positions:
             raise MhaError(f"sentence has {len(ids)} tokens; {self.name} reads at most "
                            f"{self.max_positions}", quantity="sentence")
@@ -265,7 +265,9 @@ class Model:
 
     def token_text(self, i: int) -> str:
         """How a token reads: its bytes decoded, a leading space shown as ▁."""
-        text = self.tokenizer.decode([i])
+        from mha_trace.errors import printable
+
+        text = printable(self.tokenizer.decode([i]))
         return "▁" + text[1:] if text.startswith(" ") else text
 
     def encode(self, text: str) -> Sentence:

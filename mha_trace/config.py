@@ -216,7 +216,8 @@ def _options(r: _Reader, data: dict) -> dict:
         raise r.fail("rope", "true or false", rope)
     rope_base = data.get("rope_base", 10000.0)
     if isinstance(rope_base, bool) or not isinstance(rope_base, (int, float)) or not 1 < rope_base < 1e300:
-        raise r.fail("rope_base", "a number more than 1 (LLaMA uses 10000)", rope_base)
+        raise r.fail("rope_base", "a number more than 1 and below 1e300 (LLaMA uses 10000)",
+                     rope_base)
     window = r.integer("window", data["window"], 1) if "window" in data else None
     return {"mask": mask, "pad": pad, "rope": rope, "rope_base": float(rope_base),
             "window": window}

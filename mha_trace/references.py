@@ -81,10 +81,12 @@ def numpy_reference(module, q, k, v, mask):
     V = lin(module.W_v, v).reshape(B, -1, G, d_k).transpose(0, 2, 1, 3).repeat(H // G, axis=1)
     scores = Q @ K.transpose(0, 1, 3, 2) / np.sqrt(d_k)
     keep = reference_mask(module, mask, T)
-    if keep is not None:
-        scores = np.where(keep, scores, -np.inf)
+    if keep is not None:  # a query that sees no key at all gets no weight anywhere (context 0)
+        scores = np.where(keep, scores, np.where(keep.any(-1, keepdims=True), -np.inf, 0.0))
     e = np.exp(scores - scores.max(-1, keepdims=True))
     weights = e / e.sum(-1, keepdims=True)
+    if keep is not None:
+        weights = np.where(keep, weights, 0.0)
     context = (weights @ V).transpose(0, 2, 1, 3).reshape(B, T, H * d_k)
     return lin(module.W_o, torch.from_numpy(context)), weights
 
@@ -134,10 +136,11 @@ def run_checks(module, q, k, v, mask, dtype: str) -> list[Check]:
     scale = lambda ref: TOLERANCE[dtype] * max(1.0, float(np.abs(np.asarray(ref, float)).max()))
     fused = "the module runs the fused path (--impl sdpa), which returns no weights"
 
-    def weights_check(reference: str, ref_w) -> Check:
+    def weights_check(reference: str, ref_w, rows=slice(None), note: str = "") -> Check:
         if weights is None:
             return Check(reference, "per-head weights", None, TOLERANCE[dtype], fused)
-        return Check(reference, "per-head weights", _max_abs(weights, ref_w), TOLERANCE[dtype])
+        return Check(reference, "per-head weights",
+                     _max_abs(weights[..., rows, :], ref_w[..., rows, :]), TOLERANCE[dtype], note)
 
     np_out, np_w = numpy_reference(module, q, k, v, mask)
     checks = [Check("numpy by hand, float64", "output", _max_abs(out, np_out), scale(np_out)),
@@ -146,9 +149,9 @@ def run_checks(module, q, k, v, mask, dtype: str) -> list[Check]:
         checks.append(Check("nn.MultiheadAttention", "output", None, scale(np_out),
                             "no RoPE option in it"))
     elif module.kv_heads == module.heads:
-        ref_out, ref_w = torch_mha_reference(module, q, k, v, mask)
-        checks += [Check("nn.MultiheadAttention", "output", _max_abs(out, ref_out), scale(np_out)),
-                   weights_check("nn.MultiheadAttention", ref_w)]
+        diff, ref_w, rows, note = _torch_mha_compared(module, q, k, v, mask, out)
+        checks += [Check("nn.MultiheadAttention", "output", diff, scale(np_out), note),
+                   weights_check("nn.MultiheadAttention", ref_w, rows, note)]
     else:
         checks.append(Check("nn.MultiheadAttention", "output", None, scale(np_out),
                             "no grouped-query option in it"))
@@ -161,6 +164,19 @@ def run_checks(module, q, k, v, mask, dtype: str) -> list[Check]:
                Check("F.scaled_dot_product_attention", "per-head weights", None, TOLERANCE[dtype],
                      "returns only the output: fused kernels never form the weights")]
     return checks
+
+
+def _torch_mha_compared(module, q, k, v, mask, out) -> tuple:
+    """nn.MultiheadAttention against the module on the queries that see at least one key (it
+    gives NaN for a query whose every key is masked, where the lecture's module gives 0):
+    (largest output difference, its weights, the rows compared, a note)."""
+    ref_out, ref_w = torch_mha_reference(module, q, k, v, mask)
+    keep = reference_mask(module, mask, q.size(1))
+    if keep is None or keep.any(-1).all():
+        return _max_abs(out, ref_out), ref_w, slice(None), ""
+    rows = torch.from_numpy(keep.any(-1))
+    note = f"{int((~rows).sum())} queries see no key: compared on the others (it gives NaN there)"
+    return _max_abs(out[:, rows], ref_out[:, rows]), ref_w, rows, note
 
 
 def _numbers_on(device: str) -> None:

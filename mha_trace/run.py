@@ -150,7 +150,8 @@ def check_modern(sizes: Sizes) -> None:
         raise MhaError(f"rope turns pairs of dims, so d_k = d_model / heads = "
                        f"{sizes.d_model // sizes.heads} must be even", quantity="rope")
     if not 1 < sizes.rope_base < 1e300:  # nan and inf included
-        raise MhaError(f"rope_base={sizes.rope_base} must be a finite number more than 1 (LLaMA uses 10000)",
+        raise MhaError(f"rope_base={sizes.rope_base} must be a number more than 1 and below 1e300 "
+                       f"(LLaMA uses 10000)",
                        quantity="rope_base")
     if sizes.window is not None:
         positive("window", sizes.window)

@@ -63,6 +63,12 @@ def user_code(what: str):
                        exit_code=1) from None
     except UserExit as e:
         raise MhaError(f"{printable(str(e))}; the module ended itself", exit_code=1) from None
+    except (KeyboardInterrupt, Exception):
+        raise
+    except BaseException as e:  # GeneratorExit and the like: the module's doing, never ours
+        raise MhaError(f"{printable(what)} raised {type(e).__name__}"
+                       f"{': ' + printable(str(e)) if str(e) else ''} (a BaseException that is "
+                       f"not an Exception)", exit_code=1) from None
     finally:
         os._exit = real_exit
         if printed.getvalue():
@@ -135,14 +141,21 @@ def load_class(spec) -> type:
 
 def parse_init(text: str) -> dict:
     """'d_model=64, num_heads=4' -> {'d_model': 64, 'num_heads': 4} (Python literals only)."""
+    from mha_trace.errors import printable
+
+    fail = lambda why: MhaError(f"'{printable(text)}': expected name=value pairs such as "
+                                f"'d_model=64, num_heads=4' ({why})", quantity="init")
     try:
         call = ast.parse(f"f({text})", mode="eval").body
-        if call.args:
-            raise ValueError("positional values")
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as e:
+        raise fail(getattr(e, "msg", None) or str(e)) from None
+    if not isinstance(call, ast.Call) or call.args or any(kw.arg is None for kw in call.keywords):
+        raise fail("name=value pairs only")
+    try:
         return {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
-    except (SyntaxError, ValueError) as e:
-        raise MhaError(f"'{text}': expected name=value pairs such as "
-                       f"'d_model=64, num_heads=4' ({e})", quantity="init") from None
+    except (ValueError, TypeError, MemoryError, RecursionError):
+        raise fail("each value a Python literal: a number, a string, True, False, None, or a "
+                   "list, tuple or dict of them") from None
 
 
 def construct(cls: type, d_model: int, heads: int, init: str | None) -> nn.Module:
@@ -223,6 +236,9 @@ def split_result(result, x: torch.Tensor):
     if not tensors:
         raise MhaError(f"forward returned {type(result).__name__}, expected a tensor or a tuple "
                        f"of (output, weights)", exit_code=1)
+    if len(result) > 2:
+        raise MhaError(f"forward returned {len(result)} values, expected the output or (output, "
+                       f"weights)", exit_code=1)
     T, D = x.shape[-2], x.shape[-1]
     outputs = [t for t in tensors if t.dim() >= 2 and t.shape[-1] == D and t.shape[-2] == T]
     if len(outputs) > 1:

@@ -312,6 +312,26 @@ class Sleeper(Base):
 class Ambiguous(Base):
     def forward(self, x):
         return torch.ones_like(x), torch.ones_like(x)
+
+
+class Three(Base):
+    def forward(self, x):
+        return self.proj(x), x, x
+
+
+class Five(Base):
+    def forward(self, x):
+        return (self.proj(x),) * 5
+
+
+class GenExit(Base):
+    def forward(self, x):
+        raise GeneratorExit("bye")
+
+
+class Bare(Base):
+    def forward(self, x):
+        raise BaseException("base")
 '''
 
 
@@ -331,6 +351,12 @@ def odd(tmp_path):
     ("Ambiguous", 1, "forward returned [2, 8, 8] and [2, 8, 8]: with seq = d_model = 8 neither shape "
                      "nor values tell the output from the weights (return (output, weights) with "
                      "different seq and d_model, e.g. --seq 9)"),
+    ("Three", 1, "forward returned 3 values, expected the output or (output, weights)"),
+    ("Five", 1, "forward returned 5 values, expected the output or (output, weights)"),
+    ("GenExit", 1, "GenExit from {path}: forward raised GeneratorExit: bye (a BaseException that is "
+                   "not an Exception)"),
+    ("Bare", 1, "Bare from {path}: forward raised BaseException: base (a BaseException that is not "
+                "an Exception)"),
 ])
 def test_odd_modules_fail_cleanly(odd, cls, code, message):
     for fmt in ("table", "json"):
@@ -472,3 +498,47 @@ def test_empty_and_unusable_model_input_is_refused(cli, args, message):
     result = cli(*args)
     check_clean(result, {2})
     assert result.exit_code == 2 and message in result.stderr, result.stderr
+
+
+def test_queries_that_see_no_key_are_not_a_false_failure(cli):
+    """A window of 1 over padding leaves queries with no key: the module gives them no weight, the
+    numpy reference says the same by hand, nn.MultiheadAttention is compared on the other rows."""
+    result = cli("verify", "--seq", "4", "--window", "1", "--pad", "3")
+    assert result.exit_code == 0 and result.stderr == "", result.stderr
+    assert "3 queries see no key: compared on the others" in result.stdout
+
+
+def test_numpy_reference_gives_a_query_with_no_key_no_weight():
+    import numpy as np
+    import torch
+
+    from mha_trace.attention import MultiHeadAttention
+    from mha_trace.references import numpy_reference
+
+    torch.manual_seed(0)
+    module = MultiHeadAttention(8, 2).double()
+    x = torch.randn(1, 3, 8, dtype=torch.float64)
+    keep = torch.tensor([[True, False, False], [False, False, False], [True, True, False]])
+    out, weights = numpy_reference(module, x, x, x, keep)
+    assert np.array_equal(weights[0, :, 1], np.zeros((2, 3)))  # the query that sees nothing
+    np.testing.assert_allclose(out[0, 1], module.W_o.bias.detach().numpy(), atol=1e-12)
+    np.testing.assert_allclose(weights[0, :, 0, 0], 1.0)
+
+
+@pytest.mark.parametrize("init", ["d_model={[1]: 2}", "d_model=None, **x", "d_model=x", "1, 2",
+                                  "d_model=(", "a=1) + f(b=2", "d_model=" + "[" * 5000])
+def test_odd_init_values_are_one_line(cli, init):
+    result = cli("heads", "--module", "example:l04", "--init", init)
+    check_clean(result, {2})
+    assert "expected name=value pairs" in result.stderr and "0x" not in result.stderr
+
+
+def test_a_users_module_gets_its_png_too(cli, tmp_path):
+    """heads --module --png writes the picture (it used to exit 0 with no file and no word)."""
+    import struct
+
+    png = tmp_path / "mine.png"
+    result = cli("heads", "--module", "example:committee", "--png", str(png))
+    check_clean(result, {0})
+    header = png.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", header[16:24]) == (1920, 1080)

@@ -55,12 +55,14 @@ def heads(
     head = _head_number(head)
     run = resolve(o)
     view = run_heads(run, head)
-    if out.png and not o.module:
+    if out.png:
         from mha_trace.plots import save_heatmaps
 
         picked = [head - 1] if head else range(view.heads)
-        save_heatmaps(out.png, view.config.title, [(f"head {h + 1}", view.tokens, view.tokens,
-                                                    view.weights[h], view.mask) for h in picked], decimals, out.theme)
+        name = "averaged over heads" if view.averaged else "head {}"
+        save_heatmaps(out.png, view.config.title if view.kind == "config" else view.label,
+                      [(name.format(h + 1), view.tokens, view.tokens, view.weights[h], view.mask)
+                       for h in picked], decimals, out.theme)
     emit(out, view.renderables(decimals=decimals, head=head),
          with_inputs(view.data(decimals=decimals, head=head), run, include_inputs))
 

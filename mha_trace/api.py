@@ -136,8 +136,8 @@ class Model:
     >>> m.heads(head="1.3")          # one head; layer=4 for a layer; neither for the overview
     """
 
-    def __init__(self, name: str, device: str = "cpu"):
-        self.name, self.device = name, device
+    def __init__(self, name: str, device: str = "cpu", max_tokens: int | None = None):
+        self.name, self.device, self.max_tokens = name, device, max_tokens
         self.model  # loaded now, so that a bad device is said here
 
     @property
@@ -145,7 +145,7 @@ class Model:
         """The loaded model, on this object's device (one copy per process: it moves)."""
         from mha_trace.models import load
 
-        return load(self.name, self.device)
+        return load(self.name, self.device, self.max_tokens)
 
     def __repr__(self) -> str:
         m = self.model
@@ -154,7 +154,7 @@ class Model:
     def run(self, text: str | None = None, layer: int | None = None):
         """The Run of one layer (default 1) on the text: what every view reads."""
         return resolve(RunOptions(model=self.name, sentence=_text(text), layer=layer,
-                                  device=self.device))
+                                  device=self.device, max_tokens=self.max_tokens))
 
     def heads(self, text: str | None = None, *, layer: int | None = None,
               head: str | None = None, words: bool = False, hide_special: bool = False):
@@ -211,15 +211,16 @@ class Model:
                        _whole_numbers([generate], "generate", least=0)[0])
 
 
-def model(name: str, device: str = "cpu") -> Model:
+def model(name: str, device: str = "cpu", max_tokens: int | None = None) -> Model:
     """A pretrained model shipped in a PyPI package, loaded offline: "minilm" or "smollm2",
-    on device "cpu" (default), "cuda" or "mps"."""
+    on device "cpu" (default), "cuda" or "mps"; max_tokens raises its token guard (MiniLM 512,
+    SmolLM2 256)."""
     from mha_trace.models import MODELS
 
     if name not in MODELS:
         raise MhaError(f"model {name!r} is not one of {', '.join(MODELS)}", quantity="model")
-    check_options(RunOptions(device=device))
-    return Model(name, device)
+    check_options(RunOptions(device=device, max_tokens=max_tokens))
+    return Model(name, device, max_tokens)
 
 
 def _options(options: dict, **source) -> RunOptions:

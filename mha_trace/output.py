@@ -177,7 +177,7 @@ def emit(out: Output, renderables: list, data: dict, console: Console | None = N
         sys.stdout.write(text)
         _save_recordings(out, [Text(text.rstrip("\n"))], console.width)
         return
-    if console.is_terminal and out.step and sys.stdin.isatty():
+    if console.is_terminal and out.step and sys.stdin and sys.stdin.isatty():
         _print_stepwise(console, renderables)
     elif console.is_terminal:
         _print_all(console, renderables)

@@ -34,6 +34,7 @@ class RunOptions:
     model: str | None = None  # "minilm" | "smollm2"
     sentence: str | None = None  # the model's text (default: DEFAULT_SENTENCE)
     layer: int | None = None  # the model's layer, from 1
+    max_tokens: int | None = None  # a model's token guard, raised (models.check_tokens)
     # sizes and options
     batch: int | None = None
     seq: int | None = None
@@ -84,7 +85,7 @@ def check_options(o: RunOptions) -> None:
         if value is not None and value not in allowed:
             raise MhaError(f"{name} {value!r} is not one of {', '.join(allowed)}", quantity=name)
     for name in ("batch", "seq", "d_model", "heads", "kv_heads", "pad", "seed", "layer",
-                 "window", "decode"):
+                 "window", "decode", "max_tokens"):
         value = getattr(o, name)
         if value is not None and (type(value) is not int):
             raise MhaError(f"{name} must be a whole number, got {value!r}", quantity=name)
@@ -195,7 +196,7 @@ def _model_run(o: RunOptions):
         from mha_trace.models import load
         from mha_trace.model_analysis import predict
 
-        m = load(o.model, o.device or "cpu")
+        m = load(o.model, o.device or "cpu", o.max_tokens)
         if not m.causal:
             raise MhaError(f"decode needs a causal model; {m.name} is an encoder (try --model "
                            f"smollm2)", quantity="decode")
@@ -205,16 +206,16 @@ def _model_run(o: RunOptions):
         _, ids = m.tokenize(text)
         labels = tuple(m.token_text(i) for i in ids + p.generated)
         return from_model_decode(m, ids + p.generated, len(ids), 1 if o.layer is None else o.layer, labels)
-    s = encode(o.model, o.sentence, o.device or "cpu")
+    s = encode(o.model, o.sentence, o.device or "cpu", o.max_tokens)
     return from_model(s, check_layer(s.model, 1 if o.layer is None else o.layer))
 
 
-def encode(model: str, sentence: str | None, device: str = "cpu"):
+def encode(model: str, sentence: str | None, device: str = "cpu", max_tokens: int | None = None):
     """The sentence (default: DEFAULT_SENTENCE) through the whole model (loaded once, on
     `device`); the last few sentences are kept, so views of one sentence run the model once."""
     from mha_trace.models import load
 
-    loaded = load(model, device)
+    loaded = load(model, device, max_tokens)
     return _encoded(loaded, loaded.device, DEFAULT_SENTENCE if sentence is None else sentence)
 
 

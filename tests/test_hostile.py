@@ -542,3 +542,41 @@ def test_a_users_module_gets_its_png_too(cli, tmp_path):
     check_clean(result, {0})
     header = png.read_bytes()[:24]
     assert header[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", header[16:24]) == (1920, 1080)
+
+
+def test_stdin_closed():
+    """`explore <&-` and `--step <&-`: no stdin at all is a refusal or a plain run, never a bug."""
+    close = lambda: os.close(0)
+    p = _run("explore", preexec_fn=close, stdin=None)
+    assert p.returncode == 2 and p.stderr.startswith("Error: explore is interactive and needs a")
+    p = _run("heads", "--step", preexec_fn=close, stdin=None)
+    assert p.returncode == 0 and p.stderr == "" and "Head 1 of 2" in p.stdout
+
+
+def test_outputs_never_write_through_a_symlink(cli, tmp_path):
+    target = tmp_path / "precious.txt"
+    target.write_text("precious")
+    for option, name in (("--svg", "link.svg"), ("--html", "link.html"), ("--png", "link.png")):
+        link = tmp_path / name
+        link.symlink_to(target)
+        check_clean(cli("heads", option, str(link)), {0})
+        assert target.read_text() == "precious" and not link.is_symlink() and link.stat().st_size > 0
+
+
+def test_a_pasted_page_is_refused_before_it_runs(cli):
+    """The token guard: a sentence past a model's limit is refused with what it would hold, before
+    any layer runs; --max-tokens goes on anyway, up to the model's own context."""
+    page = " ".join(["the cat sat on the mat and"] * 50)  # 350 tokens with SmolLM2's
+    for args in (("heads", "--model", "smollm2"), ("explain", "--model", "smollm2"),
+                 ("shapes", "--model", "smollm2"), ("survey", "--model", "smollm2"), ("predict",)):
+        result = cli(*args, "--sentence", page)
+        check_clean(result, {2})
+        assert result.stderr.startswith("Error: --sentence has 350 tokens; every view keeps all "
+                                        "30 × 9 heads' T × T weights, about 378.5 MiB"), args
+        assert "(--max-tokens 350 goes on anyway)" in result.stderr
+    raised = cli("heads", "--model", "smollm2", "--sentence", page, "--max-tokens", "350",
+                 "--head", "1.1", "--format", "json")
+    assert raised.exit_code == 0 and len(json.loads(raised.stdout)["tokens"]) == 350
+    longer = cli("heads", "--model", "minilm", "--sentence", " ".join(["the cat sat on"] * 200))
+    check_clean(longer, {2})
+    assert longer.stderr.endswith("all-MiniLM-L6-v2 reads at most 512\n")

@@ -47,7 +47,7 @@ def explore(
 
     pane, mask = pane.value, mask and mask.value
     open_session = prepare(config, model, sentence, layer, d_model, heads, seq, mask, pane)
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+    if not (sys.stdin and sys.stdin.isatty() and sys.stdout.isatty()):
         raise MhaError("explore is interactive and needs a terminal; in scripts use shapes, heads "
                        "or explain (with --step for a paced demo)")
     from mha_trace.explorer import Explorer

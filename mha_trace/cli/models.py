@@ -94,6 +94,7 @@ def survey(
     source: Annotated[str | None, typer.Option("--from", help="Coreference probe: the word that refers (with --to). Example: --from it")] = None,
     targets: Annotated[str | None, typer.Option("--to", help="Coreference probe: the candidate words, comma-separated. Example: --to animal,street")] = None,
     top: Annotated[int, typer.Option("--top", min=1, max=20, help="How many heads to list per behaviour. Example: --top 5")] = 3,
+    max_tokens: MaxTokensOpt = None,
     device: ComputeDeviceOpt = Device.cpu,
     out: Output = None,
 ):
@@ -112,7 +113,7 @@ def survey(
             raise MhaError(f"--{flag} is empty: name a word, e.g. --from it --to animal,street")
     to = [t.strip().lower() for t in targets.split(",") if t.strip()] if targets else None
     sentences = [sentence] if sentence is not None else list(SURVEY_SENTENCES)
-    result = run_survey(load(model, device.value), sentences, source.lower() if source else None, to,
+    result = run_survey(load(model, device.value, max_tokens), sentences, source.lower() if source else None, to,
                         builtin=sentence is None)
     emit(out, result.renderables(top=top), result.data(top=top))
 
@@ -124,6 +125,7 @@ def predict(
     sentence: Annotated[str, typer.Option("--sentence", "-s", help="The text to continue (plain, no chat template). Example: --sentence \"The capital of France is\"")] = "The capital of France is",
     top: Annotated[int, typer.Option("--top", min=1, max=100, help="How many next tokens to list. Example: --top 5")] = 10,
     generate: Annotated[int, typer.Option("--generate", min=0, max=200, help="Also continue greedily for N tokens. Example: --generate 8")] = 0,
+    max_tokens: MaxTokensOpt = None,
     device: ComputeDeviceOpt = Device.cpu,
     out: Output = None,
 ):
@@ -134,5 +136,5 @@ def predict(
     from mha_trace.models import load
     from mha_trace.model_analysis import predict as run_predict
 
-    p = run_predict(load(model, device.value), sentence, top, generate)
+    p = run_predict(load(model, device.value, max_tokens), sentence, top, generate)
     emit(out, p.renderables(), p.data())

@@ -117,6 +117,7 @@ def with_inputs(data: dict, run, include: bool) -> dict:
     return {**data, "inputs": inputs_data(run)}
 
 
+MaxTokensOpt = Annotated[int | None, typer.Option("--max-tokens", min=1, help="With --model: raise the token guard (MiniLM 512, its own limit; SmolLM2 256: every view keeps all heads' T × T weights). Example: --max-tokens 600")]
 ModuleDModelOpt = Annotated[int | None, typer.Option("--d-model", "-d", help="With --module: the width to build it with (default 64). Example: --d-model 64")]
 
 # the options of a run's source, by group; a command names the groups it takes (run_options)
@@ -133,7 +134,8 @@ RUN_GROUPS = {
               ("window", WindowOpt, None), ("impl", ImplOpt, Impl.explicit)],
     "module": [("module", ModuleOpt, None), ("init", InitOpt, None)],
     "module_width": [("d_model", ModuleDModelOpt, None)],
-    "model": [("model", PretrainedOpt, None), ("sentence", SentenceOpt, None)],
+    "model": [("model", PretrainedOpt, None), ("sentence", SentenceOpt, None),
+              ("max_tokens", MaxTokensOpt, None)],
     "layer": [("layer", LayerOpt, None)],
     "device": [("device", ComputeDeviceOpt, Device.cpu)],
 }

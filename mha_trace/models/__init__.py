@@ -9,8 +9,9 @@ from mha_trace.errors import MhaError
 MODELS = ("minilm", "smollm2")
 
 
-def load(name: str, device: str = "cpu"):
-    """The loaded model for a --model name (imported only when asked for), on `device`."""
+def load(name: str, device: str = "cpu", max_tokens: int | None = None):
+    """The loaded model for a --model name (imported only when asked for), on `device`, with
+    its token guard at `max_tokens` (default: the model class's `max_tokens`)."""
     from mha_trace.speedups import return_freed_memory
 
     if name not in MODELS:
@@ -21,12 +22,30 @@ def load(name: str, device: str = "cpu"):
     where = check_device(device)
     return_freed_memory()
     if name == "minilm":
-        from mha_trace.models.minilm import load as load_minilm
+        from mha_trace.models.minilm import load as loaded
+    else:
+        from mha_trace.models.smollm2 import load as loaded
+    model = loaded().to(where)
+    model.max_tokens = max_tokens or type(model).max_tokens
+    return model
 
-        return load_minilm().to(where)
-    from mha_trace.models.smollm2 import load as load_smollm2
 
-    return load_smollm2().to(where)
+def check_tokens(model, count: int, counted: str = "") -> None:
+    """The token guard: a model's views keep every layer's weights (layers × heads × T × T), so a
+    pasted page would take minutes and gigabytes. Refused before running, with what the run would
+    hold and how to go on."""
+    if count > model.max_positions:
+        raise MhaError(f"sentence has {count} tokens{counted}; {model.name} reads at most "
+                       f"{model.max_positions}", quantity="sentence")
+    if count <= model.max_tokens:
+        return
+    from mha_trace.costs import human_bytes
+
+    held = 3 * model.layers * model.heads * count * count * 4  # the weights, kept three times
+    raise MhaError(f"sentence has {count} tokens; every view keeps all {model.layers} × "
+                   f"{model.heads} heads' T × T weights, about {human_bytes(held)} at this length, "
+                   f"so the limit here is {model.max_tokens} (--max-tokens {count} goes on anyway)",
+                   quantity="sentence")
 
 
 def check_sentence(text: str) -> str:

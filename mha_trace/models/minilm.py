@@ -97,6 +97,7 @@ class Model:
     name = NAME
     key = "minilm"  # the --model name
     causal = False
+    max_tokens = 512  # the token guard (models.check_tokens): its own context
     kv_heads = None  # every head has its own K and V
 
     def __init__(self, folder: Path):
@@ -151,12 +152,10 @@ class Model:
         return self.encoder.layers[layer - 1].attention
 
     def tokenize(self, text: str):
-        from mha_trace.models import check_sentence
+        from mha_trace.models import check_sentence, check_tokens
 
         encoding = self.tokenizer.encode(check_sentence(text))
-        if len(encoding.ids) > self.max_positions:
-            raise MhaError(f"sentence has {len(encoding.ids)} tokens with [CLS] and [SEP]; "
-                           f"{self.name} reads at most {self.max_positions}", quantity="sentence")
+        check_tokens(self, len(encoding.ids), " with [CLS] and [SEP]")
         return encoding
 
     def encode(self, text: str) -> Sentence:

@@ -152,6 +152,7 @@ class Model:
     name = NAME
     key = "smollm2"  # the --model name
     causal = True
+    max_tokens = 256  # the token guard (models.check_tokens): --max-tokens raises it
 
     def __init__(self, path: Path, meta: dict, tokenizer):
         s = meta["sizes"]
@@ -254,13 +255,11 @@ class Model:
         return torch.cat(parts, dim=-1)
 
     def tokenize(self, text: str):
-        from mha_trace.models import check_sentence
+        from mha_trace.models import check_sentence, check_tokens
 
         encoding = self.tokenizer.encode(check_sentence(text))
         ids = ([self.bos] if self.add_bos else []) + list(encoding.ids)
-        if len(ids) > self.max_positions:
-            raise MhaError(f"sentence has {len(ids)} tokens; {self.name} reads at most "
-                           f"{self.max_positions}", quantity="sentence")
+        check_tokens(self, len(ids))
         return encoding, ids
 
     def token_text(self, i: int) -> str:

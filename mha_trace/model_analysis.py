@@ -233,8 +233,10 @@ class Prediction(Shows):
     generated: list  # greedy continuation, token ids
 
 
-def predict(model, text: str, k: int = 10, generate: int = 0) -> Prediction:
-    """The next-token distribution of a causal model; with generate, that many greedy tokens."""
+def predict(model, text: str, k: int = 10, generate: int = 0,
+            on_token=lambda: None) -> Prediction:
+    """The next-token distribution of a causal model; with generate, that many greedy tokens
+    (`on_token()` after each: one full pass of the model per token)."""
     if not model.causal:
         raise MhaError(f"{model.name} is an encoder: it has no next token to predict (try "
                        f"--model smollm2)", quantity="model")
@@ -249,6 +251,7 @@ def predict(model, text: str, k: int = 10, generate: int = 0) -> Prediction:
         out, _, _ = model.run(ids)
         nxt = int(torch.argmax(model.logits(out)[0]))
         generated.append(nxt)
+        on_token()
         ids = ids + [nxt]
         if nxt == model.eos:
             break

@@ -4,6 +4,7 @@ Rich tables on a terminal; no escape codes when piped, when NO_COLOR is set or w
 JSON and markdown for scripts and notes. Only the CLI calls `emit`.
 """
 
+import contextlib
 import copy
 import io
 import json
@@ -97,6 +98,21 @@ class Shows:
         with console.capture() as captured:
             console.print(self)
         return "".join(line.rstrip() + "\n" for line in captured.get().splitlines())
+
+
+@contextlib.contextmanager
+def progress(total: int, what: str):
+    """A bar on stderr for a slow loop, when stderr is a terminal; yields `advance()`. Piped,
+    it prints nothing (scripts read stdout, and a bar in a log is noise)."""
+    if total < 2 or not sys.stderr.isatty():
+        yield lambda: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=Console(file=sys.stderr), transient=True) as bar:
+        task = bar.add_task(what, total=total)
+        yield lambda: bar.advance(task)
 
 
 def make_console(out: Output, file=None) -> Console:

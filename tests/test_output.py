@@ -193,3 +193,14 @@ def test_model_overview_lays_many_layers_across_and_leaves_masked_cells_empty(tm
     painted = painted[:, left:]
     bottom = next(y for y in range(top, 1080) if runs(painted[y]) != 30) - 2
     assert bottom - top > 100 and painted[bottom].sum() > 6 * painted[top].sum()
+
+
+def test_generating_shows_a_progress_bar_on_a_terminal_and_none_when_piped():
+    """predict --generate runs the whole model once per token: a bar on a terminal's stderr
+    (gone when done), nothing when piped."""
+    drawn = in_pty("predict", "--generate", "3", "--top", "2")
+    assert "generating (one pass of the model per token)" in drawn and "3/3" in drawn
+    assert "Greedy, 3 tokens:" in drawn
+    piped = subprocess.run(["mha-trace", "predict", "--generate", "3", "--top", "2"],
+                           capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0 and piped.stderr == "" and "Greedy, 3 tokens:" in piped.stdout

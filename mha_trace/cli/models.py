@@ -136,5 +136,9 @@ def predict(
     from mha_trace.models import load
     from mha_trace.model_analysis import predict as run_predict
 
-    p = run_predict(load(model, device.value, max_tokens), sentence, top, generate)
+    from mha_trace.output import progress
+
+    loaded = load(model, device.value, max_tokens)
+    with progress(generate, "generating (one pass of the model per token)") as advance:
+        p = run_predict(loaded, sentence, top, generate, advance)
     emit(out, p.renderables(), p.data())

@@ -102,7 +102,8 @@ class Explorer(App):
     """
     BINDINGS = [
         Binding("q", "quit", "quit"),
-        Binding("ctrl+c", "quit", "quit", show=False, priority=True),  # on stage, Ctrl-C quits too
+        # on stage Ctrl-C quits too, as an interruption: exit 130 and one line, like every command
+        Binding("ctrl+c", "interrupt", "quit", show=False, priority=True),
         Binding("question_mark", "help", "help"),
         Binding("1", "pane('trace')", "trace", show=False),
         Binding("2", "pane('heads')", "heads", show=False),
@@ -383,6 +384,9 @@ class Explorer(App):
         focus = {"trace": "#steps", "heads": "#matrix"}.get(pane)
         target = self.query_one(focus) if focus else self.query_one(f"#{pane} VerticalScroll")
         target.focus()
+
+    def action_interrupt(self) -> None:
+        self.exit(return_code=130)
 
     def action_help(self) -> None:
         self.push_screen(Help())

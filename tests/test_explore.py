@@ -247,9 +247,11 @@ def test_the_mouse_picks_a_pane_and_a_cell():
     assert active == "heads" and tuple(cursor) == (2, 4)
 
 
-def test_ctrl_c_quits_like_q():
-    code, _ = _in_pty(["mha-trace", "explore"], [b"\x03"], b"self.W_q")
-    assert code == 0
+def test_ctrl_c_quits_as_an_interruption():
+    """Ctrl-C leaves the explorer like any command it interrupts: exit 130 and one line."""
+    code, screen = _in_pty(["mha-trace", "explore"], [b"\x03"], b"self.W_q")
+    assert code == 130 and "Error: interrupted (Ctrl-C)" in screen
+    assert "Traceback" not in screen
 
 
 def test_a_models_split_and_mask_are_fixed_and_say_so():

@@ -56,3 +56,5 @@ def explore(
     explorer.run()
     if explorer.failure is not None:
         raise explorer.failure
+    if explorer.return_code == 130:  # Ctrl-C: the interruption every command reports
+        raise KeyboardInterrupt

@@ -53,8 +53,8 @@ class Heads(Shows):
 
     @property
     def weights(self) -> np.ndarray:
-        """(heads, T, T) of a one-layer run; (layers, heads, T, T) of a whole model."""
-        return self.layers[0] if len(self.layers) == 1 and self.kind != "model" else self.layers
+        """(heads, T, T) when the run has one layer; every layer's (layers, heads, T, T) else."""
+        return self.layers[0] if len(self.layers) == 1 else self.layers
 
     @property
     def heads(self) -> int:

@@ -97,14 +97,22 @@ class HeadRanking(Shows):
     top_token: int | None = None  # causal: the full model's most likely next token
 
 
-def rank_heads(sentence) -> HeadRanking:
-    """Remove every head on its own, all in one batched pass (one copy of the sentence per head)."""
+def rank_heads(sentence, on_layer=lambda: None) -> HeadRanking:
+    """Remove every head on its own: one batched pass per layer, one copy of the sentence per
+    head of that layer (`on_layer()` after each). Refused when estimated over the time guard."""
+    from mha_trace.models import check_time
+
     model = sentence.model
+    check_time(model, len(sentence.ids), model.layers * model.heads, "Ranking every head")
     heads = [(l, h) for l in range(1, model.layers + 1) for h in range(1, model.heads + 1)]
-    plan = {}
-    for row, (layer, head) in enumerate(heads):
-        plan.setdefault(layer, []).append(([row], head))
-    out = _run_with(model, sentence.ids, plan, batch=len(heads))
+    outs = []
+    with model.resident():
+        for layer in range(1, model.layers + 1):
+            plan = {layer: [([h - 1], h) for h in range(1, model.heads + 1)]}
+            o = _run_with(model, sentence.ids, plan, batch=model.heads)
+            outs.append(o[:, -1:] if model.causal else o)  # a causal model: the next token's
+            on_layer()
+    out = torch.cat(outs)
     full = torch.from_numpy(sentence.output)[None].to(model.device)
     if model.causal:
         p = next_token_probabilities(model, full)[0]
@@ -236,23 +244,12 @@ class Prediction(Shows):
 def predict(model, text: str, k: int = 10, generate: int = 0,
             on_token=lambda: None) -> Prediction:
     """The next-token distribution of a causal model; with generate, that many greedy tokens
-    (`on_token()` after each: one full pass of the model per token)."""
+    (`on_token()` after each: one pass of the model per token, over that token alone)."""
     if not model.causal:
         raise MhaError(f"{model.name} is an encoder: it has no next token to predict (try "
                        f"--model smollm2)", quantity="model")
     _, ids = model.tokenize(text)
-    out, _, _ = model.run(ids)
+    out, generated = model.generate(ids, generate, on_token)
     p = next_token_probabilities(model, out)[0]
     order = np.argsort(-p, kind="stable")[:k]
-    generated = []
-    for _ in range(generate):  # greedy: the most likely token, again and again
-        if len(ids) >= model.max_positions:
-            break
-        out, _, _ = model.run(ids)
-        nxt = int(torch.argmax(model.logits(out)[0]))
-        generated.append(nxt)
-        on_token()
-        ids = ids + [nxt]
-        if nxt == model.eos:
-            break
     return Prediction(model, text, [(int(i), float(p[i])) for i in order], generated)

@@ -114,6 +114,24 @@ def test_predict_and_generate(cli):
     assert data["top"][0]["probability"] == pytest.approx(float(probs.max()), abs=1e-4)
 
 
+def test_generation_with_a_kv_cache_matches_full_passes(model):
+    """Each generated token, computed over that token alone with the cache, is the greedy token of
+    a full pass over the whole text so far; the last step's logits match that pass's."""
+    _, ids = model.tokenize("The cat sat on the")
+    _, generated = model.generate(ids, 4)
+    text = list(ids)
+    for token in generated:
+        out, _, _ = model.run(text)
+        full = model.logits(out)[0]
+        assert int(torch.argmax(full)) == token
+        text.append(token)
+    caches = [smollm2.KVCache() for _ in model.blocks]
+    with model.resident():
+        model.run(text[:-1], caches=caches)
+        step = model.logits(model.run(text[-1:], caches=caches)[0])[0]
+    np.testing.assert_allclose(step.numpy(), model.logits(model.run(text)[0])[0].numpy(), atol=1e-4)
+
+
 def test_ablation_moves_the_prediction(model):
     from mha_trace.model_analysis import ablate, rank_heads
 

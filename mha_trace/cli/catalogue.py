@@ -16,7 +16,7 @@ def configs(out: Output = None):
     from mha_trace.render.configs import configs_data, configs_table
 
     found = [load(name) for name in bundled_names()]
-    emit(out, [configs_table(found)], configs_data(found))
+    emit(out, lambda: [configs_table(found)], lambda: configs_data(found))
 
 
 @app.command(short_help="The bundled example implementations (--module example:NAME).")
@@ -32,4 +32,4 @@ def examples(out: Output = None):
     from mha_trace.render.configs import examples_data, examples_table
 
     listed = found()
-    emit(out, [examples_table(listed)], examples_data(listed))
+    emit(out, lambda: [examples_table(listed)], lambda: examples_data(listed))

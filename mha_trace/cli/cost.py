@@ -34,4 +34,4 @@ def cost(
 
     report = cost_report(preset, batch, seq, d_model, heads, kv_heads, layers, dtype.value, bias,
                          window, rope, formulas)
-    emit(out, report.renderables(), report.data())
+    emit(out, report.renderables, report.data)

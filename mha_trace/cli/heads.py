@@ -63,8 +63,8 @@ def heads(
         save_heatmaps(out.png, view.config.title if view.kind == "config" else view.label,
                       [(name.format(h + 1), view.tokens, view.tokens, view.weights[h], view.mask)
                        for h in picked], decimals, out.theme)
-    emit(out, view.renderables(decimals=decimals, head=head),
-         with_inputs(view.data(decimals=decimals, head=head), run, include_inputs))
+    emit(out, lambda: view.renderables(decimals=decimals, head=head),
+         lambda: with_inputs(view.data(decimals=decimals, head=head), run, include_inputs))
 
 
 @app.command(short_help="One token through every head, every product written out.")
@@ -102,8 +102,8 @@ def explain(
         from mha_trace.render.explain import module_explain_data, module_explain_renderables
 
         i = find_position(view.tokens, token, position)
-        emit(out, module_explain_renderables(view, i, decimals, head),
-             with_inputs(module_explain_data(view, i, decimals, head), run, include_inputs))
+        emit(out, lambda: module_explain_renderables(view, i, decimals, head),
+             lambda: with_inputs(module_explain_data(view, i, decimals, head), run, include_inputs))
         return
     w = walk(view, find_position(view.tokens, token, position))
     if out.png:
@@ -116,8 +116,8 @@ def explain(
         save_heatmaps(out.png, f"{view.config.title}: the query '{w.token}'",
                       [("weights per head", [f"head {hw.head}" for hw in w.heads], view.tokens,
                         rows, keep)], decimals, out.theme)
-    emit(out, w.renderables(decimals=decimals, head=head),
-         with_inputs(w.data(decimals=decimals, head=head), run, include_inputs))
+    emit(out, lambda: w.renderables(decimals=decimals, head=head),
+         lambda: with_inputs(w.data(decimals=decimals, head=head), run, include_inputs))
 
 
 def _int_list(text: str, quantity: str) -> list[int]:
@@ -163,7 +163,7 @@ def compare(
                       [(f"H={v.heads} head {h + 1}", v.tokens, v.tokens, v.weights[h], v.mask)
                        for v in views for h in range(v.heads)], decimals, out.theme)
     shown = Comparison(views)
-    emit(out, shown.renderables(decimals=decimals), shown.data(decimals=decimals))
+    emit(out, lambda: shown.renderables(decimals=decimals), lambda: shown.data(decimals=decimals))
 
 
 @app.command(short_help="The output without some heads, and how far it moved.")
@@ -206,4 +206,4 @@ def ablate(
 
     needs_model(o.sentence, None, rank=rank)
     a = run_ablate(config_of(o), _int_list("2" if head is None else head, "head"), o.device)
-    emit(out, a.renderables(decimals=decimals), a.data(decimals=decimals))
+    emit(out, lambda: a.renderables(decimals=decimals), lambda: a.data(decimals=decimals))

@@ -2,6 +2,7 @@
 real heads. The commands in cli/heads.py and cli/shapes.py hand over here when --model is given.
 """
 
+import sys
 from typing import Annotated
 
 import typer
@@ -9,7 +10,7 @@ import typer
 from mha_trace.cli.app import app
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
 from mha_trace.errors import MhaError
-from mha_trace.output import Output, emit
+from mha_trace.output import Format, Output, emit
 
 def heads(o, head, overview, words, hide_special, decimals, out: Output):
     from mha_trace.model_heads import check_not_overview, model_heads
@@ -18,10 +19,20 @@ def heads(o, head, overview, words, hide_special, decimals, out: Output):
 
     view = model_heads(resolve(o), o.layer, head, words, hide_special)
     check_not_overview(view, overview)
+    shown = None
+    if out.format != Format.json:  # the text first: nothing is written when it cannot be shown
+        try:
+            shown = view.renderables(make_console(out).width, decimals=decimals)
+        except MhaError as too_long:
+            if not out.png:
+                raise
+            what = too_long.message.split(":")[0]
+            print(f"No text view: {what[0].lower()}{what[1:]} (the picture shows them all)",
+                  file=sys.stderr)
     if out.png:
         _save_model_png(view, decimals, out)
-    emit(out, view.renderables(make_console(out).width, decimals=decimals),
-         view.data(decimals=decimals))
+    if shown is not None or out.format == Format.json:
+        emit(out, lambda: shown, lambda: view.data(decimals=decimals))
 
 
 def _save_model_png(view, decimals: int, out: Output) -> None:
@@ -33,8 +44,6 @@ def _save_model_png(view, decimals: int, out: Output) -> None:
                       [(f"head {l}.{h}", tokens, tokens, weights[l - 1, h - 1], None)
                        for l, h in view.picked], decimals, out.theme)
         return
-    import sys
-
     from mha_trace.files import check_outputs
     from mha_trace.plots import layer_paths, save_model
 
@@ -54,7 +63,8 @@ def explain(o, head, token, position, decimals, out: Output):
 
     layer, only = head_in_layer(o.layer, head)
     w = model_walk(resolve(replace(o, layer=layer)), only, token, position)
-    emit(out, w.renderables(decimals=decimals, head=only), w.data(decimals=decimals, head=only))
+    emit(out, lambda: w.renderables(decimals=decimals, head=only),
+         lambda: w.data(decimals=decimals, head=only))
 
 
 def shapes(o, out: Output):
@@ -64,7 +74,7 @@ def shapes(o, out: Output):
 
     report = trace_run(resolve(o))
     console = make_console(out)
-    emit(out, report.renderables(console.width), report.data(), console)
+    emit(out, lambda: report.renderables(console.width), report.data, console)
 
 
 def ablate(o, head, decimals, out: Output, rank: bool = False, top: int = 20):
@@ -75,15 +85,17 @@ def ablate(o, head, decimals, out: Output, rank: bool = False, top: int = 20):
     run = resolve(o)
     if rank:
         from mha_trace.model_analysis import rank_heads
+        from mha_trace.output import progress
 
-        r = rank_heads(run.sentence)
-        emit(out, r.renderables(top=top), r.data())
+        with progress(run.sentence.model.layers, "ranking heads (one batch per layer)") as advance:
+            r = rank_heads(run.sentence, advance)
+        emit(out, lambda: r.renderables(top=top), r.data)
         return
     removed = [parse_head(part.strip()) for part in head.split(",") if part.strip()]
     if not removed:
         raise MhaError("needs at least one LAYER.HEAD, e.g. 6.12", quantity="head")
     a = run_ablate(run.sentence, removed)
-    emit(out, a.renderables(decimals=decimals), a.data(decimals=decimals))
+    emit(out, lambda: a.renderables(decimals=decimals), lambda: a.data(decimals=decimals))
 
 
 @app.command(short_help="Which layer.head of a model does what, ranked.")
@@ -115,7 +127,7 @@ def survey(
     sentences = [sentence] if sentence is not None else list(SURVEY_SENTENCES)
     result = run_survey(load(model, device.value, max_tokens), sentences, source.lower() if source else None, to,
                         builtin=sentence is None)
-    emit(out, result.renderables(top=top), result.data(top=top))
+    emit(out, lambda: result.renderables(top=top), lambda: result.data(top=top))
 
 
 @app.command(short_help="A causal model's next-token distribution.")
@@ -141,4 +153,4 @@ def predict(
     loaded = load(model, device.value, max_tokens)
     with progress(generate, "generating (one pass of the model per token)") as advance:
         p = run_predict(loaded, sentence, top, generate, advance)
-    emit(out, p.renderables(), p.data())
+    emit(out, p.renderables, p.data)

@@ -51,7 +51,7 @@ def shapes(
         renderables = _compact(report, data, console.width, bool(o.module or decode))
     if compare_impl:
         renderables += _compare_impl(o, report, data)
-    emit(out, renderables, with_inputs(data, report.run, include_inputs), console)
+    emit(out, lambda: renderables, lambda: with_inputs(data, report.run, include_inputs), console)
     if report.failure:
         from mha_trace.output import display_path
 

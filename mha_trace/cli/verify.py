@@ -36,12 +36,12 @@ def verify(
     if o.module:
         from mha_trace.render.verify import student_data, student_renderables
 
-        emit(out, student_renderables(report), student_data(report))
+        emit(out, lambda: student_renderables(report), lambda: student_data(report))
     else:
         from mha_trace.output import make_console
 
         console = make_console(out)
-        emit(out, report.renderables(console.width), report.data(), console)
+        emit(out, lambda: report.renderables(console.width), report.data, console)
     if not report.passed:
         raise typer.Exit(1)
 

@@ -12,6 +12,7 @@ import numpy as np
 from rich.style import Style
 from rich.text import Text
 
+from mha_trace.errors import MhaError
 from mha_trace.masks import allowed
 from mha_trace.render.matrices import fmt, legend, shade, weights_table
 from mha_trace.render import data, renderables
@@ -41,34 +42,52 @@ def braille_map(weights: np.ndarray) -> list[Text]:
     return lines
 
 
+OVERVIEW_TOKENS = 128  # a braille map of more tokens is a blur: --png draws them, JSON has them
+TABLE_TOKENS = 48  # a weights table of more keys cannot be read on a screen
+
+
+def too_long(what: str, count: int, limit: int) -> MhaError:
+    return MhaError(f"{what} shows up to {limit} tokens and this sentence has {count}: draw it "
+                    f"with --png FILE, get every number with --format json, or shorten the "
+                    f"sentence", quantity="sentence")
+
+
 def overview(sentence, tokens, w: np.ndarray, width: int) -> list:
-    """Every layer.head of the model as a small braille map, laid out to fit `width`.
+    """Every layer.head of the model as a small braille map, laid out to fit `width`: layers
+    down and heads across, else the other way round, else heads across in bands.
 
     tokens, w: the sentence's labels and (layers, heads, T, T) weights, or their words.
     """
-    model = sentence.model
-    T = len(tokens)
+    model, T, label = sentence.model, len(tokens), 4
     cell, tall = math.ceil(T / 2), math.ceil(T / 4)
+    across = (width - label) // (cell + 1)  # how many maps fit side by side
+    if T > OVERVIEW_TOKENS or across < 1:
+        raise too_long("The overview", T, min(OVERVIEW_TOKENS, 2 * (width - label - 1)))
     out = [Text(f"{model.name}: every head on \"{sentence.text}\"  ({T} tokens, "
                 f"{model.layers} layers × {model.heads} heads)", style="bold")]
-    layers_down = 4 + model.heads * (cell + 1) <= width
+    layers_down = model.heads <= across or model.layers > across
     rows, cols = (model.layers, model.heads) if layers_down else (model.heads, model.layers)
     name = lambda r, c: (r + 1, c + 1) if layers_down else (c + 1, r + 1)
-    label = 4
-    grid = Text(" " * label)
-    for c in range(cols):
-        grid.append(f"{('H' if layers_down else 'L')}{c + 1}".ljust(cell + 1), style="bold")
-    for r in range(rows):
-        maps = [braille_map(w[name(r, c)[0] - 1, name(r, c)[1] - 1]) for c in range(cols)]
-        grid.append("\n" if r == 0 else "\n\n")
-        for k in range(tall):
-            if k:
-                grid.append("\n")
-            grid.append(f"{'L' if layers_down else 'H'}{r + 1}".ljust(label) if k == 0
-                        else " " * label, style="bold")
-            for m in maps:
-                grid.append_text(m[k])
-                grid.append(" ")
+    bands = math.ceil(cols / across)
+    size = math.ceil(cols / bands)
+    grid = Text()
+    for band in range(0, cols, size):
+        grid.append("\n\n" if band else "")
+        grid.append(" " * label)
+        for c in range(band, min(band + size, cols)):
+            grid.append(f"{('H' if layers_down else 'L')}{c + 1}".ljust(cell + 1), style="bold")
+        for r in range(rows):
+            maps = [braille_map(w[name(r, c)[0] - 1, name(r, c)[1] - 1])
+                    for c in range(band, min(band + size, cols))]
+            grid.append("\n" if r == 0 else "\n\n")
+            for k in range(tall):
+                if k:
+                    grid.append("\n")
+                grid.append(f"{'L' if layers_down else 'H'}{r + 1}".ljust(label) if k == 0
+                            else " " * label, style="bold")
+                for m in maps:
+                    grid.append_text(m[k])
+                    grid.append(" ")
     out.append(grid)
     out.append(Text(f"Each map: rows are queries, columns keys, 4 queries × 2 keys per character, "
                     f"in token order ({' '.join(tokens)}). A dot is a key that gets at "
@@ -101,6 +120,8 @@ def head_tables(title: str, tokens, weights, picked: list, layer: int, decimals:
                 words: bool, causal: bool = False) -> list:
     """One weights table per (layer, head) picked, heads counted from 1; a causal model's
     future keys show as masked."""
+    if len(tokens) > TABLE_TOKENS:
+        raise too_long("A weights table", len(tokens), TABLE_TOKENS)
     out = [Text(title, style="bold")]
     mask = allowed(len(tokens), "causal") if causal else None
     for h in picked:

@@ -149,7 +149,20 @@ def _parameter_rows(add, d: Dims, L: int) -> None:
     add("parameters", "attention total", "sum of the above", "", sum(p.values()), "params")
 
 
+def flops(d: Dims) -> int:
+    """One forward pass's floating-point operations (the cost table's "attention total")."""
+    return sum(stage[3] for stage in _flop_stages(d))
+
+
 def _flop_rows(add, d: Dims, L: int) -> None:
+    stages = _flop_stages(d)
+    for item, formula, numbers, value in stages:
+        add("flops", item, formula, numbers, value, "FLOPs")
+    add("flops", "attention total", "sum of the above", "", sum(s[3] for s in stages), "FLOPs")
+
+
+def _flop_stages(d: Dims) -> list:
+    """(item, formula, the formula with numbers, FLOPs) per stage of one forward pass."""
     B, T, D, H, k, b = d.batch, d.seq, d.d_model, d.heads, d.d_k, 1 if d.bias else 0
     gk = d.kv_heads * k
     pb, kvb = (" + B·T·D", " + 2·B·T·G·d_k") if b else ("", "")
@@ -165,9 +178,7 @@ def _flop_rows(add, d: Dims, L: int) -> None:
         ("weights · V", "2·B·H·T·T·d_k", f"2·{B}·{H}·{T}·{T}·{k}", 2 * B * H * T * T * k),
         ("output projection", f"2·B·T·D·D{pb}", f"2·{B}·{T}·{D}·{D}" + (f" + {B}·{T}·{D}" if b else ""),
          2 * B * T * D * D + b * B * T * D)]
-    for item, formula, numbers, value in stages:
-        add("flops", item, formula, numbers, value, "FLOPs")
-    add("flops", "attention total", "sum of the above", "", sum(s[3] for s in stages), "FLOPs")
+    return stages
 
 
 def _memory_rows(add, d: Dims, L: int) -> None:

@@ -19,7 +19,7 @@ from mha_trace.attention import KVCache, MultiHeadAttention
 from mha_trace.config import Config
 from mha_trace.costs import Dims
 from mha_trace.errors import MhaError
-from mha_trace.runtime import DTYPES, check_device, guard_memory
+from mha_trace.runtime import DTYPES, check_device, guard_memory, guard_time
 from mha_trace.validate import addressable, check_sizes, seed_fits
 
 
@@ -178,6 +178,7 @@ def from_sizes(sizes: Sizes, guard_runs: int = 1,
     device = _device(sizes)
     need = _meta_estimate(sizes) if sizes.modern and device.type != "meta" else None
     estimate = guard_memory(sizes.dims(), device, runs=guard_runs, hint=hint, need=need)
+    guard_time(sizes.dims(), device, sizes.impl or "explicit", runs=guard_runs)
     torch.manual_seed(sizes.seed)
     dtype, shape = DTYPES[sizes.dtype], (sizes.batch, sizes.seq, sizes.d_model)
     with torch.device(device):

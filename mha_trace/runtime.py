@@ -1,6 +1,7 @@
 """Where a run happens: device and dtype checks, available memory, the memory guard."""
 
 import contextlib
+import dataclasses
 import os
 
 import torch
@@ -117,6 +118,28 @@ def guard_memory(dims: Dims, device: torch.device, runs: int = 1,
             f"{human_bytes(params)}, score tensors {human_bytes(scores)}) but only "
             f"{human_bytes(free)} is free ({hint})", exit_code=1)
     return need
+
+
+LIMIT_SECONDS = 30  # the time guard: a trace estimated longer than this on 2 CPU cores is refused
+FLOP_RATES = {"explicit": 15e9, "sdpa": 70e9}  # FLOP/s measured on 2 cores (bench/ has the run)
+
+
+def guard_time(dims: Dims, device: torch.device, impl: str, runs: int = 1) -> None:
+    """Refuse (exit 2) a CPU trace estimated over LIMIT_SECONDS, before computing anything."""
+    from mha_trace.costs import flops
+
+    if device.type != "cpu":
+        return  # a GPU's rate is not known here; meta computes nothing
+    estimate = runs * flops(dims) / FLOP_RATES[impl]
+    if estimate > LIMIT_SECONDS:
+        seconds = lambda seq: runs * flops(dataclasses.replace(dims, seq=seq)) / FLOP_RATES[impl]
+        low, high = 0, dims.seq  # the most tokens that fit: seconds(low) fits, seconds(high) not
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if seconds(middle) <= LIMIT_SECONDS else (low, middle)
+        raise MhaError(f"this run is {flops(dims) * runs / 1e9:,.0f} GFLOPs: about {estimate:,.0f} s "
+                       f"on 2 CPU cores, and the guard stops at {LIMIT_SECONDS} s (--seq {low} fits; "
+                       f"--device meta traces the shapes without computing)", quantity="seq")
 
 
 @contextlib.contextmanager

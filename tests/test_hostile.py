@@ -580,3 +580,162 @@ def test_a_pasted_page_is_refused_before_it_runs(cli):
     longer = cli("heads", "--model", "minilm", "--sentence", " ".join(["the cat sat on"] * 200))
     check_clean(longer, {2})
     assert longer.stderr.endswith("all-MiniLM-L6-v2 reads at most 512\n")
+
+
+# 9. time guards: refused before the long part runs, with the estimate and what fits ------------
+
+def test_ranking_every_head_is_refused_past_the_time_guard(cli):
+    """270 SmolLM2 ablations over 36 tokens: about 46 s on 2 cores, over the 30 s guard."""
+    from mha_trace.models import LIMIT_SECONDS, load, seconds
+
+    sentence = " ".join(["the cat sat on the mat"] * 6)  # 36 tokens (no BOS for SmolLM2)
+    result = cli("ablate", "--model", "smollm2", "--rank", "--sentence", sentence)
+    check_clean(result, {2})
+    model = load("smollm2")
+    fits = max(t for t in range(1, 37) if seconds(model, t, 270) <= LIMIT_SECONDS)
+    assert seconds(model, 36, 270) > LIMIT_SECONDS >= seconds(model, fits, 270)
+    assert result.stderr == (
+        f"Error: --sentence: Ranking every head runs SmolLM2-135M-Instruct over 270 copies of 36 "
+        f"tokens: about {seconds(model, 36, 270):.0f} s on 2 cores, and the guard stops at 30 s "
+        f"({fits} tokens fit); shorten the sentence, or --max-tokens 36 goes on anyway\n")
+
+
+def test_a_huge_fused_trace_is_refused_with_the_length_that_fits(cli):
+    result = cli("shapes", "--impl", "sdpa", "--seq", "200000")
+    check_clean(result, {2})
+    B, H, d_k, D = 2, 8, 64, 512  # the defaults
+    by_hand = lambda T: (2 * 2 * B * H * T * T * d_k + 6 * B * H * T * T  # QKᵀ, w·V, scale, softmax
+                         + 4 * 2 * B * T * D * D + 4 * B * T * D)  # four projections with biases
+    fits = int(result.stderr.split("(--seq ")[1].split(" fits")[0])
+    assert by_hand(fits) / 70e9 <= 30 < by_hand(fits + 1) / 70e9
+    assert f"this run is {by_hand(200000) / 1e9:,.0f} GFLOPs" in result.stderr
+    assert cli("shapes", "--impl", "sdpa", "--seq", "200000", "--device", "meta").exit_code == 0
+
+
+def test_text_views_of_long_sentences_point_to_png_and_json(cli, tmp_path):
+    long = " ".join(["the cat sat on the mat"] * 10)  # 62 tokens with [CLS] and [SEP]
+    for args in (("--layer", "1"), ("--head", "1.1"), ("--head", "1.1", "--format", "markdown")):
+        result = cli("heads", "--model", "minilm", "--sentence", long, *args)
+        check_clean(result, {2})
+        assert result.stderr == ("Error: --sentence: A weights table shows up to 48 tokens and this "
+                                 "sentence has 62: draw it with --png FILE, get every number with "
+                                 "--format json, or shorten the sentence\n")
+    data = json.loads(cli("heads", "--model", "minilm", "--sentence", long, "--head", "1.1",
+                          "--format", "json").stdout)
+    assert len(data["tokens"]) == 62
+    png = tmp_path / "long.png"
+    assert cli("heads", "--model", "minilm", "--sentence", long, "--head", "1.1", "--png",
+               str(png)).exit_code == 0 and png.read_bytes()[:4] == b"\x89PNG"
+    page = cli("heads", "--model", "minilm", "--sentence", " ".join(["the cat sat on"] * 40))
+    check_clean(page, {2})
+    assert "The overview shows up to 128 tokens and this sentence has 162" in page.stderr
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_the_overview_fits_the_width_in_bands(cli, width):
+    """SmolLM2's 30 × 9 maps never fit side by side: heads go across in bands of equal size."""
+    result = cli("heads", "--model", "smollm2", "--sentence", "the cat sat on the mat and it ran to "
+                 "the dog because it was tired", "--width", str(width))
+    assert result.exit_code == 0
+    assert max(len(line) for line in result.stdout.splitlines()) <= width
+    headers = [line.split() for line in result.stdout.splitlines() if line.startswith("    H")]
+    assert [h for header in headers for h in header] == [f"H{i}" for i in range(1, 10)]
+    assert max(map(len, headers)) - min(map(len, headers)) <= 1
+    assert sum(line.startswith("L") for line in result.stdout.splitlines()) == 30 * len(headers)
+
+
+# 10. the model cache: every file checked by type and sha256, rebuilt when anything is off -------
+
+JSON_VALUES = [None, 0, 1, -1, 2.5, float("nan"), "", "x", [], [1, 2], [1, 2, 3], {}, {"a": 1}, True]
+
+
+@pytest.mark.parametrize("value", JSON_VALUES, ids=repr)
+def test_a_damaged_verified_record_only_means_hashing_again(tmp_path, monkeypatch, value):
+    from mha_trace.models import cache
+
+    monkeypatch.setenv("MHA_TRACE_CACHE", str(tmp_path))
+    weights = tmp_path / "w.bin"
+    weights.write_bytes(b"weights")
+    truth = hashlib.sha256(b"weights").hexdigest()
+    (tmp_path / "verified.json").write_text(json.dumps(value))
+    assert cache.file_sha256(weights) == truth
+    (tmp_path / "verified.json").write_text(json.dumps({str(weights): value}))
+    assert cache.file_sha256(weights) == truth
+    record = json.loads((tmp_path / "verified.json").read_text())
+    assert record[str(weights)][2] == truth  # rewritten whole
+
+
+@pytest.fixture(scope="module")
+def built_cache(tmp_path_factory):
+    """A SmolLM2 cache folder built the normal way, in its own cache directory."""
+    from mha_trace.models import smollm2
+
+    folder = tmp_path_factory.mktemp("cache") / "smollm2"
+    smollm2._build_cache(smollm2.gguf_path(), folder)
+    return folder
+
+
+def _damages():
+    """(name, what it does to meta as loaded JSON): every type in every field that matters."""
+    for key in ("version", "sha256", "sizes", "tensors"):
+        for value in JSON_VALUES:
+            yield f"{key}={value!r}", lambda m, k=key, v=value: m.__setitem__(k, v)
+    for key in ("layers", "heads", "kv_heads", "d_model", "vocab", "eos", "rope_base", "eps"):
+        valid = {"eos": 0, "rope_base": 7.5, "eps": 7.5}.get(key)  # a value that is not damage
+        for value in [v for v in (None, 0, -1, "8", [8], 1e308 * 10, 7.5) if v != valid]:
+            yield f"sizes.{key}={value!r}", lambda m, k=key, v=value: m["sizes"].__setitem__(k, v)
+    for field in ("offset", "rows", "type"):
+        yield f"tensor.{field}", lambda m, f=field: m["tensors"]["blk.0.attn_q.weight"].__setitem__(f, "x")
+
+
+@pytest.mark.parametrize("name,damage", list(_damages()), ids=[n for n, _ in _damages()])
+def test_every_damaged_cache_is_rebuilt_never_trusted(built_cache, tmp_path, name, damage):
+    """Refused by its sha256, and by its types even when the sha256 is made to match."""
+    import shutil
+
+    from mha_trace.models import smollm2
+
+    folder = tmp_path / "smollm2"
+    shutil.copytree(built_cache, folder)
+    size = smollm2.gguf_path().stat().st_size
+    assert smollm2._read_cache(folder, size) is not None
+    meta = json.loads((folder / "meta.json").read_text())
+    damage(meta)
+    (folder / "meta.json").write_text(json.dumps(meta))
+    assert smollm2._read_cache(folder, size) is None, name
+    if not name.startswith("sha256"):
+        meta["sha256"] = smollm2._digest(meta, (folder / "tokenizer.json").read_text())
+        (folder / "meta.json").write_text(json.dumps(meta))
+        assert smollm2._read_cache(folder, size) is None, f"{name}, resealed"
+
+
+def test_edited_files_fail_their_sha256(built_cache, tmp_path):
+    import shutil
+
+    from mha_trace.models import smollm2
+
+    size = smollm2.gguf_path().stat().st_size
+    for name, edit in (("meta.json", lambda t: t.replace('"layers": 30', '"layers": 29')),
+                       ("tokenizer.json", lambda t: t.replace('"Paris"', '"Pari"', 1)),
+                       ("tokenizer.json", lambda t: t[:-1]), ("meta.json", lambda t: "")):
+        folder = tmp_path / f"copy-{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(built_cache, folder)
+        (folder / name).write_text(edit((folder / name).read_text()))
+        assert smollm2._read_cache(folder, size) is None, name
+
+
+def test_a_zero_layer_cache_is_rebuilt_end_to_end(tmp_path):
+    """The case seen live: meta.json with layers 0 made predict say '▁is' with exit 0."""
+    env = {**os.environ, "MHA_TRACE_CACHE": str(tmp_path)}
+    first = _run("predict", "--top", "1", "--format", "json", env=env)
+    assert json.loads(first.stdout)["top"][0]["token"] == "▁Paris"
+    meta_file = next(tmp_path.glob("smollm2-*/meta.json"))
+    meta = json.loads(meta_file.read_text())
+    meta["sizes"]["layers"] = 0
+    meta_file.write_text(json.dumps(meta))
+    (tmp_path / "verified.json").write_text("[1, 2]")
+    again = _run("predict", "--top", "1", "--format", "json", env=env)
+    assert again.returncode == 0 and again.stderr == ""
+    assert json.loads(again.stdout)["top"][0]["token"] == "▁Paris"
+    assert json.loads(meta_file.read_text())["sizes"]["layers"] == 30
+    assert not list(tmp_path.rglob("*.tmp"))

@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mha_trace.errors import printable, printable_data
+from mha_trace.streams import tool_stdout
 
 SCHEMA_VERSION = 2  # 2: heads has one schema whatever the source (README: JSON)
 PLAIN_WIDTH = 100  # width used when the output is not a terminal and COLUMNS is not set
@@ -117,7 +118,7 @@ def progress(total: int, what: str):
 
 
 def make_console(out: Output, file=None) -> Console:
-    file = file or sys.stdout
+    file = file or tool_stdout()
     width = out.width
     if width is None and not file.isatty() and "COLUMNS" not in os.environ:
         width = PLAIN_WIDTH
@@ -193,7 +194,7 @@ def emit(out: Output, renderables: Callable[[], list], data: Callable[[], dict],
             text = json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
         else:
             text = "".join(printable(line) + "\n" for line in to_markdown(renderables()).splitlines())
-        sys.stdout.write(text)
+        tool_stdout().write(text)
         _save_recordings(out, [Text(text.rstrip("\n"))], console.width)
         return
     renderables = renderables()

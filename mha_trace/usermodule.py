@@ -19,6 +19,7 @@ import torch.nn as nn
 
 from mha_trace.errors import MhaError, printable
 from mha_trace.files import regular_file
+from mha_trace.streams import guard_stdout
 
 D_MODEL_NAMES = ("d_model", "embed_dim", "n_embd", "dim", "hidden_size", "model_dim", "emb_dim",
                  "hidden_dim", "d")
@@ -50,6 +51,7 @@ def user_code(what: str):
     taken for the tool's own exit status.
     """
     printed = io.StringIO()
+    guard_stdout()  # late prints (threads) and writes to fd 1 go to stderr, never into the output
 
     def no_hard_exit(code=0):
         raise UserExit(f"{what} called os._exit({code})")
@@ -77,35 +79,40 @@ def user_code(what: str):
 
 
 def _import(target: str):
+    """The user's module, from FILE.py or by its importable name, run under `user_code`."""
     path = Path(target)
-    if target.endswith(".py") or "/" in target or path.exists():
-        regular_file(path, f"module {printable(target)}", "a .py file", quantity="module")
-        if path.suffix != ".py":
-            raise MhaError(f"module {printable(target)}: expected a .py file", quantity="module")
-        name = f"mha_trace_user_{path.stem}"
-        spec = importlib.util.spec_from_file_location(name, path.resolve())
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        folder = str(path.resolve().parent)
-        if folder not in sys.path:  # a sibling import works as it does under `python FILE.py`
-            sys.path.insert(0, folder)
-        # the student's folder gets no __pycache__ from us: reading their code leaves no trace
-        writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
-        try:
-            with user_code(f"importing {target}"):
-                spec.loader.exec_module(module)
-        except MhaError:
-            raise
-        except Exception as e:
-            raise MhaError(f"module {printable(target)}: importing it raised "
-                           f"{printable(explain_exception(e))}", quantity="module") from None
-        finally:
-            sys.dont_write_bytecode = writes
-        return module
+    if not (target.endswith(".py") or "/" in target or path.exists()):
+        return _run_import(target, lambda: importlib.import_module(target))
+    regular_file(path, f"module {printable(target)}", "a .py file", quantity="module")
+    if path.suffix != ".py":
+        raise MhaError(f"module {printable(target)}: expected a .py file", quantity="module")
+    name = f"mha_trace_user_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path.resolve())
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:  # a sibling import works as it does under `python FILE.py`
+        sys.path.insert(0, folder)
+    return _run_import(target, lambda: spec.loader.exec_module(module) or module)
+
+
+def _run_import(target: str, run):
+    """Import the user's code: its exits, prints and errors handled as `user_code` does."""
+    # the student's folder gets no __pycache__ from us: reading their code leaves no trace
+    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
     try:
-        return importlib.import_module(target)
+        with user_code(f"importing {target}"):
+            return run()
+    except MhaError:
+        raise
     except ImportError as e:
-        raise MhaError(f"module {target}: cannot import it ({e})", quantity="module") from None
+        raise MhaError(f"module {printable(target)}: cannot import it ({printable(str(e))})",
+                       quantity="module") from None
+    except Exception as e:
+        raise MhaError(f"module {printable(target)}: importing it raised "
+                       f"{printable(explain_exception(e))}", quantity="module") from None
+    finally:
+        sys.dont_write_bytecode = writes
 
 
 def load_class(spec) -> type:

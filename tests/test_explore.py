@@ -336,6 +336,8 @@ def _in_pty(args, keys, marker, size=(24, 80), timeout=60):
             for key in keys:
                 os.write(fd, key)
                 time.sleep(0.3)
+    if os.waitpid(pid, os.WNOHANG) == (0, 0):  # still running: the marker never came
+        os.kill(pid, 9)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), ANSI.sub("", out.decode("utf-8", "replace"))
 
@@ -344,6 +346,12 @@ def test_explore_in_a_real_terminal():
     code, screen = _in_pty(["mha-trace", "explore"], [b"2", b"m", b"+", b"q"], b"self.W_q")
     assert code == 0
     assert "self.W_q(q)" in screen and "H=4" in screen and "mask=causal" in screen
+
+
+def test_explore_with_stderr_hidden_still_draws_on_the_terminal():
+    """Textual draws on stderr; `explore 2>/dev/null` used to show a blank screen."""
+    code, screen = _in_pty(["sh", "-c", "exec mha-trace explore 2>/dev/null"], [b"q"], b"self.W_q")
+    assert code == 0 and "self.W_q(q)" in screen
 
 
 def test_explore_needs_a_terminal(cli):

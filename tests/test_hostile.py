@@ -739,3 +739,49 @@ def test_a_zero_layer_cache_is_rebuilt_end_to_end(tmp_path):
     assert json.loads(again.stdout)["top"][0]["token"] == "▁Paris"
     assert json.loads(meta_file.read_text())["sizes"]["layers"] == 30
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+# 11. user code imported by name is protected like a file; late prints never reach the output ---
+
+USER_CODE = {
+    "ends": ("import sys\nsys.exit(0)\n", 1, "Error: importing {target} called sys.exit(0); the "
+                                              "module ended itself"),
+    "hard": ("import os\nos._exit(3)\n", 1, "Error: importing {target} called os._exit(3); the "
+                                             "module ended itself"),
+    "raises": ("raise ValueError('no')\n", 2, "Error: --module {target}: importing it raised "
+                                              "ValueError: no"),
+}
+MODULE = """import os, threading, time
+from mha_trace.attention import MultiHeadAttention
+print("hello at import")
+class Mine(MultiHeadAttention):
+    def forward(self, x, mask=None):
+        threading.Thread(target=lambda: (time.sleep(0.02), print("late print"))).start()
+        os.write(1, b"straight to fd 1\\n")
+        return super().forward(x, mask=mask)
+"""
+
+
+@pytest.mark.parametrize("by_name", [False, True], ids=["file", "importable"])
+@pytest.mark.parametrize("kind", sorted(USER_CODE))
+def test_user_code_that_ends_or_raises_at_import(tmp_path, kind, by_name):
+    source, code, message = USER_CODE[kind]
+    (tmp_path / f"stu_{kind}.py").write_text(source)
+    target = f"stu_{kind}" if by_name else str(tmp_path / f"stu_{kind}.py")
+    result = _run("shapes", "--module", f"{target}:X", "--format", "json", cwd=tmp_path,
+                  env={"PYTHONPATH": str(tmp_path)})
+    assert (result.returncode, result.stdout) == (code, "")
+    assert result.stderr == message.format(target=target) + "\n"
+
+
+@pytest.mark.parametrize("by_name", [False, True], ids=["file", "importable"])
+@pytest.mark.parametrize("command", ["shapes", "heads", "verify"])
+def test_prints_from_threads_and_fd_1_never_reach_the_output(tmp_path, command, by_name):
+    (tmp_path / "stu_mine.py").write_text(MODULE)
+    target = "stu_mine" if by_name else str(tmp_path / "stu_mine.py")
+    result = _run(command, "--module", f"{target}:Mine", "--format", "json", cwd=tmp_path,
+                  env={"PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    json.loads(result.stdout)  # nothing else in it
+    assert "hello at import" in result.stderr and "straight to fd 1" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -8,6 +8,7 @@ from typer.core import TyperGroup
 
 from mha_trace import __version__, speedups
 from mha_trace.errors import MhaError, printable
+from mha_trace.streams import tool_stdout
 
 _debug = False
 _argv: list[str] = []
@@ -144,6 +145,7 @@ def main():
 
 def _exit(code: int):
     try:
+        tool_stdout().flush()
         sys.stdout.flush()
         sys.stderr.flush()
     except BrokenPipeError:  # the reader went away (`mha-trace shapes | head`): not an error

@@ -1,5 +1,6 @@
 """`explore`: the live lecture explorer (Textual, imported only here)."""
 
+import os
 import sys
 from enum import Enum
 from typing import Annotated
@@ -9,6 +10,7 @@ import typer
 from mha_trace.cli.app import app, debugging
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
 from mha_trace.errors import MhaError
+from mha_trace.streams import tool_stdout
 
 Pane = Enum("Pane", {p: p for p in ("trace", "heads", "token", "split", "ablate")}, type=str)
 ExploreMask = Enum("ExploreMask", {m: m for m in ("none", "causal", "window")}, type=str)
@@ -47,9 +49,13 @@ def explore(
 
     pane, mask = pane.value, mask and mask.value
     open_session = prepare(config, model, sentence, layer, d_model, heads, seq, mask, pane)
-    if not (sys.stdin and sys.stdin.isatty() and sys.stdout.isatty()):
+    terminal = tool_stdout()
+    if not (sys.stdin and sys.stdin.isatty() and terminal.isatty()):
         raise MhaError("explore is interactive and needs a terminal; in scripts use shapes, heads "
                        "or explain (with --step for a paced demo)")
+    if not (sys.__stderr__ and sys.__stderr__.isatty()):
+        # Textual draws on stderr: hidden (2>/dev/null), it draws on the terminal stdout is
+        os.dup2(terminal.fileno(), sys.__stderr__.fileno() if sys.__stderr__ else 2)
     from mha_trace.explorer import Explorer
 
     explorer = Explorer(open_session, theme.value, pane, debug=debug or debugging())

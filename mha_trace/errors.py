@@ -15,6 +15,10 @@ class MhaError(Exception):
         self.quantity = quantity
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the run stands so that files half-made are removed as on Ctrl-C."""
+
+
 _BIDI = {chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
 
 

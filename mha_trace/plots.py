@@ -5,6 +5,8 @@ query and key, large type, one colour scale per figure with its colour bar (the 
 terminal uses), masked cells hatched, and a light or a dark theme (slides are usually white).
 """
 
+import contextlib
+
 from mha_trace.errors import MhaError
 
 WIDTH_PX, HEIGHT_PX, DPI = 1920, 1080, 100
@@ -31,6 +33,25 @@ def _rc(fg: str) -> dict:
             "axes.edgecolor": fg, "font.size": 18, "hatch.color": "#888888"}
 
 
+_together = None  # inside `written_together`: the PNGs made so far, not yet written
+
+
+@contextlib.contextmanager
+def written_together():
+    """PNGs saved inside are written only once every one is made: a run stopped halfway
+    (Ctrl-C, an error) leaves none of them."""
+    from mha_trace.files import write_atomic
+
+    global _together
+    _together = []
+    try:
+        yield
+        for path, data in _together:
+            write_atomic(path, data, "png")
+    finally:
+        _together = None
+
+
 def _save(plt, fig, path: str, bg: str) -> None:
     import io
 
@@ -41,7 +62,10 @@ def _save(plt, fig, path: str, bg: str) -> None:
         fig.savefig(buffer, format="png", dpi=DPI, facecolor=bg, metadata={"Software": None})
     finally:
         plt.close(fig)
-    write_atomic(path, buffer.getvalue(), "png")
+    if _together is not None:
+        _together.append((path, buffer.getvalue()))
+    else:
+        write_atomic(path, buffer.getvalue(), "png")
 
 
 def layer_paths(path: str, layers: int) -> list[str]:
@@ -51,10 +75,10 @@ def layer_paths(path: str, layers: int) -> list[str]:
 
 
 def save_model(path: str, title: str, tokens: list, weights, causal: bool,
-               decimals: int = 4, theme: str = "light") -> list[str]:
+               decimals: int = 4, theme: str = "light", on_figure=lambda: None) -> list[str]:
     """A model's heads for slides: `path` gets the overview grid (every layer.head as a small
-    tile on one colour scale), and one figure per layer goes beside it (layer_paths).
-    Returns the files written, the overview first."""
+    tile on one colour scale), and one figure per layer goes beside it (layer_paths), all
+    written at the end (`on_figure()` after each is made). Returns the files, the overview first."""
     import numpy as np
 
     from mha_trace.masks import allowed
@@ -63,11 +87,13 @@ def save_model(path: str, title: str, tokens: list, weights, causal: bool,
     L, H, T, _ = w.shape
     mask = allowed(T, "causal") if causal else None
     paths = layer_paths(path, L)
-    for l, layer_path in enumerate(paths):
-        save_heatmaps(layer_path, f"{title}, layer {l + 1}",
-                      [(f"head {l + 1}.{h + 1}", tokens, tokens, w[l, h], mask) for h in range(H)],
-                      decimals, theme)
-    save_overview(path, title, w, mask, theme)
+    with written_together():
+        for l, layer_path in enumerate(paths):
+            save_heatmaps(layer_path, f"{title}, layer {l + 1}",
+                          [(f"head {l + 1}.{h + 1}", tokens, tokens, w[l, h], mask)
+                           for h in range(H)], decimals, theme)
+            on_figure()
+        save_overview(path, title, w, mask, theme)
     return [path, *paths]
 
 

@@ -363,10 +363,18 @@ def _traced_forward(run, module, args: tuple, kwargs: dict):
         raise MhaError(f"{run.label}: forward raised {explain_exception(e)}", exit_code=1) from None
 
 
+def _as_expected(output, expected):
+    """The output in the reference's (B, T, d_model) shape when it is that or, for a batch of
+    one, unbatched (T, d_model), as a NumPy class returns; any other shape stays as it is (a
+    flattened output is wrong, whatever its values)."""
+    unbatched = expected.shape[0] == 1 and output.shape == expected.shape[1:]
+    return output.reshape(expected.shape) if unbatched else output
+
+
 def _differences(output, weights, expected, expected_w) -> tuple:
     """(largest output difference, largest weights difference or None): an unbatched output or
     weights are compared reshaped, weights averaged over heads against the average."""
-    output = output.reshape(expected.shape) if output.numel() == expected.numel() else output
+    output = _as_expected(output, expected)
     diff = float((output.double() - expected).abs().max()) if output.shape == expected.shape \
         else float("inf")
     if weights is None:
@@ -386,6 +394,9 @@ def _where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output
     report.first_wrong = first_wrong_step(traced.steps, ref_trace.steps)
     if report.first_wrong is not None:
         report.reference_step = counterpart(report.first_wrong, ref_trace.steps)
-    output = output.reshape(expected.shape) if output.numel() == expected.numel() else output
+    output = _as_expected(output, expected)
+    if output.shape != expected.shape:
+        report.notes.append(f"its output has shape {list(output.shape)}; the lecture's has "
+                            f"{list(expected.shape)} (batch, seq, d_model)")
     if output.shape == expected.shape:
         report.diagnosis = diagnose(*diagnose_args, output)

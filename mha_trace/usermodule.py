@@ -12,6 +12,7 @@ import io
 import os
 import sys
 import traceback
+import types
 from pathlib import Path
 
 import torch
@@ -42,6 +43,37 @@ def explain_exception(e: BaseException) -> str:
     return f"{type(e).__name__}{where}"
 
 
+_patches: dict = {}  # what the user's code set on torch: (owner, name) -> value, applied only in it
+
+
+def _torch_state() -> dict:
+    """torch's functions as they stand: what a user's module may patch (torch.softmax = ...)."""
+    import torch.nn.functional as F
+
+    return {(owner, name): value for owner in (torch, F, torch.Tensor, nn.Module)
+            for name, value in list(vars(owner).items()) if not isinstance(value, types.ModuleType)}
+
+
+@contextlib.contextmanager
+def _own_torch():
+    """The user's patches to torch hold while their code runs and are undone after, so the
+    references verify computes use torch's own functions, captured before any user code."""
+    before = _torch_state()
+    for (owner, name), value in _patches.items():
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        after = _torch_state()
+        for key, value in after.items():
+            if before.get(key, _patches) is not value:
+                _patches[key] = value
+                if key in before:
+                    setattr(*key, before[key])
+                else:
+                    delattr(*key)
+
+
 @contextlib.contextmanager
 def user_code(what: str):
     """Run the user's code: its exits become its failure, its prints go to stderr.
@@ -58,7 +90,7 @@ def user_code(what: str):
 
     real_exit, os._exit = os._exit, no_hard_exit
     try:
-        with contextlib.redirect_stdout(printed):
+        with contextlib.redirect_stdout(printed), _own_torch():
             yield
     except SystemExit as e:
         raise MhaError(f"{printable(what)} called sys.exit({e.code!r}); the module ended itself",
@@ -98,6 +130,7 @@ def _import(target: str):
 
 def _run_import(target: str, run):
     """Import the user's code: its exits, prints and errors handled as `user_code` does."""
+    _patches.clear()  # a new module: none of another module's patches
     # the student's folder gets no __pycache__ from us: reading their code leaves no trace
     writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
     try:

@@ -785,3 +785,70 @@ def test_prints_from_threads_and_fd_1_never_reach_the_output(tmp_path, command, 
     json.loads(result.stdout)  # nothing else in it
     assert "hello at import" in result.stderr and "straight to fd 1" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# 12. verdicts: a student's patch to torch never reaches the reference; a flattened output is wrong
+
+PATCHES = {  # a student's wrong "fix" to a torch function, set at import or in __init__
+    "torch.softmax": "lambda x, dim=None, **k: x.exp()",
+    "torch.matmul": "lambda a, b, _m=torch.matmul: _m(a, b) * 1.5",
+    "torch.nn.functional.linear": "lambda x, w, b=None, _l=torch.nn.functional.linear: _l(x, w, b) + 1",
+    "torch.Tensor.transpose": "lambda self, a, b, _t=torch.Tensor.transpose: _t(self, a, b) * 2",
+}
+
+
+@pytest.mark.parametrize("where", ["import", "init"])
+@pytest.mark.parametrize("target", sorted(PATCHES))
+def test_patched_torch_functions_never_reach_the_reference(cli, tmp_path, target, where):
+    import torch
+
+    before = (torch.softmax, torch.matmul, torch.nn.functional.linear, torch.Tensor.transpose)
+    patch = f"{target} = {PATCHES[target]}"
+    path = tmp_path / f"patch_{where}.py"
+    path.write_text("import torch\nfrom mha_trace.attention import MultiHeadAttention\n"
+                    + (patch + "\n" if where == "import" else "")
+                    + "class Mine(MultiHeadAttention):\n    def __init__(self, d_model=64, heads=8):\n"
+                    + "        super().__init__(d_model, heads)\n"
+                    + (f"        {patch}\n" if where == "init" else ""))
+    result = cli("verify", "--module", f"{path}:Mine")
+    assert result.exit_code == 1 and "Wrong (exit code 1)." in result.stdout, result.stdout
+    assert (torch.softmax, torch.matmul, torch.nn.functional.linear, torch.Tensor.transpose) == before
+    chapter = Path(__file__).parents[1] / "examples" / "chapter_numpy_mha.py"
+    assert cli("verify", "--module", f"{chapter}:MultiHeadAttention").exit_code == 0
+
+
+@pytest.mark.parametrize("returned", ["out.flatten()", "out.reshape(-1, out.shape[-1])",
+                                      "out.transpose(0, 1)"])
+def test_an_output_of_the_wrong_shape_is_wrong_whatever_its_values(cli, tmp_path, returned):
+    path = tmp_path / "shape.py"
+    path.write_text("from mha_trace.attention import MultiHeadAttention\n"
+                    "class Mine(MultiHeadAttention):\n    def __init__(self, d_model=64, heads=8):\n"
+                    "        super().__init__(d_model, heads)\n"
+                    "    def forward(self, x, mask=None):\n"
+                    "        out, w = super().forward(x, mask=mask)\n"
+                    f"        return {returned}, w\n")
+    result = cli("verify", "--module", f"{path}:Mine", "--seq", "5")
+    assert result.exit_code == 1 and "the lecture's has [2, 5, 64] (batch, seq, d_model)" in result.stdout
+
+
+# 13. a run that fails or is stopped leaves no picture ----------------------------------------------
+
+@pytest.mark.parametrize("sig,code,message", [(signal.SIGINT, 130, "interrupted (Ctrl-C)"),
+                                              (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+def test_a_model_picture_set_stopped_halfway_leaves_nothing(tmp_path, sig, code, message):
+    """SmolLM2's 31 figures take about a minute on 2 cores: stopped after a few seconds, none of
+    them (and no temporary file) is left."""
+    run = subprocess.Popen(["mha-trace", "heads", "--model", "smollm2", "--png", str(tmp_path / "h.png")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(8)
+    run.send_signal(sig)
+    _, err = run.communicate(timeout=60)
+    assert (run.returncode, err) == (code, f"Error: {message}\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_trace_leaves_no_picture(cli, tmp_path):
+    svg, html = tmp_path / "t.svg", tmp_path / "t.html"
+    result = cli("shapes", "--module", "example:broken_view", "--svg", str(svg), "--html", str(html))
+    assert result.exit_code == 1 and result.stderr.startswith("Error: forward raised at ")
+    assert list(tmp_path.iterdir()) == []

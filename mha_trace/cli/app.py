@@ -1,5 +1,6 @@
 """The Typer app, its error handling and the console-script entry point."""
 
+import signal
 import sys
 from typing import Annotated
 
@@ -7,11 +8,12 @@ import typer
 from typer.core import TyperGroup
 
 from mha_trace import __version__, speedups
-from mha_trace.errors import MhaError, printable
+from mha_trace.errors import MhaError, Terminated, printable
 from mha_trace.streams import tool_stdout
 
 _debug = False
 _argv: list[str] = []
+_sigterm = False  # the run was stopped by SIGTERM (see _terminated)
 
 
 def debugging() -> bool:
@@ -37,7 +39,7 @@ class _Group(TyperGroup):
                 raise
             _fail(_with_flag(e), e.exit_code)
         except typer.Abort:
-            _fail("aborted", 130)
+            _interrupted() if _sigterm else _fail("aborted", 130)
         except typer.TyperException as e:  # click's usage errors, as typer raises them
             if _debug:
                 raise
@@ -48,7 +50,7 @@ class _Group(TyperGroup):
             cmd = f" {ctx.info_name}" if ctx is not None and ctx.parent is not None else ""
             _fail(f"{e.format_message()} (see: mha-trace{cmd} --help)", getattr(e, "exit_code", 2))
         except KeyboardInterrupt:
-            _fail("interrupted (Ctrl-C)", 130)
+            _interrupted()
         except OSError as e:  # writing the output failed: a full disk, a closed pipe or stdout
             if _debug:
                 raise
@@ -62,8 +64,8 @@ class _Group(TyperGroup):
                 _fail(f"the run ran out of memory: {str(e).strip().splitlines()[-1][:200]}", 1)
             _fail(f"unexpected {type(e).__name__}: {str(e).strip()[:300]} (a bug in mha-trace: "
                   f"--debug shows the traceback)", 1)
-        if rv == 130:  # typer turns Ctrl-C into a silent Exit(130)
-            _fail("interrupted (Ctrl-C)", 130)
+        if rv == 130:  # typer turns Ctrl-C (and our SIGTERM) into a silent Exit(130)
+            _interrupted()
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)
@@ -129,6 +131,7 @@ def _main(
 def main():
     """Console-script entry point (`python -m mha_trace` too: it names itself mha-trace)."""
     speedups.no_garbage_collection()
+    signal.signal(signal.SIGTERM, _terminated)
     if sys.stdout is None or sys.stdout.closed:  # started with stdout closed (`mha-trace ... >&-`)
         _fail("standard output is closed, so there is nowhere to print", 1)
     for stream in (sys.stdout, sys.stderr):
@@ -141,6 +144,18 @@ def main():
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     _exit(code)
+
+
+def _terminated(signum, frame):
+    global _sigterm
+    _sigterm = True
+    raise Terminated()
+
+
+def _interrupted():
+    if _sigterm:
+        _fail("terminated (SIGTERM)", 143)
+    _fail("interrupted (Ctrl-C)", 130)
 
 
 def _exit(code: int):

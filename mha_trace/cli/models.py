@@ -49,8 +49,11 @@ def _save_model_png(view, decimals: int, out: Output) -> None:
 
     for path in layer_paths(out.png, s.model.layers):  # the files beside --png, checked too
         check_outputs({"png": path, "svg": out.svg, "html": out.html}, [])
-    written = save_model(out.png, f"{s.model.name}: \"{s.text}\"", tokens, weights,
-                         s.model.causal, decimals, out.theme)
+    from mha_trace.output import progress
+
+    with progress(s.model.layers, "drawing one figure per layer") as advance:
+        written = save_model(out.png, f"{s.model.name}: \"{s.text}\"", tokens, weights,
+                             s.model.causal, decimals, out.theme, advance)
     sys.stderr.write(f"Wrote {written[0]} (every head) and {written[1]} to {written[-1]} "
                      f"(one figure per layer)\n")
 

@@ -42,5 +42,7 @@ def printable_data(value):
     if isinstance(value, dict):
         return {printable_data(k): printable_data(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
+        if all(type(v) is float or type(v) is int for v in value):
+            return value  # a row of numbers (most of a model's JSON): nothing to escape
         return [printable_data(v) for v in value]
     return value

@@ -68,8 +68,7 @@ class Shows:
         return render.data(self, **options)
 
     def to_json(self) -> str:
-        return json.dumps(printable_data({"schema_version": SCHEMA_VERSION, **self.data()}),
-                          indent=2, ensure_ascii=False)
+        return to_json(self.data())
 
     def __rich_console__(self, console, options):
         for i, r in enumerate(self.renderables(options.max_width)):
@@ -180,6 +179,25 @@ def to_markdown(renderables) -> str:
     return "\n\n".join(p for p in parts if p) + "\n"
 
 
+def to_json(data: dict) -> str:
+    """--format json: the payload with its schema version, its strings made printable."""
+    return _json(printable_data({"schema_version": SCHEMA_VERSION, **data}))
+
+
+def _json(value, pad: str = "") -> str:
+    """JSON indented by two spaces, except that a list holding no list or object (a row of
+    weights, a shape, the tokens) is one line: a T × T matrix reads as T rows, and a model's
+    millions of numbers go through the C encoder a row at a time."""
+    inner = pad + "  "
+    if isinstance(value, dict) and value:
+        key = lambda k: json.dumps(k if isinstance(k, str) else json.dumps(k), ensure_ascii=False)
+        return "{\n" + ",\n".join(f"{inner}{key(k)}: {_json(v, inner)}"
+                                  for k, v in value.items()) + f"\n{pad}}}"
+    if isinstance(value, (list, tuple)) and any(isinstance(v, (dict, list, tuple)) for v in value):
+        return "[\n" + ",\n".join(inner + _json(v, inner) for v in value) + f"\n{pad}]"
+    return json.dumps(value, ensure_ascii=False)
+
+
 def emit(out: Output, renderables: Callable[[], list], data: Callable[[], dict],
          console: Console | None = None) -> None:
     """Print one command's result: `renderables()` for table/markdown, `data()` for JSON; only
@@ -190,12 +208,12 @@ def emit(out: Output, renderables: Callable[[], list], data: Callable[[], dict],
     console = console or make_console(out)
     if out.format in (Format.json, Format.markdown):
         if out.format == Format.json:
-            payload = printable_data({"schema_version": SCHEMA_VERSION, **data()})
-            text = json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
+            text = to_json(data()) + "\n"
         else:
             text = "".join(printable(line) + "\n" for line in to_markdown(renderables()).splitlines())
         tool_stdout().write(text)
-        _save_recordings(out, [Text(text.rstrip("\n"))], console.width)
+        if out.svg or out.html:  # a Text of a model's JSON costs seconds: only when asked
+            _save_recordings(out, [Text(text.rstrip("\n"))], console.width)
         return
     renderables = renderables()
     if console.is_terminal and out.step and sys.stdin and sys.stdin.isatty():

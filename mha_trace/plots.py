@@ -6,6 +6,7 @@ terminal uses), masked cells hatched, and a light or a dark theme (slides are us
 """
 
 import contextlib
+import os
 
 from mha_trace.errors import MhaError
 
@@ -43,11 +44,16 @@ def written_together():
     from mha_trace.files import write_atomic
 
     global _together
-    _together = []
+    _together, written = [], []
     try:
         yield
         for path, data in _together:
             write_atomic(path, data, "png")
+            written.append(path)
+    except BaseException:  # a full disk halfway through: none of the set stays
+        for path in written:
+            os.unlink(path)
+        raise
     finally:
         _together = None
 

@@ -69,11 +69,23 @@ def resolve(o: RunOptions, default: str = "config"):
     if o.model:
         return _model_run(o)
     needs_model(o.sentence, o.layer)
+    if o.config is not None:
+        _fixed_by_config(o)
     if o.module:
         return _module_run(o, on_config=o.config is not None or default == "config")
     if o.config is not None or default == "config":
         return _config_run(o)
     return _sizes_run(o)
+
+
+def _fixed_by_config(o: RunOptions) -> None:
+    """A config fixes its tokens, their vectors and the module: these options would be ignored."""
+    clash = [f"--{n.replace('_', '-')}" for n in o.given("batch", "seq", "seed", "decode")]
+    if o.impl not in (None, "explicit"):
+        clash.append("--impl")
+    if clash:
+        raise MhaError(f"{', '.join(clash)} {'does' if len(clash) == 1 else 'do'} not go with "
+                       f"--config (a config fixes its tokens, their Q, K, V and the module)")
 
 
 def check_options(o: RunOptions) -> None:
@@ -191,7 +203,7 @@ def _model_run(o: RunOptions):
     from mha_trace.run import from_model, from_model_decode
 
     refuse_with_model(**o.given("config", "module", "init", "batch", "seq", "d_model", "heads",
-                                "kv_heads", "mask", "pad", "rope", "window"))
+                                "kv_heads", "mask", "pad", "rope", "rope_base", "window"))
     if o.decode:
         from mha_trace.models import load
         from mha_trace.model_analysis import predict

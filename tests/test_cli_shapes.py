@@ -1,6 +1,7 @@
 """`mha-trace shapes` as a user runs it: the table, JSON, the memory guard."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +121,26 @@ def test_missing_cuda_is_exit_1(cli):
     result = cli("shapes", "--device", "cuda")
     assert result.exit_code == 1
     assert result.stderr.startswith("Error: --device cuda was asked for, but CUDA is not available")
+
+
+def test_shapes_on_a_config_with_and_without_a_module(cli):
+    """The command of the chapter "Multi-Head Attention": a config's own tokens and Q, K, V,
+    traced through the lecture's module or a student's NumPy class."""
+    import json
+
+    from mha_trace.config import load
+
+    c = load("chicken-road")
+    data = json.loads(cli("shapes", "--config", "chicken-road", "--heads", "4", "--format", "json").stdout)
+    T = len(c.tokens)
+    assert data["steps"][0]["shape"] == [1, T, 64]
+    assert [1, 4, T, 16] in [s["shape"] for s in data["steps"] if s["op"] == "transpose"]
+    assert [1, 4, T, T] in [s["shape"] for s in data["steps"]]
+    chapter = Path(__file__).parents[1] / "examples" / "chapter_numpy_mha.py"
+    mine = cli("shapes", "--module", f"{chapter}:MultiHeadAttention", "--config", "cat-sat-on-mat")
+    assert mine.exit_code == 0 and 'the config "The cat sat on mat"' in " ".join(mine.stdout.split())
+    for flag, value in (("--seq", "5"), ("--batch", "2"), ("--impl", "sdpa"), ("--decode", "2")):
+        refused = cli("shapes", "--config", "cat-sat-on-mat", flag, value)
+        assert refused.exit_code == 2
+        assert refused.stderr == (f"Error: {flag} does not go with --config (a config fixes its "
+                                  f"tokens, their Q, K, V and the module)\n")

@@ -336,9 +336,10 @@ def _in_pty(args, keys, marker, size=(24, 80), timeout=60):
             for key in keys:
                 os.write(fd, key)
                 time.sleep(0.3)
-    if os.waitpid(pid, os.WNOHANG) == (0, 0):  # still running: the marker never came
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done == 0:  # still running: the marker never came
         os.kill(pid, 9)
-    _, status = os.waitpid(pid, 0)
+        _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), ANSI.sub("", out.decode("utf-8", "replace"))
 
 

@@ -419,6 +419,20 @@ def test_address_space_limit_is_respected():
     assert p.stderr.startswith("Error: this run needs about 3.0 GiB on cpu") and "GiB is free" in p.stderr
 
 
+@pytest.mark.parametrize("command", ["shapes", "heads --model minilm", "verify", "predict"])
+def test_an_address_space_too_small_for_torch_is_one_line(command):
+    """torch's C++ aborts (std::bad_alloc, no Python error) under ulimit -v 400000: refused first;
+    the commands that never import torch still run."""
+    p = subprocess.run(f"ulimit -v 400000; mha-trace {command}", shell=True, capture_output=True,
+                       text=True, timeout=120)
+    assert (p.returncode, p.stdout) == (1, "")
+    assert p.stderr == ("Error: the address-space limit (ulimit -v) is 390 MiB, and loading torch "
+                        "needs about 1024 MiB (raise it: ulimit -v unlimited)\n")
+    free = subprocess.run("ulimit -v 400000; mha-trace cost && mha-trace configs", shell=True,
+                          capture_output=True, text=True, timeout=120)
+    assert free.returncode == 0 and free.stderr == ""
+
+
 # 8. stable output -------------------------------------------------------------------------------
 
 def test_verify_prints_the_same_whatever_the_thread_count():
@@ -493,6 +507,7 @@ def test_head_specs_in_every_digit_class(cli, spec):
     (("survey", "--from", "it", "--to", ","), "--to is empty"),
     (("survey", "--from", "zebra", "--to", "cat"), "--from: no sentence holds 'zebra'"),
     (("survey", "--model", "smollm2", "--sentence", "a"), "a survey scores each query's previous"),
+    (("heads", "--model", "minilm", "--rope-base", "1e308"), "--rope-base does not go with --model"),
 ])
 def test_empty_and_unusable_model_input_is_refused(cli, args, message):
     result = cli(*args)
@@ -852,3 +867,24 @@ def test_a_failed_trace_leaves_no_picture(cli, tmp_path):
     result = cli("shapes", "--module", "example:broken_view", "--svg", str(svg), "--html", str(html))
     assert result.exit_code == 1 and result.stderr.startswith("Error: forward raised at ")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_halfway_through_a_picture_set_leaves_none(tmp_path, monkeypatch):
+    import numpy as np
+
+    from mha_trace import files, plots
+    from mha_trace.errors import MhaError
+
+    real, calls = files.write_atomic, []
+
+    def full_at_the_fourth(path, data, option):
+        calls.append(path)
+        if len(calls) == 4:
+            raise MhaError(f"cannot write {path}: No space left on device", exit_code=1)
+        real(path, data, option)
+
+    monkeypatch.setattr(files, "write_atomic", full_at_the_fourth)
+    with pytest.raises(MhaError, match="No space left on device"):
+        plots.save_model(str(tmp_path / "h.png"), "t", ["a", "b", "c"], np.full((4, 2, 3, 3), 1 / 3),
+                         False)
+    assert len(calls) == 4 and list(tmp_path.iterdir()) == []

@@ -203,3 +203,20 @@ def test_generating_shows_a_progress_bar_on_a_terminal_and_none_when_piped(cli):
     assert "Greedy, 2 tokens:" in drawn
     piped = cli("predict", "--generate", "2", "--top", "2")
     assert piped.exit_code == 0 and piped.stderr == "" and "Greedy, 2 tokens:" in piped.stdout
+
+
+@pytest.mark.parametrize("args", [("shapes",), ("heads",), ("explain", "--token", "cat"),
+                                  ("cost", "--preset", "gpt2-small"), ("heads", "--model", "minilm")])
+def test_json_is_what_the_standard_encoder_makes_with_rows_on_one_line(cli, args):
+    """The same document as json.dumps(indent=2) would give; only a list holding no list or
+    object is written on one line (a weights row, a shape, the tokens)."""
+    import json
+
+    text = cli(*args, "--format", "json").stdout
+    data = json.loads(text)
+    assert json.loads(json.dumps(data, indent=2)) == data
+    lines = text.splitlines()
+    flat = [line for line in lines if line.strip().startswith("[") and line.rstrip(",").endswith("]")]
+    rows = [json.loads(line.strip().rstrip(",")) for line in flat]
+    assert all(not any(isinstance(v, (list, dict)) for v in row) for row in rows)
+    assert len(lines) <= len(json.dumps(data, indent=2).splitlines())

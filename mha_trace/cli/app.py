@@ -31,6 +31,7 @@ class _Group(TyperGroup):
         global _debug, _argv
         argv = list(sys.argv[1:] if args is None else args)
         _debug, _argv = "--debug" in argv, argv
+        _room_for_torch(argv)
         try:
             rv = super().main(args=argv, prog_name=prog_name, complete_var=complete_var,
                               standalone_mode=False, **extra)
@@ -69,6 +70,24 @@ class _Group(TyperGroup):
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+TORCH_FREE = ("configs", "examples", "cost")  # commands that never import torch
+TORCH_ADDRESS_SPACE = 1 << 30  # importing torch maps about 700 MiB (measured): 1 GiB with room
+
+
+def _room_for_torch(argv: list) -> None:
+    """A `ulimit -v` too small for torch makes its C++ code abort (no Python error to catch):
+    refused first, in one line."""
+    import resource
+
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command is None or command in TORCH_FREE or {"-h", "--help"} & set(argv):
+        return
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY and soft < TORCH_ADDRESS_SPACE:
+        _fail(f"the address-space limit (ulimit -v) is {soft >> 20} MiB, and loading torch needs "
+              f"about {TORCH_ADDRESS_SPACE >> 20} MiB (raise it: ulimit -v unlimited)", 1)
 
 
 def _title() -> str:

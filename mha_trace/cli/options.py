@@ -126,6 +126,7 @@ RUN_GROUPS = {
                ("pad", ConfigPadOpt, None), ("rope", RopeOpt, False),
                ("rope_base", ConfigRopeBaseOpt, None), ("window", WindowOpt, None)],
     "resplit": [("heads", ResplitOpt, None), ("kv_heads", KvHeadsOpt, None)],
+    "config_name": [("config", ConfigOpt, None)],  # a config beside "sizes", whose flags it has
     "sizes": [("batch", BatchOpt, None), ("seq", SeqOpt, None), ("d_model", DModelOpt, None),
               ("heads", HeadsOpt, None), ("kv_heads", KvHeadsOpt, None),
               ("device", DeviceOpt, Device.cpu), ("dtype", DtypeOpt, Dtype.float32),

@@ -12,7 +12,7 @@ from mha_trace.output import Output, emit, make_console
 
 @app.command(short_help="Every tensor op of a real forward pass: shape, stride, memory.")
 @output_options(step=True)
-@run_options("sizes", "module", "model", "layer")
+@run_options("sizes", "config_name", "module", "model", "layer")
 def shapes(
     compare_impl: Annotated[bool, typer.Option("--compare-impl", help="With --impl sdpa: also run the explicit path and compare what each allocates and which tensors the fused path never makes. Example: --impl sdpa --compare-impl")] = False,
     compact: Annotated[bool, typer.Option("--compact", help="For slides: the lecture table's eight rows (input, W_q, view, transpose, attention, transpose back, contiguous + view, W_o), each shape also in symbols. Example: --compact")] = False,
@@ -27,6 +27,7 @@ def shapes(
     Example: mha-trace shapes --d-model 512 --heads 8 --seq 6 --mask causal
     Example: mha-trace shapes --model minilm --sentence "The cat sat on the mat." --layer 1
     Example: mha-trace shapes --decode 3 --mask causal --kv-heads 2
+    Example: mha-trace shapes --config cat-sat-on-mat --module examples/chapter_numpy_mha.py:MultiHeadAttention
     """
     from dataclasses import replace
 

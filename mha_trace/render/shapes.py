@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mha_trace.costs import DTYPE_BYTES, human_bytes
+from mha_trace.errors import printable
 from mha_trace.output import display_path, new_table
 from mha_trace.render import data, renderables
 from mha_trace.shapes import ShapesReport
@@ -36,6 +37,8 @@ def title(report: ShapesReport) -> str:
     mask = f" mask={r.mask}" if r.mask != "none" else ""
     pad = f" pad={r.pad}" if r.pad else ""
     who = f"{run.label}, {run.call}: " if run.label else ""
+    if run.config is not None:
+        who += f"the config \"{printable(run.config.title)}\", "
     extra = "".join([" rope" if r.rope else "", f" window={r.window}" if r.window else "",
                      " impl=sdpa" if r.impl != "explicit" else "",
                      f" decode={r.decode}" if r.decode else ""])

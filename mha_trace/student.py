@@ -355,8 +355,12 @@ def _traced_forward(run, module, args: tuple, kwargs: dict):
         with torch.no_grad(), user_code(f"{run.label}: forward"):
             return tracer.trace(module, *args, watch=(run.source,), keep_values=True, **kwargs)
     except tracer.ForwardFailed as failed:
-        raise MhaError(f"{run.label}: forward raised {failed.trace.failure.message}",
-                       exit_code=1) from None
+        from mha_trace.output import display_path
+
+        f = failed.trace.failure
+        where = f" at {display_path(f.file)}:{f.line} ({f.source.strip()})" if f.line else ""
+        raise MhaError(f"{run.label}: forward raised{where}: {f.message}"
+                       + (f" (hint: {f.hint})" if f.hint else ""), exit_code=1) from None
     except MhaError:
         raise
     except Exception as e:

@@ -64,6 +64,16 @@ class Failure:
     inputs: list
     message: str
 
+    @property
+    def hint(self) -> str:
+        """How the usual cause of this failure is fixed, or "" when it is not a usual one."""
+        if self.op == "view" and "contiguous" in self.message:
+            return ("the input to .view() is not contiguous (a transpose made it so); call "
+                    ".contiguous() first, or use .reshape()")
+        if self.op in ("matmul", "linear", "mm", "bmm") and "shapes cannot be multiplied" in self.message:
+            return "the inner dimensions differ; check the last dim of the left and the rows of the right"
+        return ""
+
 
 @dataclass
 class Trace:

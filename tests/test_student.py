@@ -138,3 +138,16 @@ def test_verify_on_a_config_finds_a_bug(cli):
     data = json.loads(result.stdout)
     assert result.exit_code == 1 and data["diagnosis"] == "scaled by d_k instead of √d_k"
     assert any("checked on seeded input at the config's sizes" in n for n in data["notes"])
+
+
+def test_a_failing_module_is_named_at_its_line_with_the_fix_as_shapes_does(cli):
+    shapes = cli("shapes", "--module", "example:broken_view")
+    verify = cli("verify", "--module", "example:broken_view")
+    assert verify.exit_code == shapes.exit_code == 1
+    line = verify.stderr.strip()
+    assert line.startswith("Error: MultiHeadAttention from example:broken_view: forward raised at "
+                           "examples/broken_view.py:22 (context = (weights @ v).transpose(1, 2)")
+    assert line.endswith("(hint: the input to .view() is not contiguous (a transpose made it so); "
+                         "call .contiguous() first, or use .reshape())")
+    assert "examples/broken_view.py:22" in shapes.stdout + shapes.stderr
+    assert len(verify.stderr.splitlines()) == 1

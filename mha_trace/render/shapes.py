@@ -301,19 +301,9 @@ def failure_renderables(report: ShapesReport) -> list:
     where = f"{display_path(f.file)}:{f.line}" if f.line else display_path(f.file)
     lines = [f"forward raised at {where}", f"    {f.source}", f"op: {f.op} ({f.text})",
              f"input shapes: {ins}", f"torch says: {f.message}"]
-    hint = failure_hint(f)
-    if hint:
-        lines.append(f"hint: {hint}")
+    if f.hint:
+        lines.append(f"hint: {f.hint}")
     return [Text("\n".join(lines), style="bold red")]
-
-
-def failure_hint(f) -> str:
-    if f.op == "view" and "contiguous" in f.message:
-        return ("the input to .view() is not contiguous (a transpose made it so); call "
-                ".contiguous() first, or use .reshape()")
-    if f.op in ("matmul", "linear", "mm", "bmm") and "shapes cannot be multiplied" in f.message:
-        return "the inner dimensions differ; check the last dim of the left and the rows of the right"
-    return ""
 
 
 def shapes_data(report: ShapesReport) -> dict:
@@ -334,7 +324,7 @@ def shapes_data(report: ShapesReport) -> dict:
             "op": report.failure.op, "text": report.failure.text,
             "file": display_path(report.failure.file), "line": report.failure.line,
             "source": report.failure.source, "inputs": [list(i) for i in report.failure.inputs],
-            "message": report.failure.message, "hint": failure_hint(report.failure) or None},
+            "message": report.failure.message, "hint": report.failure.hint or None},
         "summary": {"parameters": sum(report.parameters.values()),
                     "parameters_by_layer": report.parameters,
                     "bytes_allocated": report.bytes_allocated,

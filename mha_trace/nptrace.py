@@ -2,12 +2,13 @@
 
 The arrays handed to forward are a thin ndarray subclass that records what is done with them:
 ufuncs and operators (`@`, `/`, `np.exp`) through `__array_ufunc__`, functions (`np.max`,
-`np.hstack`, `np.sum`) through `__array_function__`, and indexing and `.T` directly. Results stay
+`np.hstack`, `np.sum`) through `__array_function__`, and indexing, `.T`, `.reshape`,
+`.transpose`, `.swapaxes` and `.copy` directly. Results stay
 recorded arrays, so the whole computation is followed. The steps are the same records as torch's.
 
 Limits: only arrays derived from forward's inputs are seen (an array made from scratch with
 `np.zeros` and filled in a loop shows where it meets a traced one); Python-level loops show each
-pass (the chapter's per-head loop gives one row per head); view or copy is told by
+pass (the chapter's per-head loop gives one row per head; the table shows a repeated block once); view or copy is told by
 `np.shares_memory` with the inputs, as NumPy itself would answer it.
 """
 
@@ -41,6 +42,19 @@ class _Recorded(np.ndarray):
     @property
     def T(self):
         return _record("transpose", (self,), self.view(np.ndarray).T)
+
+    # the reshapes a head split and merge use (methods, which NumPy does not dispatch)
+    def reshape(self, *shape, **kwargs):
+        return _record("reshape", (self,), self.view(np.ndarray).reshape(*shape, **kwargs))
+
+    def transpose(self, *axes):
+        return _record("transpose", (self,), self.view(np.ndarray).transpose(*axes))
+
+    def swapaxes(self, a, b):
+        return _record("swapaxes", (self,), self.view(np.ndarray).swapaxes(a, b))
+
+    def copy(self, order="C"):
+        return _record("copy", (self,), self.view(np.ndarray).copy(order))
 
 
 def _plain(obj):

@@ -112,9 +112,13 @@ def trace_run(run: Run) -> ShapesReport:
 
 
 def parameters(module) -> dict:
-    """Parameter count per child layer (and the module's own, if any); none for NumPy classes."""
+    """Parameter count per child layer (and the module's own, if any); for a NumPy class, the
+    numbers in each of its array attributes (W_q, W_k, ...)."""
     if not hasattr(module, "named_children"):
-        return {}
+        import numpy as np
+
+        return {name: value.size for name, value in vars(module).items()
+                if isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.number)}
     counts = {name: sum(p.numel() for p in layer.parameters())
               for name, layer in module.named_children()}
     own = sum(p.numel() for p in module.parameters(recurse=False))

@@ -144,3 +144,41 @@ def test_shapes_on_a_config_with_and_without_a_module(cli):
         assert refused.exit_code == 2
         assert refused.stderr == (f"Error: {flag} does not go with --config (a config fixes its "
                                   f"tokens, their Q, K, V and the module)\n")
+
+
+NUMPY_CLASS = """import numpy as np
+class Mine:
+    def __init__(self, d_model=64, heads=8):
+        rng = np.random.default_rng(0)
+        self.heads, self.d_k = heads, d_model // heads
+        self.W_q, self.W_k, self.W_v, self.W_o = (rng.normal(size=(d_model, d_model)) for _ in range(4))
+    def forward(self, x):
+        T, D = x.shape
+        q = (x @ self.W_q).reshape(T, self.heads, self.d_k).transpose(1, 0, 2)
+        k = (x @ self.W_k).reshape(T, self.heads, self.d_k).transpose(1, 0, 2)
+        v = (x @ self.W_v).reshape(T, self.heads, self.d_k).transpose(1, 0, 2)
+        s = q @ k.transpose(0, 2, 1) / np.sqrt(self.d_k)
+        w = np.exp(s - s.max(-1, keepdims=True))
+        w = w / w.sum(-1, keepdims=True)
+        return (w @ v).transpose(1, 0, 2).reshape(T, D) @ self.W_o, w
+"""
+
+
+def test_numpy_traces_show_reshapes_count_weights_and_fold_loops(cli, tmp_path):
+    path = tmp_path / "mine.py"
+    path.write_text(NUMPY_CLASS)
+    data = json.loads(cli("shapes", "--module", f"{path}:Mine", "--format", "json").stdout)
+    ops = [(s["op"], s["shape"], s["view"]) for s in data["steps"]]
+    assert ("reshape", [10, 8, 64], True) in ops and ("transpose", [8, 10, 64], True) in ops
+    assert ("reshape", [10, 512], False) in ops  # merging after a transpose copies
+    text = cli("shapes", "--module", f"{path}:Mine").stdout
+    assert "Parameters: 1,048,576 (W_q 262,144 · W_k 262,144 · W_v 262,144 · W_o 262,144)" in text
+    chapter = Path(__file__).parents[1] / "examples" / "chapter_numpy_mha.py"
+    folded = cli("shapes", "--module", f"{chapter}:MultiHeadAttention", "--width", "120")
+    steps = json.loads(cli("shapes", "--module", f"{chapter}:MultiHeadAttention", "--format",
+                           "json").stdout)["steps"]
+    assert len(steps) == 3 + 3 * 8 + 9 * 8 + 1  # JSON keeps every pass of the loops
+    assert "↻ row 3 ran 24 times (a loop); rows 4–26 not shown" in folded.stdout
+    assert "↻ rows 27–35 ran 8 times (a loop); rows 36–98 not shown" in folded.stdout
+    shown = [line.split()[0] for line in folded.stdout.splitlines() if line[:3].strip().isdigit()]
+    assert shown == [str(i) for i in (0, 1, 2, 3, *range(27, 36), 99)]

@@ -154,10 +154,34 @@ def _shapes_table(report: ShapesReport, width: int, excess: int, dropped: int, s
     return table, floor, code_width
 
 
+def loops(steps, longest: int = 64) -> dict:
+    """Blocks of steps that run again and again (a loop's iterations, a helper called per
+    head): {position of the block: (its length, how many times it runs)}, longest cover first."""
+    keys = [(s.file, s.line, s.op, s.text, s.shape, s.phase) for s in steps]
+    found, i = {}, 0
+    while i < len(keys):
+        best = (0, 0, 0)  # steps covered, block length, times
+        for p in range(1, min(longest, (len(keys) - i) // 2) + 1):
+            k = 1
+            while keys[i + k * p:i + (k + 1) * p] == keys[i:i + p]:
+                k += 1
+            if k > 1 and p * k > best[0]:
+                best = (p * k, p, k)
+        if best[0]:
+            found[i] = best[1:]
+        i += best[0] or 1
+    return found
+
+
 def _add_steps(table, report: ShapesReport, code: list, shown: list, where) -> None:
-    """One row per step (its code broken to fit), a section per phase of a decoding run."""
-    phase = ""
-    for s, text in zip(report.steps, code):
+    """One row per step (its code broken to fit), a section per phase of a decoding run; a
+    block that runs again and again is shown once, with how many times it ran."""
+    phase, folded, skip = "", loops(report.steps), set()
+    for i, (length, times) in folded.items():
+        skip.update(range(i + length, i + length * times))
+    for i, (s, text) in enumerate(zip(report.steps, code)):
+        if i in skip:
+            continue
         if s.phase != phase:
             phase = s.phase
             table.add_section()
@@ -169,6 +193,17 @@ def _add_steps(table, report: ShapesReport, code: list, shown: list, where) -> N
         row += ["yes" if s.contiguous else "no"] if "contig" in shown else []
         row += [SHORT_DTYPES.get(s.dtype, s.dtype)] if "dtype" in shown else []
         table.add_row(*row, alloc, style="bold" if s.op == "contiguous" and not s.is_view else None)
+        start = next((j for j, (n, _) in folded.items() if j + n - 1 == i), None)
+        if start is not None:
+            table.add_row("", "", Text(_loop_note(report.steps, start, *folded[start]), style="cyan"),
+                          *[""] * (len(table.columns) - 3))
+
+
+def _loop_note(steps, start: int, length: int, times: int) -> str:
+    first, last = steps[start].index, steps[start + length - 1].index
+    rows = f"row {first}" if length == 1 else f"rows {first}–{last}"
+    again = steps[start + length].index, steps[start + length * times - 1].index
+    return f"↻ {rows} ran {times} times (a loop); rows {again[0]}–{again[1]} not shown"
 
 
 def phase_label(report: ShapesReport, phase: str) -> str:
@@ -252,8 +287,8 @@ def shapes_notes(report: ShapesReport) -> Group:
         notes.add_row("  repeat", f"{_rows(steps, 'repeat_interleave')}: each K/V head copied for "
                                   f"{r.heads // r.kv_heads} query heads (grouped-query attention).")
     p = report.parameters
-    lines = [f"Parameters: {sum(p.values()):,} ("
-             + " · ".join(f"{k} {v:,}" for k, v in p.items()) + ")"]
+    lines = [f"Parameters: {sum(p.values()):,}" + (" (" + " · ".join(f"{k} {v:,}" for k, v in
+                                                                    p.items()) + ")" if p else "")]
     new = [s for s in steps if s.bytes]
     verb = "would allocate" if r.device == "meta" else "allocated"
     lines.append(f"Forward pass {verb} {human_bytes(report.bytes_allocated)} in {len(new)} new "

@@ -43,72 +43,102 @@ def _linears(module: nn.Module) -> dict:
     return {name: m for name, m in module.named_modules() if isinstance(m, nn.Linear)}
 
 
-def find_projections(module: nn.Module, d_model: int, given: str | None = None) -> Mapping:
-    """The student's Q, K, V and output projections."""
-    linears = _linears(module)
+def _weights(module) -> dict:
+    """Where a projection can live: each nn.Linear, each 2-D parameter or buffer outside one
+    (used as x @ W or x @ W.T), and on a NumPy class each 2-D array attribute."""
+    if not isinstance(module, nn.Module):
+        return {n: v for n, v in vars(module).items() if isinstance(v, np.ndarray) and v.ndim == 2}
+    found = _linears(module)
+    for name, t in [*module.named_parameters(), *module.named_buffers()]:
+        if t.dim() == 2 and name.rpartition(".")[0] not in found:
+            found[name] = t
+    return found
+
+
+def _shape(holder) -> tuple:
+    return tuple(_weight(holder).shape) if isinstance(holder, (nn.Linear, tuple)) else tuple(holder.shape)
+
+
+def _found(weights: dict) -> str:
+    return ", ".join(f"{n} {list(_shape(h))}" for n, h in weights.items()) or "none"
+
+
+def find_projections(module, d_model: int, given: str | None = None) -> Mapping:
+    """The student's Q, K, V and output projections: by --map, by name, or by shape."""
     if isinstance(module, nn.MultiheadAttention):
         pair = (module.in_proj_weight, module.in_proj_bias)
         return Mapping({"qkv": ("in_proj_weight", pair), "o": ("out_proj", module.out_proj)}, "by name")
+    weights = _weights(module)
     if given:
         roles = {}
         for part in given.split(","):
             role, _, name = part.strip().partition("=")
-            if role not in NAMES or name not in linears:
-                raise MhaError(f"'{part.strip()}' is not ROLE=LAYER with ROLE q, k, v, o or qkv and "
-                               f"LAYER one of {', '.join(linears) or 'none'}", quantity="map")
-            roles[role] = (name, linears[name])
+            if role not in NAMES or name not in weights:
+                raise MhaError(f"'{part.strip()}' is not ROLE=NAME with ROLE q, k, v, o or qkv and "
+                               f"NAME one of your weights (found: {_found(weights)})", quantity="map")
+            roles[role] = (name, weights[name])
         return _checked(Mapping(roles, "--map"), d_model)
-    lowered = {name.lower().rsplit(".", 1)[-1]: name for name in linears}
+    lowered = {name.lower().rsplit(".", 1)[-1]: name for name in weights}
     roles = {}
     for role, names in NAMES.items():
         for candidate in names:
             if candidate in lowered:
-                roles[role] = (lowered[candidate], linears[lowered[candidate]])
+                roles[role] = (lowered[candidate], weights[lowered[candidate]])
                 break
     if {"q", "k", "v", "o"} <= set(roles):
         return _checked(Mapping({r: roles[r] for r in "qkvo"}, "by name"), d_model)
     if {"qkv", "o"} <= set(roles):
         return _checked(Mapping({r: roles[r] for r in ("qkv", "o")}, "by name"), d_model)
-    square = [(n, m) for n, m in linears.items() if tuple(m.weight.shape) == (d_model, d_model)]
-    fused = [(n, m) for n, m in linears.items() if tuple(m.weight.shape) == (3 * d_model, d_model)]
-    if len(square) == 4:
+    square = [(n, h) for n, h in weights.items() if _shape(h) == (d_model, d_model)]
+    fused = [(n, h) for n, h in weights.items() if _shape(h) in ((3 * d_model, d_model),
+                                                                   (d_model, 3 * d_model))]
+    if len(square) == 4 and len(weights) == 4:
         return Mapping(dict(zip("qkvo", square)), "by shape, in the order defined")
-    if len(fused) == 1 and len(square) == 1:
+    if len(fused) == 1 and len(square) == 1 and len(weights) == 2:
         return Mapping({"qkv": fused[0], "o": square[0]}, "by shape")
-    shapes = ", ".join(f"{n} {list(m.weight.shape)}" for n, m in linears.items()) or "none"
-    raise MhaError(f"cannot tell which of the module's layers are W_q, W_k, W_v and W_o "
-                   f"(its linear layers: {shapes}); say it with --map, e.g. --map "
-                   f"'q=W_Q,k=W_K,v=W_V,o=W_O'", quantity="map")
+    raise MhaError(f"could not map your weights: found {_found(weights)}; say which is which with "
+                   f"--map, e.g. --map 'q=W_Q,k=W_K,v=W_V,o=W_O'", quantity="map")
 
 
 def _checked(mapping: Mapping, d_model: int) -> Mapping:
     for role, (name, layer) in mapping.layers.items():
-        want = (3 * d_model if role == "qkv" else d_model, d_model)
-        if tuple(layer.weight.shape) != want:
-            raise MhaError(f"{name} has a weight of shape {list(layer.weight.shape)}; as {role} it "
-                           f"should be {list(want)}", quantity="map")
+        want = [(3 * d_model, d_model)] if role == "qkv" else [(d_model, d_model)]
+        if role == "qkv" and not isinstance(layer, (nn.Linear, tuple)):
+            want.append((d_model, 3 * d_model))  # a bare matrix used as x @ W
+        if _shape(layer) not in want:
+            raise MhaError(f"{name} has a weight of shape {list(_shape(layer))}; as {role} it "
+                           f"should be {list(want[0])}", quantity="map")
     return mapping
 
 
-def copy_reference(reference: MultiHeadAttention, mapping: Mapping) -> bool:
-    """Put the reference's weights (and biases) into the student's layers; False if the student's
-    projections have no biases (the reference's are then zeroed to match)."""
+def copy_reference(reference: MultiHeadAttention, mapping: Mapping, module=None,
+                   transposed: bool = False) -> bool:
+    """Put the reference's weights (and biases) into the student's; False if the student's
+    projections have no biases (the reference's are then zeroed to match). A bare matrix gets
+    W as nn.Linear holds it (x @ W.T), or W.T when `transposed` (x @ W) or its shape says so."""
     layers = mapping.layers
-    has_bias = _bias(next(iter(layers.values()))[1]) is not None
+    has_bias = all(isinstance(h, (nn.Linear, tuple)) and _bias(h) is not None
+                   for _, h in layers.values())
     with torch.no_grad():
         if not has_bias:
             for lin in (reference.W_q, reference.W_k, reference.W_v, reference.W_o):
                 lin.bias.zero_()
         source = {"q": reference.W_q, "k": reference.W_k, "v": reference.W_v, "o": reference.W_o}
-        for role, (_, target) in layers.items():
-            if role == "qkv":
-                weight = torch.cat([reference.W_q.weight, reference.W_k.weight, reference.W_v.weight])
-                bias = torch.cat([reference.W_q.bias, reference.W_k.bias, reference.W_v.bias])
+        for role, (name, target) in layers.items():
+            parts = [source[r] for r in ("qkv" if role == "qkv" else role)]
+            weight = torch.cat([p.weight for p in parts])
+            bias = torch.cat([p.bias for p in parts])
+            if isinstance(target, (nn.Linear, tuple)):
+                _weight(target).copy_(weight)
+                if _bias(target) is not None:
+                    _bias(target).copy_(bias)
+                continue
+            if transposed or tuple(target.shape) != tuple(weight.shape):
+                weight = weight.T
+            if isinstance(target, np.ndarray):
+                setattr(module, name, weight.numpy().copy())  # float64, whatever it held
             else:
-                weight, bias = source[role].weight, source[role].bias
-            _weight(target).copy_(weight)
-            if _bias(target) is not None:
-                _bias(target).copy_(bias)
+                target.copy_(weight)
     return has_bias
 
 
@@ -118,6 +148,12 @@ def _weight(layer):
 
 def _bias(layer):
     return layer[1] if isinstance(layer, tuple) else layer.bias
+
+
+def _square_matrices(mapping: Mapping) -> bool:
+    """Whether a bare square matrix is among the projections: x @ W and x @ W.T both run."""
+    return any(not isinstance(h, (nn.Linear, tuple)) and h.shape[0] == h.shape[1]
+               for _, h in mapping.layers.values())
 
 
 # ---- what went wrong: the first wrong step and a diagnosis --------------------------------
@@ -297,19 +333,32 @@ def trace_reference(reference, reference_run):
 
 def check_module(spec: str, d_model: int, heads: int, seq: int, batch: int, mask_kind: str,
                  seed: int, init: str | None, given_map: str | None) -> StudentReport:
-    """Build the student's module and the reference at the same sizes, share the weights, compare."""
-    from mha_trace.run import Sizes, from_module, make_mask
-    from mha_trace.tracer import trace
-    from mha_trace.usermodule import forward_call, split_result
+    """Build the student's module and the reference at the same sizes, share the weights, compare.
+    A bare square weight matrix runs as x @ W and as x @ W.T: both are tried, and the one under
+    which more of the computation is right is reported."""
+    from mha_trace.run import Sizes, from_module
 
     sizes = Sizes(batch=batch, seq=seq, d_model=d_model, heads=heads, mask=mask_kind,
                   dtype="float64", seed=seed)
     run = from_module(spec, sizes, init)
-    numpy = run.numpy
-    module = run.module if numpy else run.module.double()
-    torch.manual_seed(seed)
-    reference = MultiHeadAttention(d_model, heads).double()
-    if numpy or not _linears(module):
+    module = run.module if run.numpy else run.module.double()
+    mapping = find_projections(module, d_model, given_map) if _weights(module) or given_map \
+        else None
+    tries = (False, True) if mapping is not None and _square_matrices(mapping) else (False,)
+    reports = [_check_once(run, module, mapping, sizes, transposed) for transposed in tries]
+    return max(reports, key=lambda r: (r.passed, r.first_wrong.index if r.first_wrong else 1e9,
+                                       -r.output_diff))
+
+
+def _check_once(run, module, mapping: Mapping | None, sizes, transposed: bool) -> StudentReport:
+    from mha_trace.run import make_mask
+    from mha_trace.tracer import trace
+    from mha_trace.usermodule import forward_call, split_result
+
+    numpy, d_model = run.numpy, sizes.d_model
+    torch.manual_seed(sizes.seed)
+    reference = MultiHeadAttention(d_model, sizes.heads).double()
+    if mapping is None:
         # no projections of its own (the chapter's split): the reference's become the identity
         with torch.no_grad():
             for lin in (reference.W_q, reference.W_k, reference.W_v, reference.W_o):
@@ -318,10 +367,9 @@ def check_module(spec: str, d_model: int, heads: int, seq: int, batch: int, mask
         mapping, biased = Mapping({}, "none: it splits Q, K, V as given, so the lecture's "
                                   "projections were set to the identity"), True
     else:
-        mapping = find_projections(module, d_model, given_map)
-        biased = copy_reference(reference, mapping)
-    x = torch.randn(batch if not numpy else 1, seq, d_model, dtype=torch.float64)
-    mask = make_mask(seq, mask_kind)
+        biased = copy_reference(reference, mapping, module, transposed)
+    x = torch.randn(sizes.batch if not numpy else 1, sizes.seq, d_model, dtype=torch.float64)
+    mask = make_mask(sizes.seq, sizes.mask)
     fed = x[0].numpy() if numpy else x
     call, args, kwargs = forward_call(module, fed, None if mask is None else (
         mask.numpy() if numpy else mask))
@@ -336,6 +384,9 @@ def check_module(spec: str, d_model: int, heads: int, seq: int, batch: int, mask
                            *_differences(output, weights, expected, expected_w), 1e-8)
     if not biased:
         report.notes.append("its projections have no biases, so the reference's were set to zero")
+    if _square_matrices(mapping):
+        report.notes.append(f"its weight matrices are used as {'x @ W' if transposed else 'x @ W.T'}"
+                            f" (both ways round were tried)")
     if not report.passed:
         _where_it_went_wrong(report, traced, trace(reference, x, mask=mask, keep_values=True),
                              (reference, x, mask), output, expected)

@@ -63,7 +63,8 @@ def test_the_mapping_is_printed_and_can_be_given(cli, tmp_path):
                            "--map", "q=a,k=b,v=c,o=d", "--format", "json").stdout)
     assert given["passed"] and given["mapping"] == "q=a, k=b, v=c, o=d (--map)"
     bad = cli("verify", "--module", f"{odd}:Attention", "--map", "q=zz")
-    assert bad.exit_code == 2 and bad.stderr.startswith("Error: --map: 'q=zz' is not ROLE=LAYER")
+    assert bad.exit_code == 2 and bad.stderr.startswith("Error: --map: 'q=zz' is not ROLE=NAME")
+    assert "(found: a [64, 64], b [64, 64], c [64, 64], d [64, 64])" in bad.stderr
 
 
 def test_the_first_wrong_step_shows_both_sides(cli):
@@ -151,3 +152,73 @@ def test_a_failing_module_is_named_at_its_line_with_the_fix_as_shapes_does(cli):
                          "call .contiguous() first, or use .reshape())")
     assert "examples/broken_view.py:22" in shapes.stdout + shapes.stderr
     assert len(verify.stderr.splitlines()) == 1
+
+
+# weights wherever they are: parameters and NumPy arrays, either way round --------------------
+
+def _variant(numpy: bool, xw: bool, permute: bool, weights_out: bool) -> str:
+    """A correct attention module written one of 16 ways."""
+    mat = (lambda name: f"self.{name}") if xw else (lambda name: f"self.{name}.T")
+    if numpy:
+        head = ("import numpy as np\nclass M:\n    def __init__(self, d_model=64, heads=8):\n"
+                "        r = np.random.default_rng(1)\n"
+                "        self.h, self.dk = heads, d_model // heads\n"
+                "        self.W_q, self.W_k, self.W_v, self.W_o = (r.normal(size=(d_model, d_model)) for _ in range(4))\n"
+                "    def forward(self, x):\n        T, D = x.shape\n")
+        split = ("        sp = lambda t: t.reshape(T, self.h, self.dk).transpose(1, 0, 2)\n" if not permute else
+                 "        sp = lambda t: np.transpose(t.reshape(T, self.h, self.dk), (1, 0, 2))\n")
+        body = (f"        q, k, v = sp(x @ {mat('W_q')}), sp(x @ {mat('W_k')}), sp(x @ {mat('W_v')})\n"
+                "        s = q @ k.transpose(0, 2, 1) / np.sqrt(self.dk)\n"
+                "        w = np.exp(s - s.max(-1, keepdims=True))\n        w = w / w.sum(-1, keepdims=True)\n"
+                f"        out = (w @ v).transpose(1, 0, 2).reshape(T, D) @ {mat('W_o')}\n")
+    else:
+        head = ("import math, torch, torch.nn as nn\nclass M(nn.Module):\n"
+                "    def __init__(self, d_model=64, heads=8):\n        super().__init__()\n"
+                "        self.h, self.dk = heads, d_model // heads\n"
+                "        self.W_q, self.W_k, self.W_v, self.W_o = (nn.Parameter(torch.randn(d_model, d_model)) for _ in range(4))\n"
+                "    def forward(self, x):\n        B, T, D = x.shape\n")
+        split = ("        sp = lambda t: t.view(B, T, self.h, self.dk).transpose(1, 2)\n" if not permute else
+                 "        sp = lambda t: t.reshape(B, T, self.h, self.dk).permute(0, 2, 1, 3)\n")
+        body = (f"        q, k, v = sp(x @ {mat('W_q')}), sp(x @ {mat('W_k')}), sp(x @ {mat('W_v')})\n"
+                "        w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(self.dk), -1)\n"
+                f"        out = (w @ v).transpose(1, 2).reshape(B, T, D) @ {mat('W_o')}\n")
+    return head + split + body + ("        return out, w\n" if weights_out else "        return out\n")
+
+
+VARIANTS = [(n, xw, p, w) for n in (False, True) for xw in (False, True) for p in (False, True)
+            for w in (False, True)]
+
+
+@pytest.mark.parametrize("numpy,xw,permute,weights_out", VARIANTS,
+                         ids=[f"{'numpy' if n else 'torch'}-{'xW' if xw else 'xWT'}-{'permute' if p else 'view'}-"
+                              f"{'w' if w else 'no-w'}" for n, xw, p, w in VARIANTS])
+def test_correct_modules_with_bare_weight_matrices_pass(cli, tmp_path, numpy, xw, permute, weights_out):
+    path = tmp_path / "variant.py"
+    path.write_text(_variant(numpy, xw, permute, weights_out))
+    result = cli("verify", "--module", f"{path}:M", "--format", "json")
+    data = json.loads(result.stdout)
+    assert result.exit_code == 0 and data["passed"], result.stdout
+    assert data["mapping"] == "q=W_q, k=W_k, v=W_v, o=W_o (by name)"
+    text = cli("verify", "--module", f"{path}:M").stdout
+    assert f"used as {'x @ W' if xw else 'x @ W.T'} (both ways round were tried)" in " ".join(text.split())
+
+
+def test_bare_matrices_map_by_map_or_say_what_was_found(cli, tmp_path):
+    path = tmp_path / "variant.py"
+    path.write_text(_variant(True, True, False, True).replace("W_q", "A").replace("W_k", "B")
+                    .replace("W_v", "C").replace("W_o", "D"))
+    given = json.loads(cli("verify", "--module", f"{path}:M", "--map", "q=A,k=B,v=C,o=D",
+                           "--format", "json").stdout)
+    assert given["passed"] and given["mapping"] == "q=A, k=B, v=C, o=D (--map)"
+    wrong_way = json.loads(cli("verify", "--module", f"{path}:M", "--map", "q=B,k=A,v=C,o=D",
+                               "--format", "json").stdout)
+    assert not wrong_way["passed"]  # the map is honoured, even when it is wrong
+    heads = tmp_path / "per_head.py"
+    heads.write_text("import torch.nn as nn\nclass M(nn.Module):\n"
+                     "    def __init__(self, d_model=64, heads=8):\n        super().__init__()\n"
+                     "        self.q = nn.ModuleList(nn.Linear(d_model, d_model // heads) for _ in range(heads))\n"
+                     "    def forward(self, x):\n        return x\n")
+    refused = cli("verify", "--module", f"{heads}:M")
+    assert refused.exit_code == 2 and refused.stdout == ""
+    assert refused.stderr.startswith("Error: --map: could not map your weights: found q.0 [16, 64], "
+                                     "q.1 [16, 64]")

@@ -37,7 +37,7 @@ def title(report: ShapesReport) -> str:
     mask = f" mask={r.mask}" if r.mask != "none" else ""
     pad = f" pad={r.pad}" if r.pad else ""
     who = f"{run.label}, {run.call}: " if run.label else ""
-    if run.config is not None:
+    if run.config is not None and run.sentence is None:  # a model run names its sentence itself
         who += f"the config \"{printable(run.config.title)}\", "
     extra = "".join([" rope" if r.rope else "", f" window={r.window}" if r.window else "",
                      " impl=sdpa" if r.impl != "explicit" else "",

@@ -12,7 +12,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 import xml.dom.minidom
 from pathlib import Path

@@ -9,7 +9,6 @@ import math
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 from mha_trace.attention import KVCache, MultiHeadAttention, rope
 from mha_trace.config import load

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from mha_trace.analysis import analyse
 from mha_trace.attention import MultiHeadAttention
 from mha_trace.config import load
-from mha_trace.costs import Dims, forward_bytes, parameters
+from mha_trace.costs import forward_bytes, parameters
 from mha_trace.run import Sizes, from_config, from_sizes, make_mask
 from mha_trace.shapes import trace_run
 from mha_trace.references import run_checks

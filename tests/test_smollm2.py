@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-from mha_trace.errors import MhaError
 from mha_trace.models import smollm2
 
 REFERENCE = np.load(Path(__file__).parent / "fixtures" / "smollm2_reference.npz")

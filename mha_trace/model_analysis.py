@@ -173,7 +173,8 @@ class Survey(Shows):
 def survey(model, sentences: list[str], source: str | None = None,
            targets: list[str] | None = None, builtin: bool = True) -> Survey:
     """Score every head on every sentence, and average; with a probe, also source -> targets."""
-    runs = [model.encode(s) for s in sentences]
+    with model.resident():  # SmolLM2: dequantised once for all the sentences, not per sentence
+        runs = [model.encode(s) for s in sentences]
     short = next((r for r in runs if len(r.tokens) < 3), None)
     if short is not None:
         n = len(short.tokens)

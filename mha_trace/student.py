@@ -197,9 +197,11 @@ class _Variant(MultiHeadAttention):
         Q = lin(self.W_q, q).view(B, -1, self.heads, self.d_k).transpose(1, 2)
         K = lin(self.W_k, k).view(B, -1, self.heads, self.d_k).transpose(1, 2)
         V = lin(self.W_v, v).view(B, -1, self.heads, self.d_k).transpose(1, 2)
-        keys = K if self.bug == "K not transposed" else K.transpose(-2, -1)
+        keys = {"K not transposed": K, "Q in place of K (scores Q·Qᵀ)": Q.transpose(-2, -1)}.get(
+            self.bug, K.transpose(-2, -1))
         scores = Q @ keys
-        scale = {"scaled by d_k instead of √d_k": self.d_k, "not scaled at all": 1.0}
+        scale = {"scaled by d_k instead of √d_k": self.d_k, "not scaled at all": 1.0,
+                 "scaled by √d_model instead of √d_k": self.d_model ** 0.5}
         scores = scores / scale.get(self.bug, self.d_k ** 0.5)
         if self.bug == "mask inverted" and mask is not None:
             mask = ~mask
@@ -207,10 +209,13 @@ class _Variant(MultiHeadAttention):
             mask = torch.ones_like(mask).tril(1)
         if self.bug == "a causal mask of its own, though none was asked for":
             mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-        if mask is not None:
+        after = self.bug == "mask applied after the softmax (rows no longer sum to 1)"
+        if mask is not None and not after:
             scores = scores.masked_fill(~mask, float("-inf"))
         weights = torch.softmax(scores, dim=-2 if self.bug == "softmax over the wrong axis" else -1)
-        context = weights @ V  # (B, H, T, d_k)
+        if mask is not None and after:
+            weights = weights.masked_fill(~mask, 0.0)
+        context = weights @ (K if self.bug == "weights applied to K instead of V" else V)
         if self.bug == "heads merged without transposing back":
             context = context.reshape(B, T, self.d_model)
         else:
@@ -222,7 +227,10 @@ class _Variant(MultiHeadAttention):
 BUGS = ("scaled by d_k instead of √d_k", "not scaled at all", "softmax over the wrong axis",
         "heads merged without transposing back", "mask inverted",
         "mask off by one (a query sees one key ahead)", "K not transposed", "W_O missing",
-        "bias missing", "a causal mask of its own, though none was asked for")
+        "bias missing", "a causal mask of its own, though none was asked for",
+        "scaled by √d_model instead of √d_k", "Q in place of K (scores Q·Qᵀ)",
+        "weights applied to K instead of V",
+        "mask applied after the softmax (rows no longer sum to 1)")
 
 
 def diagnose(reference: MultiHeadAttention, x, mask, output: torch.Tensor) -> str | None:

@@ -33,6 +33,10 @@ def test_correct_modules_pass(cli, spec, args):
     ("KNotTransposed", ("--seq", "8"), "K not transposed", 25),
     ("NoWO", (), "W_O missing", None),
     ("NoBias", (), "bias missing", 21),
+    ("ScaledBySqrtDModel", (), "scaled by √d_model instead of √d_k", 26),
+    ("QInPlaceOfK", (), "Q in place of K (scores Q·Qᵀ)", 25),
+    ("WeightsTimesK", (), "weights applied to K instead of V", 35),
+    ("MaskAfterSoftmax", ("--mask", "causal"), "mask applied after the softmax (rows no longer sum to 1)", 32),
 ])
 def test_each_bug_is_caught_and_named(cli, cls, args, diagnosis, line):
     result = cli("verify", "--module", S + cls, "--d-model", "32", "--heads", "4", *args,
@@ -201,6 +205,35 @@ def test_correct_modules_with_bare_weight_matrices_pass(cli, tmp_path, numpy, xw
     assert data["mapping"] == "q=W_q, k=W_k, v=W_v, o=W_o (by name)"
     text = cli("verify", "--module", f"{path}:M").stdout
     assert f"used as {'x @ W' if xw else 'x @ W.T'} (both ways round were tried)" in " ".join(text.split())
+
+
+FUSED = {  # (how the fused projection is held, how it is called)
+    "linear": ("nn.Linear(d_model, 3 * d_model)", "self.qkv(x)"),
+    "param-xW": ("nn.Parameter(torch.randn(d_model, 3 * d_model))", "x @ self.qkv"),
+    "param-xWT": ("nn.Parameter(torch.randn(3 * d_model, d_model))", "x @ self.qkv.T"),
+    "param-linear": ("nn.Parameter(torch.randn(3 * d_model, d_model))",
+                     "nn.functional.linear(x, self.qkv)"),
+}
+
+
+@pytest.mark.parametrize("fused", sorted(FUSED))
+@pytest.mark.parametrize("chunk", ["split", "chunk"])
+def test_correct_fused_modules_pass_however_the_weight_is_held(cli, tmp_path, fused, chunk):
+    held, called = FUSED[fused]
+    cut = "q, k, v = qkv.split(D, -1)" if chunk == "split" else "q, k, v = qkv.chunk(3, dim=-1)"
+    path = tmp_path / "fused.py"
+    path.write_text(
+        "import math, torch, torch.nn as nn\nclass M(nn.Module):\n"
+        "    def __init__(self, d_model=64, heads=8):\n        super().__init__()\n"
+        f"        self.h, self.dk = heads, d_model // heads\n        self.qkv = {held}\n"
+        "        self.proj = nn.Linear(d_model, d_model, bias=False)\n"
+        "    def forward(self, x):\n        B, T, D = x.shape\n"
+        f"        qkv = {called}\n        {cut}\n"
+        "        sp = lambda t: t.reshape(B, T, self.h, self.dk).transpose(1, 2)\n"
+        "        w = torch.softmax(sp(q) @ sp(k).transpose(-2, -1) / math.sqrt(self.dk), -1)\n"
+        "        return self.proj((w @ sp(v)).transpose(1, 2).reshape(B, T, D)), w\n")
+    data = json.loads(cli("verify", "--module", f"{path}:M", "--format", "json").stdout)
+    assert data["passed"] and data["mapping"] == "qkv=qkv, o=proj (by name)", data
 
 
 def test_bare_matrices_map_by_map_or_say_what_was_found(cli, tmp_path):

@@ -22,15 +22,17 @@ class Base(nn.Module):
         q = lin(self.W_q, x).view(B, T, self.h, self.d_k).transpose(1, 2)
         k = lin(self.W_k, x).view(B, T, self.h, self.d_k).transpose(1, 2)
         v = lin(self.W_v, x).view(B, T, self.h, self.d_k).transpose(1, 2)
-        scores = q @ (k if self.bug == "no_transpose" else k.transpose(-2, -1))
-        scores = scores / {"d_k": self.d_k, "no_scale": 1}.get(self.bug, math.sqrt(self.d_k))
+        scores = q @ {"no_transpose": k, "q_for_k": q.transpose(-2, -1)}.get(self.bug, k.transpose(-2, -1))
+        scores = scores / {"d_k": self.d_k, "no_scale": 1, "d_model": math.sqrt(self.d_model)}.get(self.bug, math.sqrt(self.d_k))
         if mask is not None:
             keep = ~mask if self.bug == "mask_inverted" else mask
             if self.bug == "mask_off_by_one":
                 keep = torch.ones_like(mask).tril(1)
-            scores = scores.masked_fill(~keep, float("-inf"))
+            scores = scores if self.bug == "mask_after" else scores.masked_fill(~keep, float("-inf"))
         weights = torch.softmax(scores, dim=-2 if self.bug == "axis" else -1)
-        context = weights @ v
+        if mask is not None and self.bug == "mask_after":
+            weights = weights.masked_fill(~mask, 0.0)
+        context = weights @ (k if self.bug == "weights_k" else v)
         if self.bug == "merge":
             context = context.reshape(B, T, self.d_model)
         else:
@@ -47,4 +49,8 @@ class MaskOffByOne(Base): bug = "mask_off_by_one"
 class KNotTransposed(Base): bug = "no_transpose"
 class NoWO(Base): bug = "no_wo"
 class NoBias(Base): bug = "bias"
+class ScaledBySqrtDModel(Base): bug = "d_model"
+class QInPlaceOfK(Base): bug = "q_for_k"
+class WeightsTimesK(Base): bug = "weights_k"
+class MaskAfterSoftmax(Base): bug = "mask_after"
 class Correct(Base): bug = ""

@@ -233,12 +233,13 @@ BUGS = ("scaled by d_k instead of √d_k", "not scaled at all", "softmax over th
         "mask applied after the softmax (rows no longer sum to 1)")
 
 
-def diagnose(reference: MultiHeadAttention, x, mask, output: torch.Tensor) -> str | None:
-    """The known mistake whose output the student's output equals, if one does.
+def diagnoses(reference: MultiHeadAttention, x, mask, output: torch.Tensor) -> list[str]:
+    """The known mistakes whose output the student's output equals (at some sizes two give the
+    same numbers: with d_model = 64 and 8 heads, √d_model is d_k).
 
     x: the input (B, T, D), or the (q, k, v) tuple a config gives."""
     qkv = x if isinstance(x, tuple) else (x, x, x)
-    x = qkv[0]
+    x, found = qkv[0], []
     for bug in BUGS:
         if bug.startswith("mask") and mask is None or bug.startswith("a causal") and mask is not None:
             continue
@@ -251,8 +252,8 @@ def diagnose(reference: MultiHeadAttention, x, mask, output: torch.Tensor) -> st
             continue
         if out.shape == output.shape and torch.allclose(out, output.double(), rtol=1e-6, atol=1e-9,
                                                         equal_nan=True):
-            return bug
-    return None
+            found.append(bug)
+    return found
 
 
 @dataclass
@@ -266,6 +267,7 @@ class StudentReport:
     first_wrong: object = None  # tracer.Step of the student's first step no reference step holds
     reference_step: object = None  # the reference step at the same position in the computation
     diagnosis: str | None = None
+    candidates: list = field(default_factory=list)  # every known mistake that matched
     notes: list = field(default_factory=list)
 
     @property
@@ -354,8 +356,39 @@ def check_module(spec: str, d_model: int, heads: int, seq: int, batch: int, mask
         else None
     tries = (False, True) if mapping is not None and _square_matrices(mapping) else (False,)
     reports = [_check_once(run, module, mapping, sizes, transposed) for transposed in tries]
-    return max(reports, key=lambda r: (r.passed, r.first_wrong.index if r.first_wrong else 1e9,
-                                       -r.output_diff))
+    report = max(reports, key=lambda r: (r.passed, r.first_wrong.index if r.first_wrong else 1e9,
+                                         -r.output_diff))
+    if report.candidates:
+        _confirm_at_a_second_size(report, spec, sizes, init, given_map)
+    return report
+
+
+def _confirm_at_a_second_size(report, spec, sizes, init, given_map) -> None:
+    """Name a mistake only if it gives the student's numbers at twice the width too (d_k doubles,
+    √d_model does not): one size can make two mistakes look the same."""
+    from dataclasses import replace
+
+    from mha_trace.run import from_module
+
+    d_k = sizes.d_model // sizes.heads
+    second = replace(sizes, d_model=2 * sizes.d_model,
+                     seq=2 * sizes.seq if sizes.seq == d_k else sizes.seq)
+    try:
+        run = from_module(spec, second, init)
+    except MhaError:  # --init fixes the width: one size is all there is
+        report.notes.append(f"the diagnosis was seen at d_model={sizes.d_model} only (your "
+                            f"--init fixes the sizes)")
+        return
+    module = run.module if run.numpy else run.module.double()
+    mapping = find_projections(module, second.d_model, given_map) if _weights(module) or given_map \
+        else None
+    tries = (False, True) if mapping is not None and _square_matrices(mapping) else (False,)
+    seen = {c for t in tries for c in _check_once(run, module, mapping, second, t).candidates}
+    both = [c for c in report.candidates if c in seen]
+    report.diagnosis = both[0] if both else None
+    if not both:
+        report.notes.append(f"a known mistake gave these numbers at d_model={sizes.d_model} but "
+                            f"not at {second.d_model}, so none is named")
 
 
 def _check_once(run, module, mapping: Mapping | None, sizes, transposed: bool) -> StudentReport:
@@ -462,4 +495,5 @@ def _where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output
         report.notes.append(f"its output has shape {list(output.shape)}; the lecture's has "
                             f"{list(expected.shape)} (batch, seq, d_model)")
     if output.shape == expected.shape:
-        report.diagnosis = diagnose(*diagnose_args, output)
+        report.candidates = diagnoses(*diagnose_args, output)
+        report.diagnosis = report.candidates[0] if report.candidates else None

@@ -255,3 +255,32 @@ def test_bare_matrices_map_by_map_or_say_what_was_found(cli, tmp_path):
     assert refused.exit_code == 2 and refused.stdout == ""
     assert refused.stderr.startswith("Error: --map: could not map your weights: found q.0 [16, 64], "
                                      "q.1 [16, 64]")
+
+
+@pytest.mark.parametrize("cls,diagnosis", [("ScaledByDk", "scaled by d_k instead of √d_k"),
+                                           ("ScaledBySqrtDModel", "scaled by √d_model instead of √d_k")])
+def test_a_diagnosis_holds_at_two_sizes(cli, cls, diagnosis):
+    """At d_model = 64 and 8 heads, √d_model = d_k = 8: both mistakes give the same numbers, so
+    the diagnosis is only named if it gives the student's numbers at twice the width too."""
+    from mha_trace.student import check_module
+
+    report = check_module(S + cls, 64, 8, 6, 2, "none", 0, None, None)
+    assert not report.passed and set(report.candidates) == {"scaled by d_k instead of √d_k",
+                                                            "scaled by √d_model instead of √d_k"}
+    assert report.diagnosis == diagnosis
+    data = json.loads(cli("verify", "--module", S + cls, "--d-model", "64", "--heads", "8",
+                          "--format", "json").stdout)
+    assert data["diagnosis"] == diagnosis
+
+
+def test_a_diagnosis_seen_at_one_size_only_is_not_named(tmp_path):
+    """A module whose mistake only looks like a known one at one width (it divides by 8 whatever
+    the width) is not given that name."""
+    from mha_trace.student import check_module
+
+    path = tmp_path / "eight.py"
+    path.write_text(open(S[:-1]).read().replace('"no_scale": 1,', '"no_scale": 1, "eight": 8.0,')
+                    + "\nclass Eight(Base): bug = 'eight'\n")
+    report = check_module(f"{path}:Eight", 64, 8, 6, 2, "none", 0, None, None)
+    assert report.candidates and report.diagnosis is None
+    assert any("but not at 128, so none is named" in n for n in report.notes)

@@ -74,6 +74,11 @@ def _save(plt, fig, path: str, bg: str) -> None:
         write_atomic(path, buffer.getvalue(), "png")
 
 
+def _fitted(title: str, limit: int) -> str:
+    """A title that fits across the slide (a long sentence is cut, with an ellipsis)."""
+    return title if len(title) <= limit else title[:limit - 1].rstrip() + "…"
+
+
 def layer_paths(path: str, layers: int) -> list[str]:
     """The per-layer files beside a model's overview: heads.png -> heads-layer01.png, ..."""
     stem = path[:-len(".png")]
@@ -141,7 +146,8 @@ def save_overview(path: str, title: str, w, mask, theme: str) -> None:
             side.set_visible(False)
         bar = fig.colorbar(image, ax=ax, shrink=0.8)
         bar.set_label(f"attention weight ({lo:.2f} to {hi:.2f})", fontsize=18)
-        fig.suptitle(f"{title}\nevery head: {L} layers × {H} heads", fontsize=24, color=fg)
+        fig.suptitle(f"{_fitted(title, 110)}\nevery head: {L} layers × {H} heads", fontsize=24,
+                     color=fg)
     _save(plt, fig, path, bg)
 
 
@@ -170,7 +176,7 @@ def save_heatmaps(path: str, title: str, panels: list, decimals: int = 4, theme:
         images = [_panel(ax, panel, lo, hi, decimals, fg, bg) for ax, panel in zip(axes.flat, panels)]
         bar = fig.colorbar(images[-1], ax=axes.ravel().tolist(), shrink=0.8)
         bar.set_label(f"attention weight (this figure: {lo:.2f} to {hi:.2f})", fontsize=18)
-        fig.suptitle(title, fontsize=28, color=fg)
+        fig.suptitle(_fitted(title, 95), fontsize=28, color=fg)
     _save(plt, fig, path, bg)
 
 

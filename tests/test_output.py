@@ -220,3 +220,11 @@ def test_json_is_what_the_standard_encoder_makes_with_rows_on_one_line(cli, args
     rows = [json.loads(line.strip().rstrip(",")) for line in flat]
     assert all(not any(isinstance(v, (list, dict)) for v in row) for row in rows)
     assert len(lines) <= len(json.dumps(data, indent=2).splitlines())
+
+
+def test_a_long_sentence_title_is_cut_to_fit_the_slide():
+    from mha_trace.plots import _fitted
+
+    long = "all-MiniLM-L6-v2: " + " ".join(["the cat sat on the mat"] * 10)
+    assert len(_fitted(long, 95)) == 95 and _fitted(long, 95).endswith("…")
+    assert _fitted("head 1.1", 95) == "head 1.1"

@@ -276,20 +276,36 @@ class StudentReport:
             self.weights_diff is None or self.weights_diff <= self.tolerance)
 
 
+LAYOUT_OPS = ("view", "reshape", "contiguous", "transpose", "permute", "flatten", "swapaxes")
+
+
 def counterpart(step, reference_steps):
-    """The reference step that does the student's step's job: the same op (and shape, if one has)."""
+    """The reference step that does the student's step's job: the same op and shape; else, for a
+    change of layout, the lecture's change of layout to that shape (a .reshape where the lecture's
+    module has .view); else a step of that shape; else the same op."""
     same_op = [r for r in reference_steps if r.op == step.op]
-    same_shape = [r for r in same_op if r.shape == step.shape]
-    return (same_shape or same_op or [None])[0]
+    same_shape = [r for r in reference_steps if r.shape == step.shape and r.op != "input"]
+    both = [r for r in same_op if r.shape == step.shape]
+    layout = [r for r in same_shape if r.op in LAYOUT_OPS] if step.op in LAYOUT_OPS else []
+    return (both or layout or same_shape or same_op or [None])[0]
 
 
 def first_wrong_step(student_steps, reference_steps):
-    """The student's first traced step whose numbers no reference step holds (layouts aside)."""
+    """The student's first traced step whose numbers no reference step holds. A step of a shape
+    the lecture's computation also has must equal one of those element by element (a merge
+    without transposing back holds the right numbers in the wrong places); a step of another
+    shape is matched by its numbers, layouts aside (a NumPy class's per-head slices)."""
     known = [s for s in reference_steps if s.value is not None]
     for step in student_steps:
         if step.op == "input" or step.value is None or step.value.dtype == torch.bool:
             continue
-        if not any(values_match(step.value, r.value) for r in known):
+        same = [r.value for r in known if tuple(r.value.shape) == tuple(step.value.shape)]
+        if same:
+            right = any(torch.allclose(step.value.double(), r.double(), rtol=1e-6, atol=1e-9,
+                                       equal_nan=True) for r in same)
+        else:
+            right = any(values_match(step.value, r.value) for r in known)
+        if not right:
             return step
     return None
 

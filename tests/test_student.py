@@ -27,7 +27,7 @@ def test_correct_modules_pass(cli, spec, args):
     ("ScaledByDk", (), "scaled by d_k instead of √d_k", 26),
     ("NotScaled", (), "not scaled at all", 32),
     ("WrongAxis", (), "softmax over the wrong axis", 32),
-    ("MergedWithoutTranspose", (), "heads merged without transposing back", 21),
+    ("MergedWithoutTranspose", (), "heads merged without transposing back", 37),
     ("MaskInverted", ("--mask", "causal"), "mask inverted", 31),
     ("MaskOffByOne", ("--mask", "causal"), "mask off by one (a query sees one key ahead)", 31),
     ("KNotTransposed", ("--seq", "8"), "K not transposed", 25),
@@ -284,3 +284,22 @@ def test_a_diagnosis_seen_at_one_size_only_is_not_named(tmp_path):
     report = check_module(f"{path}:Eight", 64, 8, 6, 2, "none", 0, None, None)
     assert report.candidates and report.diagnosis is None
     assert any("but not at 128, so none is named" in n for n in report.notes)
+
+
+def test_the_first_wrong_step_is_where_the_layout_goes_wrong(cli, tmp_path):
+    """Right numbers in the wrong places are found where they were put there: a merge without
+    transposing back at its reshape (beside the lecture's view, with the first position that
+    differs), and k.transpose(1, 3), which runs when heads = d_k = seq, at the transpose."""
+    out = cli("verify", "--module", S + "MergedWithoutTranspose", "--d-model", "32", "--heads", "4").stdout
+    flat = " ".join(out.split())
+    assert "First wrong step: tests/student/student_bugs.py:37 context = context.reshape(B, T, self.d_model)" in flat
+    assert "the lecture's: view [2, 6, 32]" in flat and "(attention.py:134 context =" in flat
+    assert "first different at [0, 0, 8]: yours" in flat
+    path = tmp_path / "t13.py"
+    path.write_text(open("tests/student/correct_renamed.py").read()
+                    .replace("k.permute(0, 1, 3, 2)", "k.transpose(1, 3)"))
+    data = json.loads(cli("verify", "--module", f"{path}:Attention", "--d-model", "16", "--heads", "4",
+                          "--seq", "4", "--format", "json").stdout)
+    assert not data["passed"]
+    wrong = data["first_wrong_step"]
+    assert (wrong["op"], wrong["line"]) == ("transpose", 20), wrong

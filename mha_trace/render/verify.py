@@ -1,5 +1,6 @@
 """Render `verify`: each reference, what it compares, the largest difference and the verdict."""
 
+import torch
 from rich.text import Text
 
 from mha_trace.output import new_table
@@ -50,6 +51,18 @@ def _values(t) -> str:
     return "[" + ", ".join(f"{x:.4f}" for x in flat) + (", …]" if t.numel() > 4 else "]")
 
 
+def _first_difference(yours, theirs) -> str:
+    """Where two tensors of one shape first differ, or "" (they differ only in shape)."""
+    if yours is None or theirs is None or tuple(yours.shape) != tuple(theirs.shape):
+        return ""
+    a, b = yours.detach().double(), theirs.detach().double()
+    far = ~torch.isclose(a, b, rtol=1e-6, atol=1e-9, equal_nan=True)
+    if not far.any():
+        return ""
+    at = [int(i) for i in far.nonzero()[0]]
+    return f"  first different at {at}: yours {float(a[tuple(at)]):.4f}, the lecture's {float(b[tuple(at)]):.4f}"
+
+
 def student_renderables(r) -> list:
     from mha_trace.output import display_path
 
@@ -84,6 +97,7 @@ def student_renderables(r) -> list:
                   f"  yours: {f.op} {list(f.shape)} {_values(f.value)}",
                   "  the lecture's: " + (f"{ref.op} {list(ref.shape)} {_values(ref.value)} "
                                           f"(attention.py:{ref.line} {ref.source})" if ref else "—")]
+        lines += [d for d in [_first_difference(f.value, ref.value if ref else None)] if d]
     else:
         lines.append("Every step's numbers appear in the lecture's computation, but forward returns "
                      "a different tensor as its output.")

@@ -22,7 +22,7 @@ class Base(nn.Module):
         q = lin(self.W_q, x).view(B, T, self.h, self.d_k).transpose(1, 2)
         k = lin(self.W_k, x).view(B, T, self.h, self.d_k).transpose(1, 2)
         v = lin(self.W_v, x).view(B, T, self.h, self.d_k).transpose(1, 2)
-        scores = q @ {"no_transpose": k, "q_for_k": q.transpose(-2, -1)}.get(self.bug, k.transpose(-2, -1))
+        scores = q @ (k if self.bug == "no_transpose" else q.transpose(-2, -1) if self.bug == "q_for_k" else k.transpose(-2, -1))
         scores = scores / {"d_k": self.d_k, "no_scale": 1, "d_model": math.sqrt(self.d_model)}.get(self.bug, math.sqrt(self.d_k))
         if mask is not None:
             keep = ~mask if self.bug == "mask_inverted" else mask

@@ -366,12 +366,7 @@ def check_module(spec: str, d_model: int, heads: int, seq: int, batch: int, mask
 
     sizes = Sizes(batch=batch, seq=seq, d_model=d_model, heads=heads, mask=mask_kind,
                   dtype="float64", seed=seed)
-    run = from_module(spec, sizes, init)
-    module = run.module if run.numpy else run.module.double()
-    mapping = find_projections(module, d_model, given_map) if _weights(module) or given_map \
-        else None
-    tries = (False, True) if mapping is not None and _square_matrices(mapping) else (False,)
-    reports = [_check_once(run, module, mapping, sizes, transposed) for transposed in tries]
+    reports = _each_way(from_module(spec, sizes, init), sizes, given_map)
     report = max(reports, key=lambda r: (r.passed, r.first_wrong.index if r.first_wrong else 1e9,
                                          -r.output_diff))
     if report.candidates:
@@ -395,16 +390,22 @@ def _confirm_at_a_second_size(report, spec, sizes, init, given_map) -> None:
         report.notes.append(f"the diagnosis was seen at d_model={sizes.d_model} only (your "
                             f"--init fixes the sizes)")
         return
-    module = run.module if run.numpy else run.module.double()
-    mapping = find_projections(module, second.d_model, given_map) if _weights(module) or given_map \
-        else None
-    tries = (False, True) if mapping is not None and _square_matrices(mapping) else (False,)
-    seen = {c for t in tries for c in _check_once(run, module, mapping, second, t).candidates}
+    seen = {c for r in _each_way(run, second, given_map) for c in r.candidates}
     both = [c for c in report.candidates if c in seen]
     report.diagnosis = both[0] if both else None
     if not both:
         report.notes.append(f"a known mistake gave these numbers at d_model={sizes.d_model} but "
                             f"not at {second.d_model}, so none is named")
+
+
+def _each_way(run, sizes, given_map: str | None) -> list:
+    """The student's module checked once, or, when a bare square matrix could be meant as
+    x @ W or as x @ W.T, once each way."""
+    module = run.module if run.numpy else run.module.double()
+    mapping = find_projections(module, sizes.d_model, given_map) if _weights(module) or given_map \
+        else None
+    tries = (False, True) if mapping is not None and _square_matrices(mapping) else (False,)
+    return [_check_once(run, module, mapping, sizes, transposed) for transposed in tries]
 
 
 def _check_once(run, module, mapping: Mapping | None, sizes, transposed: bool) -> StudentReport:

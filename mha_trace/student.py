@@ -6,6 +6,7 @@ found by name (W_q / query / q_proj ..., fused c_attn / qkv / in_proj) or, faili
 or given with --map; the mapping used is always printed.
 """
 
+import copy
 import inspect
 from dataclasses import dataclass, field
 
@@ -13,8 +14,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from mha_trace.attention import MultiHeadAttention
+from mha_trace.attention import MultiHeadAttention, rope
 from mha_trace.errors import MhaError
+from mha_trace.roles import first_wrong_step
 
 NAMES = {  # lower-cased attribute names, most specific first
     "q": ("w_q", "wq", "q_proj", "query", "to_q", "q_linear", "linear_q", "q"),
@@ -52,10 +54,27 @@ def _weights(module) -> dict:
     for name, t in [*module.named_parameters(), *module.named_buffers()]:
         if t.dim() == 2 and name.rpartition(".")[0] not in found:
             found[name] = t
-    return found
+    return _per_head(found)
+
+
+def _per_head(weights: dict) -> dict:
+    """Per-head projections (a ModuleList of nn.Linear(d_model, d_k), or of head modules each
+    holding its own query, key and value) gathered into one list each, named with * for the
+    head: "heads.*.query" holds heads.0.query, heads.1.query, ..."""
+    lists = {}
+    for name, held in weights.items():
+        if isinstance(held, nn.Linear) and any(p.isdigit() for p in name.split(".")):
+            lists.setdefault(".".join("*" if p.isdigit() else p for p in name.split(".")), []) \
+                .append(name)
+    grouped = {n for names in lists.values() if len(names) > 1 for n in names}
+    found = {n: h for n, h in weights.items() if n not in grouped}
+    return found | {key: [weights[n] for n in names] for key, names in lists.items()
+                    if len(names) > 1}
 
 
 def _shape(holder) -> tuple:
+    if isinstance(holder, list):  # per-head projections, stacked as one
+        return sum(_shape(h)[0] for h in holder), _shape(holder[0])[1]
     return tuple(_weight(holder).shape) if isinstance(holder, (nn.Linear, tuple)) else tuple(holder.shape)
 
 
@@ -78,12 +97,12 @@ def find_projections(module, d_model: int, given: str | None = None) -> Mapping:
                                f"NAME one of your weights (found: {_found(weights)})", quantity="map")
             roles[role] = (name, weights[name])
         return _checked(Mapping(roles, "--map"), d_model)
-    lowered = {name.lower().rsplit(".", 1)[-1]: name for name in weights}
     roles = {}
     for role, names in NAMES.items():
         for candidate in names:
-            if candidate in lowered:
-                roles[role] = (lowered[candidate], weights[lowered[candidate]])
+            named = [n for n in weights if _called(n) == candidate]
+            if named:
+                roles[role] = (named[0], weights[named[0]])
                 break
     if {"q", "k", "v", "o"} <= set(roles):
         return _checked(Mapping({r: roles[r] for r in "qkvo"}, "by name"), d_model)
@@ -98,6 +117,14 @@ def find_projections(module, d_model: int, given: str | None = None) -> Mapping:
         return Mapping({"qkv": fused[0], "o": square[0]}, "by shape")
     raise MhaError(f"could not map your weights: found {_found(weights)}; say which is which with "
                    f"--map, e.g. --map 'q=W_Q,k=W_K,v=W_V,o=W_O'", quantity="map")
+
+
+def _called(name: str) -> str:
+    """What a weight's name says it is: its last part ("heads.*.query" -> "query"), or that
+    part's first word when the part names a list ("q_heads.*" -> "q")."""
+    parts = [p for p in name.lower().split(".") if p != "*"]
+    last = parts[-1] if parts else ""
+    return last.split("_")[0] if name.endswith("*") else last
 
 
 def _checked(mapping: Mapping, d_model: int) -> Mapping:
@@ -117,8 +144,8 @@ def copy_reference(reference: MultiHeadAttention, mapping: Mapping, module=None,
     projections have no biases (the reference's are then zeroed to match). A bare matrix gets
     W as nn.Linear holds it (x @ W.T), or W.T when `transposed` (x @ W) or its shape says so."""
     layers = mapping.layers
-    has_bias = all(isinstance(h, (nn.Linear, tuple)) and _bias(h) is not None
-                   for _, h in layers.values())
+    held = [h for _, hs in layers.values() for h in (hs if isinstance(hs, list) else [hs])]
+    has_bias = all(isinstance(h, (nn.Linear, tuple)) and _bias(h) is not None for h in held)
     with torch.no_grad():
         if not has_bias:
             for lin in (reference.W_q, reference.W_k, reference.W_v, reference.W_o):
@@ -128,6 +155,13 @@ def copy_reference(reference: MultiHeadAttention, mapping: Mapping, module=None,
             parts = [source[r] for r in ("qkv" if role == "qkv" else role)]
             weight = torch.cat([p.weight for p in parts])
             bias = torch.cat([p.bias for p in parts])
+            if isinstance(target, list):  # per head: each its rows
+                rows = weight.shape[0] // len(target)
+                for i, lin in enumerate(target):
+                    lin.weight.copy_(weight[i * rows:(i + 1) * rows])
+                    if lin.bias is not None:
+                        lin.bias.copy_(bias[i * rows:(i + 1) * rows])
+                continue
             if isinstance(target, (nn.Linear, tuple)):
                 _weight(target).copy_(weight)
                 if _bias(target) is not None:
@@ -152,25 +186,11 @@ def _bias(layer):
 
 def _square_matrices(mapping: Mapping) -> bool:
     """Whether a bare square matrix is among the projections: x @ W and x @ W.T both run."""
-    return any(not isinstance(h, (nn.Linear, tuple)) and h.shape[0] == h.shape[1]
+    return any(not isinstance(h, (nn.Linear, tuple, list)) and h.shape[0] == h.shape[1]
                for _, h in mapping.layers.values())
 
 
 # ---- what went wrong: the first wrong step and a diagnosis --------------------------------
-
-def values_match(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """The same numbers, whatever the layout: (B, T, H, d_k) and (B, H, T, d_k) hold the same, and
-    one head's slice (a NumPy class splits per head) holds part of the reference's tensor."""
-    if a.numel() == 0 or b.numel() < a.numel():
-        return False
-    x, y = a.detach().double().flatten().sort().values, b.detach().double().flatten().sort().values
-    if a.numel() == b.numel():
-        return bool(torch.allclose(x, y, rtol=1e-6, atol=1e-9, equal_nan=True))
-    if b.numel() % a.numel():
-        return False
-    found = np.isin(np.round(x.numpy(), 7), np.round(y.numpy(), 7))
-    return bool(found.all())
-
 
 @dataclass
 class Bug:
@@ -182,7 +202,8 @@ class _Variant(MultiHeadAttention):
     """The reference with one deliberate mistake, to test what a wrong module does instead."""
 
     def __init__(self, base: MultiHeadAttention, bug: str):
-        super().__init__(base.d_model, base.heads, bias=base.W_q.bias is not None)
+        super().__init__(base.d_model, base.heads, bias=base.W_q.bias is not None,
+                         rope=base.rope, rope_base=base.rope_base)
         self.load_state_dict(base.state_dict())
         self.bug = bug
 
@@ -197,6 +218,9 @@ class _Variant(MultiHeadAttention):
         Q = lin(self.W_q, q).view(B, -1, self.heads, self.d_k).transpose(1, 2)
         K = lin(self.W_k, k).view(B, -1, self.heads, self.d_k).transpose(1, 2)
         V = lin(self.W_v, v).view(B, -1, self.heads, self.d_k).transpose(1, 2)
+        if self.rope:
+            Q, K = rope(Q, 0, self.rope_base), rope(K, 0, self.rope_base)
+            V = rope(V, 0, self.rope_base) if self.bug == "RoPE applied to V too" else V
         keys = {"K not transposed": K, "Q in place of K (scores Q·Qᵀ)": Q.transpose(-2, -1)}.get(
             self.bug, K.transpose(-2, -1))
         scores = Q @ keys
@@ -212,7 +236,9 @@ class _Variant(MultiHeadAttention):
         after = self.bug == "mask applied after the softmax (rows no longer sum to 1)"
         if mask is not None and not after:
             scores = scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(scores, dim=-2 if self.bug == "softmax over the wrong axis" else -1)
+        axis = {"softmax over the queries instead of the keys": -2,
+                "softmax over the heads instead of the keys": 1}.get(self.bug, -1)
+        weights = torch.softmax(scores, dim=axis)
         if mask is not None and after:
             weights = weights.masked_fill(~mask, 0.0)
         context = weights @ (K if self.bug == "weights applied to K instead of V" else V)
@@ -224,13 +250,14 @@ class _Variant(MultiHeadAttention):
         return out, weights
 
 
-BUGS = ("scaled by d_k instead of √d_k", "not scaled at all", "softmax over the wrong axis",
-        "heads merged without transposing back", "mask inverted",
-        "mask off by one (a query sees one key ahead)", "K not transposed", "W_O missing",
-        "bias missing", "a causal mask of its own, though none was asked for",
+BUGS = ("scaled by d_k instead of √d_k", "not scaled at all",
+        "softmax over the queries instead of the keys", "heads merged without transposing back",
+        "mask inverted", "mask off by one (a query sees one key ahead)", "K not transposed",
+        "W_O missing", "bias missing", "a causal mask of its own, though none was asked for",
         "scaled by √d_model instead of √d_k", "Q in place of K (scores Q·Qᵀ)",
         "weights applied to K instead of V",
-        "mask applied after the softmax (rows no longer sum to 1)")
+        "mask applied after the softmax (rows no longer sum to 1)",
+        "softmax over the heads instead of the keys", "RoPE applied to V too")
 
 
 def diagnoses(reference: MultiHeadAttention, x, mask, output: torch.Tensor) -> list[str]:
@@ -243,7 +270,8 @@ def diagnoses(reference: MultiHeadAttention, x, mask, output: torch.Tensor) -> l
     for bug in BUGS:
         if bug.startswith("mask") and mask is None or bug.startswith("a causal") and mask is not None:
             continue
-        if bug == "K not transposed" and x.size(1) != reference.d_k:
+        if bug == "K not transposed" and x.size(1) != reference.d_k \
+                or bug.startswith("RoPE") and not reference.rope:
             continue  # Q @ K needs T == d_k to run at all
         try:
             with torch.no_grad():
@@ -265,7 +293,8 @@ class StudentReport:
     weights_diff: float | None  # None: the module returns no per-head weights
     tolerance: float
     first_wrong: object = None  # tracer.Step of the student's first step no reference step holds
-    reference_step: object = None  # the reference step at the same position in the computation
+    reference_step: object = None  # the lecture's step that does the same job
+    missing: str | None = None  # a job the lecture's module does after the first wrong step
     diagnosis: str | None = None
     candidates: list = field(default_factory=list)  # every known mistake that matched
     notes: list = field(default_factory=list)
@@ -276,40 +305,6 @@ class StudentReport:
             self.weights_diff is None or self.weights_diff <= self.tolerance)
 
 
-LAYOUT_OPS = ("view", "reshape", "contiguous", "transpose", "permute", "flatten", "swapaxes")
-
-
-def counterpart(step, reference_steps):
-    """The reference step that does the student's step's job: the same op and shape; else, for a
-    change of layout, the lecture's change of layout to that shape (a .reshape where the lecture's
-    module has .view); else a step of that shape; else the same op."""
-    same_op = [r for r in reference_steps if r.op == step.op]
-    same_shape = [r for r in reference_steps if r.shape == step.shape and r.op != "input"]
-    both = [r for r in same_op if r.shape == step.shape]
-    layout = [r for r in same_shape if r.op in LAYOUT_OPS] if step.op in LAYOUT_OPS else []
-    return (both or layout or same_shape or same_op or [None])[0]
-
-
-def first_wrong_step(student_steps, reference_steps):
-    """The student's first traced step whose numbers no reference step holds. A step of a shape
-    the lecture's computation also has must equal one of those element by element (a merge
-    without transposing back holds the right numbers in the wrong places); a step of another
-    shape is matched by its numbers, layouts aside (a NumPy class's per-head slices)."""
-    known = [s for s in reference_steps if s.value is not None]
-    for step in student_steps:
-        if step.op == "input" or step.value is None or step.value.dtype == torch.bool:
-            continue
-        same = [r.value for r in known if tuple(r.value.shape) == tuple(step.value.shape)]
-        if same:
-            right = any(torch.allclose(step.value.double(), r.double(), rtol=1e-6, atol=1e-9,
-                                       equal_nan=True) for r in same)
-        else:
-            right = any(values_match(step.value, r.value) for r in known)
-        if not right:
-            return step
-    return None
-
-
 def check_on_config(spec: str, config, init: str | None, given_map: str | None) -> StudentReport:
     """The student's module on a config: an explicit one's own Q, K, V go to both sides (the
     reference with identity projections, as `heads --config` runs it); a generated one gives the
@@ -318,7 +313,7 @@ def check_on_config(spec: str, config, init: str | None, given_map: str | None) 
         if config.pad:
             raise MhaError("a config's pad is not applied to your module by verify", quantity="config")
         return check_module(spec, config.d_model, config.heads, len(config.tokens), 1, config.mask,
-                            config.seed, init, given_map)
+                            config.seed, init, given_map, config.rope_base if config.rope else None)
     from mha_trace.run import from_config, from_module, module_sizes_for_config
     from mha_trace.usermodule import split_result
 
@@ -326,7 +321,8 @@ def check_on_config(spec: str, config, init: str | None, given_map: str | None) 
                       tokens=config.tokens, config=config)
     if len(run.args) != 3:  # one input x: the config's separate Q, K, V cannot be fed
         report = check_module(spec, config.d_model, config.heads, len(config.tokens), 1,
-                              config.mask, config.seed, init, given_map)
+                              config.mask, config.seed, init, given_map,
+                              config.rope_base if config.rope else None)
         report.notes.append("it takes one input, so it was checked on seeded input at the "
                             "config's sizes and mask, not on the config's Q, K, V")
         return report
@@ -358,14 +354,17 @@ def trace_reference(reference, reference_run):
 
 
 def check_module(spec: str, d_model: int, heads: int, seq: int, batch: int, mask_kind: str,
-                 seed: int, init: str | None, given_map: str | None) -> StudentReport:
+                 seed: int, init: str | None, given_map: str | None,
+                 rope_base: float | None = None) -> StudentReport:
     """Build the student's module and the reference at the same sizes, share the weights, compare.
     A bare square weight matrix runs as x @ W and as x @ W.T: both are tried, and the one under
-    which more of the computation is right is reported."""
+    which more of the computation is right is reported. With `rope_base` the lecture's module
+    turns Q and K by RoPE at that base, as the student's should."""
     from mha_trace.run import Sizes, from_module
 
     sizes = Sizes(batch=batch, seq=seq, d_model=d_model, heads=heads, mask=mask_kind,
-                  dtype="float64", seed=seed)
+                  dtype="float64", seed=seed, rope=rope_base is not None,
+                  rope_base=rope_base or 10000.0)
     reports = _each_way(from_module(spec, sizes, init), sizes, given_map)
     report = max(reports, key=lambda r: (r.passed, r.first_wrong.index if r.first_wrong else 1e9,
                                          -r.output_diff))
@@ -398,39 +397,69 @@ def _confirm_at_a_second_size(report, spec, sizes, init, given_map) -> None:
                             f"not at {second.d_model}, so none is named")
 
 
+@dataclass(frozen=True)
+class Way:
+    """How the student's module is read and fed: a bare square matrix as x @ W.T or x @ W; the
+    mask as booleans (True: may attend), as 1/0 or added (0 / -inf); a batch or one sequence."""
+
+    transposed: bool = False
+    mask_as: str = "bool"
+    unbatched: bool = False
+
+    def notes(self) -> list:
+        mask = {"0-1": "its mask is read as numbers, 1 where a query may attend and 0 where not",
+                "additive": "its mask is added to the scores: 0 where a query may attend, -inf "
+                            "where not"}.get(self.mask_as)
+        one = "it takes one sequence (T, d_model), so it was fed one, unbatched"
+        return [n for n in (mask, one if self.unbatched else None) if n]
+
+
 def _each_way(run, sizes, given_map: str | None) -> list:
-    """The student's module checked once, or, when a bare square matrix could be meant as
-    x @ W or as x @ W.T, once each way."""
+    """The student's module checked the usual way and, when it is not right that way, the other
+    ways a correct module may be written: a bare square matrix used as x @ W (not x @ W.T), a mask
+    of numbers, one sequence rather than a batch. A way that does not run is left out; if none
+    runs, the usual way's error is the one given."""
     module = run.module if run.numpy else run.module.double()
     mapping = find_projections(module, sizes.d_model, given_map) if _weights(module) or given_map \
         else None
-    tries = (False, True) if mapping is not None and _square_matrices(mapping) else (False,)
-    return [_check_once(run, module, mapping, sizes, transposed) for transposed in tries]
+    turns = (False, True) if mapping is not None and _square_matrices(mapping) else (False,)
+    masks = ("bool",) if sizes.mask == "none" else ("bool", "0-1", "additive")
+    batches = (False,) if run.numpy else (False, True)
+    usual = [Way(t) for t in turns]
+    others = [Way(t, m, u) for u in batches for m in masks for t in turns
+              if (m, u) != ("bool", False)]
+    reports, error = [], None
+    for way in usual:
+        try:
+            reports.append(_check_once(run, module, mapping, sizes, way))
+        except MhaError as e:
+            error = error or e
+    if any(r.passed for r in reports):
+        return reports
+    for way in others:
+        try:
+            report = _check_once(run, module, mapping, sizes, way, explain=False)
+        except MhaError:
+            continue
+        if report.passed:
+            return [report]
+    if not reports:
+        raise error
+    return reports
 
 
-def _check_once(run, module, mapping: Mapping | None, sizes, transposed: bool) -> StudentReport:
+def _check_once(run, module, mapping: Mapping | None, sizes, way: Way,
+                explain: bool = True) -> StudentReport:
     from mha_trace.run import make_mask
     from mha_trace.tracer import trace
     from mha_trace.usermodule import forward_call, split_result
 
-    numpy, d_model = run.numpy, sizes.d_model
-    torch.manual_seed(sizes.seed)
-    reference = MultiHeadAttention(d_model, sizes.heads).double()
-    if mapping is None:
-        # no projections of its own (the chapter's split): the reference's become the identity
-        with torch.no_grad():
-            for lin in (reference.W_q, reference.W_k, reference.W_v, reference.W_o):
-                lin.weight.copy_(torch.eye(d_model, dtype=torch.float64))
-                lin.bias.zero_()
-        mapping, biased = Mapping({}, "none: it splits Q, K, V as given, so the lecture's "
-                                  "projections were set to the identity"), True
-    else:
-        biased = copy_reference(reference, mapping, module, transposed)
-    x = torch.randn(sizes.batch if not numpy else 1, sizes.seq, d_model, dtype=torch.float64)
+    reference, mapping, biased = _reference_for(module, mapping, sizes, way.transposed)
+    one = run.numpy or way.unbatched
+    x = torch.randn(1 if one else sizes.batch, sizes.seq, sizes.d_model, dtype=torch.float64)
     mask = make_mask(sizes.seq, sizes.mask)
-    fed = x[0].numpy() if numpy else x
-    call, args, kwargs = forward_call(module, fed, None if mask is None else (
-        mask.numpy() if numpy else mask))
+    fed = x[0].numpy() if run.numpy else x[0] if one else x
+    call, args, kwargs = forward_call(module, fed, _mask_as(mask, way.mask_as, run.numpy))
     if "use_projections" in inspect.signature(module.forward).parameters and mapping.layers:
         kwargs["use_projections"] = True  # the chapter's class: let it use the copied weights
         call = call[:-1] + ", use_projections=True)"
@@ -440,15 +469,65 @@ def _check_once(run, module, mapping: Mapping | None, sizes, transposed: bool) -
     output, weights = split_result(traced.output, fed)
     report = StudentReport(run.label, mapping.describe(), call,
                            *_differences(output, weights, expected, expected_w), 1e-8)
+    if not report.passed and sizes.rope:
+        _other_rope_convention(report, reference, x, mask, output, weights)
     if not biased:
         report.notes.append("its projections have no biases, so the reference's were set to zero")
     if _square_matrices(mapping):
-        report.notes.append(f"its weight matrices are used as {'x @ W' if transposed else 'x @ W.T'}"
-                            f" (both ways round were tried)")
-    if not report.passed:
+        report.notes.append(f"its weight matrices are used as "
+                            f"{'x @ W' if way.transposed else 'x @ W.T'} (both ways round were tried)")
+    report.notes += way.notes()
+    if not report.passed and explain:
         _where_it_went_wrong(report, traced, trace(reference, x, mask=mask, keep_values=True),
                              (reference, x, mask), output, expected)
     return report
+
+
+def _reference_for(module, mapping: Mapping | None, sizes, transposed: bool) -> tuple:
+    """(the lecture's module with the student's weights, the mapping, whether biases are used).
+    Without projections of its own (the chapter's split) the lecture's become the identity."""
+    torch.manual_seed(sizes.seed)
+    reference = MultiHeadAttention(sizes.d_model, sizes.heads, rope=sizes.rope,
+                                   rope_base=sizes.rope_base).double()
+    if mapping is not None:
+        return reference, mapping, copy_reference(reference, mapping, module, transposed)
+    with torch.no_grad():
+        for lin in (reference.W_q, reference.W_k, reference.W_v, reference.W_o):
+            lin.weight.copy_(torch.eye(sizes.d_model, dtype=torch.float64))
+            lin.bias.zero_()
+    return reference, Mapping({}, "none: it splits Q, K, V as given, so the lecture's projections "
+                                  "were set to the identity"), True
+
+
+def _mask_as(mask, kind: str, numpy: bool):
+    """The boolean mask (True: may attend) as the student's module takes it."""
+    if mask is None:
+        return None
+    if kind != "bool":
+        mask = mask.double() if kind == "0-1" else torch.zeros(mask.shape, dtype=torch.float64) \
+            .masked_fill(~mask, float("-inf"))
+    return mask.numpy() if numpy else mask
+
+
+def _other_rope_convention(report, reference, x, mask, output, weights) -> None:
+    """Pass a module whose RoPE turns interleaved pairs: it is the lecture's with each head's Q
+    and K dims reordered (evens, then odds), which leaves every Q·Kᵀ as it is."""
+    d_k, twin = reference.d_k, copy.deepcopy(reference)
+    order = torch.cat([torch.arange(0, d_k, 2), torch.arange(1, d_k, 2)])
+    order = torch.cat([order + h * d_k for h in range(reference.heads)])
+    with torch.no_grad():
+        for lin in (twin.W_q, twin.W_k):
+            lin.weight.copy_(lin.weight[order])
+            lin.bias.copy_(lin.bias[order])
+        expected, expected_w = twin(x, mask=mask)
+    diffs = _differences(output, weights, expected, expected_w)
+    if max(d for d in diffs if d is not None) <= report.tolerance:
+        report.output_diff, report.weights_diff = diffs
+        report.notes.append("its RoPE turns neighbouring pairs (x₀, x₁), (x₂, x₃), … as GPT-J and "
+                            "RoFormer do, where the lecture's turns the two halves (x₀, x_{d_k/2}), "
+                            "… as GPT-NeoX and LLaMA do: a convention, not a mistake (it equals the "
+                            "lecture's module with each head's Q and K dims reordered, which leaves "
+                            "Q·Kᵀ as it is)")
 
 
 def _traced_forward(run, module, args: tuple, kwargs: dict):
@@ -504,9 +583,8 @@ def _differences(output, weights, expected, expected_w) -> tuple:
 
 def _where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output, expected) -> None:
     """A wrong module's first wrong step, the reference's step beside it, and a diagnosis."""
-    report.first_wrong = first_wrong_step(traced.steps, ref_trace.steps)
-    if report.first_wrong is not None:
-        report.reference_step = counterpart(report.first_wrong, ref_trace.steps)
+    report.first_wrong, report.reference_step, report.missing = first_wrong_step(
+        traced.steps, ref_trace.steps)
     output = _as_expected(output, expected)
     if output.shape != expected.shape:
         report.notes.append(f"its output has shape {list(output.shape)}; the lecture's has "

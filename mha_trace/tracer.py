@@ -50,6 +50,7 @@ class Step:
     span: str = ""  # the whole expression that this call ends, for prefix stripping
     phase: str = ""  # which call of forward: "" for one pass, "prefill" / "decode step 1" ...
     value: object = None  # a copy of the output, when the trace keeps values (checking a module)
+    called_from: tuple = ()  # (line, source) in forward when `line` is in a helper it called
 
 
 @dataclass
@@ -193,6 +194,19 @@ def where(watch: set, frame, library: tuple):
     return code.co_filename, lineno, line.strip(), span
 
 
+def called_from(watch: set, frame, line: int) -> tuple:
+    """(line, source line) of the outermost frame in a watched file (forward itself) when it is
+    not `line`: the call into a helper of the user's that ran the op; else ()."""
+    outer = None
+    while frame is not None:
+        if frame.f_code.co_filename in watch:
+            outer = frame
+        frame = frame.f_back
+    if outer is None or outer.f_lineno == line:
+        return ()
+    return outer.f_lineno, linecache.getline(outer.f_code.co_filename, outer.f_lineno).strip()
+
+
 class _Recorder(TorchFunctionMode):
     def __init__(self, watch: set, keep_values: bool = False):
         super().__init__()
@@ -222,6 +236,8 @@ class _Recorder(TorchFunctionMode):
             earlier = [s.span for s in self.steps if s.file == file and s.line == line]
             self._record(_op_name(func), _own_part(span, earlier), file, line, source, span,
                          outputs, inputs)
+            if self.keep_values and self.watch:
+                self.steps[-1].called_from = called_from(self.watch, sys._getframe(1), line)
         return result
 
     def _record(self, op, text, file, line, source, span, outputs, inputs):

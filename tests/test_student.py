@@ -25,8 +25,8 @@ def test_correct_modules_pass(cli, spec, args):
 
 @pytest.mark.parametrize("cls,args,diagnosis,line", [
     ("ScaledByDk", (), "scaled by d_k instead of √d_k", 26),
-    ("NotScaled", (), "not scaled at all", 32),
-    ("WrongAxis", (), "softmax over the wrong axis", 32),
+    ("NotScaled", (), "not scaled at all", 26),
+    ("WrongAxis", (), "softmax over the queries instead of the keys", 32),
     ("MergedWithoutTranspose", (), "heads merged without transposing back", 37),
     ("MaskInverted", ("--mask", "causal"), "mask inverted", 31),
     ("MaskOffByOne", ("--mask", "causal"), "mask off by one (a query sees one key ahead)", 31),
@@ -36,7 +36,8 @@ def test_correct_modules_pass(cli, spec, args):
     ("ScaledBySqrtDModel", (), "scaled by √d_model instead of √d_k", 26),
     ("QInPlaceOfK", (), "Q in place of K (scores Q·Qᵀ)", 25),
     ("WeightsTimesK", (), "weights applied to K instead of V", 35),
-    ("MaskAfterSoftmax", ("--mask", "causal"), "mask applied after the softmax (rows no longer sum to 1)", 32),
+    ("MaskAfterSoftmax", ("--mask", "causal"), "mask applied after the softmax (rows no longer sum to 1)", 26),
+    ("SoftmaxOverHeads", (), "softmax over the heads instead of the keys", 32),
 ])
 def test_each_bug_is_caught_and_named(cli, cls, args, diagnosis, line):
     result = cli("verify", "--module", S + cls, "--d-model", "32", "--heads", "4", *args,
@@ -250,11 +251,12 @@ def test_bare_matrices_map_by_map_or_say_what_was_found(cli, tmp_path):
     heads.write_text("import torch.nn as nn\nclass M(nn.Module):\n"
                      "    def __init__(self, d_model=64, heads=8):\n        super().__init__()\n"
                      "        self.q = nn.ModuleList(nn.Linear(d_model, d_model // heads) for _ in range(heads))\n"
+                     "        self.v = nn.Linear(d_model, 2 * d_model)\n"
                      "    def forward(self, x):\n        return x\n")
     refused = cli("verify", "--module", f"{heads}:M")
-    assert refused.exit_code == 2 and refused.stdout == ""
-    assert refused.stderr.startswith("Error: --map: could not map your weights: found q.0 [16, 64], "
-                                     "q.1 [16, 64]")
+    assert refused.exit_code == 2 and refused.stdout == ""  # a per-head list, but no K and a V too wide
+    assert refused.stderr.startswith("Error: --map: could not map your weights: found v [128, 64], "
+                                     "q.* [64, 64]"), refused.stderr
 
 
 @pytest.mark.parametrize("cls,diagnosis", [("ScaledByDk", "scaled by d_k instead of √d_k"),
@@ -303,3 +305,109 @@ def test_the_first_wrong_step_is_where_the_layout_goes_wrong(cli, tmp_path):
     assert not data["passed"]
     wrong = data["first_wrong_step"]
     assert (wrong["op"], wrong["line"]) == ("transpose", 20), wrong
+
+
+# more ways to write it right: einsum or unbind, a scale by power, masks of numbers, one sequence -----
+
+def _written(style: str, scale: str, mask: str, batched: bool) -> str:
+    """A correct module written one of 24 ways."""
+    split = {"einsum": ("self.W_q, self.W_k, self.W_v = (nn.Linear(d_model, d_model) for _ in range(3))",
+                        "q, k, v = (sp(w(x)) for w in (self.W_q, self.W_k, self.W_v))"),
+             "unbind": ("self.qkv = nn.Linear(d_model, 3 * d_model)",
+                        "q, k, v = (t.transpose(-3, -2) for t in self.qkv(x).view(*lead, 3, self.h, self.dk).unbind(-3))")}[style]
+    scores = "torch.einsum('...qd,...kd->...qk', q, k)" if style == "einsum" else "q @ k.transpose(-2, -1)"
+    scaled = {"sqrt": f"{scores} / math.sqrt(self.dk)", "power": f"{scores} * self.dk ** -0.5"}[scale]
+    masked = {"bool": "s = s.masked_fill(~mask, float('-inf'))", "additive": "s = s + mask",
+              "0-1": "s = s.masked_fill((1 - mask).bool(), float('-inf'))"}[mask]
+    mix = "torch.einsum('...qk,...kd->...qd', w, v)" if style == "einsum" else "(w @ v)"
+    return ("import math, torch, torch.nn as nn\nclass M(nn.Module):\n"
+            "    def __init__(self, d_model, num_heads):\n        super().__init__()\n"
+            "        self.h, self.dk = num_heads, d_model // num_heads\n"
+            f"        {split[0]}\n        self.out_proj = nn.Linear(d_model, d_model)\n"
+            "    def forward(self, x, attn_mask=None):\n        mask = attn_mask\n"
+            + ("        B, T, D = x.shape\n        lead = (B, T)\n" if batched else
+               "        T, D = x.shape\n        lead = (T,)\n")
+            + "        sp = lambda t: t.view(*lead, self.h, self.dk).transpose(-3, -2)\n"
+            f"        {split[1]}\n        s = {scaled}\n"
+            f"        if mask is not None:\n            {masked}\n"
+            f"        w = torch.softmax(s, dim=-1)\n"
+            f"        return self.out_proj({mix}.transpose(-3, -2).reshape(*lead, D)), w\n")
+
+
+WRITTEN = [(st, sc, m, b) for st in ("einsum", "unbind") for sc in ("sqrt", "power")
+           for m in ("bool", "additive", "0-1") for b in (True, False)]
+
+
+@pytest.mark.parametrize("style,scale,mask,batched", WRITTEN,
+                         ids=["-".join([st, sc, m, "batched" if b else "one-sequence"]) for st, sc, m, b in WRITTEN])
+def test_correct_modules_written_other_ways_pass(cli, tmp_path, style, scale, mask, batched):
+    path = tmp_path / "written.py"
+    path.write_text(_written(style, scale, mask, batched))
+    result = cli("verify", "--module", f"{path}:M", "--mask", "causal", "--d-model", "32", "--heads", "4")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    flat = " ".join(result.stdout.split())
+    assert "Right: it computes what the lecture's module computes." in flat
+    said = {"bool": None, "0-1": "its mask is read as numbers, 1 where a query may attend",
+            "additive": "its mask is added to the scores: 0 where a query may attend, -inf where not"}[mask]
+    assert said is None or said[1:] in flat
+    assert ("unbatched" in flat) is (not batched)
+
+
+@pytest.mark.parametrize("spec,mapping", [
+    ("tests/student/per_head.py:HeadList", "q=heads.*.query, k=heads.*.key, v=heads.*.value, o=proj (by name)"),
+    ("tests/student/per_head.py:LinearLists", "q=q_heads.*, k=k_heads.*, v=v_heads.*, o=out (by name)"),
+])
+def test_per_head_projections_are_found_and_filled_head_by_head(cli, spec, mapping):
+    data = json.loads(cli("verify", "--module", spec, "--mask", "causal", "--d-model", "32", "--heads", "4",
+                          "--format", "json").stdout)
+    assert data["passed"] and data["mapping"] == mapping, data
+
+
+# the step that does the job wrong, role by role ---------------------------------------------
+
+def test_a_missing_job_is_named_after_the_step_it_should_follow(cli, tmp_path):
+    """No scale line: named at the scores line, saying the lecture divides by √d_k after it (with
+    a mask too, whose line then holds wrong numbers for the right reason). A mask applied after
+    the softmax: named at the scale line, saying the lecture masks after it. A NumPy class
+    without the scale: at its scores line, not inside its hand-written softmax."""
+    unscaled = tmp_path / "unscaled.py"
+    unscaled.write_text(open(S[:-1]).read().replace(
+        "        scores = scores / {", "        pass  # scores / {").replace("math.sqrt(self.d_k))", "math.sqrt(self.d_k)"))
+    for mask in ("none", "causal"):
+        data = json.loads(cli("verify", "--module", f"{unscaled}:Correct", "--d-model", "32", "--heads", "4",
+                              "--mask", mask, "--format", "json").stdout)
+        wrong = data["first_wrong_step"]
+        assert (wrong["line"], data["diagnosis"]) == (25, "not scaled at all"), (mask, wrong)
+        assert wrong["missing_after_it"].startswith("after this step the lecture's module divides the scores by √d_k")
+    after = json.loads(cli("verify", "--module", S + "MaskAfterSoftmax", "--d-model", "32", "--heads", "4",
+                           "--mask", "causal", "--format", "json").stdout)["first_wrong_step"]
+    assert after["line"] == 26 and after["missing_after_it"].startswith("after this step the lecture's module masks the scores")
+    numpy = tmp_path / "chapter.py"
+    numpy.write_text(open("examples/chapter_numpy_mha.py").read().replace("scores / self.scale", "scores"))
+    data = json.loads(cli("verify", "--module", f"{numpy}:MultiHeadAttention", "--d-model", "32", "--heads", "4",
+                          "--format", "json").stdout)
+    assert data["diagnosis"] == "not scaled at all"
+    assert data["first_wrong_step"]["source"] == "scores = Qh @ Kh.T", data["first_wrong_step"]
+
+
+R = "tests/student/rope_modules.py:"
+
+
+def test_rope_modules_pass_under_rope_in_either_convention_and_rope_on_v_is_named(cli):
+    """--rope with --module: the lecture's module turns Q and K; a student's RoPE over the two
+    halves passes as it is, one over neighbouring pairs passes as a convention (it is the lecture's
+    with each head's dims reordered), and turning V too is caught at the call that does it."""
+    args = ("--rope", "--mask", "causal", "--d-model", "32", "--heads", "4", "--format", "json")
+    halves = json.loads(cli("verify", "--module", R + "RotaryAttention", *args).stdout)
+    assert halves["passed"] and halves["output_max_abs_diff"] < 1e-12 and not halves["notes"]
+    pairs = json.loads(cli("verify", "--module", R + "RotaryPairs", *args).stdout)
+    assert pairs["passed"] and pairs["output_max_abs_diff"] < 1e-12
+    assert any("a convention, not a mistake" in n for n in pairs["notes"])
+    unturned = json.loads(cli("verify", "--module", R + "RotaryAttention", *args[1:]).stdout)
+    assert not unturned["passed"]  # without --rope the lecture's module does not turn Q and K
+    on_v = cli("verify", "--module", R + "RotaryOnV", *args)
+    data = json.loads(on_v.stdout)
+    assert on_v.exit_code == 1 and data["diagnosis"] == "RoPE applied to V too"
+    assert (data["first_wrong_step"]["line"], data["first_wrong_step"]["called_from"]) == (16, 43)
+    text = " ".join(cli("verify", "--module", R + "RotaryOnV", *args[:-2]).stdout.split())
+    assert "called from line 43 v = self.turn(v) if self.on_v else v" in text

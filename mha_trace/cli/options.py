@@ -80,7 +80,7 @@ class Impl(str, Enum):
     sdpa = "sdpa"
 
 
-RopeOpt = Annotated[bool, typer.Option("--rope", help="Rotary positions (RoPE, as LLaMA): turn Q and K in each head by token position. Example: --rope")]
+RopeOpt = Annotated[bool, typer.Option("--rope", help="Rotary positions (RoPE, as LLaMA): turn Q and K in each head by token position. With verify --module, the lecture's module turns Q and K to check yours. Example: --rope")]
 RopeBaseOpt = Annotated[float | None, typer.Option("--rope-base", help="RoPE's base: pair i turns by position · base^(-2i/d_k) (default 10000, or the config's; LLaMA 10000, SmolLM2 100000). Example: --rope-base 100000")]
 WindowOpt = Annotated[int | None, typer.Option("--window", help="Sliding-window attention (Mistral): a query sees at most W keys, itself included; implies a causal mask. Example: --window 4")]
 ConfigRopeBaseOpt = Annotated[float | None, typer.Option("--rope-base", help="RoPE's base (default: the config's, else 10000). Example: --rope-base 100000")]

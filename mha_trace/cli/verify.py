@@ -28,6 +28,7 @@ def verify(
     Example: mha-trace verify --heads 8 --kv-heads 2 --mask causal --dtype float64
     Example: mha-trace verify --rope --window 4 --kv-heads 2 --dtype float64
     Example: mha-trace verify --module example:l04 --d-model 64 --heads 4
+    Example: mha-trace verify --module my_rope.py:Attention --rope --mask causal
     """
     from dataclasses import replace
 
@@ -50,18 +51,19 @@ def _student(o, map_: str | None):
     """--module: the student's class against the lecture's module, at the sizes or a config."""
     from mha_trace.student import check_module, check_on_config
 
-    if o.rope or o.window or o.impl != "explicit" or o.kv_heads:
-        raise MhaError("--rope, --window, --impl and --kv-heads check the built-in module; "
-                       "with --module give sizes (or --config), --mask and --seed",
-                       quantity="module")
+    if o.window or o.impl != "explicit" or o.kv_heads:
+        raise MhaError("--window, --impl and --kv-heads check the built-in module; with --module "
+                       "give sizes (or --config), --mask, --rope and --seed", quantity="module")
     if o.config is not None:
         from mha_trace.config import load
 
-        return check_on_config(o.module, load(o.config).with_overrides(o.heads, None, o.mask, o.pad),
+        return check_on_config(o.module, load(o.config).with_overrides(
+                                   o.heads, None, o.mask, o.pad, o.rope or None, o.rope_base),
                                o.init, map_)
     given = lambda v, default: default if v is None else v
     return check_module(o.module, given(o.d_model, 64), given(o.heads, 4), given(o.seq, 6),
-                        given(o.batch, 2), given(o.mask, "none"), given(o.seed, 0), o.init, map_)
+                        given(o.batch, 2), given(o.mask, "none"), given(o.seed, 0), o.init, map_,
+                        given(o.rope_base, 10000.0) if o.rope else None)
 
 
 def _builtin(o, map_: str | None):

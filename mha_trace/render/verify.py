@@ -64,7 +64,6 @@ def _first_difference(yours, theirs) -> str:
 
 
 def student_renderables(r) -> list:
-    from mha_trace.output import display_path
 
     table = new_table(f"verify: {r.label} against the lecture's module, the same weights and input "
                       f"(float64)")
@@ -90,21 +89,33 @@ def student_renderables(r) -> list:
     if r.passed:
         lines.append("Right: it computes what the lecture's module computes.")
         return [table, Text("\n".join(lines))]
-    f = r.first_wrong
-    if f is not None:
-        ref = r.reference_step
-        lines += [f"First wrong step: {display_path(f.file)}:{f.line}  {f.source}",
-                  f"  yours: {f.op} {list(f.shape)} {_values(f.value)}",
-                  "  the lecture's: " + (f"{ref.op} {list(ref.shape)} {_values(ref.value)} "
-                                          f"(attention.py:{ref.line} {ref.source})" if ref else "—")]
-        lines += [d for d in [_first_difference(f.value, ref.value if ref else None)] if d]
-    else:
-        lines.append("Every step's numbers appear in the lecture's computation, but forward returns "
-                     "a different tensor as its output.")
+    lines += _first_wrong_lines(r)
     lines.append(f"Diagnosis: {r.diagnosis}." if r.diagnosis else
                  "Diagnosis: none of the known mistakes gives this output exactly.")
     lines.append("Wrong (exit code 1).")
     return [table, Text("\n".join(lines))]
+
+
+def _first_wrong_lines(r) -> list:
+    """Where the student's computation first does a job differently, beside the lecture's step."""
+    from mha_trace.output import display_path
+
+    f, ref = r.first_wrong, r.reference_step
+    if f is None:
+        return ["Every step's numbers appear in the lecture's computation, but forward returns a "
+                "different tensor as its output."]
+    lines = [f"First wrong step: {display_path(f.file)}:{f.line}  {f.source}"]
+    if f.called_from:
+        lines.append(f"  called from line {f.called_from[0]}  {f.called_from[1]}")
+    lines += [f"  yours: {f.op} {list(f.shape)} {_values(f.value)}",
+              "  the lecture's: " + (f"{ref.op} {list(ref.shape)} {_values(ref.value)} "
+                                      f"(attention.py:{ref.line} {ref.source})" if ref else "—")]
+    difference = _first_difference(f.value, ref.value if ref else None)
+    if difference:
+        lines.append(difference)
+    if r.missing:
+        lines.append(f"  {r.missing[0].upper()}{r.missing[1:]}.")
+    return lines
 
 
 def student_data(r) -> dict:
@@ -113,7 +124,9 @@ def student_data(r) -> dict:
             "passed": r.passed, "output_max_abs_diff": r.output_diff,
             "weights_max_abs_diff": r.weights_diff, "tolerance": r.tolerance,
             "first_wrong_step": None if f is None else {
-                "line": f.line, "source": f.source, "op": f.op, "shape": list(f.shape)},
+                "line": f.line, "source": f.source, "op": f.op, "shape": list(f.shape),
+                "called_from": f.called_from[0] if f.called_from else None,
+                "missing_after_it": r.missing},
             "diagnosis": r.diagnosis, "notes": r.notes}
 
 

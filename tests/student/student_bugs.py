@@ -29,7 +29,7 @@ class Base(nn.Module):
             if self.bug == "mask_off_by_one":
                 keep = torch.ones_like(mask).tril(1)
             scores = scores if self.bug == "mask_after" else scores.masked_fill(~keep, float("-inf"))
-        weights = torch.softmax(scores, dim=-2 if self.bug == "axis" else -1)
+        weights = torch.softmax(scores, dim={"axis": -2, "heads_axis": 1}.get(self.bug, -1))
         if mask is not None and self.bug == "mask_after":
             weights = weights.masked_fill(~mask, 0.0)
         context = weights @ (k if self.bug == "weights_k" else v)
@@ -53,4 +53,5 @@ class ScaledBySqrtDModel(Base): bug = "d_model"
 class QInPlaceOfK(Base): bug = "q_for_k"
 class WeightsTimesK(Base): bug = "weights_k"
 class MaskAfterSoftmax(Base): bug = "mask_after"
+class SoftmaxOverHeads(Base): bug = "heads_axis"
 class Correct(Base): bug = ""

@@ -1,0 +1,172 @@
+"""Which job each step of an attention forward pass does, and the first step that does its job
+wrong: a student's trace is compared with the lecture's role by role (q/k/v projection, head
+split, RoPE, scores, scale, mask, softmax, weights·V, head merge, output projection), layout
+included, so a mistake is named at the line that makes it.
+
+A step's role comes from its op and where it falls: before the T × T scores everything is a
+projection, a change of layout or (elementwise) RoPE; between the scores and the softmax a
+division or product is the scale and a fill, `where` or sum is the mask; after the softmax a
+product with the weights is weights·V; a projection after that is the output projection.
+"""
+
+import numpy as np
+import torch
+
+LAYOUT_OPS = ("view", "reshape", "contiguous", "transpose", "permute", "flatten", "swapaxes",
+              "index", "getitem", "split", "chunk", "unbind", "unsqueeze", "squeeze", "copy",
+              "clone", "T", "mT", "cat", "concatenate", "hstack", "stack", "unflatten")
+MATMULS = ("matmul", "bmm", "mm", "einsum", "baddbmm", "dot", "tensordot", "rmatmul")
+SCALES = ("div", "mul", "true_divide", "divide", "multiply", "rdiv", "rmul")
+MASKS = ("masked_fill", "masked_fill_", "where", "add", "radd")
+SOFTMAX = ("softmax", "_softmax", "exp", "max", "amax", "sub", "subtract", "log_softmax")
+PRE_SOFTMAX = ("scores", "scale", "mask")
+
+
+def tag(steps, seq: int) -> list[str]:
+    """One role per step ("input", "layout", "projection", "rope", "scores", "scale", "mask",
+    "softmax", "weights·V", "output"). A loop over heads goes round again: a T × T product after
+    weights·V is the next head's scores."""
+    roles, phase = [], "before"
+    for s in steps:
+        op, square = s.op, len(s.shape) >= 2 and s.shape[-1] == s.shape[-2] == seq
+        if op == "input":
+            role = "input"
+        elif "bool" in s.dtype:
+            role = None  # a mask being made
+        elif phase == "scores" and op in SOFTMAX or phase == "softmax" and op not in MATMULS:
+            role, phase = ("mask" if op in MASKS[:3] else "softmax"), "softmax"
+        elif phase == "scores" and op in SCALES + MASKS:
+            role = "scale" if op in SCALES else "mask"
+        elif op in LAYOUT_OPS:
+            role = "layout"
+        elif op in MATMULS and phase == "softmax":
+            role, phase = "weights·V", "after"
+        elif op in MATMULS and square and phase != "scores":
+            role, phase = "scores", "scores"
+        elif op in MATMULS + ("linear",):
+            role = "projection" if phase == "before" else "output"
+        else:
+            role = "rope" if phase == "before" else None
+        roles.append(role)
+    return roles
+
+
+def values_match(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same numbers, whatever the layout: (B, T, H, d_k) and (B, H, T, d_k) hold the same, and
+    one head's slice (a NumPy class splits per head) holds part of the reference's tensor."""
+    if a.numel() == 0 or b.numel() < a.numel():
+        return False
+    x, y = a.detach().double().flatten().sort().values, b.detach().double().flatten().sort().values
+    if a.numel() == b.numel():
+        return bool(torch.allclose(x, y, rtol=1e-6, atol=1e-9, equal_nan=True))
+    if b.numel() % a.numel():
+        return False
+    found = np.isin(np.round(x.numpy(), 7), np.round(y.numpy(), 7))
+    return bool(found.all())
+
+
+def _holds(step, candidates) -> bool:
+    """Whether one of the candidate steps holds the step's numbers: element by element where the
+    shapes agree (right numbers in the wrong places are wrong), else as values, layouts aside."""
+    same = [r.value for r in candidates if tuple(r.value.shape) == tuple(step.value.shape)]
+    if same:
+        return any(torch.allclose(step.value.double(), r.double(), rtol=1e-6, atol=1e-9,
+                                  equal_nan=True) for r in same)
+    return any(values_match(step.value, r.value) for r in candidates)
+
+
+# a step of one role is right if it equals a lecture step of one of these (scores of a
+# pre-scaled Q equal the lecture's scaled scores; a mask after the softmax leaves it as it is)
+SAME_JOB = {"scores": PRE_SOFTMAX, "scale": ("scale", "mask"), "mask": ("mask",),
+            "softmax": ("softmax", "mask"), "weights·V": ("weights·V",),
+            "output": ("output",), "rope": ("rope",)}
+
+
+def _checked(i: int, roles: list) -> bool:
+    """Steps inside a role done in several ops (a softmax written by hand, RoPE's halves) are
+    not compared: only the last of the run, the value the next job takes in."""
+    after = [r for r in roles[i + 1:] if r is not None]
+    run_goes_on = bool(after) and after[0] == roles[i]
+    return not (roles[i] in ("softmax", "rope") and run_goes_on)
+
+
+def _chains(steps, roles) -> list:
+    """The steps between the scores and each softmax (scores, scale and mask, in any order), the
+    last of each being what that softmax takes in."""
+    chains, chain = [], []
+    for s, role in zip(steps, roles):
+        if role in PRE_SOFTMAX and s.value is not None:
+            chain.append(s)
+        elif role == "softmax" and chain:
+            chains.append(chain)
+            chain = []
+    return chains
+
+
+def first_wrong_step(student_steps, reference_steps) -> tuple:
+    """(the student's first step that does its job differently from the lecture's module, the
+    lecture's step of that job, a note or None), or (None, None, None)."""
+    seq = next(s.shape[-2] for s in reference_steps if s.op == "input")
+    known = [s for s in reference_steps if s.value is not None]
+    ref_roles = dict(zip((s.index for s in known), tag(known, seq)))
+    ref_chain = (_chains(known, [ref_roles[s.index] for s in known]) or [[]])[0]
+    roles = tag(student_steps, seq)
+    chains = {c[-1].index: c for c in _chains(student_steps, roles)}
+    for i, step in enumerate(student_steps):
+        role = roles[i]
+        if step.index in chains and ref_chain:
+            found = _chain_verdict(chains[step.index], ref_chain, roles, student_steps, ref_roles)
+            if found:
+                return found
+        if role in ("input", *PRE_SOFTMAX) or step.value is None \
+                or step.value.dtype == torch.bool or not _checked(i, roles):
+            continue
+        jobs = SAME_JOB.get(role, ())
+        candidates = [r for r in known if ref_roles[r.index] in jobs]
+        if not candidates and role == "rope":
+            continue  # elementwise work the lecture's module has no counterpart for (Q scaled early)
+        if not _holds(step, candidates or known):
+            return step, counterpart(step, role, known, ref_roles), None
+    return None, None, None
+
+
+def _chain_verdict(chain, ref_chain, roles, steps, ref_roles):
+    """Scores, scale and mask may come in any order; only what reaches the softmax must be the
+    lecture's. When it is not: the step after the last one the lecture's chain holds, if it does
+    the lecture's next job (wrongly); else that last right step, with the job left out after it."""
+    role_of = {s.index: r for s, r in zip(steps, roles)}
+    if _holds(chain[-1], [ref_chain[-1]]):
+        return None
+    matched = [(j, k) for j, s in enumerate(chain) for k, r in enumerate(ref_chain)
+               if _holds(s, [r])]
+    if not matched:
+        return chain[0], ref_chain[0], None
+    j, k = max(matched)
+    nxt = ref_chain[k + 1:]
+    if not nxt:  # the lecture's chain is done, and a step after it changes the scores again
+        return chain[min(j + 1, len(chain) - 1)], ref_chain[-1], None
+    if role_of[chain[j].index] == ref_roles[nxt[0].index] != "scores":
+        return chain[j], nxt[0], None  # the job is there, done wrong (scores / 1)
+    if j + 1 < len(chain) and role_of[chain[j + 1].index] == ref_roles[nxt[0].index]:
+        return chain[j + 1], nxt[0], None
+    done_after = {role_of[s.index] for s in chain[j + 1:]}
+    left_out = [r for r in nxt if ref_roles[r.index] not in done_after] or nxt
+    jobs = " and ".join(dict.fromkeys(JOB_WORDS[ref_roles[r.index]] for r in left_out))
+    where = ", ".join(dict.fromkeys(f"{r.file.rsplit('/', 1)[-1]}:{r.line}" for r in left_out))
+    return chain[j], left_out[0], (f"after this step the lecture's module {jobs} ({where}); "
+                                   f"yours does not before the softmax")
+
+
+JOB_WORDS = {"scale": "divides the scores by √d_k", "mask": "masks the scores",
+             "scores": "computes the scores"}
+
+
+def counterpart(step, role, reference_steps, ref_roles):
+    """The lecture's step that does the student's step's job: the same role and shape; else, for
+    a change of layout, the lecture's change of layout to that shape (a .reshape where the
+    lecture's module has .view); else the same role; else a step of that shape."""
+    same_role = [r for r in reference_steps if ref_roles[r.index] == role and r.op != "input"]
+    same_shape = [r for r in reference_steps if r.shape == step.shape and r.op != "input"]
+    both = [r for r in same_role if r.shape == step.shape]
+    same_op = [r for r in both if r.op == step.op]
+    return (same_op or both or same_role or same_shape or [None])[0]

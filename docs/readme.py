@@ -1,5 +1,6 @@
-"""Keep the README's examples real: every ``` block that starts with `$ mha-trace ...` holds
-exactly what that command prints (piped, no colour). Blocks fenced as ```text are illustrations.
+"""Keep the README's and the guide's examples real: every ``` block that starts with
+`$ mha-trace ...` in README.md or docs/*.md holds exactly what that command prints (piped, no
+colour). Blocks fenced as ```text are illustrations.
 
     python docs/readme.py            # rewrite the blocks from the current output
     python docs/readme.py --check    # exit 1 and name the blocks that differ
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+PAGES = [README, *sorted(README.parent.glob("docs/*.md"))]
 BLOCK = re.compile(r"```\n\$ (mha-trace[^\n]*)\n(.*?)```", re.S)
 
 
@@ -33,14 +35,15 @@ def blocks(text: str):
 
 
 def main() -> int:
-    text = README.read_text()
     if "--check" in sys.argv:
-        stale = [cmd for _, cmd, body in blocks(text) if output(cmd) != body]
-        for cmd in stale:
-            print(f"README block differs from the real output: $ {cmd}")
+        stale = [(page.name, cmd) for page in PAGES for _, cmd, body in blocks(page.read_text())
+                 if output(cmd) != body]
+        for name, cmd in stale:
+            print(f"{name}: a block differs from the real output: $ {cmd}")
         return 1 if stale else 0
-    new = BLOCK.sub(lambda m: f"```\n$ {m.group(1)}\n{output(m.group(1))}```", text)
-    README.write_text(new)
+    for page in PAGES:
+        text = page.read_text()
+        page.write_text(BLOCK.sub(lambda m: f"```\n$ {m.group(1)}\n{output(m.group(1))}```", text))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Chapter 2 "Multi-Head Attention", NumPy implementation (seed 002), as written.
+"""Chapter 2 "Multi-Head Attention", NumPy implementation, as written.
 
 The class and the shared example are the chapter's; its demo run is kept under __main__ so
 that importing the file (as --module does) prints nothing. Inputs are unbatched (N, d_model).

@@ -1,4 +1,4 @@
-"""Chapter 2 "Multi-Head Attention", PyTorch implementation (seed 002), as written.
+"""Chapter 2 "Multi-Head Attention", PyTorch implementation, as written.
 
 Note its order: it returns (weights, output), and its mask is True where attention is *blocked*.
 """

@@ -1,4 +1,4 @@
-""""Code It Like You Mean It" (seed 001), as written: forward(x, mask) and a module-level helper."""
+""""Code It Like You Mean It", as written: forward(x, mask) and a module-level helper."""
 
 import torch
 import torch.nn as nn

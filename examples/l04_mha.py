@@ -1,4 +1,4 @@
-"""L04 lecture notes, "Implementation in PyTorch" (seed 000), as written."""
+"""L04 lecture notes, "Implementation in PyTorch", as written."""
 
 import math
 import torch

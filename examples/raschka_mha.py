@@ -1,4 +1,4 @@
-"""Chapter 2.3, "Parallel Views of Meaning" (seed 003), as written: forward(Q, K, V, mask)."""
+"""Chapter 2.3, "Parallel Views of Meaning", as written: forward(Q, K, V, mask)."""
 
 import torch
 import torch.nn as nn

@@ -1,4 +1,4 @@
-""""Multi-Head Attention Dimensional Splitting" reference sheet (seed 004), as written: forward(x)."""
+""""Multi-Head Attention Dimensional Splitting" reference sheet, as written: forward(x)."""
 
 import torch
 import torch.nn as nn

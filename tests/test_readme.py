@@ -1,6 +1,8 @@
-"""The README shows real output: each `$ mha-trace ...` block is what the command prints now."""
+"""The README and the guide in docs/ show real output: each `$ mha-trace ...` block is what the
+command prints now; the README is a first read, with the two set-up commands first."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -8,21 +10,48 @@ import pytest
 spec = importlib.util.spec_from_file_location("readme", Path(__file__).parent.parent / "docs" / "readme.py")
 readme = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(readme)
-BLOCKS = [(cmd, body) for _, cmd, body in readme.blocks(readme.README.read_text())]
+BLOCKS = [(page.name, cmd, body) for page in readme.PAGES
+          for _, cmd, body in readme.blocks(page.read_text())]
+ROOT = Path(__file__).parent.parent
 
 
-def test_readme_has_examples_of_every_command():
-    commands = {cmd.split()[1] for cmd, _ in BLOCKS}
-    assert commands >= {"shapes", "heads", "explain", "compare", "ablate", "configs", "cost", "verify"}
+def test_the_guide_has_examples_of_every_command():
+    commands = {cmd.split()[1] for _, cmd, _ in BLOCKS}
+    assert commands >= {"shapes", "heads", "explain", "compare", "ablate", "configs", "cost", "verify",
+                        "survey", "predict"}
 
 
-def test_readme_starts_with_the_two_setup_commands():
-    lines = readme.README.read_text().splitlines()
-    assert lines[3].endswith("&& mha-trace shapes")
-    run = Path(__file__).parent.parent / ".ci" / "run"
-    assert lines[4] in run.read_text().splitlines()  # CI runs exactly the README's test command
+def test_readme_starts_with_the_two_setup_commands_each_on_its_own():
+    """The first code block installs and runs; the second is exactly what CI runs."""
+    text = readme.README.read_text()
+    blocks = [b.strip() for b in text.split("```bash\n")[1:3]]
+    install, test = (b.split("\n```")[0] for b in blocks)
+    assert "\n" not in install and install.endswith("&& mha-trace shapes") and "[plot]" in install
+    assert "\n" not in test and test in (ROOT / ".ci" / "run").read_text().splitlines()
+    assert text.index("```bash") < 300  # the first thing a reader sees
 
 
-@pytest.mark.parametrize("command,body", BLOCKS, ids=[c for c, _ in BLOCKS])
-def test_readme_block_is_real_output(command, body):
+def test_readme_is_a_first_read_and_links_every_page_of_the_guide():
+    text = readme.README.read_text()
+    assert len(text.splitlines()) <= 300
+    pages = sorted(p.name for p in (ROOT / "docs").glob("*.md") if p.name != "README.md")
+    assert all(f"(docs/{p})" in text for p in pages), pages
+    index = (ROOT / "docs" / "README.md").read_text()
+    assert all(f"({p})" in index for p in pages)
+
+
+def test_every_relative_link_in_the_guide_leads_to_a_file():
+    for page in readme.PAGES:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / target).exists(), f"{page.name}: {target}"
+
+
+@pytest.mark.parametrize("page,command,body", BLOCKS, ids=[f"{p}: {c}" for p, c, _ in BLOCKS])
+def test_readme_block_is_real_output(page, command, body):
     assert readme.output(command) == body, "python docs/readme.py refreshes the README"
+
+
+def test_sources_are_named_by_their_titles_not_internal_file_names():
+    shown = readme.output("mha-trace examples") + "".join(p.read_text() for p in readme.PAGES)
+    assert "L04 lecture notes" in shown and 'the chapter "Multi-Head Attention"' in readme.README.read_text()
+    assert not re.search(r"seed 00\d|seeds/|\d{3}_[0-9a-f]{16}", shown)

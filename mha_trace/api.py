@@ -93,7 +93,7 @@ def compare(config=None, head_counts=(1, 2, 4), **options):
     return Comparison(run_compare(config_of(o), counts, o.device or "cpu"))
 
 
-def verify(module=None, *, map: str | None = None, **options):
+def verify(module=None, *, map: str | None = None, mask_means: str = "any", **options):
     """The built-in module (or your class, or 'FILE.py:Class') against independent references:
     numpy by hand, nn.MultiheadAttention and F.scaled_dot_product_attention. `.passed` says it.
 
@@ -110,11 +110,11 @@ def verify(module=None, *, map: str | None = None, **options):
 
             return verify_config(config_of(o), o.dtype or "float64", o.device or "cpu")
         return verify_sizes(sizes_of(o))
-    from mha_trace.student import check_module
+    from dataclasses import replace
 
-    pick = lambda value, default: default if value is None else value
-    return check_module(module, pick(o.d_model, 64), pick(o.heads, 4), pick(o.seq, 6),
-                        pick(o.batch, 2), pick(o.mask, "none"), pick(o.seed, 0), o.init, map)
+    from mha_trace.student import check
+
+    return check(replace(o, module=module), map, mask_means)
 
 
 def cost(preset: str | None = None, **dims):

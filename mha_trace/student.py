@@ -305,6 +305,31 @@ class StudentReport:
             self.weights_diff is None or self.weights_diff <= self.tolerance)
 
 
+def check(o, given_map: str | None = None, mask_means: str = "any") -> StudentReport:
+    """The student's class (o.module) against the lecture's module, at the sizes the run options
+    give (64 wide, 4 heads, 6 tokens, a batch of 2 when not given) or on a config."""
+    from dataclasses import replace
+
+    if o.window or o.impl not in (None, "explicit") or o.kv_heads:
+        raise MhaError("--window, --impl and --kv-heads check the built-in module; with --module "
+                       "give sizes (or --config), --mask, --rope and --seed", quantity="module")
+    if mask_means not in MASK_WAYS:
+        raise MhaError(f"'{mask_means}' is not one of {', '.join(MASK_WAYS)}",
+                       quantity="mask-means")
+    if o.config is not None:
+        from mha_trace.config import load
+
+        config = load(o.config).with_overrides(o.heads, None, o.mask, o.pad, o.rope or None,
+                                               o.rope_base)
+        return check_on_config(o.module, config, o.init, given_map)
+    pick = lambda value, default: default if value is None else value
+    sizes = replace(o, d_model=pick(o.d_model, 64), heads=pick(o.heads, 4), seq=pick(o.seq, 6),
+                    batch=pick(o.batch, 2), mask=pick(o.mask, "none"), seed=pick(o.seed, 0))
+    return check_module(o.module, sizes.d_model, sizes.heads, sizes.seq, sizes.batch, sizes.mask,
+                        sizes.seed, o.init, given_map, pick(o.rope_base, 10000.0) if o.rope
+                        else None, mask_means)
+
+
 def check_on_config(spec: str, config, init: str | None, given_map: str | None) -> StudentReport:
     """The student's module on a config: an explicit one's own Q, K, V go to both sides (the
     reference with identity projections, as `heads --config` runs it); a generated one gives the
@@ -355,7 +380,7 @@ def trace_reference(reference, reference_run):
 
 def check_module(spec: str, d_model: int, heads: int, seq: int, batch: int, mask_kind: str,
                  seed: int, init: str | None, given_map: str | None,
-                 rope_base: float | None = None) -> StudentReport:
+                 rope_base: float | None = None, mask_means: str = "any") -> StudentReport:
     """Build the student's module and the reference at the same sizes, share the weights, compare.
     A bare square weight matrix runs as x @ W and as x @ W.T: both are tried, and the one under
     which more of the computation is right is reported. With `rope_base` the lecture's module
@@ -365,15 +390,15 @@ def check_module(spec: str, d_model: int, heads: int, seq: int, batch: int, mask
     sizes = Sizes(batch=batch, seq=seq, d_model=d_model, heads=heads, mask=mask_kind,
                   dtype="float64", seed=seed, rope=rope_base is not None,
                   rope_base=rope_base or 10000.0)
-    reports = _each_way(from_module(spec, sizes, init), sizes, given_map)
+    reports = _each_way(from_module(spec, sizes, init), sizes, given_map, mask_means)
     report = max(reports, key=lambda r: (r.passed, r.first_wrong.index if r.first_wrong else 1e9,
                                          -r.output_diff))
     if report.candidates:
-        _confirm_at_a_second_size(report, spec, sizes, init, given_map)
+        _confirm_at_a_second_size(report, spec, sizes, init, given_map, mask_means)
     return report
 
 
-def _confirm_at_a_second_size(report, spec, sizes, init, given_map) -> None:
+def _confirm_at_a_second_size(report, spec, sizes, init, given_map, mask_means) -> None:
     """Name a mistake only if it gives the student's numbers at twice the width too (d_k doubles,
     √d_model does not): one size can make two mistakes look the same."""
     from dataclasses import replace
@@ -389,7 +414,7 @@ def _confirm_at_a_second_size(report, spec, sizes, init, given_map) -> None:
         report.notes.append(f"the diagnosis was seen at d_model={sizes.d_model} only (your "
                             f"--init fixes the sizes)")
         return
-    seen = {c for r in _each_way(run, second, given_map) for c in r.candidates}
+    seen = {c for r in _each_way(run, second, given_map, mask_means) for c in r.candidates}
     both = [c for c in report.candidates if c in seen]
     report.diagnosis = both[0] if both else None
     if not both:
@@ -400,7 +425,8 @@ def _confirm_at_a_second_size(report, spec, sizes, init, given_map) -> None:
 @dataclass(frozen=True)
 class Way:
     """How the student's module is read and fed: a bare square matrix as x @ W.T or x @ W; the
-    mask as booleans (True: may attend), as 1/0 or added (0 / -inf); a batch or one sequence."""
+    mask as booleans (True: may attend, or True: blocked), as 1/0 or added (0 / -inf); a batch
+    or one sequence."""
 
     transposed: bool = False
     mask_as: str = "bool"
@@ -409,12 +435,21 @@ class Way:
     def notes(self) -> list:
         mask = {"0-1": "its mask is read as numbers, 1 where a query may attend and 0 where not",
                 "additive": "its mask is added to the scores: 0 where a query may attend, -inf "
-                            "where not"}.get(self.mask_as)
+                            "where not",
+                "blocked": "its mask means True where a query may NOT attend (the convention of "
+                           "the chapter \"Multi-Head Attention\" and nn.MultiheadAttention; the "
+                           "lecture's is True where it may), and it was fed so; if you meant True "
+                           "where it may, the mask is inverted (--mask-means keep checks that)"
+                }.get(self.mask_as)
         one = "it takes one sequence (T, d_model), so it was fed one, unbatched"
         return [n for n in (mask, one if self.unbatched else None) if n]
 
 
-def _each_way(run, sizes, given_map: str | None) -> list:
+MASK_WAYS = {"any": ("bool", "blocked", "0-1", "additive"), "keep": ("bool", "0-1", "additive"),
+             "blocked": ("blocked",)}
+
+
+def _each_way(run, sizes, given_map: str | None, mask_means: str = "any") -> list:
     """The student's module checked the usual way and, when it is not right that way, the other
     ways a correct module may be written: a bare square matrix used as x @ W (not x @ W.T), a mask
     of numbers, one sequence rather than a batch. A way that does not run is left out; if none
@@ -423,11 +458,11 @@ def _each_way(run, sizes, given_map: str | None) -> list:
     mapping = find_projections(module, sizes.d_model, given_map) if _weights(module) or given_map \
         else None
     turns = (False, True) if mapping is not None and _square_matrices(mapping) else (False,)
-    masks = ("bool",) if sizes.mask == "none" else ("bool", "0-1", "additive")
+    masks = ("bool",) if sizes.mask == "none" else MASK_WAYS[mask_means]
     batches = (False,) if run.numpy else (False, True)
-    usual = [Way(t) for t in turns]
+    usual = [Way(t, masks[0]) for t in turns]
     others = [Way(t, m, u) for u in batches for m in masks for t in turns
-              if (m, u) != ("bool", False)]
+              if (m, u) != (masks[0], False)]
     reports, error = [], None
     for way in usual:
         try:
@@ -503,7 +538,9 @@ def _mask_as(mask, kind: str, numpy: bool):
     """The boolean mask (True: may attend) as the student's module takes it."""
     if mask is None:
         return None
-    if kind != "bool":
+    if kind == "blocked":
+        mask = ~mask
+    elif kind != "bool":
         mask = mask.double() if kind == "0-1" else torch.zeros(mask.shape, dtype=torch.float64) \
             .masked_fill(~mask, float("-inf"))
     return mask.numpy() if numpy else mask

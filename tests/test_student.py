@@ -15,6 +15,7 @@ S = "tests/student/student_bugs.py:"
     ("torch.nn:MultiheadAttention", ("--mask", "causal")),
     ("example:l04", ()), ("example:committee", ("--mask", "causal")), ("example:raschka", ()),
     ("example:reference_sheet", ()), (S + "Correct", ("--mask", "causal")),
+    ("example:chapter_numpy", ()), ("example:chapter_torch", ("--mask", "causal")),  # NumPy without weights
 ])
 def test_correct_modules_pass(cli, spec, args):
     result = cli("verify", "--module", spec, "--d-model", "32", "--heads", "4", *args, "--format", "json")
@@ -28,7 +29,7 @@ def test_correct_modules_pass(cli, spec, args):
     ("NotScaled", (), "not scaled at all", 26),
     ("WrongAxis", (), "softmax over the queries instead of the keys", 32),
     ("MergedWithoutTranspose", (), "heads merged without transposing back", 37),
-    ("MaskInverted", ("--mask", "causal"), "mask inverted", 31),
+    ("MaskInverted", ("--mask", "causal", "--mask-means", "keep"), "mask inverted", 31),
     ("MaskOffByOne", ("--mask", "causal"), "mask off by one (a query sees one key ahead)", 31),
     ("KNotTransposed", ("--seq", "8"), "K not transposed", 25),
     ("NoWO", (), "W_O missing", None),
@@ -125,11 +126,18 @@ def test_verify_checks_a_numpy_class_and_finds_its_bug(cli, tmp_path):
 
 
 def test_the_chapters_torch_class_is_told_its_mask_convention(cli):
-    """It takes True as *blocked*: under a causal mask the check names that."""
-    assert cli("verify", "--module", "example:chapter_torch", "--d-model", "8", "--heads", "2").exit_code == 0
-    data = json.loads(cli("verify", "--module", "example:chapter_torch", "--d-model", "8", "--heads",
-                          "2", "--mask", "causal", "--format", "json").stdout)
-    assert data["diagnosis"] == "mask inverted"
+    """It takes True as *blocked* (as nn.MultiheadAttention does): it is right under that
+    convention and told so; held to the lecture's (--mask-means keep) its mask is inverted."""
+    args = ("verify", "--module", "example:chapter_torch", "--d-model", "8", "--heads", "2", "--mask", "causal")
+    data = json.loads(cli(*args, "--format", "json").stdout)
+    assert data["passed"] and any(n.startswith("its mask means True where a query may NOT attend")
+                                  for n in data["notes"])
+    held = cli(*args, "--mask-means", "keep", "--format", "json")
+    assert held.exit_code == 1 and json.loads(held.stdout)["diagnosis"] == "mask inverted"
+    blocked = json.loads(cli(*args, "--mask-means", "blocked", "--format", "json").stdout)
+    assert blocked["passed"]
+    refused = cli("verify", "--mask-means", "keep")
+    assert refused.exit_code == 2 and "--mask-means" in refused.stderr
 
 
 @pytest.mark.parametrize("spec", ["example:chapter_torch", "example:chapter_numpy", "example:raschka"])

@@ -16,6 +16,7 @@ from mha_trace.output import Output, emit
 def verify(
     config: Annotated[str | None, typer.Option("--config", "-c", help="Verify on a config's Q, K, V (or generated input) instead of random sizes from flags; --heads, --kv-heads, --mask and --pad override the config's. Example: --config chicken-road")] = None,
     map_: Annotated[str | None, typer.Option("--map", help="With --module: which of your layers is which projection, when names and shapes do not tell. Example: --map 'q=W_Q,k=W_K,v=W_V,o=W_O'")] = None,
+    mask_means: Annotated[str, typer.Option("--mask-means", help="With --module and a mask: what your module's boolean mask means. keep: True where a query may attend (the lecture's); blocked: True where it may not (nn.MultiheadAttention's, the chapter's class's); any: both are tried, and the one that matches is said. Example: --mask-means keep")] = "any",
     o=None,
     out: Output = None,
 ):
@@ -33,7 +34,12 @@ def verify(
     from dataclasses import replace
 
     o = replace(o, config=config)
-    report = _student(o, map_) if o.module else _builtin(o, map_)
+    if o.module:
+        from mha_trace.student import check
+
+        report = check(o, map_, mask_means)
+    else:
+        report = _builtin(o, map_, mask_means)
     if o.module:
         from mha_trace.render.verify import student_data, student_renderables
 
@@ -47,32 +53,13 @@ def verify(
         raise typer.Exit(1)
 
 
-def _student(o, map_: str | None):
-    """--module: the student's class against the lecture's module, at the sizes or a config."""
-    from mha_trace.student import check_module, check_on_config
-
-    if o.window or o.impl != "explicit" or o.kv_heads:
-        raise MhaError("--window, --impl and --kv-heads check the built-in module; with --module "
-                       "give sizes (or --config), --mask, --rope and --seed", quantity="module")
-    if o.config is not None:
-        from mha_trace.config import load
-
-        return check_on_config(o.module, load(o.config).with_overrides(
-                                   o.heads, None, o.mask, o.pad, o.rope or None, o.rope_base),
-                               o.init, map_)
-    given = lambda v, default: default if v is None else v
-    return check_module(o.module, given(o.d_model, 64), given(o.heads, 4), given(o.seq, 6),
-                        given(o.batch, 2), given(o.mask, "none"), given(o.seed, 0), o.init, map_,
-                        given(o.rope_base, 10000.0) if o.rope else None)
-
-
-def _builtin(o, map_: str | None):
+def _builtin(o, map_: str | None, mask_means: str):
     """The built-in module against the references, at sizes from flags or on a config."""
     from mha_trace.references import verify_config, verify_sizes
     from mha_trace.resolve import config_of, sizes_of
 
-    if map_ or o.init:
-        raise MhaError("--map and --init go with --module")
+    if map_ or o.init or mask_means != "any":
+        raise MhaError("--map, --mask-means and --init go with --module")
     if o.config is None:
         return verify_sizes(sizes_of(o))
     fixed = [f for f, v in (("--batch", o.batch), ("--seq", o.seq), ("--d-model", o.d_model),

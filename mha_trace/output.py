@@ -47,6 +47,7 @@ class Output:
     png: str | None = None  # per-head heatmaps (heads, explain, compare)
     theme: str = "dark"  # for --svg, --html and --png: "light" (slides) or "dark"
     step: bool = False  # --step: one table row or section per key press on a terminal
+    scale: float | None = None  # --scale: the top of --png's colour scale (None: its largest)
 
 
 class Shows:
@@ -128,9 +129,19 @@ def make_console(out: Output, file=None) -> Console:
 
 def new_table(title: str | None = None, **kwargs) -> Table:
     """The house style: a rule under the header, no outer frame, readable without colour."""
-    return Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                 padding=(0, 1), collapse_padding=True, title_justify="left",
-                 title_style="bold", header_style="bold cyan", border_style="cyan", **kwargs)
+    style = dict(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
+                 collapse_padding=True, title_justify="left", title_style="bold",
+                 header_style="bold cyan", border_style="cyan")
+    return Table(title=title, **(style | kwargs))
+
+
+def natural_width(renderable) -> int:
+    """How wide a renderable prints when nothing forces it narrower."""
+    console = Console(file=io.StringIO(), width=1000, color_system=None, markup=False,
+                      force_jupyter=False)  # in a notebook it would display, not measure
+    with console.capture() as captured:
+        console.print(renderable)
+    return max((len(line.rstrip()) for line in captured.get().splitlines()), default=0)
 
 
 def display_path(path: str) -> str:
@@ -256,30 +267,33 @@ def _titled(r) -> list:
         [Text(str(caption))] if caption else [])
 
 
-def _pieces(console: Console, part) -> list[str]:
-    """What one renderable prints, in the pieces --step reveals: a table row by row (its title
-    and header first; a row's wrapped lines stay together), anything else whole."""
+def _pieces(console: Console, part) -> list[tuple[str, str | None]]:
+    """What one renderable prints, in the pieces --step reveals, each with the table header it
+    sits under (None for anything but a table row): a table row by row (its header first; a
+    row's wrapped lines stay together), anything else whole."""
     with console.capture() as captured:
         console.print(part)
     lines = captured.get().splitlines(keepends=True)
     if not isinstance(part, Table):
-        return ["".join(lines)]
+        return [("".join(lines), None)]
     plain = [_ANSI.sub("", line) for line in lines]
     rule = next((i for i, p in enumerate(plain) if p.strip() and set(p.strip()) <= set("─━═")),
                 None)
     if rule is None:
-        return ["".join(lines)]
-    pieces = ["".join(lines[:rule + 1])]
+        return [("".join(lines), None)]
+    header = "".join(lines[:rule + 1])
+    rows = []
     for line, p in zip(lines[rule + 1:], plain[rule + 1:]):
-        if p[:4].strip() or not pieces[1:]:  # a new row starts in the first column
-            pieces.append(line)
+        if p[:4].strip() or not rows:  # a new row starts in the first column
+            rows.append(line)
         else:
-            pieces[-1] += line
-    return pieces
+            rows[-1] += line
+    return [(header, None)] + [(row, header) for row in rows]
 
 
 def _print_stepwise(console: Console, renderables: list) -> None:
-    """--step: print a piece, wait for a key (q shows the rest at once), print the next."""
+    """--step: print a piece, wait for a key (q shows the rest at once), print the next. When
+    a table's header has scrolled off the screen, it is printed again above the next row."""
     import termios
     import tty
 
@@ -291,12 +305,17 @@ def _print_stepwise(console: Console, renderables: list) -> None:
         for j, part in enumerate(_titled(r)):
             found = _pieces(console, part)
             if i and not j:
-                found[0] = "\n" + found[0]
+                found[0] = ("\n" + found[0][0], found[0][1])
             pieces += found
+    below = 0  # lines printed since the current header
     try:
         tty.setcbreak(fd)
-        for k, piece in enumerate(pieces):
+        for k, (piece, header) in enumerate(pieces):
+            if header and below + piece.count("\n") > console.height - 2:
+                console.file.write(header)
+                below = 0
             console.file.write(piece)
+            below = below + piece.count("\n") if header else 0
             if k == len(pieces) - 1:
                 break
             console.file.write(prompt if console.no_color else f"\x1b[2m{prompt}\x1b[0m")
@@ -304,7 +323,7 @@ def _print_stepwise(console: Console, renderables: list) -> None:
             key = os.read(fd, 1)
             console.file.write("\r\x1b[2K")
             if key in (b"q", b"Q"):
-                console.file.write("".join(pieces[k + 1:]))
+                console.file.write("".join(p for p, _ in pieces[k + 1:]))
                 break
             if key == b"\x03":
                 raise KeyboardInterrupt

@@ -1,8 +1,9 @@
 """PNG heatmaps for slides, with matplotlib (an optional extra, imported only for --png).
 
-Made to be read from the back of a room at 1920×1080: at most four heads per row, axes labelled
-query and key, large type, one colour scale per figure with its colour bar (the viridis ramp the
-terminal uses), masked cells hatched, and a light or a dark theme (slides are usually white).
+Made to be read from the back of a room: every picture is one 1920×1080 slide, its panels in the
+grid that gives them the most room, labels of at least 18 px, one colour scale per slide from 0
+with its colour bar (the viridis ramp the terminal uses), masked cells hatched, and a light or a
+dark theme (slides are usually white).
 """
 
 import contextlib
@@ -86,7 +87,8 @@ def layer_paths(path: str, layers: int) -> list[str]:
 
 
 def save_model(path: str, title: str, tokens: list, weights, causal: bool,
-               decimals: int = 4, theme: str = "light", on_figure=lambda: None) -> list[str]:
+               decimals: int = 4, theme: str = "light", on_figure=lambda: None,
+               top: float | None = None) -> list[str]:
     """A model's heads for slides: `path` gets the overview grid (every layer.head as a small
     tile on one colour scale), and one figure per layer goes beside it (layer_paths), all
     written at the end (`on_figure()` after each is made). Returns the files, the overview first."""
@@ -102,13 +104,13 @@ def save_model(path: str, title: str, tokens: list, weights, causal: bool,
         for l, layer_path in enumerate(paths):
             save_heatmaps(layer_path, f"{title}, layer {l + 1}",
                           [(f"head {l + 1}.{h + 1}", tokens, tokens, w[l, h], mask)
-                           for h in range(H)], decimals, theme)
+                           for h in range(H)], decimals, theme, top=top)
             on_figure()
-        save_overview(path, title, w, mask, theme)
+        save_overview(path, title, w, mask, theme, top)
     return [path, *paths]
 
 
-def save_overview(path: str, title: str, w, mask, theme: str) -> None:
+def save_overview(path: str, title: str, w, mask, theme: str, top: float | None = None) -> None:
     """Every head as a tile of one mosaic: layers down and heads across, or the other way round
     when there are more layers than heads (so the grid fills a wide slide)."""
     plt = _pyplot()
@@ -130,8 +132,8 @@ def save_overview(path: str, title: str, w, mask, theme: str) -> None:
                                constrained_layout=True)
         ax.set_facecolor(bg)
         cmap = plt.get_cmap("viridis").with_extremes(bad=bg)
-        lo, hi = float(np.nanmin(mosaic)), float(np.nanmax(mosaic))
-        image = ax.imshow(mosaic, cmap=cmap, interpolation="nearest", aspect="auto", vmin=lo,
+        hi = top or float(np.nanmax(mosaic))
+        image = ax.imshow(mosaic, cmap=cmap, interpolation="nearest", aspect="auto", vmin=0.0,
                           vmax=hi)
         centres = [i * (T + gap) + (T - 1) / 2 for i in range(max(rows, cols))]
         row_name, col_name = ("head", "layer") if across else ("layer", "head")
@@ -145,69 +147,172 @@ def save_overview(path: str, title: str, w, mask, theme: str) -> None:
         for side in ax.spines.values():
             side.set_visible(False)
         bar = fig.colorbar(image, ax=ax, shrink=0.8)
-        bar.set_label(f"attention weight ({lo:.2f} to {hi:.2f})", fontsize=18)
+        blank = ", blank: masked" if mask is not None else ""
+        bar.set_label(f"attention weight (0 to {hi:.2f}{blank})", fontsize=18)
         fig.suptitle(f"{_fitted(title, 110)}\nevery head: {L} layers × {H} heads", fontsize=24,
                      color=fg)
     _save(plt, fig, path, bg)
 
 
-def save_heatmaps(path: str, title: str, panels: list, decimals: int = 4, theme: str = "light") -> None:
-    """panels: (title, row labels, column labels, matrix, mask or None), four to a row.
+SLIDE_W, SLIDE_H = WIDTH_PX, HEIGHT_PX - 140  # the title takes the top of the slide
+MIN_TICK_PT = 13  # 18 px at 100 dpi: the smallest label readable from the back of a hall
 
-    One figure of 1920 px wide (taller when there are more rows of panels); every cell carries its
-    value when the matrix is small enough to read it, masked cells are hatched.
-    """
+
+def grid(n: int, cols: int | None = None) -> tuple[int, int]:
+    """(rows, cols) for n square panels on a 16:9 slide: a grid with no empty slot, shaped
+    most like the slide (9 -> 3 × 3, 12 -> 3 × 4, 8 -> 2 × 4), unless its panels would be under
+    0.7 of the largest any grid gives (7 -> 2 × 4, not 1 × 7)."""
+    import math
+
+    if cols:
+        return -(-n // cols), cols
+    grids = [(r, -(-n // r)) for r in range(1, n + 1)]
+    side = lambda rc: min(SLIDE_W / rc[1], SLIDE_H / rc[0])
+    best = max(grids, key=side)
+    full = [rc for rc in grids if rc[0] * rc[1] == n]
+    shaped = min(full, key=lambda rc: abs(math.log(rc[1] / rc[0] / (16 / 9))))
+    return shaped if side(shaped) >= 0.7 * side(best) else best
+
+
+def shown_token(token: str) -> str:
+    """A token as a slide shows it: SentencePiece's word mark ▁ (which a slide font draws as an
+    underscore) becomes the visible space sign ␣."""
+    return token.replace("▁", "␣")
+
+
+def _ticks(n: int, room_px: float) -> tuple[list[int], float]:
+    """Which of n labels to write along room_px pixels, and their size in points: every label
+    when each gets MIN_TICK_PT, else every k-th, never below it."""
+    size = min(18.0, room_px / max(n, 1) / 1.6 * 72 / DPI)
+    step = 1 if size >= MIN_TICK_PT else -(-n // int(room_px / (MIN_TICK_PT * 1.6 * DPI / 72)))
+    return list(range(0, n, step)), max(size, MIN_TICK_PT)
+
+
+def save_heatmaps(path: str, title: str, panels: list, decimals: int = 4, theme: str = "light",
+                  cols: int | None = None, top: float | None = None,
+                  groups: list | None = None) -> None:
+    """panels: (title, row labels, column labels, matrix, mask or None) or None for an empty
+    slot, on one 1920×1080 slide in the grid that gives them the most room (or `cols` to a row). One colour scale for the
+    slide from 0 (the darkest colour always means no attention) to `top`, or to the slide's
+    largest weight; masked cells hatched; values written in when the cells are big enough;
+    with `groups` (a K/V head per panel) the panels that share one are framed alike."""
     plt = _pyplot()
     import numpy as np
 
-    cols = min(len(panels), 4)
-    rows = -(-len(panels) // cols)
+    rows, cols = grid(len(panels), cols)
     values = np.concatenate([np.asarray(m)[np.asarray(k, bool)] if k is not None else np.ravel(m)
-                             for _, _, _, m, k in panels])
-    lo, hi = float(values.min()), float(values.max())
-    hi = hi if hi > lo else lo + 1e-9
+                             for _, _, _, m, k in filter(None, panels)])
+    hi = top or max(float(values.max()), 1e-9)
     fg, bg = _theme(theme)
-    height = max(HEIGHT_PX, int(rows * WIDTH_PX / cols * 0.95))
     with plt.rc_context(_rc(fg)):
-        fig, axes = plt.subplots(rows, cols, squeeze=False, figsize=(WIDTH_PX / DPI, height / DPI),
-                                 dpi=DPI, facecolor=bg, constrained_layout=True)
-        for ax in axes.flat[len(panels):]:
+        fig, axes = plt.subplots(rows, cols, squeeze=False, figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI),
+                                 dpi=DPI, facecolor=bg, layout="compressed")
+        drawn = [(ax, panel) for ax, panel in zip(axes.flat, panels) if panel]
+        for ax in set(axes.flat) - {ax for ax, _ in drawn}:  # a slot left empty
             ax.axis("off")
-        images = [_panel(ax, panel, lo, hi, decimals, fg, bg) for ax, panel in zip(axes.flat, panels)]
+        room = min(SLIDE_W / cols, SLIDE_H / rows) * 0.7  # the square a panel's cells get
+        images = [_panel(ax, panel, hi, decimals, fg, bg, room) for ax, panel in drawn]
+        if groups:
+            _frame_groups([ax for ax, _ in drawn], groups, [p for _, p in drawn])
         bar = fig.colorbar(images[-1], ax=axes.ravel().tolist(), shrink=0.8)
-        bar.set_label(f"attention weight (this figure: {lo:.2f} to {hi:.2f})", fontsize=18)
+        bar.set_label(f"attention weight (0 to {hi:.2f}{', fixed' if top else ''})", fontsize=18)
+        bar.ax.tick_params(labelsize=16)
         fig.suptitle(_fitted(title, 95), fontsize=28, color=fg)
     _save(plt, fig, path, bg)
 
 
-def _panel(ax, panel, lo: float, hi: float, decimals: int, fg: str, bg: str):
+def _frame_groups(axes, groups: list, panels: list) -> None:
+    """Grouped-query attention drawn: each K/V head's query heads framed in one colour, their
+    titles naming it."""
+    import matplotlib
+
+    colours = matplotlib.colormaps["tab10"]
+    for ax, group, panel in zip(axes, groups, panels):
+        for side in ax.spines.values():
+            side.set_visible(True)
+            side.set_edgecolor(colours(group % 10))
+            side.set_linewidth(6)
+        ax.set_title(f"{panel[0]} · K/V head {group + 1}", fontsize=22, color=colours(group % 10))
+
+
+def _panel(ax, panel, hi: float, decimals: int, fg: str, bg: str, room: float):
     """One heatmap on `ax`: (title, row labels, column labels, matrix, mask or None); masked
-    cells hatched, values written in when there are at most 8 columns. Returns the image."""
+    cells hatched, values written in when a cell is at least 60 px. Returns the image."""
     import numpy as np
 
     name, row_labels, col_labels, matrix, mask = panel
     matrix = np.asarray(matrix, float)
     shown = np.ma.masked_where(~np.asarray(mask, bool), matrix) if mask is not None else matrix
     ax.set_facecolor(bg)
-    image = ax.imshow(shown, cmap="viridis", vmin=lo, vmax=hi)
+    image = ax.imshow(shown, cmap="viridis", vmin=0.0, vmax=hi)
     if mask is not None:  # masked cells: hatched, never a colour that reads as a weight
         _hatch(ax, ~np.asarray(mask, bool))
-    ax.set_title(name, fontsize=24, color=fg)
-    small = matrix.shape[1] <= 12
-    labels = 18 if matrix.shape[1] <= 6 else 14 if small else 11
-    ax.set_xticks(range(len(col_labels)), col_labels, rotation=45, ha="right", fontsize=labels)
-    ax.set_yticks(range(len(row_labels)), row_labels, fontsize=labels)
-    ax.set_xlabel("key", fontsize=20)
-    ax.set_ylabel("query", fontsize=20)
-    if small and matrix.shape[1] <= 8:
-        for i in range(matrix.shape[0]):
-            for j in range(matrix.shape[1]):
+    ax.set_title(name, fontsize=22, color=fg)
+    rows, cols = matrix.shape
+    xs, xsize = _ticks(cols, room)
+    ys, ysize = _ticks(rows, room)
+    ax.set_xticks(xs, [shown_token(col_labels[j]) for j in xs], rotation=90, fontsize=xsize)
+    ax.set_yticks(ys, [shown_token(row_labels[i]) for i in ys], fontsize=ysize)
+    ax.set_xlabel("key", fontsize=18)
+    ax.set_ylabel("query", fontsize=18)
+    if room / max(rows, cols) >= 60:
+        for i in range(rows):
+            for j in range(cols):
                 if mask is None or mask[i][j]:
                     v = matrix[i][j]
-                    light = (v - lo) / (hi - lo) > 0.6
                     ax.text(j, i, f"{v:.{min(decimals, 2)}f}", ha="center", va="center",
-                            fontsize=16, color="black" if light else "white")
+                            fontsize=16, color="black" if v / hi > 0.6 else "white")
     return image
+
+
+def save_walk(path: str, title: str, walk, theme: str = "light") -> None:
+    """The explain walk on one slide: for the chosen query, a row per head with its q·k beside
+    q·k / √d_k for every key, the softmax weights, and the head's output Σ w·v (d_k numbers)."""
+    plt = _pyplot()
+    import numpy as np
+
+    fg, bg = _theme(theme)
+    heads, keys = walk.heads, [shown_token(t.token) for t in walk.heads[0].terms]
+    with plt.rc_context(_rc(fg)):
+        fig, axes = plt.subplots(len(heads), 3, squeeze=False, sharex="col",
+                                 figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI,
+                                 facecolor=bg, constrained_layout=True)
+        x = np.arange(len(keys))
+        for row, hw in zip(axes, heads):
+            masked = np.array([t.masked for t in hw.terms])
+            dots = np.array([0.0 if t.masked else t.dot for t in hw.terms])
+            scaled = np.array([0.0 if t.masked else t.scaled for t in hw.terms])
+            weights = np.array([t.weight for t in hw.terms])
+            row[0].bar(x - 0.2, dots, 0.4, color="#3b528b", label="q·k")
+            row[0].bar(x + 0.2, scaled, 0.4, color="#5ec962", label=f"q·k ÷ √d_k (÷ {walk.sqrt_dk:.2f})")
+            row[1].bar(x, weights, 0.7, color=plt.get_cmap("viridis")(weights / max(weights.max(), 1e-9)))
+            if len(keys) <= 8 and len(heads) <= 4:  # room for the numbers themselves
+                row[1].set_ylim(0, weights.max() * 1.18)
+                for j, v in enumerate(weights):
+                    row[1].text(j, v, f"{v:.2f}", ha="center", va="bottom", fontsize=16, color=fg)
+            row[1].bar(x[masked], np.full(masked.sum(), 0.02), 0.7, fill=False, hatch="///",
+                       edgecolor="#888888")
+            row[2].bar(np.arange(len(hw.output)), hw.output, 0.7, color="#21918c")
+            row[0].set_ylabel(f"head {hw.head}", fontsize=18, rotation=0, ha="right", va="center")
+            for ax in row:
+                ax.set_facecolor(bg)
+                ax.axhline(0, color=fg, linewidth=0.8)
+                ax.tick_params(labelsize=MIN_TICK_PT)
+                ax.locator_params(axis="y", nbins=3)
+        top = axes[0]
+        for ax, name in zip(top, ("scores for every key", "softmax: the weights",
+                                  "Σ w·v: this head's output")):
+            ax.set_title(name, fontsize=22, color=fg)
+        fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower left", ncols=2,
+                   fontsize=16, facecolor=bg, labelcolor=fg, frameon=False)
+        xs, size = _ticks(len(keys), SLIDE_W / 3 * 0.8)
+        for ax in axes[-1][:2]:
+            ax.set_xticks(xs, [keys[j] for j in xs], rotation=90, fontsize=size)
+        dims = np.arange(len(heads[0].output))
+        axes[-1][2].set_xticks(dims[::max(1, len(dims) // 16)])
+        axes[-1][2].set_xlabel("dimension of the head", fontsize=18)
+        fig.suptitle(_fitted(title, 95), fontsize=28, color=fg)
+    _save(plt, fig, path, bg)
 
 
 def _hatch(ax, hidden) -> None:

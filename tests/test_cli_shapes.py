@@ -21,10 +21,14 @@ def test_causal_gqa_table_matches_golden(cli, golden):
     golden("shapes_causal_gqa.txt", result.stdout)
 
 
-def test_narrow_table_hides_stride_and_says_how_to_widen(cli, golden):
+def test_narrow_table_keeps_stride_and_says_how_to_widen(cli, golden):
+    """At 80 columns the stride, which explains contiguity, stays; contig gives way (the caption
+    says so), and dtype is in the title since every step has it."""
     result = cli("shapes", "--width", "80")
-    assert max(len(line) for line in result.stdout.splitlines()) <= 80
-    assert "stride, dtype hidden at 80 columns (--width 102 shows them)" in result.stdout
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80 and len(lines) <= 36
+    assert " stride " in lines[1] and " dtype " not in lines[1] and "float32" in lines[0]
+    assert "contig hidden at 80 columns (--width 109 shows it)" in result.stdout
     golden("shapes_width80.txt", result.stdout)
 
 
@@ -178,7 +182,7 @@ def test_numpy_traces_show_reshapes_count_weights_and_fold_loops(cli, tmp_path):
     steps = json.loads(cli("shapes", "--module", f"{chapter}:MultiHeadAttention", "--format",
                            "json").stdout)["steps"]
     assert len(steps) == 3 + 3 * 8 + 9 * 8 + 1  # JSON keeps every pass of the loops
-    assert "↻ row 3 ran 24 times (a loop); rows 4–26 not shown" in folded.stdout
-    assert "↻ rows 27–35 ran 8 times (a loop); rows 36–98 not shown" in folded.stdout
+    assert "↻ row 3 ran ×24 (a loop; 4–26 not shown)" in folded.stdout
+    assert "↻ rows 27–35 ran ×8 (a loop; 36–98 not shown)" in folded.stdout
     shown = [line.split()[0] for line in folded.stdout.splitlines() if line[:3].strip().isdigit()]
     assert shown == [str(i) for i in (0, 1, 2, 3, *range(27, 36), 99)]

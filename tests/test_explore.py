@@ -310,7 +310,7 @@ def test_screens_match_their_snapshots(golden, name, options, keys):
 
 
 # the real thing in a pseudo-terminal
-def _in_pty(args, keys, marker, size=(24, 80), timeout=60):
+def _in_pty(args, keys, marker, size=(24, 80), timeout=60, env=None):
     import fcntl
     import termios
 
@@ -318,6 +318,7 @@ def _in_pty(args, keys, marker, size=(24, 80), timeout=60):
     if pid == 0:
         os.environ["TERM"] = "xterm-256color"
         os.environ.pop("NO_COLOR", None)
+        os.environ.update(env or {})
         os.execvp(args[0], args)
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", *size, 0, 0))
     start, out, sent = time.time(), b"", False
@@ -378,6 +379,17 @@ def test_step_reveals_the_shapes_table_a_row_per_key_in_a_terminal():
     prompts = screen.count("(--step: any key for more, q for the rest)")
     assert prompts == 4  # the header, then rows 0, 1 and 2 before q showed the rest
     assert "18  137  self.W_o(context)" in screen  # q printed the rest at once
+
+
+def test_step_repeats_the_header_when_it_has_scrolled_off():
+    """On a 12-line terminal the shapes table's header scrolls away after a few rows; --step
+    prints it again above the next row, so every column stays named."""
+    code, screen = _in_pty(["mha-trace", "shapes", "--seq", "3", "--d-model", "8", "--heads", "2",
+                            "--step"], [b" "] * 14 + [b"q"], b"--step: any key", size=(12, 100),
+                           env={"LINES": "12", "COLUMNS": "100"})
+    assert code == 0
+    headers = screen.count("ln  code   ")
+    assert headers >= 2, screen  # the first, and again once ten rows had gone by
 
 
 def test_step_is_a_no_op_when_piped():

@@ -276,7 +276,7 @@ def test_png_of_the_whole_model_is_an_overview_and_one_figure_per_layer(cli, tmp
     from mha_trace import plots
 
     layers = []  # the per-layer figures are save_heatmaps' (tested in test_output); record them
-    monkeypatch.setattr(plots, "save_heatmaps", lambda path, title, panels, *a: layers.append(
+    monkeypatch.setattr(plots, "save_heatmaps", lambda path, title, panels, *a, **k: layers.append(
         (path, title, [(name, m) for name, _, _, m, _ in panels])))
     png = tmp_path / "heads.png"
     result = cli("heads", "--model", "minilm", "--png", str(png), "--theme", "light")

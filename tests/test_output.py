@@ -2,6 +2,7 @@
 
 import os
 import pty
+import json
 import re
 import select
 import subprocess
@@ -119,6 +120,77 @@ def test_png_is_slide_sized_with_a_colour_bar(cli, tmp_path, theme, background):
     assert len(ramp) >= 8
 
 
+@pytest.mark.parametrize("args", [
+    ("heads", "--config", "chicken-road", "--head", "1"), ("explain", "--token", "cat"),
+    ("compare", "--heads", "1,2,4"), ("heads", "--config", "chicken-road", "--kv-heads", "2"),
+    ("explain", "--model", "minilm", "--token", "it"),
+], ids=" ".join)
+def test_every_png_is_one_slide(cli, tmp_path, args):
+    from PIL import Image
+
+    png = tmp_path / "slide.png"
+    result = cli(*args, "--png", str(png), "--theme", "light")
+    assert result.exit_code == 0, result.stderr
+    assert Image.open(png).size == (1920, 1080)
+
+
+def _figures(monkeypatch):
+    """The figures save_heatmaps and save_walk make, kept instead of written."""
+    from mha_trace import plots
+
+    made = []
+    monkeypatch.setattr(plots, "_save", lambda plt, fig, path, bg: made.append(fig))
+    return made
+
+
+def test_heatmaps_scale_from_zero_fill_the_slide_and_label_readably(monkeypatch):
+    """The darkest colour is no attention: the scale runs from 0 to the slide's largest weight
+    (or 1 with --scale 1); 9 heads are 3 × 3 and 12 are 3 rows of 4; every label is at least
+    18 px (13 pt at 100 dpi); SentencePiece's ▁ is drawn as ␣; K/V sharing is named."""
+    from mha_trace import plots
+
+    made = _figures(monkeypatch)
+    tokens = ["▁The", "▁cat", "▁sat"] * 10
+    m = np.full((30, 30), 1 / 30) + np.eye(30) * 0.2
+    plots.save_heatmaps("x.png", "t", [("h", tokens, tokens, m, None)] * 9)
+    plots.save_heatmaps("x.png", "t", [("h", tokens, tokens, m, None)] * 12, top=1.0)
+    plots.save_heatmaps("x.png", "t", [("h", tokens[:4], tokens[:4], m[:4, :4], None)] * 4,
+                        groups=[0, 0, 1, 1])
+    nine, twelve, shared = made
+    for fig in made:
+        assert tuple(fig.get_size_inches() * fig.dpi) == (1920, 1080)
+        for ax in fig.axes[:-1]:
+            for label in ax.get_xticklabels() + ax.get_yticklabels():
+                assert label.get_fontsize() >= 13 and "▁" not in label.get_text()
+    image = nine.axes[0].images[0]
+    assert image.norm.vmin == 0 and image.norm.vmax == pytest.approx(m.max())
+    assert twelve.axes[0].images[0].norm.vmax == 1.0
+    assert nine.axes[0].get_subplotspec().get_gridspec().get_geometry() == (3, 3)
+    assert twelve.axes[0].get_subplotspec().get_gridspec().get_geometry() == (3, 4)
+    assert "␣cat" in [t.get_text() for t in nine.axes[0].get_xticklabels()]
+    assert [ax.get_title() for ax in shared.axes[:4]] == [f"h · K/V head {g}" for g in (1, 1, 2, 2)]
+
+
+def test_the_explain_slide_shows_each_heads_scores_scaled_scores_weights_and_output(cli, monkeypatch):
+    made = _figures(monkeypatch)
+    data = json.loads(cli("explain", "--token", "cat", "--format", "json").stdout)
+    assert cli("explain", "--token", "cat", "--png", "x.png").exit_code == 0
+    (fig,) = made
+    axes = np.array(fig.axes).reshape(-1, 3)
+    assert len(axes) == len(data["heads"])
+    for row, head in zip(axes, data["heads"]):
+        dots, scaled = [b.get_height() for b in row[0].patches][:5], [b.get_height() for b in row[0].patches][5:]
+        assert dots == pytest.approx([k["dot"] for k in head["keys"]])
+        assert scaled == pytest.approx([k["scaled"] for k in head["keys"]])
+        assert [b.get_height() for b in row[1].patches][:5] == pytest.approx([k["weight"] for k in head["keys"]])
+        assert [b.get_height() for b in row[2].patches] == pytest.approx(head["output"])
+
+
+def test_scale_goes_with_png_and_is_a_weight(cli):
+    assert cli("heads", "--scale", "1").stderr.startswith("Error: --scale")
+    assert cli("heads", "--scale", "0", "--png", "x.png").stderr.startswith("Error: --scale")
+
+
 def test_svg_theme_light_for_slides(cli, tmp_path):
     light, dark = tmp_path / "l.svg", tmp_path / "d.svg"
     cli("configs", "--svg", str(light), "--theme", "light")
@@ -149,14 +221,21 @@ def test_shell_completion_completes_commands():
     assert out.stdout.split() == ["compare", "configs", "cost"]
 
 
-def test_wide_weight_tables_split_their_keys_instead_of_cutting_numbers(cli):
-    out = cli("heads", "--config", "chicken-road", "--head", "1", "--width", "80").stdout
-    lines = out.splitlines()
-    assert max(len(line) for line in lines) <= 80
-    assert "keys 1–8 of 11 (--width 106 shows them in one table)" in out
-    assert not re.search(r"\d…", out)  # no number is cut short
-    wide = cli("heads", "--config", "chicken-road", "--head", "1", "--width", "106").stdout
-    assert "keys 1–" not in wide
+def test_wide_weight_tables_fit_by_fewer_decimals_then_short_labels_then_split(cli):
+    """chicken-road's 11 keys: 4 decimals at 106 columns, 3 at 100, 2 without leading zeros and
+    with short key labels (named below) at 80, and only at 60 split into tables of keys; no
+    number is ever cut short, and the weights shown are the JSON's, rounded."""
+    args = ("heads", "--config", "chicken-road", "--head", "1", "--width")
+    weights = json.loads(cli(*args[:-1], "--format", "json").stdout)["heads"][0]["weights"]
+    wide, hundred, eighty, sixty = (cli(*args, str(w)).stdout for w in (106, 100, 80, 60))
+    assert f"{weights[0][0]:.4f}" in wide and "decimals to fit" not in wide
+    assert f"{weights[0][0]:.3f}" in hundred and "3 decimals to fit (--width 106 shows 4)" in hundred
+    assert f"{weights[0][0]:.2f}"[1:] in eighty and "2 decimals to fit" in eighty
+    assert "keys shortened: chi… chicken" in eighty and "keys 1–" not in eighty
+    assert "keys 1–" in sixty and "(--width 106 shows them in one table)" in sixty
+    for text, width in ((wide, 106), (hundred, 100), (eighty, 80), (sixty, 60)):
+        assert max(len(line) for line in text.splitlines()) <= width
+        assert not re.search(r"\d…", text)  # no number is cut short
 
 
 def test_shading_is_distinct_and_spans_a_visible_range():

@@ -34,6 +34,7 @@ def heads(
     words: Annotated[bool, typer.Option("--words", help="With --model: group word pieces into words (to a word: the sum over its pieces; from a word: the mean). Example: --words")] = False,
     hide_special: Annotated[bool, typer.Option("--hide-special", help="With --model: leave out the [CLS] and [SEP] rows and columns. Example: --hide-special")] = False,
     include_inputs: IncludeInputsOpt = False,
+    concat: Annotated[bool, typer.Option("--concat", help="With --head N: also the concatenation of every head and the output after W_O (shown without --head). Example: --head 2 --concat")] = False,
     o=None,
     out: Output = None,
 ):
@@ -53,17 +54,22 @@ def heads(
         return models.heads(o, head, overview, words, hide_special, decimals, out)
     needs_model(None, None, overview=overview, words=words, hide_special=hide_special)
     head = _head_number(head)
+    if concat and head is None:
+        raise MhaError("--concat goes with --head N (without --head every head, the "
+                       "concatenation and the output are shown)", quantity="concat")
     run = resolve(o)
     view = run_heads(run, head)
     if out.png:
         from mha_trace.plots import save_heatmaps
 
-        picked = [head - 1] if head else range(view.heads)
+        picked = [head - 1] if head else range(len(view.weights))
         name = "averaged over heads" if view.averaged else "head {}"
+        shared = view.kind == "config" and view.kv_heads != view.heads
         save_heatmaps(out.png, view.config.title if view.kind == "config" else view.label,
                       [(name.format(h + 1), view.tokens, view.tokens, view.weights[h], view.mask)
-                       for h in picked], decimals, out.theme)
-    emit(out, lambda: view.renderables(decimals=decimals, head=head),
+                       for h in picked], decimals, out.theme, top=out.scale,
+                      groups=[view.kv_head_of(h) for h in picked] if shared else None)
+    emit(out, lambda: view.renderables(decimals=decimals, head=head, concat=concat),
          lambda: with_inputs(view.data(decimals=decimals, head=head), run, include_inputs))
 
 
@@ -92,7 +98,7 @@ def explain(
         from mha_trace.cli import models
         from mha_trace.resolve import refuse_with_model
 
-        refuse_with_model(png=out.png, include_inputs=include_inputs or None)
+        refuse_with_model(include_inputs=include_inputs or None)
         return models.explain(o, head, token, position, decimals, out)
     check_include(include_inputs, None, out)
     head = _head_number(head)
@@ -107,15 +113,10 @@ def explain(
         return
     w = walk(view, find_position(view.tokens, token, position))
     if out.png:
-        import numpy as np
+        from mha_trace.plots import save_walk
 
-        from mha_trace.plots import save_heatmaps
-
-        rows = np.array([[t.weight for t in hw.terms] for hw in w.heads])
-        keep = None if view.mask is None else np.repeat(view.mask[w.position][None], len(rows), 0)
-        save_heatmaps(out.png, f"{view.config.title}: the query '{w.token}'",
-                      [("weights per head", [f"head {hw.head}" for hw in w.heads], view.tokens,
-                        rows, keep)], decimals, out.theme)
+        save_walk(out.png, f"{view.config.title}: the query '{w.token}' through every head", w,
+                  out.theme)
     emit(out, lambda: w.renderables(decimals=decimals, head=head),
          lambda: with_inputs(w.data(decimals=decimals, head=head), run, include_inputs))
 
@@ -159,9 +160,14 @@ def compare(
     if out.png:
         from mha_trace.plots import save_heatmaps
 
-        save_heatmaps(out.png, f"{c.title}: heads {heads}",
-                      [(f"H={v.heads} head {h + 1}", v.tokens, v.tokens, v.weights[h], v.mask)
-                       for v in views for h in range(v.heads)], decimals, out.theme)
+        widest = max(v.heads for v in views)  # a row per head count
+        panels = []
+        for v in views:
+            panels += [(f"H={v.heads} head {h + 1}", v.tokens, v.tokens, v.weights[h], v.mask)
+                       for h in range(v.heads)]
+            panels += [None] * (widest - v.heads)
+        save_heatmaps(out.png, f"{c.title}: heads {heads}", panels, decimals, out.theme,
+                      cols=widest, top=out.scale)
     shown = Comparison(views)
     emit(out, lambda: shown.renderables(decimals=decimals), lambda: shown.data(decimals=decimals))
 

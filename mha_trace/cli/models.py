@@ -40,9 +40,12 @@ def _save_model_png(view, decimals: int, out: Output) -> None:
     if not view.whole:
         from mha_trace.plots import save_heatmaps
 
+        from mha_trace.masks import allowed
+
+        mask = allowed(len(tokens), "causal") if s.model.causal else None
         save_heatmaps(out.png, f"{s.model.name}: {s.text}",
-                      [(f"head {l}.{h}", tokens, tokens, weights[l - 1, h - 1], None)
-                       for l, h in view.picked], decimals, out.theme)
+                      [(f"head {l}.{h}", tokens, tokens, weights[l - 1, h - 1], mask)
+                       for l, h in view.picked], decimals, out.theme, top=out.scale)
         return
     from mha_trace.files import check_outputs
     from mha_trace.plots import layer_paths, save_model
@@ -53,7 +56,7 @@ def _save_model_png(view, decimals: int, out: Output) -> None:
 
     with progress(s.model.layers, "drawing one figure per layer") as advance:
         written = save_model(out.png, f"{s.model.name}: \"{s.text}\"", tokens, weights,
-                             s.model.causal, decimals, out.theme, advance)
+                             s.model.causal, decimals, out.theme, advance, out.scale)
     sys.stderr.write(f"Wrote {written[0]} (every head) and {written[1]} to {written[-1]} "
                      f"(one figure per layer)\n")
 
@@ -65,7 +68,13 @@ def explain(o, head, token, position, decimals, out: Output):
     from mha_trace.resolve import resolve
 
     layer, only = head_in_layer(o.layer, head)
-    w = model_walk(resolve(replace(o, layer=layer)), only, token, position)
+    run = resolve(replace(o, layer=layer))
+    w = model_walk(run, only, token, position)
+    if out.png:
+        from mha_trace.plots import save_walk
+
+        save_walk(out.png, f"{run.sentence.model.name}: '{w.token}' through every head of "
+                  f"layer {layer or 1}", w, out.theme)
     emit(out, lambda: w.renderables(decimals=decimals, head=only),
          lambda: w.data(decimals=decimals, head=only))
 

@@ -58,6 +58,7 @@ class Theme(str, Enum):
     light = "light"
 
 
+ScaleOpt = Annotated[float | None, typer.Option("--scale", help="With --png: the top of the colour scale (0 is always no attention): 1 for the same scale on every slide; by default the picture's largest weight. Example: --scale 1", metavar="TOP")]
 ThemeOpt = Annotated[Theme, typer.Option("--theme", help="Colours of --svg, --html and --png pictures: dark, or light for white slides. Example: --theme light")]
 StepOpt = Annotated[bool, typer.Option("--step", help="Paced for a lecture: one table row or section per key press (q shows the rest); does nothing when piped, so scripts keep working. Example: --step")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show Python tracebacks instead of one-line errors. Example: --debug")]
@@ -200,6 +201,7 @@ def output_options(png: bool = False, step: bool = False):
         files = _file_options(command.__name__)
         extra = [("format", FormatOpt, Format.table), ("no_color", NoColorOpt, False),
                  ("width", WidthOpt, None), *files[:2], *files[2:] * png,
+                 *[("scale", ScaleOpt, None)] * png,
                  ("theme", ThemeOpt, Theme.dark), *[("step", StepOpt, False)] * step,
                  ("debug", DebugOpt, False)]
         added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
@@ -210,7 +212,12 @@ def output_options(png: bool = False, step: bool = False):
             kwargs.pop("debug")  # read from argv before parsing, wherever it stands
             out = Output(*(kwargs.pop(name) for name in _OUTPUT), title=_title(),
                          png=kwargs.pop("png", None), theme=kwargs.pop("theme").value,
-                         step=kwargs.pop("step", False))
+                         step=kwargs.pop("step", False), scale=kwargs.pop("scale", None))
+            if out.scale is not None and not 0 < out.scale < float("inf"):
+                raise MhaError(f"{out.scale} is not a weight above 0 (try --scale 1)",
+                               quantity="scale")
+            if out.scale is not None and not out.png:
+                raise MhaError("--scale sets the colour scale of --png FILE", quantity="scale")
             check_outputs({"svg": out.svg, "html": out.html, "png": out.png}, _inputs(kwargs))
             return command(out=out, **kwargs)
 

@@ -29,7 +29,7 @@ def verify(
     Example: mha-trace verify --heads 8 --kv-heads 2 --mask causal --dtype float64
     Example: mha-trace verify --rope --window 4 --kv-heads 2 --dtype float64
     Example: mha-trace verify --module example:l04 --d-model 64 --heads 4
-    Example: mha-trace verify --module my_rope.py:Attention --rope --mask causal
+    Example: mha-trace verify --module example:rope_pairs --rope --mask causal
     """
     from dataclasses import replace
 

@@ -1,12 +1,12 @@
 """Render `compare`: the same input split into several head counts, side by side."""
 
 import numpy as np
-from rich.columns import Columns
 from rich.text import Text
 
 from mha_trace.analysis import Comparison, distinct_rows
 from mha_trace.render import data, renderables
-from mha_trace.render.matrices import matrix_table, rounded, weights_table, config_data, legend
+from mha_trace.render.matrices import (config_data, legend, matrix_table, rounded, side_by_side,
+                                       weights_table)
 
 
 def reading(view, first) -> str:
@@ -29,16 +29,19 @@ def reading(view, first) -> str:
 
 
 def compare_renderables(views, decimals: int) -> list:
+    """Each head count as one row of its heads side by side (each table shrinks its decimals
+    and labels to share the width before any wraps to a second row), its reading under it, and
+    the outputs of every head count side by side at the end."""
     c = views[0].config
     out = [Text(f"{c.title}: the same Q, K, V split into {', '.join(str(v.heads) for v in views)} "
                 f"heads", style="bold")]
     for v in views:
-        out.append(Text(f"H = {v.heads}, d_k = {v.d_k}", style="bold underline"))
-        tables = [weights_table(f"head {h + 1}", v.tokens, v.weights[h], v.mask, decimals)
-                  for h in range(v.heads)]
-        out.append(Columns(tables, padding=(0, 4)))
-        out.append(matrix_table(f"output (H = {v.heads})", v.tokens, v.output, decimals))
+        out.append(side_by_side([weights_table(f"H = {v.heads}, head {h + 1}", v.tokens,
+                                               v.weights[h], v.mask, decimals)
+                                 for h in range(v.heads)], shrink=True))
         out.append(Text(reading(v, views[0])))
+    out.append(side_by_side([matrix_table(f"output (H = {v.heads})", v.tokens, v.output,
+                                          decimals) for v in views]))
     out.append(legend())
     return out
 

@@ -7,17 +7,19 @@ from mha_trace.analysis import Heads
 from mha_trace.render import data, renderables
 
 from mha_trace.render.matrices import (matrix_table, rounded, weights_table, config_data,
-                                       describe, head_title, legend, sharing_table)
+                                       describe, head_title, legend, sharing_table, side_by_side)
 
 
 @renderables.register(Heads)
-def _heads(view, width: int, decimals: int = 4, head: int | None = None, **_) -> list:
+def _heads(view, width: int, decimals: int = 4, head: int | None = None, concat: bool = True,
+           **_) -> list:
     if view.kind == "model":
         from mha_trace.render.model import model_heads_renderables
 
         return model_heads_renderables(view, width, decimals)
-    shown = module_heads_renderables if view.kind == "module" else heads_renderables
-    return shown(view, decimals, head or view.only)
+    if view.kind == "module":
+        return module_heads_renderables(view, decimals, head or view.only)
+    return heads_renderables(view, decimals, head or view.only, concat)
 
 
 @data.register(Heads)
@@ -30,28 +32,32 @@ def _heads_data(view, decimals: int = 4, head: int | None = None, **_) -> dict:
     return shown(view, decimals, head or view.only)
 
 
-def heads_renderables(view, decimals: int, only_head: int | None) -> list:
+def heads_renderables(view, decimals: int, only_head: int | None, concat: bool = True) -> list:
+    """Every head's weights, their average, the concatenation and the output; with one head
+    asked for, that head alone (the concatenation and output when `concat`)."""
     c = view.config
     out = [Text(f"{c.title}  ({describe(view)})", style="bold")]
     heads = [only_head - 1] if only_head else range(view.heads)
-    for h in heads:
-        out.append(weights_table(head_title(view, h), view.tokens, view.weights[h], view.mask,
-                                  decimals))
+    out.append(side_by_side([weights_table(head_title(view, h), view.tokens, view.weights[h],
+                                           view.mask, decimals) for h in heads]))
     if view.kv_heads != view.heads:
         out.append(sharing_table(view))
+    after = []
     if not only_head and view.heads > 1:
-        out.append(weights_table("Average over heads (what a single averaged map would show)",
-                                  view.tokens, view.weights.mean(0), view.mask, decimals))
+        after.append(weights_table("Average over heads (what one averaged map shows)",
+                                   view.tokens, view.weights.mean(0), view.mask, decimals))
+    if only_head and not concat:
+        return out + [legend(), Text(f"The concatenation of all {view.heads} heads and the "
+                                     f"output after W_O: --concat.", style="dim")]
     if view.wo_identity:
-        out.append(matrix_table("Output = concatenation of the heads (W_O is the identity)",
-                                 view.tokens, view.output, decimals))
+        after.append(matrix_table("Output = heads concatenated (W_O = identity)",
+                                  view.tokens, view.output, decimals))
     else:
-        out.append(matrix_table("Concatenation of the heads (before W_O)", view.tokens,
-                                 view.concat, decimals))
-        out.append(matrix_table("Output = concatenation @ W_O (W_O mixes the heads)",
-                                 view.tokens, view.output, decimals))
-    out.append(legend())
-    return out
+        after += [matrix_table("Concatenation of the heads (before W_O)", view.tokens,
+                               view.concat, decimals),
+                  matrix_table("Output = concatenation @ W_O (W_O mixes the heads)", view.tokens,
+                               view.output, decimals)]
+    return out + [side_by_side(after), legend()]
 
 
 def heads_json(source: dict, settings: dict, tokens, mask, heads: list, average, output,

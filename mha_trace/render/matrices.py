@@ -1,11 +1,13 @@
 """What every weights view shares: numbers, vectors, shading, weight matrices and config facts."""
 
+from dataclasses import dataclass
+
 import numpy as np
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from mha_trace.output import new_table
+from mha_trace.output import natural_width, new_table
 
 MASKED = "·"
 MAX_DIMS = 6  # matrices wider than this show their first dims; JSON has them all
@@ -65,9 +67,10 @@ def top_keys(row, allowed=None) -> set:
     return set() if len(tops) == len(idx) and len(idx) > 1 else tops
 
 
-def weight_cells(weights, mask, decimals: int) -> list[list[Text]]:
+def weight_cells(weights, mask, decimals: int, lead: bool = True) -> list[list[Text]]:
     """A weight matrix as shaded cells: scaled over its unmasked weights, TOP on each row's
-    largest, MASKED where a key is masked. Tables and the explorer show these same cells."""
+    largest, MASKED where a key is masked. Tables and the explorer show these same cells.
+    Without `lead`, weights (never above 1) drop their leading zero: .2218."""
     keep = np.ones(np.shape(weights), bool) if mask is None else np.asarray(mask, bool)
     lo, hi = scale(np.asarray(weights)[keep])
     rows = []
@@ -79,7 +82,9 @@ def weight_cells(weights, mask, decimals: int) -> list[list[Text]]:
                 cells.append(Text(MASKED + " ", justify="right"))
             else:
                 x = (w - lo) / (hi - lo) if hi > lo else 0.5
-                cells.append(Text(fmt(w, decimals) + (TOP if j in tops else " "),
+                text = fmt(w, decimals)
+                text = text[1:] if not lead and text.startswith("0.") else text
+                cells.append(Text(text + (TOP if j in tops else " "),
                                   style=shade(x) + Style(bold=j in tops), justify="right"))
         rows.append(cells)
     return rows
@@ -110,36 +115,66 @@ def legend() -> _Legend:
     return _Legend()
 
 
-class _WeightsTable:
-    """A weight matrix that splits its key columns into several tables when it cannot fit.
+@dataclass(frozen=True)
+class Layout:
+    """How a weight matrix is drawn: its decimals, its key labels cut to `keys` characters (0:
+    whole), and whether weights keep their leading zero."""
 
-    Numbers are never cut: at 80 columns an 11-token sentence prints as two tables of keys.
-    """
+    decimals: int
+    keys: int = 0
+    lead: bool = True
+
+    def label(self, token: str) -> str:
+        return token if not self.keys or len(token) <= self.keys else token[:self.keys - 1] + "…"
+
+
+class _WeightsTable:
+    """A weight matrix that fits the width it is given. It tries, in turn: its decimals; 3, then
+    2; 2 with long key labels shortened (a line below names them); 2 without leading zeros. Only
+    when none fits does it split its key columns into several tables, numbers never cut."""
 
     def __init__(self, title: str, tokens, weights, mask, decimals: int):
         self.title, self.tokens, self.weights = title, list(tokens), weights
         self.mask, self.decimals = mask, decimals
+        self.fit = None  # the columns it may take when it shares a row (set by SideBySide)
 
-    def _widths(self) -> list[int]:
-        return [max(self.decimals + 3, len(t)) for t in self.tokens]  # 0.1234 and the marker
+    def _room(self, max_width: int) -> int:
+        """The width to fit: the console's, or less when several go side by side."""
+        return min(max_width, self.fit or max_width)
 
-    def _label_width(self) -> int:
-        return max(len("q \\ k"), *(len(t) for t in self.tokens))
+    def chosen(self, max_width: int) -> Layout | None:
+        """The first layout that fits, or None (then the keys are split). Beside others
+        (`fit`), the tightest layout rather than a split: the row then holds fewer."""
+        fits = lambda layout, room: natural_width(self.table(layout=layout)) <= room
+        room = self._room(max_width)
+        found = next((layout for layout in self.layouts() if fits(layout, room)), None)
+        if found is None and self.fit and fits(self.layouts()[-1], max_width):
+            return self.layouts()[-1]
+        return found
 
-    def table(self, keys=None) -> Table:
+    def layouts(self) -> list[Layout]:
+        d = self.decimals
+        fewer = [Layout(k) for k in (3, 2) if k < d]
+        short = min(d, 2)
+        return [Layout(d), *fewer, Layout(short, short + 3), Layout(short, short + 2, False)]
+
+    def table(self, keys=None, layout: Layout | None = None) -> Table:
+        layout = layout or Layout(self.decimals)
         keys = range(len(self.tokens)) if keys is None else keys
-        table = new_table()
+        table = new_table(padding=(0, 1) if layout.lead else (0, 0, 0, 1))
         table.add_column("q \\ k", style="bold", no_wrap=True)
         for j in keys:
-            table.add_column(self.tokens[j], justify="right", no_wrap=True)
-        cells = weight_cells(self.weights, self.mask, self.decimals)
+            table.add_column(layout.label(self.tokens[j]), justify="right", no_wrap=True)
+        cells = weight_cells(self.weights, self.mask, layout.decimals, layout.lead)
         for i, row in enumerate(cells):
             table.add_row(self.tokens[i], *(row[j] for j in keys))
         return table
 
     def _chunks(self, width: int) -> list[range]:
-        room, chunks, start, used = width - self._label_width(), [], 0, 0
-        for j, w in enumerate(self._widths()):
+        label = max(len("q \\ k"), *(len(t) for t in self.tokens))
+        widths = [max(self.decimals + 3, len(t)) for t in self.tokens]  # 0.1234 and the marker
+        room, chunks, start, used = width - label, [], 0, 0
+        for j, w in enumerate(widths):
             if j > start and used + w + 2 > room:
                 chunks.append(range(start, j))
                 start, used = j, 0
@@ -147,21 +182,38 @@ class _WeightsTable:
         chunks.append(range(start, len(self.tokens)))
         return chunks
 
+    def _notes(self, layout: Layout, full: int) -> list[Text]:
+        notes = []
+        if layout.decimals != self.decimals:
+            notes.append(f"{layout.decimals} decimals to fit side by side" if self.fit else
+                         f"{layout.decimals} decimals to fit (--width {full} shows {self.decimals})")
+        cut = {layout.label(t): t for t in self.tokens if layout.label(t) != t}
+        if cut:
+            notes.append("keys shortened: " + ", ".join(f"{a} {t}" for a, t in cut.items()))
+        return [Text(n, style="dim") for n in notes]
+
     def __rich_console__(self, console, options):
         yield Text(self.title, style="bold blue")
-        chunks = self._chunks(options.max_width)
+        full, room = natural_width(self.table()), self._room(options.max_width)
+        layout = self.chosen(options.max_width)
+        if layout is not None:
+            yield self.table(layout=layout)
+            yield from self._notes(layout, full)
+            return
+        chunks = self._chunks(room)
         for keys in chunks:
-            if len(chunks) > 1:
-                yield Text(f"keys {keys.start + 1}–{keys.stop} of {len(self.tokens)} "
-                           f"(--width {self._label_width() + sum(self._widths()) + 2 * len(self.tokens)} "
-                           f"shows them in one table)", style="dim")
+            yield Text(f"keys {keys.start + 1}–{keys.stop} of {len(self.tokens)} (--width {full} "
+                       f"shows them in one table)", style="dim")
             yield self.table(keys)
 
     def __rich_measure__(self, console, options):
         from rich.measure import Measurement
 
-        full = self._label_width() + sum(self._widths()) + 2 * len(self.tokens)
-        return Measurement(min(full, options.max_width), full)
+        layout = self.chosen(options.max_width)
+        width = natural_width(self.table(layout=layout)) if layout else self._room(
+            options.max_width)
+        width = min(max(width, len(self.title)), options.max_width)  # the title on one line
+        return Measurement(width, width)
 
     def markdown(self) -> str:
         from mha_trace.output import table_markdown
@@ -172,7 +224,56 @@ class _WeightsTable:
 
 
 def weights_table(title: str, tokens, weights, mask, decimals: int) -> _WeightsTable:
+    """A weight matrix that fits the console's width (or its share of a row: SideBySide)."""
     return _WeightsTable(title, tokens, weights, mask, decimals)
+
+
+GAP = 3  # columns between tables side by side
+
+
+class SideBySide:
+    """Tables in rows, as many to a row as the width holds at their own size (or, with `shrink`,
+    weight tables fitted to share one row), a blank line between rows. `renderables` lets the
+    HTML and Markdown writers take them one by one."""
+
+    def __init__(self, tables: list, shrink: bool = False):
+        self.renderables, self.shrink = tables, shrink
+
+    def __rich_console__(self, console, options):
+        from rich.console import Group
+        from rich.measure import Measurement
+
+        from mha_trace.output import _titled
+
+        if self.shrink:  # weight tables give up decimals and labels to share one row
+            for table in self.renderables:
+                table.fit = (options.max_width - GAP * (len(self.renderables) - 1)) // len(
+                    self.renderables)
+
+        # a table's title above it as a line of its own, so that it is not wrapped to the table
+        shown = [Group(*_titled(t)) if isinstance(t, Table) else t for t in self.renderables]
+        widths = [Measurement.get(console, options, t).maximum for t in shown]
+        rows, used = [[]], 0
+        for table, width in zip(shown, widths):
+            if rows[-1] and used + GAP + width > options.max_width:
+                rows.append([])
+                used = 0
+            used += width + (GAP if rows[-1] else 0)
+            rows[-1].append((table, width))
+        for i, row in enumerate(rows):
+            if i:
+                yield Text("")
+            grid = Table.grid(padding=(0, GAP, 0, 0))
+            for _, width in row:
+                grid.add_column(width=width)
+            grid.add_row(*(table for table, _ in row))
+            yield grid
+
+
+def side_by_side(tables: list, shrink: bool = False):
+    """Several tables side by side where the width allows (weight tables shrinking to share one
+    row when `shrink`); one table stays itself."""
+    return tables[0] if len(tables) == 1 else SideBySide(tables, shrink)
 
 
 def matrix_table(title: str, tokens, matrix, decimals: int, first: int = 0) -> Table:

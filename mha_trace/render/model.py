@@ -79,7 +79,7 @@ def overview(sentence, tokens, w: np.ndarray, width: int) -> list:
         for r in range(rows):
             maps = [braille_map(w[name(r, c)[0] - 1, name(r, c)[1] - 1])
                     for c in range(band, min(band + size, cols))]
-            grid.append("\n" if r == 0 else "\n\n")
+            grid.append("\n")  # the label starts each row of maps: no blank line needed
             for k in range(tall):
                 if k:
                     grid.append("\n")
@@ -89,10 +89,10 @@ def overview(sentence, tokens, w: np.ndarray, width: int) -> list:
                     grid.append_text(m[k])
                     grid.append(" ")
     out.append(grid)
-    out.append(Text(f"Each map: rows are queries, columns keys, 4 queries × 2 keys per character, "
-                    f"in token order ({' '.join(tokens)}). A dot is a key that gets at "
-                    f"least half of its query's largest weight. One head large: --head L.H; a "
-                    f"layer's tables: --layer L."))
+    out.append(Text(f"Tokens: {' '.join(tokens)}\n"
+                    f"Each map: queries down, keys across, 4 × 2 per character; a dot is a key with "
+                    f"at least half of its query's top weight. One head: --head L.H; a layer: "
+                    f"--layer L."))
     return out
 
 

@@ -2,7 +2,6 @@
 
 import math
 import os
-import re
 
 from rich.console import Group
 from rich.table import Table
@@ -22,8 +21,8 @@ def shape_text(t: tuple) -> str:
     return "[" + ", ".join(map(str, t)) + "]"
 
 
-def stride_text(t: tuple) -> str:
-    return "(" + ", ".join(map(str, t)) + ")"
+def stride_text(t: tuple, compact: bool = False) -> str:
+    return "(" + ("," if compact else ", ").join(map(str, t)) + ")"
 
 
 def _rows(steps, op) -> str:
@@ -47,111 +46,68 @@ def title(report: ShapesReport) -> str:
             f"{d_k}{mask}{pad}{extra} {r.dtype} on {r.device}")
 
 
-_BREAK = re.compile(r"(?<=\()|(?=\.)|(?<=,)")  # after "(", before ".", after ","
+def elide(text: str, width: int) -> str:
+    """Text on one line of at most `width`: when longer, its middle gives way to "…" (the call's
+    start and its arguments' end stay)."""
+    text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    head = max(1, (width - 1) * 2 // 3)
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
 
 
-def break_code(text: str, width: int) -> str:
-    """Code as lines of at most `width`, broken only between tokens: at spaces, after "(" or ",",
-    before "." (never inside an identifier). A single identifier longer than the width stays whole."""
-    lines = []
-    for word in text.split(" "):
-        pieces = [p for p in _BREAK.split(word) if p] if len(word) > width else [word]
-        for piece in pieces:
-            if lines and len(lines[-1]) + (1 if lines[-1] and piece == word else 0) + len(piece) <= width:
-                joiner = " " if piece == word and lines[-1] else ""
-                lines[-1] += joiner + piece
-            else:
-                lines.append(piece)
-        if len(pieces) > 1:
-            lines.append("")  # the next word starts a line of its own
-    return "\n".join(line for line in lines if line)
+CODE_MIN = 16  # below this the code says too little: an optional column gives way instead
+GIVE_WAY = ("dtype", "contig", "stride")  # in this order
 
 
-def _longest_word(cells) -> int:
-    return max((len(w) for c in cells for w in str(c).split()), default=1)
+def _cells(report: ShapesReport, where) -> dict:
+    """Each column's text per step, code excepted."""
+    steps = report.steps
+    return {"#": [str(s.index) for s in steps], "ln": [where(s) for s in steps],
+            "op": [s.op for s in steps], "shape": [shape_text(s.shape) for s in steps],
+            "stride": [stride_text(s.stride, compact=True) for s in steps],
+            "contig": ["yes" if s.contiguous else "no" for s in steps],
+            "dtype": [SHORT_DTYPES.get(s.dtype, s.dtype) for s in steps],
+            "alloc": ["view" if s.is_view else human_bytes(s.bytes) for s in steps]}
 
 
 def shapes_table(report: ShapesReport, width: int = 100):
-    """One row per op. Columns give way by priority (stride, dtype, contig) rather than cut a
-    word; code breaks only between tokens, so no identifier is ever split."""
-    dropped, excess, stride = 0, 0, 18
-    full = None
-    while True:
-        table, floor, code_width = _shapes_table(report, width, excess, dropped, stride)
-        natural = _natural_width(table)
-        full = full or natural
-        over = natural - width
-        if over <= 0 or dropped == 3:
-            if dropped:
-                table.caption = table.caption.replace("(--width ?", f"(--width {full}")
-            return table
-        take = max(0, min(over, code_width - floor))  # the code column gives what it can
-        rest = over - take
-        if rest == 0:
-            excess += take
-        elif dropped == 0 and stride - rest >= 12:
-            excess, stride = excess + take, stride - rest  # strides wrap at their commas
-        else:
-            dropped, excess, stride = dropped + 1, 0, 18  # the next optional column gives way
-
-
-def _natural_width(table) -> int:
-    """How wide the table renders when nothing forces it narrower."""
-    import io
-
-    from rich.console import Console
-
-    console = Console(file=io.StringIO(), width=1000, color_system=None, markup=False)
-    with console.capture() as captured:
-        console.print(table)
-    return max((len(line.rstrip()) for line in captured.get().splitlines()), default=0)
-
-
-def _shapes_table(report: ShapesReport, width: int, excess: int, dropped: int, stride: int = 18):
+    """One line per op. Every column but the code takes the width its longest cell needs (strides
+    without spaces); the code takes the rest, its middle elided when longer. When the code would
+    get fewer than CODE_MIN columns, dtype, then contig, then stride give way, and the caption
+    names the width that shows them; dtype is left out anyway when every step has the title's."""
     steps = report.steps
     files = {s.file for s in steps if s.op != "input"}
-    where = lambda s: (str(s.line) if len(files) <= 1 else f"{os.path.basename(s.file)}:{s.line}") if s.line else "in"
-    whole = lambda values: max(len(str(v)) for v in values)  # columns that never wrap
-    need = {"#": whole([s.index for s in steps] + ["#"]), "ln": whole([where(s) for s in steps] +
-            ["ln" if len(files) <= 1 else "file:ln"]), "code": 12,
-            "op": whole([s.op for s in steps] + ["op"]),
-            "shape": whole([shape_text(s.shape) for s in steps] + ["shape"]),
-            "stride": _longest_word([stride_text(s.stride) for s in steps] + ["stride"]),
-            "contig": len("contig"), "dtype": len("dtype"),
-            "alloc": whole(["alloc"] + [human_bytes(s.bytes) for s in steps])}
-    shown = list(need)
-    longest_code = max(len(s.text) for s in steps)
-    # the code column's floor: its longest piece that cannot break (between tokens only)
-    piece = max(len(p) for s in steps for w in s.text.split(" ") for p in _BREAK.split(w) if p)
-    floor = max(12, min(longest_code, max(piece, 20)))
-    for i, optional in enumerate(("stride", "dtype", "contig")):  # give way in this order
-        if i >= dropped:
+    ln = "ln" if len(files) <= 1 else "file:ln"
+    where = lambda s: (str(s.line) if len(files) <= 1 else f"{os.path.basename(s.file)}:{s.line}") \
+        if s.line else "in"
+    cells = _cells(report, where)
+    need = {c: max(len(v) for v in [c if c != "ln" else ln, *texts]) for c, texts in cells.items()}
+    shown = [c for c in cells if c != "dtype" or len(set(cells["dtype"])) > 1]
+    room = lambda cols: width - sum(need[c] for c in cols) - 2 * len(cols)
+    full = sum(need[c] for c in shown) + 2 * len(shown) + max(len(s.text) for s in steps)
+    hidden = []
+    for optional in GIVE_WAY:
+        if room(shown) >= CODE_MIN:
             break
-        shown.remove(optional)
-    code_width = max(floor, width - sum(need[c] for c in shown if c != "code") - 2 * (len(shown) - 1)
-                     - excess)
-    code = [break_code(s.text, code_width) for s in steps]
-    need["code"] = max(12, _longest_word(line for c in code for line in c.split("\n")))
+        if optional in shown:
+            shown.remove(optional)
+            hidden.append(optional)
     table = new_table(title(report))
-    hidden = [c for c in ("stride", "dtype", "contig") if c not in shown]
     if hidden:
-        table.caption = (f"{', '.join(hidden)} hidden at {width} columns (--width ? shows "
+        table.caption = (f"{', '.join(hidden)} hidden at {width} columns (--width {full} shows "
                          f"{'them' if len(hidden) > 1 else 'it'})")
         table.caption_justify = "left"
-    table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("ln" if len(files) <= 1 else "file:ln", justify="right", no_wrap=True)
-    table.add_column("code", min_width=need["code"], max_width=code_width)
-    table.add_column("op", min_width=need["op"], no_wrap=True)
-    table.add_column("shape", min_width=need["shape"], no_wrap=True)
-    if "stride" in shown:
-        table.add_column("stride", min_width=need["stride"], max_width=stride)
-    if "contig" in shown:
-        table.add_column("contig", no_wrap=True)
-    if "dtype" in shown:
-        table.add_column("dtype", no_wrap=True)
-    table.add_column("alloc", justify="right", no_wrap=True)
-    _add_steps(table, report, code, shown, where)
-    return table, floor, code_width
+    code_width = max(CODE_MIN, room(shown))
+    for c in shown:
+        if c == "op":
+            table.add_column("code", no_wrap=True, width=code_width)
+        table.add_column(ln if c == "ln" else c, no_wrap=True,
+                         justify="right" if c in ("#", "ln", "alloc") else "left")
+    code = [elide(s.text, code_width) for s in steps]
+    _add_steps(table, report, code, [c for c in shown if c not in ("#", "ln", "op", "shape")],
+               cells)
+    return table
 
 
 def loops(steps, longest: int = 64) -> dict:
@@ -173,37 +129,35 @@ def loops(steps, longest: int = 64) -> dict:
     return found
 
 
-def _add_steps(table, report: ShapesReport, code: list, shown: list, where) -> None:
-    """One row per step (its code broken to fit), a section per phase of a decoding run; a
-    block that runs again and again is shown once, with how many times it ran."""
+def _add_steps(table, report: ShapesReport, code: list, extra: list, cells: dict) -> None:
+    """One row per step, a section per phase of a decoding run; a block that runs again and
+    again is shown once, with how many times it ran."""
     phase, folded, skip = "", loops(report.steps), set()
     for i, (length, times) in folded.items():
         skip.update(range(i + length, i + length * times))
+    blank = [""] * (len(table.columns) - 3)
     for i, (s, text) in enumerate(zip(report.steps, code)):
         if i in skip:
             continue
         if s.phase != phase:
             phase = s.phase
             table.add_section()
-            table.add_row("", "", Text(phase_label(report, phase), style="bold magenta"),
-                          *[""] * (len(table.columns) - 3))
-        alloc = Text("view", style="green") if s.is_view else Text(human_bytes(s.bytes), style="yellow")
-        row = [str(s.index), where(s), Text(text), s.op, shape_text(s.shape)]
-        row += [stride_text(s.stride)] if "stride" in shown else []
-        row += ["yes" if s.contiguous else "no"] if "contig" in shown else []
-        row += [SHORT_DTYPES.get(s.dtype, s.dtype)] if "dtype" in shown else []
+            table.add_row("", "", Text(phase_label(report, phase), style="bold magenta"), *blank)
+        alloc = Text("view", style="green") if s.is_view else Text(cells["alloc"][i], style="yellow")
+        row = [cells["#"][i], cells["ln"][i], Text(text), s.op, cells["shape"][i]]
+        row += [cells[c][i] for c in extra if c != "alloc"]
         table.add_row(*row, alloc, style="bold" if s.op == "contiguous" and not s.is_view else None)
         start = next((j for j, (n, _) in folded.items() if j + n - 1 == i), None)
         if start is not None:
-            table.add_row("", "", Text(_loop_note(report.steps, start, *folded[start]), style="cyan"),
-                          *[""] * (len(table.columns) - 3))
+            note = _loop_note(report.steps, start, *folded[start])
+            table.add_row("", "", Text(elide(note, table.columns[2].width), style="cyan"), *blank)
 
 
 def _loop_note(steps, start: int, length: int, times: int) -> str:
     first, last = steps[start].index, steps[start + length - 1].index
     rows = f"row {first}" if length == 1 else f"rows {first}–{last}"
     again = steps[start + length].index, steps[start + length * times - 1].index
-    return f"↻ {rows} ran {times} times (a loop); rows {again[0]}–{again[1]} not shown"
+    return f"↻ {rows} ran ×{times} (a loop; {again[0]}–{again[1]} not shown)"
 
 
 def phase_label(report: ShapesReport, phase: str) -> str:
@@ -403,8 +357,8 @@ def compact_rows(report: ShapesReport) -> list[tuple[str, int]]:
 
 
 def compact_table(report: ShapesReport, width: int = 100):
-    """The L04 table for slides: eight rows, each shape in numbers and in symbols (below 90
-    columns without the code)."""
+    """The L04 table for slides: eight rows, each shape in numbers and in symbols, and the code
+    on one line in the width left (below 90 columns without the code)."""
     sym = symbols(report)
     rows = compact_rows(report)
     texts = {}
@@ -413,12 +367,16 @@ def compact_table(report: ShapesReport, width: int = 100):
         code = "softmax(QKᵀ/√d_k)·V" if name == "attention" and s.op == "matmul" else s.text
         if name == "contiguous + view" and report.steps[i - 1].op == "contiguous":
             code = ".contiguous()" + code
-        texts[name] = break_code(code, 20)
+        texts[name] = code
+    others = [[n for n, _ in rows], [shape_text(report.steps[i].shape) for _, i in rows],
+              [sym[i] for _, i in rows], ["alloc", *(human_bytes(report.steps[i].bytes) for _, i in rows)]]
+    room = width - sum(max(len(c) for c in col) for col in others) - 2 * len(others)
     table = new_table(title(report))
     table.add_column("step", style="bold", no_wrap=True)
     with_code = width >= 90
     if with_code:
-        table.add_column("code", min_width=max(len(w) for t in texts.values() for w in t.split()))
+        code_width = min(room, max(len(t) for t in texts.values()))
+        table.add_column("code", no_wrap=True, width=code_width)
     table.add_column("shape", no_wrap=True)
     table.add_column("in symbols", no_wrap=True)
     table.add_column("alloc", justify="right", no_wrap=True)
@@ -427,7 +385,8 @@ def compact_table(report: ShapesReport, width: int = 100):
         copied = report.steps[i - 1] if name == "contiguous + view" else s  # the copy, if any
         alloc = Text("view", style="green") if copied.is_view else Text(
             human_bytes(copied.bytes), style="yellow")
-        table.add_row(name, *([Text(texts[name])] if with_code else []), shape_text(s.shape), sym[i], alloc)
+        code = [Text(elide(texts[name], code_width))] if with_code else []
+        table.add_row(name, *code, shape_text(s.shape), sym[i], alloc)
     table.caption = "The eight steps of the lecture's table; --compact off shows every op."
     table.caption_justify = "left"
     return table

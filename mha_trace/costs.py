@@ -161,21 +161,39 @@ def _flop_rows(add, d: Dims, L: int) -> None:
     add("flops", "attention total", "sum of the above", "", sum(s[3] for s in stages), "FLOPs")
 
 
+def band(T: int, W: int) -> int:
+    """Scores a sliding window of W keeps over T tokens: query i sees min(i + 1, W) keys, so
+    Σᵢ min(i + 1, W) = W(W + 1)/2 + (T − W)·W, and the causal triangle T(T + 1)/2 when W ≥ T."""
+    W = min(W, T)
+    return W * (W + 1) // 2 + (T - W) * W
+
+
+def _pairs(d: Dims) -> tuple[str, str, int]:
+    """(formula, numbers, count) of the query-key pairs scored per batch and head: T·T, or the
+    sliding window's band."""
+    T = d.seq
+    if d.window is None:
+        return "T·T", f"{T}·{T}", T * T
+    return "Σᵢ min(i+1, W)", f"{band(T, d.window)}", band(T, d.window)
+
+
 def _flop_stages(d: Dims) -> list:
-    """(item, formula, the formula with numbers, FLOPs) per stage of one forward pass."""
+    """(item, formula, the formula with numbers, FLOPs) per stage of one forward pass; with a
+    sliding window the scores, softmax and weights · V count its band only."""
     B, T, D, H, k, b = d.batch, d.seq, d.d_model, d.heads, d.d_k, 1 if d.bias else 0
     gk = d.kv_heads * k
     pb, kvb = (" + B·T·D", " + 2·B·T·G·d_k") if b else ("", "")
+    pf, pn, P = _pairs(d)
     stages = [
         ("Q projection", f"2·B·T·D·D{pb}", f"2·{B}·{T}·{D}·{D}" + (f" + {B}·{T}·{D}" if b else ""),
          2 * B * T * D * D + b * B * T * D),
         ("K, V projections", f"2·(2·B·T·D·G·d_k){kvb}",
          f"2·(2·{B}·{T}·{D}·{gk})" + (f" + 2·{B}·{T}·{gk}" if b else ""),
          2 * (2 * B * T * D * gk) + b * 2 * B * T * gk),
-        ("scores QKᵀ", "2·B·H·T·T·d_k", f"2·{B}·{H}·{T}·{T}·{k}", 2 * B * H * T * T * k),
-        ("scale ÷√d_k", "B·H·T·T", f"{B}·{H}·{T}·{T}", B * H * T * T),
-        ("softmax", "5·B·H·T·T", f"5·{B}·{H}·{T}·{T}", 5 * B * H * T * T),
-        ("weights · V", "2·B·H·T·T·d_k", f"2·{B}·{H}·{T}·{T}·{k}", 2 * B * H * T * T * k),
+        ("scores QKᵀ", f"2·B·H·{pf}·d_k", f"2·{B}·{H}·{pn}·{k}", 2 * B * H * P * k),
+        ("scale ÷√d_k", f"B·H·{pf}", f"{B}·{H}·{pn}", B * H * P),
+        ("softmax", f"5·B·H·{pf}", f"5·{B}·{H}·{pn}", 5 * B * H * P),
+        ("weights · V", f"2·B·H·{pf}·d_k", f"2·{B}·{H}·{pn}·{k}", 2 * B * H * P * k),
         ("output projection", f"2·B·T·D·D{pb}", f"2·{B}·{T}·{D}·{D}" + (f" + {B}·{T}·{D}" if b else ""),
          2 * B * T * D * D + b * B * T * D)]
     return stages
@@ -188,8 +206,8 @@ def _memory_rows(add, d: Dims, L: int) -> None:
     once("scores, materialised", "B·H·T·T·s", f"{B}·{H}·{T}·{T}·{s}", B * H * T * T * s)
     W = T if d.window is None else min(T, d.window)  # keys a query sees (and the cache keeps)
     if d.window is not None:
-        once(f"scores, sliding window {d.window} (band only)", "B·H·T·min(T, W)·s",
-             f"{B}·{H}·{T}·{W}·{s}", B * H * T * W * s)
+        once(f"scores, sliding window {d.window} (band only)", "B·H·Σᵢ min(i+1, W)·s",
+             f"{B}·{H}·{band(T, d.window)}·{s}", B * H * band(T, d.window) * s)
     once("scores, tiled (FlashAttention-2)", "B·H·T·4 (one fp32 logsumexp per row)",
          f"{B}·{H}·{T}·4", B * H * T * 4)
     once("KV cache per token, one layer", "2·G·d_k·s", f"2·{G}·{k}·{s}", 2 * G * k * s)

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -111,3 +112,27 @@ def test_cost_bad_input(cli, args, message):
     result = cli("cost", *args)
     assert result.exit_code == 2
     assert result.stderr == f"Error: {message}\n"
+
+
+@pytest.mark.parametrize("T,W", [(8192, 4096), (10, 3), (10, 10), (10, 50), (1, 1), (7, 1)])
+def test_a_sliding_window_keeps_its_band_of_scores_counted_by_hand(T, W):
+    """Query i sees min(i + 1, W) keys: the band the window keeps, counted against the mask
+    itself; W ≥ T is the causal triangle."""
+    from mha_trace.costs import band
+    from mha_trace.masks import allowed
+
+    assert band(T, W) == sum(min(i + 1, W) for i in range(T))
+    if T <= 50:
+        assert band(T, W) == int(np.asarray(allowed(T, window=W)).sum())
+    if W >= T:
+        assert band(T, W) == T * (T + 1) // 2
+
+
+def test_mistral_sliding_window_scores_and_flops_count_the_band(cli):
+    data = json.loads(cli("cost", "--preset", "mistral-7b", "--dtype", "float16", "--format", "json").stdout)
+    rows = {r["item"]: r for r in data["rows"]}
+    assert rows["scores, sliding window 4096 (band only)"]["per_layer"] == 1_610_743_808  # not 2,147,483,648
+    band = 4096 * 4097 // 2 + (8192 - 4096) * 4096
+    assert rows["scores QKᵀ"]["per_layer"] == 2 * 32 * band * 128
+    assert rows["softmax"]["per_layer"] == 5 * 32 * band
+    assert rows["weights · V"]["per_layer"] == 2 * 32 * band * 128

@@ -118,6 +118,8 @@ def survey(
     source: Annotated[str | None, typer.Option("--from", help="Coreference probe: the word that refers (with --to). Example: --from it")] = None,
     targets: Annotated[str | None, typer.Option("--to", help="Coreference probe: the candidate words, comma-separated. Example: --to animal,street")] = None,
     top: Annotated[int, typer.Option("--top", min=1, max=20, help="How many heads to list per behaviour. Example: --top 5")] = 3,
+    induction: Annotated[bool, typer.Option("--induction", help="With a causal model: 50 random whole-word tokens repeated twice (three seeds); each head's induction score, the previous-token heads below, and the loss on both halves. Example: --model smollm2 --induction")] = False,
+    ablate_top: Annotated[int, typer.Option("--ablate-top", min=0, max=50, help="With --induction: also the repeated half's loss with the K best induction heads removed. Example: --ablate-top 5")] = 0,
     max_tokens: MaxTokensOpt = None,
     device: ComputeDeviceOpt = Device.cpu,
     out: Output = None,
@@ -125,8 +127,12 @@ def survey(
     """Which layer.head does what: previous token, next token, self, [CLS] and [SEP] sinks,
     punctuation, and (with --from/--to) a coreference probe, each head scored and ranked.
 
+    With --induction (a causal model), the heads that copy what followed a token's earlier copy.
     Example: mha-trace survey --model minilm --from it --to animal,street
+    Example: mha-trace survey --model smollm2 --induction --ablate-top 5
     """
+    if induction or ablate_top:
+        return _induction(model, sentence, source, ablate_top, top, max_tokens, device, out)
     from mha_trace.models import load
     from mha_trace.model_analysis import SURVEY_SENTENCES, survey as run_survey
 
@@ -140,6 +146,26 @@ def survey(
     result = run_survey(load(model, device.value, max_tokens), sentences, source.lower() if source else None, to,
                         builtin=sentence is None)
     emit(out, lambda: result.renderables(top=top), lambda: result.data(top=top))
+
+
+def _induction(model, sentence, source, ablate_top: int, top: int, max_tokens, device, out):
+    """survey --induction: a causal model's induction heads on random repeated tokens."""
+    from mha_trace.induction import induction
+    from mha_trace.models import load
+    from mha_trace.output import progress
+
+    if sentence is not None or source is not None:
+        raise MhaError("--induction runs on random tokens repeated twice, not on a sentence or a "
+                       "probe", quantity="induction")
+    m = load(model, device.value, max_tokens)
+    if not m.causal:
+        raise MhaError(f"it needs a causal model; {m.name} is an encoder (try --model "
+                       f"smollm2)", quantity="induction")
+    seeds = (0, 1, 2)
+    with progress(len(seeds) * (2 if ablate_top else 1), "random tokens, repeated") as advance:
+        result = induction(m, seeds=seeds, ablate_top=ablate_top, on_pass=advance)
+    emit(out, lambda: result.renderables(top=max(top, ablate_top, 5)),
+         lambda: result.data(top=max(top, ablate_top, 5)))
 
 
 @app.command(short_help="A causal model's next-token distribution.")

@@ -307,12 +307,22 @@ class Model:
                 out = self.run(generated[-1:], caches=caches)[0]
         return first, generated
 
+    @property
+    def vocab_size(self) -> int:
+        return self.tensors["token_embd.weight"]["rows"]
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The next-token logits (B, V) of the last position: the tied embedding, 4096 rows a time."""
-        last = hidden[:, -1]  # (B, D)
-        vocab = self.tensors["token_embd.weight"]["rows"]
-        parts = [last @ self._tensor("token_embd.weight", slice(r, r + 4096)).T
-                 for r in range(0, vocab, 4096)]
+        """The next-token logits (B, V) of the last position."""
+        return self._unembed(hidden[:, -1])
+
+    def logits_at(self, hidden: torch.Tensor, positions) -> torch.Tensor:
+        """The next-token logits (P, V) at these positions of the first sequence."""
+        return self._unembed(hidden[0, positions])
+
+    def _unembed(self, vectors: torch.Tensor) -> torch.Tensor:
+        """(N, D) -> (N, V) through the tied embedding, 4096 rows at a time."""
+        parts = [vectors @ self._tensor("token_embd.weight", slice(r, r + 4096)).T
+                 for r in range(0, self.vocab_size, 4096)]
         return torch.cat(parts, dim=-1)
 
     def tokenize(self, text: str):

@@ -6,6 +6,7 @@ from rich.text import Text
 from mha_trace.output import new_table
 from mha_trace.render.matrices import shade
 from mha_trace.render import data, renderables
+from mha_trace.induction import Induction
 from mha_trace.model_analysis import Survey
 
 
@@ -78,3 +79,64 @@ def _survey(result, width: int, top: int = 3, **_) -> list:
 @data.register(Survey)
 def _survey_data(result, top: int = 3, **_) -> dict:
     return survey_data(result, top)
+
+
+def _below(previous: np.ndarray, layer: int) -> str:
+    """The best previous-token head one layer below `layer` (counted from 1), with its score."""
+    if layer < 2:
+        return "—"
+    h = int(np.argmax(previous[layer - 2]))
+    return f"{layer - 1}.{h + 1} {previous[layer - 2, h]:.2f}"
+
+
+def induction_renderables(r, top: int) -> list:
+    m, seeds = r.model, ", ".join(map(str, r.seeds))
+    out = [Text(f"survey --induction: {m.name}, {r.n} random whole-word tokens repeated twice "
+                f"(seeds {seeds}, averaged)", style="bold")]
+    table = new_table(f"Top {top} induction heads (score: the mean weight from each repeated "
+                      f"token to the token after its earlier copy)")
+    table.add_column("head", style="bold", justify="right")
+    table.add_column("induction", justify="right")
+    table.add_column("previous-token head one layer below", justify="right")
+    for layer, head, score in _top(r.induction, top):
+        table.add_row(f"{layer}.{head}", Text(f"{score:.3f}", style=shade(score)),
+                      _below(r.previous, layer))
+    out.append(table)
+    chance = 1 / (r.n + 1.5)  # a query in the repeated half sees n + 1 .. 2n keys: ~1/(1.5 n)
+    strong = int((r.induction > 0.5).sum())
+    lines = [f"{strong} of {r.induction.size} heads score above 0.5; a head that spread its "
+             f"weight evenly over the keys it sees would score about {chance:.3f}.",
+             f"Next-token loss, nats per token: first half {r.loss_first:.2f}, repeated half "
+             f"{r.loss_repeated:.2f} (a uniform guess over the {m.vocab_size:,}-token vocabulary: "
+             f"{np.log(m.vocab_size):.2f}). The repeated half is predicted by copying."]
+    if r.removed:
+        names = ", ".join(f"{l}.{h}" for l, h in r.removed)
+        lines.append(f"Without the top {len(r.removed)} induction heads ({names}): repeated half "
+                     f"{r.loss_removed:.2f}.")
+    out.append(Text("\n".join(lines)))
+    return out
+
+
+def induction_data(r, top: int) -> dict:
+    rows = [{"layer": l + 1, "head": h + 1, "induction": round(float(r.induction[l, h]), 6),
+             "previous_token": round(float(r.previous[l, h]), 6)}
+            for l in range(r.induction.shape[0]) for h in range(r.induction.shape[1])]
+    return {"command": "survey", "detector": "induction", "model": r.model.name,
+            "tokens_per_half": r.n, "seeds": r.seeds,
+            "top": [{"layer": l, "head": h, "induction": round(s, 6)}
+                    for l, h, s in _top(r.induction, top)],
+            "heads": rows,
+            "loss": {"first_half": round(r.loss_first, 6), "repeated_half": round(r.loss_repeated, 6),
+                     "removed": [[l, h] for l, h in r.removed],
+                     "repeated_half_without_removed": None if r.loss_removed is None
+                     else round(r.loss_removed, 6)}}
+
+
+@renderables.register(Induction)
+def _induction(result, width: int, top: int = 3, **_) -> list:
+    return induction_renderables(result, top)
+
+
+@data.register(Induction)
+def _induction_data(result, top: int = 3, **_) -> dict:
+    return induction_data(result, top)

@@ -136,9 +136,14 @@ def new_table(title: str | None = None, **kwargs) -> Table:
 
 
 def natural_width(renderable) -> int:
-    """How wide a renderable prints when nothing forces it narrower."""
+    """How wide a renderable prints when nothing forces it narrower (a table measured, which
+    gives its printed width without printing it)."""
     console = Console(file=io.StringIO(), width=1000, color_system=None, markup=False,
                       force_jupyter=False)  # in a notebook it would display, not measure
+    if isinstance(renderable, Table):
+        from rich.measure import Measurement
+
+        return Measurement.get(console, console.options, renderable).maximum
     with console.capture() as captured:
         console.print(renderable)
     return max((len(line.rstrip()) for line in captured.get().splitlines()), default=0)

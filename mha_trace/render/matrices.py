@@ -137,6 +137,8 @@ class _WeightsTable:
         self.title, self.tokens, self.weights = title, list(tokens), weights
         self.mask, self.decimals = mask, decimals
         self.fit = None  # the columns it may take when it shares a row (set by SideBySide)
+        self._widths = {}  # Layout -> printed width
+        self._cells = {}  # (decimals, lead) -> the shaded cells
 
     def _room(self, max_width: int) -> int:
         """The width to fit: the console's, or less when several go side by side."""
@@ -145,12 +147,19 @@ class _WeightsTable:
     def chosen(self, max_width: int) -> Layout | None:
         """The first layout that fits, or None (then the keys are split). Beside others
         (`fit`), the tightest layout rather than a split: the row then holds fewer."""
-        fits = lambda layout, room: natural_width(self.table(layout=layout)) <= room
+        fits = lambda layout, room: self.width(layout) <= room
         room = self._room(max_width)
         found = next((layout for layout in self.layouts() if fits(layout, room)), None)
         if found is None and self.fit and fits(self.layouts()[-1], max_width):
             return self.layouts()[-1]
         return found
+
+    def width(self, layout: Layout | None = None) -> int:
+        """How wide the table prints in this layout (measured once per layout)."""
+        layout = layout or Layout(self.decimals)
+        if layout not in self._widths:
+            self._widths[layout] = natural_width(self.table(layout=layout))
+        return self._widths[layout]
 
     def layouts(self) -> list[Layout]:
         d = self.decimals
@@ -165,7 +174,10 @@ class _WeightsTable:
         table.add_column("q \\ k", style="bold", no_wrap=True)
         for j in keys:
             table.add_column(layout.label(self.tokens[j]), justify="right", no_wrap=True)
-        cells = weight_cells(self.weights, self.mask, layout.decimals, layout.lead)
+        key = (layout.decimals, layout.lead)
+        if key not in self._cells:
+            self._cells[key] = weight_cells(self.weights, self.mask, layout.decimals, layout.lead)
+        cells = self._cells[key]
         for i, row in enumerate(cells):
             table.add_row(self.tokens[i], *(row[j] for j in keys))
         return table
@@ -194,7 +206,7 @@ class _WeightsTable:
 
     def __rich_console__(self, console, options):
         yield Text(self.title, style="bold blue")
-        full, room = natural_width(self.table()), self._room(options.max_width)
+        full, room = self.width(), self._room(options.max_width)
         layout = self.chosen(options.max_width)
         if layout is not None:
             yield self.table(layout=layout)
@@ -210,8 +222,7 @@ class _WeightsTable:
         from rich.measure import Measurement
 
         layout = self.chosen(options.max_width)
-        width = natural_width(self.table(layout=layout)) if layout else self._room(
-            options.max_width)
+        width = self.width(layout) if layout else self._room(options.max_width)
         width = min(max(width, len(self.title)), options.max_width)  # the title on one line
         return Measurement(width, width)
 

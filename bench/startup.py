@@ -26,6 +26,7 @@ TARGETS = {  # name: (wall ratio, peak-RSS ratio) targets from the issues; None 
     "mha-trace survey --model minilm": (2.0, None),
     "mha-trace heads --model smollm2 (first run)": (4.0, None),
     "mha-trace heads --model smollm2": (1.6, 2.0),
+    "mha-trace survey --model smollm2 --induction": (6.0, None),
     "mha-trace explore (first screen)": (1.3, None),
 }
 FIRST_SCREEN = b"self.W_q(q)"  # the trace pane's first rows: the explorer's first screen is up
@@ -53,6 +54,8 @@ def commands() -> dict:
         # the first run parses the GGUF and fills an empty cache (a fresh folder every time)
         cmds["mha-trace heads --model smollm2 (first run)"] = ["env", "MHA_TRACE_CACHE=FRESH"] + heads
         cmds["mha-trace heads --model smollm2"] = heads
+        cmds["mha-trace survey --model smollm2 --induction"] = cli + ["survey", "--model", "smollm2",
+                                                                      "--induction"]
     cmds["mha-trace explore (first screen)"] = ["PTY"] + cli + ["explore"]
     return cmds
 

@@ -176,7 +176,8 @@ def test_mistral_cache_honours_its_window(cli):
     rows = {r["item"]: r for r in json.loads(cli("cost", "--preset", "mistral-7b", "--seq", "8192",
                                                  "--dtype", "float16", "--format", "json").stdout)["rows"]}
     assert rows["KV cache, batch × layers × 4096 tokens (window)"]["total"] == 2 * 8 * 128 * 2 * 32 * 4096
-    assert rows["scores, sliding window 4096 (band only)"]["total"] == 32 * 8192 * 4096 * 2
+    band = 4096 * 4097 // 2 + (8192 - 4096) * 4096  # query i sees min(i + 1, 4096) keys
+    assert rows["scores, sliding window 4096 (band only)"]["total"] == 32 * band * 2
     text = cli("cost", "--preset", "mistral-7b").stdout
     assert "RoPE adds no parameters" in text and "FlashAttention-2" in text
 

@@ -129,7 +129,7 @@ def survey(
 
     With --induction (a causal model), the heads that copy what followed a token's earlier copy.
     Example: mha-trace survey --model minilm --from it --to animal,street
-    Example: mha-trace survey --model smollm2 --induction --ablate-top 5
+    Example: mha-trace survey --model smollm2 --induction
     """
     if induction or ablate_top:
         return _induction(model, sentence, source, ablate_top, top, max_tokens, device, out)

@@ -1,7 +1,7 @@
 """Which job each step of an attention forward pass does, and the first step that does its job
-wrong: a student's trace is compared with the lecture's role by role (q/k/v projection, head
-split, RoPE, scores, scale, mask, softmax, weights·V, head merge, output projection), layout
-included, so a mistake is named at the line that makes it.
+wrong: a student's trace is compared with the lecture's role by role (projection, change of layout
+(the head split and merge), RoPE, scores, scale, mask, softmax, weights·V, output projection),
+layout included, so a mistake is named at the line that makes it.
 
 A step's role comes from its op and where it falls: before the T × T scores everything is a
 projection, a change of layout or (elementwise) RoPE; between the scores and the softmax a

@@ -169,6 +169,15 @@ class Survey(Shows):
     probe: dict | None = None  # coreference: {"from": token, "to": [...], "scores": {to: (L, H)}}
     builtin: bool = True  # the built-in sentence set (else the user's own sentence)
 
+    @property
+    def sinks(self) -> dict:
+        """Sink name -> (layers,) the share of attention a layer's heads give it, averaged over
+        heads, queries and sentences: the first token for a causal model (its first query, which
+        has no other key, left out), [CLS] and [SEP] for an encoder."""
+        found = {n: s.mean(-1) for n, s in self.scores.items()
+                 if n in ("first token (sink)", "first token ([CLS])", "last token ([SEP])")}
+        return found
+
 
 def survey(model, sentences: list[str], source: str | None = None,
            targets: list[str] | None = None, builtin: bool = True) -> Survey:

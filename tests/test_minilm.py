@@ -302,3 +302,20 @@ def test_png_of_a_model_checks_the_files_beside_it_before_anything_runs(cli, tmp
     assert result.exit_code == 2
     assert result.stderr.startswith(f"Error: --png: {tmp_path / 'h-layer3.png'} is a directory")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["h-layer3.png"]
+
+
+def test_sinks_by_layer_show_cls_not_sep_unlike_clark_et_al(cli, model):
+    """Clark et al. 2019 found BERT-base's middle layers giving over half their attention to
+    [SEP]; MiniLM gives [SEP] under 0.1 in every layer and parks about half on [CLS] in layers
+    2-5. Recomputed from the weights of the survey's sentences."""
+    from mha_trace.model_analysis import SURVEY_SENTENCES
+
+    data = json.loads(cli("survey", "--model", "minilm", "--format", "json").stdout)
+    sinks = data["sinks_by_layer"]
+    runs = [model.encode(s).weights for s in SURVEY_SENTENCES]
+    np.testing.assert_allclose(sinks["first token ([CLS])"],
+                               np.mean([w[..., 0].mean(axis=(1, 2)) for w in runs], axis=0), atol=1e-6)
+    np.testing.assert_allclose(sinks["last token ([SEP])"],
+                               np.mean([w[..., -1].mean(axis=(1, 2)) for w in runs], axis=0), atol=1e-6)
+    assert max(sinks["last token ([SEP])"]) < 0.1 and min(sinks["first token ([CLS])"][1:5]) > 0.45
+    assert "[SEP]. Not here:" in " ".join(cli("survey", "--model", "minilm").stdout.split())

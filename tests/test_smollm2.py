@@ -284,3 +284,20 @@ def test_induction_needs_a_causal_model(cli):
     refused = cli("survey", "--model", "minilm", "--induction")
     assert refused.exit_code == 2 and "needs a causal model" in refused.stderr
     assert cli("survey", "--model", "smollm2", "--induction", "--sentence", "x").exit_code == 2
+
+
+def test_sinks_by_layer_agree_with_xiao_et_al_here(cli, model):
+    """The share of attention on the first token, by layer, recomputed from the weights of the
+    survey's sentences: under 0.2 in layers 1-2, over half in most others (Xiao et al. 2023's
+    attention sinks, every layer but the first two)."""
+    from mha_trace.model_analysis import SURVEY_SENTENCES
+
+    data = json.loads(cli("survey", "--model", "smollm2", "--format", "json").stdout)
+    shares = np.array(data["sinks_by_layer"]["first token (sink)"])
+    with model.resident():
+        by_hand = np.mean([model.encode(s).weights[:, :, 1:, 0].mean(axis=(1, 2))
+                           for s in SURVEY_SENTENCES], axis=0)
+    np.testing.assert_allclose(shares, by_hand, atol=1e-6)
+    assert shares[:2].max() < 0.2 and (shares[2:] > 0.5).sum() >= 20
+    text = cli("survey", "--model", "smollm2").stdout
+    assert "Llama-2 but the first two. Here too: layers 1-2 give it 0.14" in " ".join(text.split())

@@ -52,10 +52,36 @@ def survey_renderables(result, top: int) -> list:
         used = "; ".join(f"\"{t}\"" for t in result.probe["sentences"])
         out.append(Text(f"Coreference probe: the weight from '{result.probe['from']}' to each "
                         f"candidate, summed over its pieces, in {used}."))
+    out.append(Text("\n".join(sink_lines(result))))
     out.append(Text("Scores are means over queries (and sentences): previous/next token and self "
                     "need a key in that place; [CLS] and [SEP] are the first and last tokens; "
                     "punctuation sums every punctuation key."))
     return out
+
+
+def sink_lines(result) -> list[str]:
+    """The share of attention each layer gives its sink tokens, and what the literature reports
+    for larger models beside what these numbers show."""
+    sinks = result.sinks
+    by_layer = lambda v: "  ".join(f"{l + 1}: {x:.2f}" for l, x in enumerate(v))
+    lines = [f"Attention on the {name}, by layer: {by_layer(v)}" for name, v in sinks.items()]
+    if "first token (sink)" in sinks:
+        v = sinks["first token (sink)"]
+        rest = v[2:]
+        agree = max(v[:2]) < 0.5 < np.median(rest)
+        lines.append(f"Xiao et al. 2023 find attention sinks on the first token in every layer of "
+                     f"Llama-2 but the first two. {'Here too' if agree else 'Not quite here'}: "
+                     f"layers 1-2 give it {v[0]:.2f} and "
+                     f"{v[1]:.2f}; the others {np.mean(rest):.2f} on average, and "
+                     f"{int((rest > 0.5).sum())} of {len(rest)} give it more than half (least: "
+                     f"layer {int(np.argmin(rest)) + 3}, {rest.min():.2f}).")
+    elif "last token ([SEP])" in sinks:
+        cls, sep = sinks["first token ([CLS])"], sinks["last token ([SEP])"]
+        verdict = "Here too" if sep.max() > 0.5 else "Not here"
+        lines.append(f"Clark et al. 2019 find BERT-base's middle layers give over half their "
+                     f"attention to [SEP]. {verdict}: [SEP] gets at most {sep.max():.2f} in any "
+                     f"layer, and [CLS] up to {cls.max():.2f} (layer {int(np.argmax(cls)) + 1}).")
+    return lines
 
 
 def survey_data(result, top: int) -> dict:
@@ -66,6 +92,8 @@ def survey_data(result, top: int) -> dict:
                                     for l, h, s in _top(scores, top)],
                             "scores": [[round(float(x), 6) for x in row] for row in scores]}
                            for name, scores in _behaviours(result).items()],
+            "sinks_by_layer": {name: [round(float(x), 6) for x in v]
+                               for name, v in result.sinks.items()},
             "probe": None if not result.probe else {
                 "from": result.probe["from"], "to": result.probe["to"],
                 "sentences": result.probe["sentences"]}}

@@ -307,3 +307,14 @@ def test_a_long_sentence_title_is_cut_to_fit_the_slide():
     long = "all-MiniLM-L6-v2: " + " ".join(["the cat sat on the mat"] * 10)
     assert len(_fitted(long, 95)) == 95 and _fitted(long, 95).endswith("…")
     assert _fitted("head 1.1", 95) == "head 1.1"
+
+
+def test_sixteen_tokens_of_eight_letters_fit_one_table_at_100_columns(cli, tmp_path):
+    config = tmp_path / "sixteen.toml"
+    words = ("absolute balanced candidat daylight elephant fountain gardener hospital imported "
+             "jumpsuit kangaroo landmark mountain notebook organism painting")
+    config.write_text(f'title = "sixteen"\nsentence = "{words}"\nd_model = 16\nheads = 2\n')
+    out = cli("heads", "--config", str(config), "--head", "1", "--width", "100").stdout
+    assert "keys 1–" not in out and max(len(line) for line in out.splitlines()) <= 100
+    rows = [line for line in out.splitlines() if line.split()[:1] and line.split()[0] in words.split()]
+    assert len(rows) == 16 and all(len(r.split()) == 17 for r in rows)  # every key in one row

@@ -161,6 +161,12 @@ class _WeightsTable:
             self._widths[layout] = natural_width(self.table(layout=layout))
         return self._widths[layout]
 
+    def labels(self, layout: Layout) -> list[str]:
+        """The key labels in this layout: shortened, except where two would read the same (the·1
+        and the·7 both "the…"), which keep their whole label."""
+        short = [layout.label(t) for t in self.tokens]
+        return [t if a != t and short.count(a) > 1 else a for a, t in zip(short, self.tokens)]
+
     def layouts(self) -> list[Layout]:
         d = self.decimals
         fewer = [Layout(k) for k in (3, 2) if k < d]
@@ -170,10 +176,11 @@ class _WeightsTable:
     def table(self, keys=None, layout: Layout | None = None) -> Table:
         layout = layout or Layout(self.decimals)
         keys = range(len(self.tokens)) if keys is None else keys
-        table = new_table(padding=(0, 1) if layout.lead else (0, 0, 0, 1))
+        table = new_table(padding=(0, 1) if layout.lead else 0)  # tight: the divider alone
         table.add_column("q \\ k", style="bold", no_wrap=True)
+        labels = self.labels(layout)
         for j in keys:
-            table.add_column(layout.label(self.tokens[j]), justify="right", no_wrap=True)
+            table.add_column(labels[j], justify="right", no_wrap=True)
         key = (layout.decimals, layout.lead)
         if key not in self._cells:
             self._cells[key] = weight_cells(self.weights, self.mask, layout.decimals, layout.lead)
@@ -199,7 +206,7 @@ class _WeightsTable:
         if layout.decimals != self.decimals:
             notes.append(f"{layout.decimals} decimals to fit side by side" if self.fit else
                          f"{layout.decimals} decimals to fit (--width {full} shows {self.decimals})")
-        cut = {layout.label(t): t for t in self.tokens if layout.label(t) != t}
+        cut = {a: t for a, t in zip(self.labels(layout), self.tokens) if a != t}
         if cut:
             notes.append("keys shortened: " + ", ".join(f"{a} {t}" for a, t in cut.items()))
         return [Text(n, style="dim") for n in notes]

@@ -17,6 +17,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # this checkout's package, not an installed copy
     sys.path.insert(0, str(REPO))
 
+from snapshots import differences  # noqa: E402 (tests/ is on the path, as for conftest)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def code_under_test(tmp_path_factory):
@@ -49,7 +51,9 @@ def pytest_addoption(parser):
 
 @pytest.fixture
 def golden(request):
-    """golden("name.txt", text): compare with tests/golden/name.txt (or rewrite it when asked)."""
+    """golden("name.txt", text): compare with tests/golden/name.txt (or rewrite it when asked),
+    by what the text means (tests/snapshots.py): the layout and words exactly, numbers to the
+    digits that are not float noise."""
     update = request.config.getoption("--update-golden")
 
     def check(name: str, text: str):
@@ -58,11 +62,12 @@ def golden(request):
             path.write_text(text)
             return
         assert path.exists(), f"missing golden file {path}; run pytest --update-golden once"
-        if text != path.read_text():
+        found = differences(text, path.read_text())
+        if found:
             actual = Path(os.environ.get("TMPDIR", "/tmp")) / f"actual-{path.name}"
             actual.write_text(text)
             raise AssertionError(f"output differs from {path} (pytest --update-golden); "
-                                 f"this run's output is in {actual}")
+                                 f"this run's output is in {actual}\n" + "\n".join(found[:5]))
 
     return check
 

@@ -1,5 +1,5 @@
 """The live explorer: its session against the CLI's records, Textual's headless pilot driving
-every pane by key presses, SVG snapshots of a few screens, one real pseudo-terminal, and --step.
+every pane by key presses, snapshots of a few screens (text and backgrounds), one real pseudo-terminal, and --step.
 
 The numbers asserted come from the records the other commands print (analyse, walk, ablate,
 trace_run), computed independently here; the explorer must show those, not numbers of its own.
@@ -23,6 +23,7 @@ from mha_trace.config import load
 from mha_trace.errors import MhaError
 from mha_trace.render.matrices import fmt
 from mha_trace.session import open_session, prepare
+from snapshots import screen
 
 ANSI = re.compile(r"\x1b\[[0-9;?<>=]*[A-Za-z~]|\x1b[()][A-Z0-9]|\x1b[=>]")
 
@@ -101,7 +102,7 @@ def drive(keys=(), snapshot=None, **options):
             await pilot.press(key)
         await pilot.wait_for_scheduled_animations()  # a table scrolled to its cursor
         await pilot.pause()
-        app.svg = app.export_screenshot() if snapshot else None
+        app.shown = screen(app) if snapshot else None
         app.texts = {w.id: _plain(w) for w in app.query("Static") if w.id}
         matrix = app.query_one("#matrix")
         app.cells = [[matrix.get_cell_at((i, j)).plain.strip() for j in range(1, len(matrix.columns))]
@@ -298,7 +299,7 @@ def test_a_failure_opening_the_session_ends_the_app_with_one_error(raised, said,
     assert str(app.failure) == said and app.failure.exit_code == code
 
 
-# a few screens as SVG snapshots (Textual pinned in the test extra)
+# a few screens as snapshots of their text and of which cells share a background
 @pytest.mark.parametrize("name,options,keys", [
     ("trace", {}, ["down"] * 13),
     ("heads-causal", {"pane": "heads", "mask": "causal"}, ["]"]),
@@ -306,7 +307,7 @@ def test_a_failure_opening_the_session_ends_the_app_with_one_error(raised, said,
 ])
 def test_screens_match_their_snapshots(golden, name, options, keys):
     app = drive(keys, snapshot=True, **options)
-    golden(f"explore/{name}.svg", app.svg)
+    golden(f"explore/{name}.txt", app.shown)
 
 
 # the real thing in a pseudo-terminal

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from snapshots import differences
 
 spec = importlib.util.spec_from_file_location("readme", Path(__file__).parent.parent / "docs" / "readme.py")
 readme = importlib.util.module_from_spec(spec)
@@ -48,7 +49,8 @@ def test_every_relative_link_in_the_guide_leads_to_a_file():
 
 @pytest.mark.parametrize("page,command,body", BLOCKS, ids=[f"{p}: {c}" for p, c, _ in BLOCKS])
 def test_readme_block_is_real_output(page, command, body):
-    assert readme.output(command) == body, "python docs/readme.py refreshes the README"
+    found = differences(readme.output(command), body)
+    assert found == [], "python docs/readme.py refreshes the README\n" + "\n".join(found)
 
 
 def test_sources_are_named_by_their_titles_not_internal_file_names():

@@ -48,20 +48,27 @@ def read_text(path: Path, shown: str, expected: str, limit: int, quantity: str |
                        quantity=quantity) from None
 
 
-SUFFIXES = {"svg": (".svg",), "html": (".html", ".htm"), "png": (".png",)}
+SUFFIXES = {"svg": (".svg",), "html": (".html", ".htm"), "png": (".png",), "save": (".pt",)}
+EXAMPLES = {"svg": "picture.svg", "html": "page.html", "png": "slide.png", "save": "run.pt"}
+CHECKPOINT = "mha-trace train"  # the format a checkpoint of `train --save` names inside
 
 
 def check_outputs(outputs: dict, inputs: list) -> None:
-    """--svg/--html/--png paths: the right suffix, a folder that exists, never an input file,
-    never the same file twice. Checked before anything runs."""
+    """--svg/--html/--png/--save paths, checked before anything runs: the right suffix, a folder
+    that exists and takes a file, never an input file, never the same file twice, never anything
+    but a regular file replaced (a device, a pipe), and --save never over a file that is not a
+    checkpoint of ours."""
     seen = {}
     protected = {_identity(p): p for p in inputs if p and os.path.isfile(p)}
     for option, path in outputs.items():
-        if not path:
+        if path is None:
             continue
         shown = printable(path)
+        if not path.strip():
+            raise MhaError(f"give a file name, e.g. --{option} {EXAMPLES[option]}",
+                           quantity=option)
         if os.path.isdir(path):
-            example = printable(os.path.join(path, f"picture{SUFFIXES[option][0]}"))
+            example = printable(os.path.join(path, EXAMPLES[option]))
             raise MhaError(f"{shown} is a directory; give a file name, e.g. {example}",
                            quantity=option)
         if not path.lower().endswith(SUFFIXES[option]):
@@ -71,6 +78,10 @@ def check_outputs(outputs: dict, inputs: list) -> None:
         if not os.path.isdir(parent):
             raise MhaError(f"{shown}: the folder {printable(parent)} does not exist",
                            quantity=option)
+        replaceable(path, option)
+        if option == "save" and os.path.lexists(path) and not _ours(path):
+            raise MhaError(f"{shown} exists and is not a checkpoint of mha-trace train; it is "
+                           f"never overwritten (give a new name)", quantity=option)
         key = _identity(path)
         if key in protected:
             raise MhaError(f"{shown} is an input of this command ({printable(protected[key])}); "
@@ -78,6 +89,42 @@ def check_outputs(outputs: dict, inputs: list) -> None:
         if key in seen:
             raise MhaError(f"{shown} is also the --{seen[key]} file", quantity=option)
         seen[key] = option
+        _writable(parent, shown, option)
+
+
+def replaceable(path: str, option: str) -> None:
+    """Only a regular file (or a link, which is replaced, never written through) may be replaced:
+    never a device such as /dev/null, a named pipe or a socket."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        raise MhaError(f"{printable(path)} is not a regular file (a device, a pipe or a socket); "
+                       f"it is never replaced", quantity=option)
+
+
+def _ours(path: str) -> bool:
+    """A torch.save archive whose pickle names our checkpoint format (read without torch)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            pickled = [n for n in archive.namelist() if n.endswith("/data.pkl")]
+            return len(pickled) == 1 and CHECKPOINT.encode() in archive.read(pickled[0])
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return False
+
+
+def _writable(folder: str, shown: str, option: str) -> None:
+    """The folder takes a new file (a read-only disk, a folder of another user's): tried, not guessed."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".mha-trace-", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise MhaError(f"cannot write {shown}: {e.strerror or e}", exit_code=1,
+                       quantity=option) from None
 
 
 def _identity(path: str):
@@ -91,6 +138,7 @@ def _identity(path: str):
 def write_atomic(path: str, data: bytes | str, option: str) -> None:
     """Write to a temporary file beside `path`, then rename: readers never see half a file."""
     payload = data.encode("utf-8") if isinstance(data, str) else data
+    replaceable(path, option)  # checked again as it is written: never a device or a pipe
     folder = os.path.dirname(os.path.abspath(path))
     try:
         fd, temporary = tempfile.mkstemp(dir=folder, prefix=".mha-trace-", suffix=".tmp")

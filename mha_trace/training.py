@@ -20,6 +20,7 @@ import torch.nn as nn
 
 from mha_trace.attention import MultiHeadAttention
 from mha_trace.errors import MhaError
+from mha_trace.files import CHECKPOINT as FORMAT
 from mha_trace.output import Shows
 
 TASKS = {
@@ -29,8 +30,6 @@ TASKS = {
     "copy": "predict the token half a sequence back",
     "reverse": "in the second half, predict the first half backwards",
 }
-FORMAT = "mha-trace train"
-
 
 # per task, what trains it well on a laptop's CPU: (layers, heads, steps, learning rate)
 DEFAULTS = {"induction": (2, 4, 600, 1e-3), "previous-token": (1, 4, 300, 1e-3),

@@ -196,7 +196,7 @@ def test_outputs_never_overwrite_inputs_or_each_other(cli, tmp_path):
         (("heads", "--html", str(tmp_path / "a.html"), "--svg", str(tmp_path / "a.html")),
          f"--svg: {tmp_path / 'a.html'} does not end in .svg"),
         (("heads", "--png", str(tmp_path)),
-         f"--png: {tmp_path} is a directory; give a file name, e.g. {tmp_path / 'picture.png'}"),
+         f"--png: {tmp_path} is a directory; give a file name, e.g. {tmp_path / 'slide.png'}"),
         (("heads", "--svg", str(tmp_path / "x.txt")), f"--svg: {tmp_path / 'x.txt'} does not end in .svg"),
     ]
     for args, message in cases:
@@ -886,3 +886,76 @@ def test_a_full_disk_halfway_through_a_picture_set_leaves_none(tmp_path, monkeyp
         plots.save_model(str(tmp_path / "h.png"), "t", ["a", "b", "c"], np.full((4, 2, 3, 3), 1 / 3),
                          False)
     assert len(calls) == 4 and list(tmp_path.iterdir()) == []
+
+
+# 12. what train --save may replace --------------------------------------------------------------
+
+def _saved_run(path: Path) -> Path:
+    from mha_trace import training
+
+    training.save(training.train(training.Spec.of("previous-token", steps=2, snapshots=2)), str(path))
+    return path
+
+
+@pytest.mark.parametrize("target,make,message", [
+    ("fifo.pt", os.mkfifo, "fifo.pt is not a regular file (a device, a pipe or a socket); it is never replaced"),
+    ("notes.pt", lambda p: Path(p).write_text("my notes"), "notes.pt exists and is not a checkpoint of mha-trace train; it is never overwritten (give a new name)"),
+    ("notes.txt", lambda p: Path(p).write_text("my notes"), "notes.txt does not end in .pt"),
+    ("missing/run.pt", None, "missing/run.pt: the folder {tmp}/missing does not exist"),
+    ("", None, "give a file name, e.g. --save run.pt"),
+])
+def test_train_save_replaces_only_its_own_checkpoints(cli, tmp_path, monkeypatch, target, make, message):
+    """`train --save` never replaces a device, a pipe or a file that is not one of its own
+    checkpoints, and says so before a single step is trained."""
+    monkeypatch.chdir(tmp_path)
+    if make:
+        make(target)
+    before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+    result = cli("train", "--steps", "2", "--save", target)
+    check_clean(result, {2})
+    assert result.stderr == f"Error: --save: {message.format(tmp=tmp_path)}\n" and result.stdout == ""
+    assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == before
+
+
+def test_train_save_never_touches_dev_null(cli):
+    """Run as root, the old write-then-rename swapped /dev/null for a regular file."""
+    result = cli("train", "--steps", "2", "--save", "/dev/null")
+    check_clean(result, {2})
+    assert os.path.exists("/dev/null") and not Path("/dev/null").is_file()
+    from mha_trace.errors import MhaError
+    from mha_trace.files import write_atomic
+
+    with pytest.raises(MhaError, match="is not a regular file"):  # the writer refuses it too
+        write_atomic("/dev/null", b"checkpoint", "save")
+    assert not Path("/dev/null").is_file()
+
+
+def test_train_save_refuses_one_path_for_two_outputs_and_overwrites_its_own(cli, tmp_path):
+    run = _saved_run(tmp_path / "run.pt")
+    result = cli("train", "--steps", "2", "--save", str(run), "--png", str(run))
+    check_clean(result, {2})
+    assert result.stderr == f"Error: --png: {run} does not end in .png\n"
+    old = run.read_bytes()
+    result = cli("train", "--steps", "3", "--save", str(run))
+    check_clean(result, {0})
+    assert run.read_bytes() != old  # its own checkpoint is replaced by the new run
+
+
+def test_train_save_checks_the_folder_takes_a_file_before_training(cli, tmp_path, monkeypatch):
+    """A folder that takes no new file (a read-only disk): exit 1 at once, not after the run."""
+    import tempfile
+
+    from mha_trace import training
+
+    monkeypatch.setattr(training, "train", lambda *a, **k: pytest.fail("trained before checking"))
+    real = tempfile.mkstemp
+
+    def read_only(*args, dir=None, **kwargs):
+        if dir == str(tmp_path):
+            raise OSError(30, "Read-only file system")
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    result = cli("train", "--steps", "2", "--save", str(tmp_path / "run.pt"))
+    check_clean(result, {1})
+    assert result.stderr == f"Error: --save: cannot write {tmp_path / 'run.pt'}: Read-only file system\n"

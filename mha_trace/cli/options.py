@@ -224,7 +224,8 @@ def output_options(png: bool = False, step: bool = False, scale: bool = True):
                                quantity="scale")
             if out.scale is not None and not out.png:
                 raise MhaError("--scale sets the colour scale of --png FILE", quantity="scale")
-            check_outputs({"svg": out.svg, "html": out.html, "png": out.png}, _inputs(kwargs))
+            check_outputs({"svg": out.svg, "html": out.html, "png": out.png,
+                           "save": kwargs.get("save_to")}, _inputs(kwargs))
             return command(out=out, **kwargs)
 
         run.__signature__ = sig.replace(parameters=[

@@ -14,7 +14,7 @@ import torch
 
 from mha_trace.config import Config
 from mha_trace.errors import MhaError
-from mha_trace.output import Shows
+from mha_trace.records import Shows
 from mha_trace.run import Run, check_finite, from_config
 from mha_trace.validate import divisors
 

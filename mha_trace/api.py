@@ -30,6 +30,8 @@ def trace(module, *args, **kwargs):
     >>> t.steps[0].shape
     (2, 10, 64)
     """
+    import mha_trace.render.page  # noqa: F401 (registers how its records show)
+    import mha_trace.render.shapes  # noqa: F401 (registers how its records show)
     from mha_trace.resolve import from_call
     from mha_trace.shapes import trace_run
 
@@ -43,6 +45,8 @@ def trace_sizes(**options):
     >>> trace_sizes(d_model=512, heads=8, mask="causal").largest.shape
     (2, 8, 10, 10)
     """
+    import mha_trace.render.page  # noqa: F401 (registers how its records show)
+    import mha_trace.render.shapes  # noqa: F401 (registers how its records show)
     from mha_trace.shapes import trace_run
 
     return trace_run(resolve(_options(options), "sizes"))
@@ -55,6 +59,8 @@ def heads(config=None, *, head: int | None = None, **options):
     >>> heads("cat-sat-on-mat").weights.shape
     (2, 5, 5)
     """
+    import mha_trace.render.heads  # noqa: F401 (registers how its records show)
+    import mha_trace.render.page  # noqa: F401 (registers how its records show)
     from mha_trace.analysis import run_heads
 
     return run_heads(resolve(_options(options, config=config)), head)
@@ -67,6 +73,8 @@ def explain(config=None, token: str | None = None, position: int | None = None, 
     >>> explain("cat-sat-on-mat", token="cat", head=1).heads[0].terms[1].weight
     0.2509...
     """
+    import mha_trace.render.explain  # noqa: F401 (registers how its records show)
+    import mha_trace.render.page  # noqa: F401 (registers how its records show)
     from mha_trace.analysis import Heads, find_position, walk
 
     view = config if isinstance(config, Heads) else heads(config, head=head, **options)
@@ -78,6 +86,7 @@ def explain(config=None, token: str | None = None, position: int | None = None, 
 
 def ablate(config=None, removed=(2,), **options):
     """The output with the given heads (from 1) zeroed before W_O, and how far each token moved."""
+    import mha_trace.render.ablate  # noqa: F401 (registers how its records show)
     from mha_trace.analysis import ablate as run_ablate
     from mha_trace.resolve import config_of
 
@@ -87,6 +96,7 @@ def ablate(config=None, removed=(2,), **options):
 
 def compare(config=None, head_counts=(1, 2, 4), **options):
     """The same Q, K, V split into each head count (`mha-trace compare --heads 1,2,4`)."""
+    import mha_trace.render.compare  # noqa: F401 (registers how its records show)
     from mha_trace.analysis import Comparison, compare as run_compare
     from mha_trace.resolve import config_of
 
@@ -101,6 +111,7 @@ def verify(module=None, *, map: str | None = None, mask_means: str = "any", **op
     >>> verify(heads=8, kv_heads=2, mask="causal", dtype="float64").passed
     True
     """
+    import mha_trace.render.verify  # noqa: F401 (registers how its records show)
     from mha_trace.resolve import sizes_of
     from mha_trace.references import verify_config, verify_sizes
 
@@ -124,6 +135,7 @@ def cost(preset: str | None = None, **dims):
     >>> cost(preset="gpt3-175b", dtype="float16").data()["totals"]["parameters"] > 0
     True
     """
+    import mha_trace.render.cost  # noqa: F401 (registers how its records show)
     from mha_trace.costs import cost_report
 
     return cost_report(preset, **dims)
@@ -161,6 +173,8 @@ class Model:
     def heads(self, text: str | None = None, *, layer: int | None = None,
               head: str | None = None, words: bool = False, hide_special: bool = False):
         """Every head (an overview), one layer's (`layer=4`), or one (`head="4.2"`)."""
+        import mha_trace.render.heads  # noqa: F401 (registers how its records show)
+        import mha_trace.render.page  # noqa: F401 (registers how its records show)
         from mha_trace.model_heads import model_heads
 
         return model_heads(self.run(text), layer, _head(head), words, hide_special)
@@ -168,6 +182,8 @@ class Model:
     def explain(self, text: str | None = None, *, token: str | None = None,
                 position: int | None = None, head: str | None = None, layer: int | None = None):
         """One token through a layer's heads (`head="6.12"` picks the layer and the head)."""
+        import mha_trace.render.explain  # noqa: F401 (registers how its records show)
+        import mha_trace.render.page  # noqa: F401 (registers how its records show)
         from mha_trace.model_heads import head_in_layer, model_walk
 
         layer, only = head_in_layer(layer, _head(head))
@@ -175,6 +191,8 @@ class Model:
 
     def trace(self, text: str | None = None, layer: int = 1):
         """One layer's attention on the text's hidden states, traced op by op."""
+        import mha_trace.render.page  # noqa: F401 (registers how its records show)
+        import mha_trace.render.shapes  # noqa: F401 (registers how its records show)
         from mha_trace.shapes import trace_run
 
         return trace_run(self.run(text, layer))
@@ -184,6 +202,7 @@ class Model:
         """Which layer.head does what, over the bundled corpus (default), one text, or
         `sentences`: a list of texts or the path of a file with one a line."""
         from mha_trace import corpus
+        import mha_trace.render.survey  # noqa: F401 (registers how its records show)
         from mha_trace.model_analysis import survey
 
         if text is not None and sentences is not None:
@@ -204,7 +223,8 @@ class Model:
 
     def ablate(self, text: str | None = None, *, heads=()):
         """The model's output with these heads ("4.2", ...) zeroed before W_O."""
-        from mha_trace.models import parse_head
+        from mha_trace.models.guards import parse_head
+        import mha_trace.render.model  # noqa: F401 (registers how its records show)
         from mha_trace.model_analysis import ablate
 
         removed = [parse_head(_head(h)) for h in ([heads] if isinstance(heads, str) else heads)]
@@ -215,12 +235,14 @@ class Model:
 
     def rank(self, text: str | None = None):
         """Every head removed on its own, ranked by how far the output moves."""
+        import mha_trace.render.model  # noqa: F401 (registers how its records show)
         from mha_trace.model_analysis import rank_heads
 
         return rank_heads(self.run(text).sentence)
 
     def predict(self, text: str = "The capital of France is", top: int = 10, generate: int = 0):
         """A causal model's next-token distribution (and `generate` greedy tokens)."""
+        import mha_trace.render.model  # noqa: F401 (registers how its records show)
         from mha_trace.model_analysis import predict
 
         return predict(self.model, _text(text), _whole_numbers([top], "top")[0],
@@ -231,7 +253,7 @@ def model(name: str, device: str = "cpu", max_tokens: int | None = None) -> Mode
     """A pretrained model shipped in a PyPI package, loaded offline: "minilm" or "smollm2", or a
     run saved by `train` ("run.pt", "run.pt@600" for a saved step), on device "cpu" (default),
     "cuda" or "mps"; max_tokens raises its token guard (MiniLM 512, SmolLM2 256)."""
-    from mha_trace.models import check_name
+    from mha_trace.models.guards import check_name
 
     check_name(os.fspath(name))
     name = os.fspath(name)
@@ -245,6 +267,7 @@ def train(task: str = "induction", *, resume=None, save: str | None = None, on_s
     with every snapshot. options: layers, heads, d_model, vocab, seq, batch, steps, lr, seed,
     identical_heads, snapshots. `resume` a saved path or a record; `save` a path for the run
     (then `mha_trace.model("run.pt")` is a model every view reads)."""
+    import mha_trace.render.training  # noqa: F401 (registers how its records show)
     from mha_trace import training
 
     known = set(training.Spec.__dataclass_fields__) - {"task"}

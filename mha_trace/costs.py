@@ -7,7 +7,7 @@ multi-head, 1 for multi-query), d_k = D / H, L layers, s bytes per element.
 from dataclasses import dataclass
 
 from mha_trace.errors import MhaError
-from mha_trace.output import Shows
+from mha_trace.records import Shows
 
 DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 

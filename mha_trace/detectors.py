@@ -95,3 +95,19 @@ def gather(per_sentence: list[dict]) -> dict[str, Detector]:
     return {n: Detector(n, np.stack([f[n].scores for f in per_sentence if n in f]),
                         np.array([f[n].chance for f in per_sentence if n in f]))
             for n in names}
+
+
+def induction_scores(weights: np.ndarray, n: int, start: int = 1) -> np.ndarray:
+    """(..., heads) mean weight from each repeated token to the token after its earlier copy.
+
+    weights: (..., T, T) with the first copy at positions start .. start + n - 1 and the second
+    at start + n .. start + 2n - 1 (start = 1 after a beginning-of-text token)."""
+    queries = np.arange(start + n, start + 2 * n)
+    return weights[..., queries, queries - n + 1].mean(-1)
+
+
+def previous_token_scores(weights: np.ndarray) -> np.ndarray:
+    """(..., heads) mean weight from each token to the one before it (the first query left out)."""
+    T = weights.shape[-1]
+    i = np.arange(1, T)
+    return weights[..., i, i - 1].mean(-1)

@@ -9,11 +9,8 @@ changed from any pane. The records come from session.Session: the numbers are th
 Imported only by the explore command: nothing else imports Textual.
 """
 
-import linecache
-import textwrap
 
 from rich.console import Group
-from rich.syntax import Syntax
 from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
@@ -22,6 +19,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Header, Static, TabbedContent, TabPane
 
+from mha_trace import explorer_panes as panes
 from mha_trace.errors import MhaError
 from mha_trace.session import PANES
 
@@ -43,7 +41,6 @@ KEYS = (  # the help screen, and the README's table of keys
 )
 
 
-MAX_MAPS = 48  # the split pane draws this many heads' maps at most (d_model 512 splits into 512)
 KEY_HINT = "1-5 pane  [ ] head  t token  + - heads  m mask  space off  ? help  q quit"
 MODEL_KEY_HINT = "1-5 pane  [ ] head  t token  < > layer  space off  ? help  q quit"
 TRAINED_KEY_HINT = "1-5 pane  [ ] head  t token  < > layer  , . training step  ? help  q quit"
@@ -70,11 +67,6 @@ def _columns(table: DataTable, labels, rows) -> None:
     for j, label in enumerate(labels):
         table.add_column(label, width=max(cell_len(text(label)),
                                           *(cell_len(text(row[j])) for row in rows)))
-
-
-def _dims(h: int, d_k: int) -> str:
-    """Head h's (0-based) columns of Q, K, V and of the concatenation."""
-    return f"dim {h}" if d_k == 1 else f"dims {h * d_k}–{(h + 1) * d_k - 1}"
 
 
 class Help(ModalScreen):
@@ -224,28 +216,13 @@ class Explorer(App):
         self.draw_step(table.cursor_row)
 
     def draw_step(self, row: int) -> None:
-        from mha_trace.render.shapes import shape_text, stride_text, step_note
-
         steps = self.session.report().steps
         if not 0 <= row < len(steps):
             return
-        s = steps[row]
         self.step_shown = row
-        light = self.theme == "textual-light"
-        if s.line:
-            first = max(1, s.line - 2)
-            lines = [linecache.getline(s.file, n).rstrip("\n") for n in range(first, s.line + 3)]
-            source = Syntax(textwrap.dedent("\n".join(lines)), "python", line_numbers=True,
-                            start_line=first, highlight_lines={s.line}, word_wrap=False,
-                            theme="default" if light else "monokai", background_color="default")
-        else:
-            source = Text(f"(input: {self.session.report().run.call})", style="dim")
+        source, detail = panes.step(self.session, steps[row], self.theme == "textual-light")
         self.query_one("#source", Static).update(source)
-        kind = "view (shares memory)" if s.is_view else "new tensor"
-        self.query_one("#detail", Static).update(Group(
-            Text(f"shape {shape_text(s.shape)}   stride {stride_text(s.stride)}   contiguous "
-                 f"{'yes' if s.contiguous else 'no'}   {kind}", style="bold"),
-            Text(step_note(s))))
+        self.query_one("#detail", Static).update(detail)
 
     def draw_heads(self) -> None:
         from mha_trace.render.matrices import weight_cells
@@ -264,87 +241,25 @@ class Explorer(App):
             table.add_row(*cells)
         table.move_cursor(row=min(row, table.row_count - 1),
                           column=min(max(column, 1), len(view.tokens)))
-        where = f"layer {s.layer}, " if s.model else ""
-        kv = f", K/V head {view.kv_head_of(h) + 1}" if view.kv_heads != view.heads else ""
-        self.query_one("#heads-title", Static).update(Text.assemble(
-            (f"Head {s.head} of {view.heads} ", "bold"),
-            f"({where}{_dims(h, view.d_k)}, d_k = {view.d_k}{kv}). Rows are queries, columns keys; "
-            "* marks each row's largest weight."))
+        self.query_one("#heads-title", Static).update(panes.heads_title(s, view))
         self.draw_cell()
 
     def draw_cell(self) -> None:
-        s = self.session
-        view = s.view()
         self.cell_shown = self.query_one("#matrix", DataTable).cursor_coordinate
         i, j = self.cell_shown
-        j -= 1
-        if not (0 <= i < len(view.tokens) and 0 <= j < len(view.tokens)):
-            return
-        w = view.weights[s.head - 1]
-        masked = view.mask is not None and not view.mask[i][j]
-        value = "masked (weight exactly 0)" if masked else f"{w[i, j]:.6f}"
-        rank = int((w[i] > w[i, j]).sum()) + 1
-        self.query_one("#cell", Static).update(
-            f"'{view.tokens[i]}' looks at '{view.tokens[j]}': {value}"
-            + ("" if masked else f", rank {rank} of {len(view.tokens)} in its row")
-            + f"   (enter: walk '{view.tokens[i]}' in the token pane)")
+        text = panes.cell(self.session, i, j - 1)
+        if text is not None:
+            self.query_one("#cell", Static).update(text)
 
     def draw_token(self) -> None:
         self.query_one("#walk", Static).update(
             Group(*self.session.walk().renderables(decimals=4, head=self.session.head)))
 
     def draw_split(self) -> None:
-        from rich.table import Table
-
-        from mha_trace.analysis import distinct_rows
-        from mha_trace.render.model import braille_map
-        from mha_trace.render.matrices import weight_cells
-
-        s = self.session
-        view = s.view()
-        counts = "  ".join(f"[{c}]" if c == s.heads else str(c) for c in s.head_counts())
-        small = len(view.tokens) <= 8
-        maps = []
-        for h in range(min(view.heads, MAX_MAPS)):
-            title = Text(f"head {h + 1}{' ◂' if h + 1 == s.head else ''}: "
-                         f"{_dims(h, view.d_k)}", style="bold")
-            if small:  # every weight, shaded as in the heads pane
-                lines = [Text(" ").join(row) for row in weight_cells(view.weights[h], view.mask, 2)]
-            else:
-                lines = braille_map(view.weights[h])
-            maps.append(Group(title, *lines))
-        width = max(len(t.plain) for m in maps for t in m.renderables)
-        per_row = max(1, (self.size.width - 2) // (width + 2))
-        grid = Table.grid(padding=(0, 2))
-        for row in range(0, len(maps), per_row):
-            grid.add_row(*maps[row:row + per_row])
-        rows = ", ".join(str(distinct_rows(view.weights[h])) for h in range(view.heads))
-        self.query_one("#maps", Static).update(Group(
-            Text.assemble(("Head counts: ", "bold"), counts + "   ",
-                          "(a trained model's split is fixed)" if s.model
-                          else "(+ / - re-split the same Q, K, V)"),
-            Text(f"H = {view.heads}, d_k = {view.d_k}: each head scores with {view.d_k}-term dot "
-                 f"products; distinct weight rows per head: {rows} of {len(view.tokens)}."),
-            Text(f"Rows are queries, columns keys, in token order: {' '.join(view.tokens)}."
-                 + ("" if small else " A dot: a key with at least half its query's largest "
-                                     "weight."),
-                 style="dim"),
-            grid,
-            *([Text(f"Heads {MAX_MAPS + 1}-{view.heads} are not drawn here (the heads pane shows "
-                    "any of them: [ ] pick).", style="dim")] if view.heads > MAX_MAPS else [])))
+        self.query_one("#maps", Static).update(panes.split(self.session, self.size.width))
 
     def draw_ablation(self) -> None:
-        s = self.session
-        marks = "  ".join(f"{h}:{'off' if h in s.off else 'on'}" for h in range(1, s.heads + 1))
-        head = Text.assemble(("Heads ", "bold"), marks + "   ",
-                             f"(space: head {s.head} off or on; [ ] pick; a: all on)")
-        result = s.ablation()
-        if result is None:
-            body = [Text("Every head is on: switch one off to see how far each token's output "
-                         "moves.", style="dim")]
-        else:
-            body = result.renderables(decimals=4)
-        self.query_one("#ablation", Static).update(Group(head, Text(""), *body))
+        self.query_one("#ablation", Static).update(panes.ablation(self.session))
 
     # events and actions
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from mha_trace.errors import MhaError
-from mha_trace.output import Shows
+from mha_trace.records import Shows
 
 def check_heads(model, heads: list[tuple[int, int]]) -> None:
     for layer, head in heads:
@@ -92,7 +92,7 @@ def rank_heads(sentence, on_layer=lambda: None) -> HeadRanking:
     head was removed below (`on_layer()` after each layer). Refused when estimated over the time
     guard."""
     from mha_trace.ablation import heads_gated
-    from mha_trace.models import check_time
+    from mha_trace.models.guards import check_time
     from mha_trace.speedups import batch_work
 
     model = sentence.model

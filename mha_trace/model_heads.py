@@ -1,6 +1,8 @@
 """A pretrained model's heads as `heads --model` and `Model.heads` show them: every head at a
 glance, one layer's tables, or one head; word pieces grouped into words; [CLS]/[SEP] hidden."""
 
+import numpy as np
+
 from mha_trace.analysis import Heads
 from mha_trace.errors import MhaError
 
@@ -9,7 +11,7 @@ def model_heads(run, layer: int | None = None, head: str | None = None, words: b
                 hide_special: bool = False) -> Heads:
     """The heads of a model's run (`resolve` with a model): head "L.H", layer L, or all (the
     overview: `picked` is None)."""
-    from mha_trace.models import parse_head
+    from mha_trace.models.guards import parse_head
     from mha_trace.model_analysis import check_heads
     from mha_trace.masks import allowed
     from mha_trace.resolve import check_layer
@@ -17,8 +19,6 @@ def model_heads(run, layer: int | None = None, head: str | None = None, words: b
     s = run.sentence
     tokens, weights = list(s.labels), s.weights
     if words:
-        from mha_trace.render.model import word_weights
-
         tokens, weights = word_weights(s, weights)
     if hide_special:
         keep = [i for i, t in enumerate(tokens) if t not in ("[CLS]", "[SEP]")]
@@ -48,7 +48,7 @@ def head_in_layer(layer: int | None, head: str | None) -> tuple[int | None, int 
     --layer as well, both must name the same layer."""
     if head is None:
         return layer, None
-    from mha_trace.models import parse_head
+    from mha_trace.models.guards import parse_head
 
     picked, only = parse_head(head)
     if picked < 1 or only < 1:
@@ -68,3 +68,23 @@ def model_walk(run, head: int | None, token: str | None, position: int | None):
     if head is not None:
         check_heads(s.model, [(run.layer, head)])
     return walk(analyse(run), find_position(s.tokens, token, position))
+
+
+def word_weights(sentence, weights: np.ndarray) -> tuple[list, np.ndarray]:
+    """Pieces grouped into words: attention to a word is the sum over its pieces (columns),
+    from a word the mean over its pieces (rows), so every row still sums to 1."""
+    groups, labels = [], []
+    for i, (tok, word) in enumerate(zip(sentence.tokens, sentence.words)):
+        if word is not None and groups and sentence.words[groups[-1][0]] == word:
+            groups[-1].append(i)
+            labels[-1] += tok.removeprefix("##")
+        else:
+            groups.append([i])
+            labels.append(tok)
+    summed = np.stack([weights[..., g].sum(-1) for g in groups], -1)
+    meaned = np.stack([summed[..., g, :].mean(-2) for g in groups], -2)
+    return _distinct(labels), meaned
+
+
+def _distinct(labels: list) -> list:
+    return [f"{t}·{i}" if labels.count(t) > 1 else t for i, t in enumerate(labels)]

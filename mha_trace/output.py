@@ -20,7 +20,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from mha_trace.errors import MhaError, printable, printable_data
+from mha_trace.errors import printable, printable_data
 from mha_trace.streams import tool_stdout
 
 SCHEMA_VERSION = 2  # 2: heads has one schema whatever the source (README: JSON)
@@ -48,65 +48,6 @@ class Output:
     theme: str = "dark"  # for --svg, --html and --png: "light" (slides) or "dark"
     step: bool = False  # --step: one table row or section per key press on a terminal
     scale: float | None = None  # --scale: the top of --png's colour scale (None: its largest)
-
-
-class Shows:
-    """A record shown in a terminal (rich), in Jupyter (HTML) and as JSON.
-
-    `renderables(width, **options)` (rich renderables, as the CLI prints them) and
-    `data(**options)` (the JSON of --format json, without schema_version) come from the renderer
-    `mha_trace.render` has registered for the record's type: records never import renderers.
-    """
-
-    def renderables(self, width: int = PLAIN_WIDTH, **options) -> list:
-        from mha_trace import render
-
-        return render.renderables(self, width, **options)
-
-    def data(self, **options) -> dict:
-        from mha_trace import render
-
-        return render.data(self, **options)
-
-    def to_json(self) -> str:
-        return to_json(self.data())
-
-    def __rich_console__(self, console, options):
-        for i, r in enumerate(self.renderables(options.max_width)):
-            if i:
-                yield Text("")
-            yield from _titled(r)
-
-    def _repr_html_(self) -> str:
-        """Jupyter: the interactive view where the record has one (heads, a walk, a trace), then
-        real HTML tables, laid out without a width limit (shown once: nothing here prints to the
-        notebook)."""
-        from mha_trace.render.html import WIDE, to_html
-        from mha_trace.render.page import in_notebook
-
-        tables = to_html(self.renderables(WIDE))
-        try:
-            view = in_notebook(self)
-        except (TypeError, MhaError):  # no interactive view of this record, or one too large
-            return tables
-        return tables.replace(">", ">" + view, 1)
-
-    def _repr_pretty_(self, printer, cycle) -> None:
-        """IPython's plain-text form: the terminal text, not the dataclass's fields."""
-        printer.text(str(self).rstrip("\n"))
-
-    def __init_subclass__(cls, **kwargs):
-        # IPython takes a class's own __repr__ (a dataclass writes one) before an inherited
-        # _repr_pretty_, so every record carries its own
-        super().__init_subclass__(**kwargs)
-        cls._repr_pretty_ = Shows._repr_pretty_
-
-    def __str__(self) -> str:
-        console = Console(file=io.StringIO(), width=PLAIN_WIDTH, color_system=None,
-                          force_jupyter=False, highlight=False, emoji=False, markup=False)
-        with console.capture() as captured:
-            console.print(self)
-        return "".join(line.rstrip() + "\n" for line in captured.get().splitlines())
 
 
 @contextlib.contextmanager
@@ -233,7 +174,7 @@ def emit(out: Output, renderables: Callable[[], list], data: Callable[[], dict],
     console = console or make_console(out)
     if page is not None and out.html:
         from mha_trace.files import write_atomic
-        from mha_trace.render.page import page as interactive
+        from mha_trace.page import page as interactive
 
         write_atomic(out.html, interactive(page), "html")
         out = replace(out, html=None)
@@ -276,7 +217,7 @@ def _save_recordings(out: Output, renderables: list, width: int) -> None:
         write_atomic(out.html, recorder.export_html(clear=False, theme=theme), "html")
 
 
-def _titled(r) -> list:
+def titled_parts(r) -> list:
     """A table's title and caption as full-width lines, not wrapped to the table's own width."""
     if not (isinstance(r, Table) and (r.title or r.caption)):
         return [r]
@@ -322,7 +263,7 @@ def _print_stepwise(console: Console, renderables: list) -> None:
     prompt = "  (--step: any key for more, q for the rest)"
     pieces = []
     for i, r in enumerate(renderables):
-        for j, part in enumerate(_titled(r)):
+        for j, part in enumerate(titled_parts(r)):
             found = _pieces(console, part)
             if i and not j:
                 found[0] = ("\n" + found[0][0], found[0][1])
@@ -356,5 +297,5 @@ def _print_all(console: Console, renderables: list) -> None:
     for i, r in enumerate(renderables):
         if i:
             console.print()
-        for part in _titled(r):
+        for part in titled_parts(r):
             console.print(part)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from mha_trace.errors import MhaError
-from mha_trace.output import Shows
+from mha_trace.records import Shows
 
 # the share of heads removed at each point of the curve: every 5% to half, then 3 in 4 and all
 FRACTIONS = (0, .05, .1, .15, .2, .25, .3, .35, .4, .45, .5, .75, 1)

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from mha_trace.errors import MhaError
-from mha_trace.output import Shows
+from mha_trace.records import Shows
 from mha_trace.run import Run, Sizes, check_finite, from_config, from_sizes
 from mha_trace.runtime import one_thread
 

@@ -123,7 +123,7 @@ def check_options(o: RunOptions) -> None:
         value = getattr(o, name)
         if value is not None and not isinstance(value, str):
             raise MhaError(f"{name} must be a str, got {type(value).__name__}", quantity=name)
-    from mha_trace.models import check_name
+    from mha_trace.models.guards import check_name
 
     if o.model is not None:
         check_name(o.model)

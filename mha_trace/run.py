@@ -204,11 +204,15 @@ def from_sizes(sizes: Sizes, guard_runs: int = 1,
 def _meta_estimate(sizes: Sizes) -> int:
     """Bytes the run allocates, counted by tracing the same run on the meta device (no memory):
     the estimate that fits each implementation (fused SDPA, RoPE, windows, decoding)."""
-    from mha_trace.shapes import trace_run
+    from mha_trace.speedups import light_meta_kernels
+    from mha_trace.tracer import trace_phases
 
-    report = trace_run(from_sizes(replace(sizes, device="meta")))
-    params = sum(p.numel() for p in report.run.module.parameters()) * sizes.dims().itemsize
-    return params + report.bytes_allocated
+    run = from_sizes(replace(sizes, device="meta"))
+    with light_meta_kernels(run.device):
+        steps = trace_phases(run.module, run.phases or [("", run.args, run.kwargs)],
+                             watch=(run.source,)).steps
+    params = sum(p.numel() for p in run.module.parameters()) * sizes.dims().itemsize
+    return params + sum(s.bytes for s in steps)
 
 
 def config_sizes(config: Config, dtype: str = "float64", device: str = "cpu") -> Sizes:

@@ -227,7 +227,7 @@ def prepare(config=None, model=None, sentence=None, layer=None, d_model=None, he
     from mha_trace.resolve import needs_model, refuse_with_model
 
     if model:
-        from mha_trace.models import check_name
+        from mha_trace.models.guards import check_name
 
         refuse_with_model(config=config, d_model=d_model, heads=heads, seq=seq, mask=mask)
         check_name(model)

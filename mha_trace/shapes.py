@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from mha_trace.costs import DTYPE_BYTES
-from mha_trace.output import Shows
+from mha_trace.records import Shows
 from mha_trace.run import Run
 from mha_trace.speedups import light_meta_kernels
 from mha_trace.tracer import Failure, ForwardFailed, Step, trace_phases
@@ -125,3 +125,19 @@ def parameters(module) -> dict:
     if own or not counts:
         counts["(own)"] = own
     return counts
+
+
+def shape_symbols(report: ShapesReport) -> list[str]:
+    """Each step's shape in symbols, (B, H, T, d_k), read off a probe: the same module traced on
+    the meta device with distinct prime sizes, so every dimension's role shows by its value."""
+    from dataclasses import replace
+
+    from mha_trace.run import from_sizes
+
+    s = report.sizes
+    kv = None if not s.kv_heads or s.kv_heads == s.heads else 3
+    probe = replace(s, batch=2, seq=11, d_model=6 * 14, heads=6, kv_heads=kv, device="meta",
+                    pad=0, decode=0)  # every size a different number (and d_k even, for RoPE)
+    names = {2: "B", 11: "T", 6: "H", 14: "d_k", 84: "d_model", 3: "H_kv", 42: "H_kv·d_k"}
+    steps = trace_run(from_sizes(probe)).steps
+    return ["(" + ", ".join(names.get(d, str(d)) for d in p.shape) + ")" for p in steps]

@@ -10,282 +10,22 @@ import copy
 import inspect
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
-import torch.nn as nn
 
-from mha_trace.attention import MultiHeadAttention, rope
+from mha_trace.attention import MultiHeadAttention
 from mha_trace.errors import MhaError
+from mha_trace.mistakes import diagnoses
+from mha_trace.projections import (Mapping, copy_reference, find_projections, named_weights,
+                                   square_matrices)
+from mha_trace.records import Shows
 from mha_trace.roles import first_wrong_step
 
-NAMES = {  # lower-cased attribute names, most specific first
-    "q": ("w_q", "wq", "q_proj", "query", "to_q", "q_linear", "linear_q", "q"),
-    "k": ("w_k", "wk", "k_proj", "key", "to_k", "k_linear", "linear_k", "k"),
-    "v": ("w_v", "wv", "v_proj", "value", "to_v", "v_linear", "linear_v", "v"),
-    "o": ("w_o", "wo", "o_proj", "out_proj", "out", "to_out", "c_proj", "proj", "dense",
-          "o_linear", "linear_out", "fc_out", "o"),
-    "qkv": ("c_attn", "qkv", "w_qkv", "qkv_proj", "in_proj"),
-}
-
 
 @dataclass
-class Mapping:
-    """Which of the student's parameters holds which projection."""
+class StudentReport(Shows):
+    """A student's module against the lecture's: Right or Wrong, the first wrong line, the
+    diagnosis. Prints as the terminal's verdict; in Jupyter, the same as HTML."""
 
-    layers: dict  # role ("q", "k", "v", "o", "qkv") -> (name, nn.Linear or (weight, bias) pair)
-    how: str  # "by name", "by shape", "--map"
-
-    def describe(self) -> str:
-        if not self.layers:
-            return f"(projections {self.how})"
-        return ", ".join(f"{role}={name}" for role, (name, _) in self.layers.items()) + f" ({self.how})"
-
-
-def _linears(module: nn.Module) -> dict:
-    return {name: m for name, m in module.named_modules() if isinstance(m, nn.Linear)}
-
-
-def _weights(module) -> dict:
-    """Where a projection can live: each nn.Linear, each 2-D parameter or buffer outside one
-    (used as x @ W or x @ W.T), and on a NumPy class each 2-D array attribute."""
-    if not isinstance(module, nn.Module):
-        return {n: v for n, v in vars(module).items() if isinstance(v, np.ndarray) and v.ndim == 2}
-    found = _linears(module)
-    for name, t in [*module.named_parameters(), *module.named_buffers()]:
-        if t.dim() == 2 and name.rpartition(".")[0] not in found:
-            found[name] = t
-    return _per_head(found)
-
-
-def _per_head(weights: dict) -> dict:
-    """Per-head projections (a ModuleList of nn.Linear(d_model, d_k), or of head modules each
-    holding its own query, key and value) gathered into one list each, named with * for the
-    head: "heads.*.query" holds heads.0.query, heads.1.query, ..."""
-    lists = {}
-    for name, held in weights.items():
-        if isinstance(held, nn.Linear) and any(p.isdigit() for p in name.split(".")):
-            lists.setdefault(".".join("*" if p.isdigit() else p for p in name.split(".")), []) \
-                .append(name)
-    grouped = {n for names in lists.values() if len(names) > 1 for n in names}
-    found = {n: h for n, h in weights.items() if n not in grouped}
-    return found | {key: [weights[n] for n in names] for key, names in lists.items()
-                    if len(names) > 1}
-
-
-def _shape(holder) -> tuple:
-    if isinstance(holder, list):  # per-head projections, stacked as one
-        return sum(_shape(h)[0] for h in holder), _shape(holder[0])[1]
-    return tuple(_weight(holder).shape) if isinstance(holder, (nn.Linear, tuple)) else tuple(holder.shape)
-
-
-def _found(weights: dict) -> str:
-    return ", ".join(f"{n} {list(_shape(h))}" for n, h in weights.items()) or "none"
-
-
-def find_projections(module, d_model: int, given: str | None = None) -> Mapping:
-    """The student's Q, K, V and output projections: by --map, by name, or by shape."""
-    if isinstance(module, nn.MultiheadAttention):
-        pair = (module.in_proj_weight, module.in_proj_bias)
-        return Mapping({"qkv": ("in_proj_weight", pair), "o": ("out_proj", module.out_proj)}, "by name")
-    weights = _weights(module)
-    if given:
-        roles = {}
-        for part in given.split(","):
-            role, _, name = part.strip().partition("=")
-            if role not in NAMES or name not in weights:
-                raise MhaError(f"'{part.strip()}' is not ROLE=NAME with ROLE q, k, v, o or qkv and "
-                               f"NAME one of your weights (found: {_found(weights)})", quantity="map")
-            roles[role] = (name, weights[name])
-        return _checked(Mapping(roles, "--map"), d_model)
-    roles = {}
-    for role, names in NAMES.items():
-        for candidate in names:
-            named = [n for n in weights if _called(n) == candidate]
-            if named:
-                roles[role] = (named[0], weights[named[0]])
-                break
-    if {"q", "k", "v", "o"} <= set(roles):
-        return _checked(Mapping({r: roles[r] for r in "qkvo"}, "by name"), d_model)
-    if {"qkv", "o"} <= set(roles):
-        return _checked(Mapping({r: roles[r] for r in ("qkv", "o")}, "by name"), d_model)
-    square = [(n, h) for n, h in weights.items() if _shape(h) == (d_model, d_model)]
-    fused = [(n, h) for n, h in weights.items() if _shape(h) in ((3 * d_model, d_model),
-                                                                   (d_model, 3 * d_model))]
-    if len(square) == 4 and len(weights) == 4:
-        return Mapping(dict(zip("qkvo", square)), "by shape, in the order defined")
-    if len(fused) == 1 and len(square) == 1 and len(weights) == 2:
-        return Mapping({"qkv": fused[0], "o": square[0]}, "by shape")
-    raise MhaError(f"could not map your weights: found {_found(weights)}; say which is which with "
-                   f"--map, e.g. --map 'q=W_Q,k=W_K,v=W_V,o=W_O'", quantity="map")
-
-
-def _called(name: str) -> str:
-    """What a weight's name says it is: its last part ("heads.*.query" -> "query"), or that
-    part's first word when the part names a list ("q_heads.*" -> "q")."""
-    parts = [p for p in name.lower().split(".") if p != "*"]
-    last = parts[-1] if parts else ""
-    return last.split("_")[0] if name.endswith("*") else last
-
-
-def _checked(mapping: Mapping, d_model: int) -> Mapping:
-    for role, (name, layer) in mapping.layers.items():
-        want = [(3 * d_model, d_model)] if role == "qkv" else [(d_model, d_model)]
-        if role == "qkv" and not isinstance(layer, (nn.Linear, tuple)):
-            want.append((d_model, 3 * d_model))  # a bare matrix used as x @ W
-        if _shape(layer) not in want:
-            raise MhaError(f"{name} has a weight of shape {list(_shape(layer))}; as {role} it "
-                           f"should be {list(want[0])}", quantity="map")
-    return mapping
-
-
-def copy_reference(reference: MultiHeadAttention, mapping: Mapping, module=None,
-                   transposed: bool = False) -> bool:
-    """Put the reference's weights (and biases) into the student's; False if the student's
-    projections have no biases (the reference's are then zeroed to match). A bare matrix gets
-    W as nn.Linear holds it (x @ W.T), or W.T when `transposed` (x @ W) or its shape says so."""
-    layers = mapping.layers
-    held = [h for _, hs in layers.values() for h in (hs if isinstance(hs, list) else [hs])]
-    has_bias = all(isinstance(h, (nn.Linear, tuple)) and _bias(h) is not None for h in held)
-    with torch.no_grad():
-        if not has_bias:
-            for lin in (reference.W_q, reference.W_k, reference.W_v, reference.W_o):
-                lin.bias.zero_()
-        source = {"q": reference.W_q, "k": reference.W_k, "v": reference.W_v, "o": reference.W_o}
-        for role, (name, target) in layers.items():
-            parts = [source[r] for r in ("qkv" if role == "qkv" else role)]
-            weight = torch.cat([p.weight for p in parts])
-            bias = torch.cat([p.bias for p in parts])
-            if isinstance(target, list):  # per head: each its rows
-                rows = weight.shape[0] // len(target)
-                for i, lin in enumerate(target):
-                    lin.weight.copy_(weight[i * rows:(i + 1) * rows])
-                    if lin.bias is not None:
-                        lin.bias.copy_(bias[i * rows:(i + 1) * rows])
-                continue
-            if isinstance(target, (nn.Linear, tuple)):
-                _weight(target).copy_(weight)
-                if _bias(target) is not None:
-                    _bias(target).copy_(bias)
-                continue
-            if transposed or tuple(target.shape) != tuple(weight.shape):
-                weight = weight.T
-            if isinstance(target, np.ndarray):
-                setattr(module, name, weight.numpy().copy())  # float64, whatever it held
-            else:
-                target.copy_(weight)
-    return has_bias
-
-
-def _weight(layer):
-    return layer[0] if isinstance(layer, tuple) else layer.weight
-
-
-def _bias(layer):
-    return layer[1] if isinstance(layer, tuple) else layer.bias
-
-
-def _square_matrices(mapping: Mapping) -> bool:
-    """Whether a bare square matrix is among the projections: x @ W and x @ W.T both run."""
-    return any(not isinstance(h, (nn.Linear, tuple, list)) and h.shape[0] == h.shape[1]
-               for _, h in mapping.layers.values())
-
-
-# ---- what went wrong: the first wrong step and a diagnosis --------------------------------
-
-@dataclass
-class Bug:
-    name: str  # what the student's module does instead
-    module: MultiHeadAttention  # the reference with that bug, to test the hypothesis
-
-
-class _Variant(MultiHeadAttention):
-    """The reference with one deliberate mistake, to test what a wrong module does instead."""
-
-    def __init__(self, base: MultiHeadAttention, bug: str):
-        super().__init__(base.d_model, base.heads, bias=base.W_q.bias is not None,
-                         rope=base.rope, rope_base=base.rope_base)
-        self.load_state_dict(base.state_dict())
-        self.bug = bug
-
-    def forward(self, q, k=None, v=None, mask=None):
-        k = q if k is None else k
-        v = q if v is None else v
-        B, T = q.size(0), q.size(1)
-        bias = self.bug != "bias missing"
-        lin = lambda layer, x: nn.functional.linear(x, layer.weight, layer.bias if bias else None)
-        if self.bug == "bias missing" and self.W_q.bias is None:
-            raise RuntimeError("no bias to miss")
-        Q = lin(self.W_q, q).view(B, -1, self.heads, self.d_k).transpose(1, 2)
-        K = lin(self.W_k, k).view(B, -1, self.heads, self.d_k).transpose(1, 2)
-        V = lin(self.W_v, v).view(B, -1, self.heads, self.d_k).transpose(1, 2)
-        if self.rope:
-            Q, K = rope(Q, 0, self.rope_base), rope(K, 0, self.rope_base)
-            V = rope(V, 0, self.rope_base) if self.bug == "RoPE applied to V too" else V
-        keys = {"K not transposed": K, "Q in place of K (scores Q·Qᵀ)": Q.transpose(-2, -1)}.get(
-            self.bug, K.transpose(-2, -1))
-        scores = Q @ keys
-        scale = {"scaled by d_k instead of √d_k": self.d_k, "not scaled at all": 1.0,
-                 "scaled by √d_model instead of √d_k": self.d_model ** 0.5}
-        scores = scores / scale.get(self.bug, self.d_k ** 0.5)
-        if self.bug == "mask inverted" and mask is not None:
-            mask = ~mask
-        if self.bug == "mask off by one (a query sees one key ahead)" and mask is not None:
-            mask = torch.ones_like(mask).tril(1)
-        if self.bug == "a causal mask of its own, though none was asked for":
-            mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-        after = self.bug == "mask applied after the softmax (rows no longer sum to 1)"
-        if mask is not None and not after:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        axis = {"softmax over the queries instead of the keys": -2,
-                "softmax over the heads instead of the keys": 1}.get(self.bug, -1)
-        weights = torch.softmax(scores, dim=axis)
-        if mask is not None and after:
-            weights = weights.masked_fill(~mask, 0.0)
-        context = weights @ (K if self.bug == "weights applied to K instead of V" else V)
-        if self.bug == "heads merged without transposing back":
-            context = context.reshape(B, T, self.d_model)
-        else:
-            context = context.transpose(1, 2).reshape(B, T, self.d_model)
-        out = context if self.bug == "W_O missing" else lin(self.W_o, context)
-        return out, weights
-
-
-BUGS = ("scaled by d_k instead of √d_k", "not scaled at all",
-        "softmax over the queries instead of the keys", "heads merged without transposing back",
-        "mask inverted", "mask off by one (a query sees one key ahead)", "K not transposed",
-        "W_O missing", "bias missing", "a causal mask of its own, though none was asked for",
-        "scaled by √d_model instead of √d_k", "Q in place of K (scores Q·Qᵀ)",
-        "weights applied to K instead of V",
-        "mask applied after the softmax (rows no longer sum to 1)",
-        "softmax over the heads instead of the keys", "RoPE applied to V too")
-
-
-def diagnoses(reference: MultiHeadAttention, x, mask, output: torch.Tensor) -> list[str]:
-    """The known mistakes whose output the student's output equals (at some sizes two give the
-    same numbers: with d_model = 64 and 8 heads, √d_model is d_k).
-
-    x: the input (B, T, D), or the (q, k, v) tuple a config gives."""
-    qkv = x if isinstance(x, tuple) else (x, x, x)
-    x, found = qkv[0], []
-    for bug in BUGS:
-        if bug.startswith("mask") and mask is None or bug.startswith("a causal") and mask is not None:
-            continue
-        if bug == "K not transposed" and x.size(1) != reference.d_k \
-                or bug.startswith("RoPE") and not reference.rope:
-            continue  # Q @ K needs T == d_k to run at all
-        try:
-            with torch.no_grad():
-                out, _ = _Variant(reference, bug).double()(*qkv, mask=mask)
-        except RuntimeError:
-            continue
-        if out.shape == output.shape and torch.allclose(out, output.double(), rtol=1e-6, atol=1e-9,
-                                                        equal_nan=True):
-            found.append(bug)
-    return found
-
-
-@dataclass
-class StudentReport:
     label: str
     mapping: str
     fed: str
@@ -455,9 +195,9 @@ def _each_way(run, sizes, given_map: str | None, mask_means: str = "any") -> lis
     of numbers, one sequence rather than a batch. A way that does not run is left out; if none
     runs, the usual way's error is the one given."""
     module = run.module if run.numpy else run.module.double()
-    mapping = find_projections(module, sizes.d_model, given_map) if _weights(module) or given_map \
+    mapping = find_projections(module, sizes.d_model, given_map) if named_weights(module) or given_map \
         else None
-    turns = (False, True) if mapping is not None and _square_matrices(mapping) else (False,)
+    turns = (False, True) if mapping is not None and square_matrices(mapping) else (False,)
     masks = ("bool",) if sizes.mask == "none" else MASK_WAYS[mask_means]
     batches = (False,) if run.numpy else (False, True)
     usual = [Way(t, masks[0]) for t in turns]
@@ -508,7 +248,7 @@ def _check_once(run, module, mapping: Mapping | None, sizes, way: Way,
         _other_rope_convention(report, reference, x, mask, output, weights)
     if not biased:
         report.notes.append("its projections have no biases, so the reference's were set to zero")
-    if _square_matrices(mapping):
+    if square_matrices(mapping):
         report.notes.append(f"its weight matrices are used as "
                             f"{'x @ W' if way.transposed else 'x @ W.T'} (both ways round were tried)")
     report.notes += way.notes()

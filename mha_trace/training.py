@@ -21,7 +21,7 @@ import torch.nn as nn
 from mha_trace.attention import MultiHeadAttention
 from mha_trace.errors import MhaError
 from mha_trace.files import CHECKPOINT as FORMAT
-from mha_trace.output import Shows
+from mha_trace.records import Shows
 
 TASKS = {
     "induction": "random tokens, then the same tokens again: predict each next token of the repeat",
@@ -177,7 +177,7 @@ def snapshot_steps(s: Spec) -> list[int]:
 def scores(weights: list, s: Spec) -> dict[str, np.ndarray]:
     """Detector scores (layers, heads) on the probe batch (the induction task's sequences):
     previous token, two back, and induction (the token after the earlier copy)."""
-    from mha_trace.induction import induction_scores
+    from mha_trace.detectors import induction_scores
 
     w = torch.stack([x.detach() for x in weights], 1).double().mean(0).numpy()  # (L, H, T, T)
     q = np.arange(2, s.seq)  # queries with a key two back

@@ -1,6 +1,6 @@
-"""The code's shape: the library never imports the command line, no import cycle, records never
-import their renderers, and no function runs much past 50 lines (the attention module's forward
-reads like the seed texts' code, so it may)."""
+"""The code's shape: the library never imports the command line, the layers of pyproject.toml's
+import-linter contract hold (no cycle, every import down), no module past 400 lines, and no
+function much past 50 (the attention module's forward reads like the seed texts' code, so it may)."""
 
 import ast
 import pathlib
@@ -21,36 +21,23 @@ def test_the_library_never_imports_the_command_line():
     assert leaks == []
 
 
-def test_no_import_cycle_and_records_never_import_renderers():
-    """Module-level imports inside mha_trace form no cycle; a renderer is found by its record's
-    type (mha_trace.render), so no record module names a renderer file."""
-    package = PACKAGE
-    graph = {}
-    for path in package.rglob("*.py"):
-        name = ".".join(("mha_trace", *path.relative_to(package).with_suffix("").parts))
-        name = name.removesuffix(".__init__")
-        imported = set()
-        for node in ast.parse(path.read_text()).body:  # module level only
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mha_trace"):
-                imported |= {node.module} if node.module != "mha_trace" else {
-                    f"mha_trace.{a.name}" for a in node.names}
-        graph[name] = imported - {name}  # a package naming its own submodules
+def test_the_layers_hold_and_no_import_forms_a_cycle():
+    """import-linter's contracts in pyproject.toml: every import points down a layer, also the
+    ones inside functions, and no two modules or folders import each other (lint-imports)."""
+    import subprocess
+    import sys
 
-    def cycle(path):
-        for nxt in sorted(graph.get(path[-1], ())):
-            if nxt == path[0]:
-                return [*path, nxt]
-            if nxt not in path and nxt in graph and nxt > path[0]:  # each cycle once
-                found = cycle([*path, nxt])
-                if found:
-                    return found
-        return None
+    code = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=True))"
+    p = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-3000:]
+    assert "2 kept, 0 broken" in p.stdout
 
-    assert [c for c in map(lambda m: cycle([m]), sorted(graph)) if c] == []
-    for name in ("analysis", "shapes", "costs", "references", "model_analysis", "run"):
-        assert "import" not in "".join(
-            line for line in (package / f"{name}.py").read_text().splitlines()
-            if "mha_trace.render" in line), name
+
+def test_no_module_runs_past_400_lines():
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}
 
 
 def test_no_function_runs_past_fifty_lines():

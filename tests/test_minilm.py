@@ -18,7 +18,8 @@ from mha_trace.errors import MhaError
 from mha_trace.models import minilm
 from mha_trace import corpus
 from mha_trace.model_analysis import ablate, survey
-from mha_trace.render.model import braille_map, word_weights
+from mha_trace.model_heads import word_weights
+from mha_trace.render.model import braille_map
 from mha_trace.run import from_model
 
 REFERENCE = np.load(Path(__file__).parent / "fixtures" / "minilm_reference.npz")

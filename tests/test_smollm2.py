@@ -221,7 +221,7 @@ def test_induction_and_previous_token_scores_on_constructed_heads():
     """A head that looks from each repeated token at the token after its earlier copy scores 1;
     one that spreads evenly over what it sees scores the mean of 1/(keys seen); previous-token
     heads likewise (the TransformerLens / ARENA definitions)."""
-    from mha_trace.induction import induction_scores, previous_token_scores
+    from mha_trace.detectors import induction_scores, previous_token_scores
 
     n, T = 4, 9  # BOS, then a b c d, then a b c d
     perfect = np.zeros((T, T))

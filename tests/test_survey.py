@@ -136,7 +136,7 @@ def test_detector_scores_match_transformers_weights(name):
 
 
 def test_induction_scores_match_transformers_weights():
-    from mha_trace.induction import induction_scores
+    from mha_trace.detectors import induction_scores
 
     model = load("smollm2")
     ids = REFERENCE["smollm2_random_ids"].tolist()

@@ -45,6 +45,8 @@ def heads(
     Example: mha-trace heads --model minilm --sentence "The animal didn't cross the street because it was too tired." --head 4.1
     """
     from mha_trace.analysis import run_heads
+    import mha_trace.render.heads  # noqa: F401 (registers how its records show)
+    import mha_trace.render.page  # noqa: F401 (registers how its records show)
     from mha_trace.resolve import needs_model, resolve
 
     check_include(include_inputs, o.model, out)
@@ -93,6 +95,8 @@ def explain(
     Example: mha-trace explain --model minilm --token it --head 6.12
     """
     from mha_trace.analysis import find_position, run_heads, walk
+    import mha_trace.render.explain  # noqa: F401 (registers how its records show)
+    import mha_trace.render.page  # noqa: F401 (registers how its records show)
     from mha_trace.resolve import resolve
 
     if o.model:
@@ -148,6 +152,7 @@ def compare(
     Example: mha-trace compare --heads 1,2,4
     """
     from mha_trace.analysis import Comparison, compare as run_compare
+    import mha_trace.render.compare  # noqa: F401 (registers how its records show)
 
     if module:
         raise MhaError("compare re-splits one set of projections into other head counts, which "
@@ -194,6 +199,7 @@ def ablate(
     Example: mha-trace ablate --model smollm2 --prune --png pruning.png
     """
     from mha_trace.analysis import ablate as run_ablate
+    import mha_trace.render.ablate  # noqa: F401 (registers how its records show)
 
     if module:
         raise MhaError("ablate zeroes a head's slice of the concatenation inside the lecture's "

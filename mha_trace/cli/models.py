@@ -17,7 +17,9 @@ def heads(o, head, overview, words, hide_special, decimals, out: Output):
 
     from mha_trace.files import write_atomic
     from mha_trace.model_heads import check_not_overview, model_heads
-    from mha_trace.render.page import page
+    from mha_trace.page import page
+    import mha_trace.render.heads  # noqa: F401 (registers how its records show)
+    import mha_trace.render.page  # noqa: F401 (registers how its records show)
     from mha_trace.resolve import resolve
 
     view = model_heads(resolve(o), o.layer, head, words, hide_special)
@@ -72,6 +74,8 @@ def explain(o, head, token, position, decimals, out: Output):
     from dataclasses import replace
 
     from mha_trace.model_heads import head_in_layer, model_walk
+    import mha_trace.render.explain  # noqa: F401 (registers how its records show)
+    import mha_trace.render.page  # noqa: F401 (registers how its records show)
     from mha_trace.resolve import resolve
 
     layer, only = head_in_layer(o.layer, head)
@@ -87,6 +91,8 @@ def explain(o, head, token, position, decimals, out: Output):
 
 
 def shapes(o, out: Output):
+    import mha_trace.render.page  # noqa: F401 (registers how its records show)
+    import mha_trace.render.shapes  # noqa: F401 (registers how its records show)
     from mha_trace.resolve import resolve
     from mha_trace.shapes import trace_run
 
@@ -96,8 +102,9 @@ def shapes(o, out: Output):
 
 
 def ablate(o, head, decimals, out: Output, rank: bool = False, top: int = 20):
-    from mha_trace.models import parse_head
+    from mha_trace.models.guards import parse_head
     from mha_trace.model_analysis import ablate as run_ablate
+    import mha_trace.render.model  # noqa: F401 (registers how its records show)
     from mha_trace.resolve import resolve
 
     run = resolve(o)
@@ -156,6 +163,7 @@ def survey(
     from mha_trace import corpus as corpora
     from mha_trace.models import load
     from mha_trace.model_analysis import survey as run_survey
+    import mha_trace.render.survey  # noqa: F401 (registers how its records show)
     from mha_trace.output import progress
 
     if sum(x is not None for x in (sentence, sentences)) + corpus > 1:
@@ -181,6 +189,7 @@ def survey(
 def _induction(model, sentence, source, ablate_top: int, top: int, max_tokens, device, out):
     """survey --induction: a causal model's induction heads on random repeated tokens."""
     from mha_trace.induction import induction
+    import mha_trace.render.survey  # noqa: F401 (registers how its records show)
     from mha_trace.models import load
     from mha_trace.output import progress
 
@@ -215,6 +224,7 @@ def predict(
     """
     from mha_trace.models import load
     from mha_trace.model_analysis import predict as run_predict
+    import mha_trace.render.model  # noqa: F401 (registers how its records show)
 
     from mha_trace.output import progress
 
@@ -230,6 +240,7 @@ def prune(o, out: Output):
     from mha_trace.models import load
     from mha_trace.output import progress
     from mha_trace.pruning import check, prune as run_prune, steps
+    import mha_trace.render.pruning  # noqa: F401 (registers how its records show)
 
     if o.sentence is not None or o.layer is not None:
         raise MhaError("--prune runs on the bundled corpus, not on one sentence or layer",

@@ -33,6 +33,8 @@ def shapes(
 
     from mha_trace.resolve import resolve
     from mha_trace.shapes import trace_run
+    import mha_trace.render.page  # noqa: F401 (registers how its records show)
+    import mha_trace.render.shapes  # noqa: F401 (registers how its records show)
 
     o = replace(o, decode=decode)
     if o.model:
@@ -66,14 +68,15 @@ def shapes(
 
 def _compact(report, data: dict, width: int, other_run: bool) -> list:
     """--compact: the lecture table's eight rows, each shape in symbols too."""
-    from mha_trace.render.shapes import compact_rows, compact_table, symbols
+    from mha_trace.render.compact import compact_rows, compact_table
+    from mha_trace.shapes import shape_symbols
 
     if other_run or report.failure:
         raise MhaError("compact shows the built-in module's eight lecture steps (not with "
                        "--module or --decode)", quantity="compact")
-    sym = symbols(report)
+    sym = shape_symbols(report)
     data["compact"] = [{"row": name, "step": i, "symbols": sym[i]} for name, i in compact_rows(report)]
-    return [compact_table(report, width)]
+    return [compact_table(report, sym, width)]
 
 
 def _compare_impl(o, report, data: dict) -> list:

@@ -43,6 +43,7 @@ def train(
     from dataclasses import replace
 
     from mha_trace import training
+    import mha_trace.render.training  # noqa: F401 (registers how its records show)
     from mha_trace.output import progress
     from mha_trace.speedups import one_thread_for_models
 

@@ -4,18 +4,7 @@ A model's layers run the lecture's own `attention.MultiHeadAttention` with the l
 every view (shapes, heads, explain, ablate) works on them unchanged. Nothing here downloads.
 """
 
-from mha_trace.errors import MhaError
-
-MODELS = ("minilm", "smollm2")
-
-
-def check_name(name: str) -> None:
-    """A pretrained model's name, or a run saved by `mha-trace train` ("run.pt", "run.pt@600")."""
-    if name not in MODELS and not name.partition("@")[0].endswith(".pt"):
-        from mha_trace.errors import printable
-
-        raise MhaError(f"model '{printable(name)}' is not one of {', '.join(MODELS)} (or a run "
-                       f"saved by mha-trace train: --checkpoint run.pt)", quantity="model")
+from mha_trace.models.guards import check_name
 
 
 def load(name: str, device: str = "cpu", max_tokens: int | None = None):
@@ -41,72 +30,3 @@ def load(name: str, device: str = "cpu", max_tokens: int | None = None):
     model.max_tokens = max_tokens or getattr(type(model), "max_tokens", model.max_tokens)
     model.raised = max_tokens is not None  # --max-tokens given: the user accepts the cost
     return model
-
-
-LIMIT_SECONDS = 30  # the time guard: work estimated longer than this on 2 cores is refused
-
-
-def seconds(model, tokens: int, copies: int = 1, passes: int = 1) -> float:
-    """How long `passes` passes over `copies` copies of `tokens` tokens take on 2 cores, from
-    the model's measured `pass_seconds` (weights kept between passes: fixed cost once)."""
-    fixed, linear, square = model.pass_seconds
-    return fixed + passes * copies * (linear * tokens + square * tokens * tokens)
-
-
-def check_time(model, tokens: int, copies: int, what: str) -> None:
-    """The time guard: refuse work estimated over LIMIT_SECONDS, with the estimate and the
-    longest sentence that fits, unless --max-tokens was given."""
-    estimate = seconds(model, tokens, copies)
-    if estimate <= LIMIT_SECONDS or model.raised:
-        return
-    fits = max(t for t in range(1, tokens + 1) if seconds(model, t, copies) <= LIMIT_SECONDS) \
-        if seconds(model, 1, copies) <= LIMIT_SECONDS else 0
-    raise MhaError(f"{what} runs {model.name} over {copies} copies of {tokens} tokens: about "
-                   f"{estimate:.0f} s on 2 cores, and the guard stops at {LIMIT_SECONDS} s "
-                   f"({fits} tokens fit); shorten the sentence, or --max-tokens {tokens} goes on "
-                   f"anyway", quantity="sentence")
-
-
-def check_tokens(model, count: int, counted: str = "") -> None:
-    """The token guard: a model's views keep every layer's weights (layers × heads × T × T), so a
-    pasted page would take minutes and gigabytes. Refused before running, with what the run would
-    hold and how to go on."""
-    if count > model.max_positions:
-        raise MhaError(f"sentence has {count} tokens{counted}; {model.name} reads at most "
-                       f"{model.max_positions}", quantity="sentence")
-    if count <= model.max_tokens:
-        return
-    from mha_trace.costs import human_bytes
-
-    held = 3 * model.layers * model.heads * count * count * 4  # the weights, kept three times
-    raise MhaError(f"sentence has {count} tokens; every view keeps all {model.layers} × "
-                   f"{model.heads} heads' T × T weights, about {human_bytes(held)} at this length, "
-                   f"so the limit here is {model.max_tokens} (--max-tokens {count} goes on anyway)",
-                   quantity="sentence")
-
-
-def check_sentence(text: str) -> str:
-    """A model's text: something to run, and text (not a lone surrogate from undecodable bytes)."""
-    from mha_trace.errors import printable
-
-    if not text.strip():
-        raise MhaError("sentence is empty: nothing to run", quantity="sentence")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise MhaError(f"sentence holds {printable(text[e.start])}, which is not text (bytes that "
-                       f"are not UTF-8?)", quantity="sentence") from None
-    return text
-
-
-def parse_head(text: str) -> tuple[int, int]:
-    """'4.1' -> (4, 1): layer and head, both counted from 1, in ASCII digits."""
-    import re
-
-    found = re.fullmatch(r"([0-9]{1,9})\.([0-9]{1,9})", text)
-    if found is None:
-        from mha_trace.errors import printable
-
-        raise MhaError(f"head '{printable(text)}' is not LAYER.HEAD, e.g. 4.1 (layer 4, head 1)",
-                       quantity="head")
-    return int(found[1]), int(found[2])

@@ -172,7 +172,7 @@ class Model:
 
     def pieces(self, text: str) -> tuple:
         """(token ids, tokens as the model sees them, the word each token belongs to)."""
-        from mha_trace.models import check_sentence, check_tokens
+        from mha_trace.models.guards import check_sentence, check_tokens
 
         encoding = self.tokenizer.encode(check_sentence(text))
         check_tokens(self, len(encoding.ids), " with [CLS] and [SEP]")

@@ -345,7 +345,7 @@ class Model:
 
     def pieces(self, text: str) -> tuple:
         """(token ids, tokens as they read, the word each token belongs to; None for BOS)."""
-        from mha_trace.models import check_sentence, check_tokens
+        from mha_trace.models.guards import check_sentence, check_tokens
 
         encoding = self.tokenizer.encode(check_sentence(text))
         ids = ([self.bos] if self.add_bos else []) + list(encoding.ids)

@@ -5,7 +5,7 @@ from rich.text import Text
 
 from mha_trace.output import new_table
 from mha_trace.render.matrices import rounded, config_data, describe, fmt, vector
-from mha_trace.render import data, renderables
+from mha_trace.records import data, renderables
 from mha_trace.analysis import Ablation
 
 

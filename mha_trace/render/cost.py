@@ -4,7 +4,7 @@ from rich.text import Text
 
 from mha_trace.costs import decimal_bytes, human_bytes, si
 from mha_trace.output import new_table
-from mha_trace.render import data, renderables
+from mha_trace.records import data, renderables
 from mha_trace.costs import CostReport
 
 

@@ -4,7 +4,7 @@ from rich.text import Text
 
 from mha_trace.output import new_table
 from mha_trace.analysis import Walk
-from mha_trace.render import data, renderables
+from mha_trace.records import data, renderables
 from mha_trace.render.matrices import (MASKED, MAX_DIMS, matrix_table, config_data, describe, fmt,
                                        shade, sharing_table, short, vector)
 

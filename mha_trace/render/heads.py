@@ -4,10 +4,11 @@ lecture's module, the user's module, a pretrained model's layers)."""
 from rich.text import Text
 
 from mha_trace.analysis import Heads
-from mha_trace.render import data, renderables
+from mha_trace.records import data, renderables
 
 from mha_trace.render.matrices import (matrix_table, rounded, weights_table, config_data,
-                                       describe, head_title, legend, sharing_table, side_by_side)
+                                       describe, head_entry, head_title, heads_json, legend,
+                                       sharing_table, side_by_side)
 
 
 @renderables.register(Heads)
@@ -58,21 +59,6 @@ def heads_renderables(view, decimals: int, only_head: int | None, concat: bool =
                   matrix_table("Output = concatenation @ W_O (W_O mixes the heads)", view.tokens,
                                view.output, decimals)]
     return out + [side_by_side(after), legend()]
-
-
-def heads_json(source: dict, settings: dict, tokens, mask, heads: list, average, output,
-               decimals: int) -> dict:
-    """`heads --format json`, schema 2: the same keys whatever the run's source; what only one
-    source has sits under "source" (its "kind": config, module or model)."""
-    matrix = lambda m: None if m is None else rounded(m, decimals)
-    return {"command": "heads", "source": source, "settings": settings, "tokens": list(tokens),
-            "decimals": decimals, "mask": None if mask is None else mask.tolist(),
-            "heads": heads, "average": matrix(average), "output": matrix(output)}
-
-
-def head_entry(layer: int, head: int, kv_head: int | None, weights, decimals: int) -> dict:
-    """One head's weights (queries × keys), layer and head counted from 1."""
-    return {"layer": layer, "head": head, "kv_head": kv_head, "weights": rounded(weights, decimals)}
 
 
 def heads_data(view, decimals: int, only_head: int | None) -> dict:

@@ -261,7 +261,7 @@ class SideBySide:
         from rich.console import Group
         from rich.measure import Measurement
 
-        from mha_trace.output import _titled
+        from mha_trace.output import titled_parts
 
         if self.shrink:  # weight tables give up decimals and labels to share one row
             for table in self.renderables:
@@ -269,7 +269,7 @@ class SideBySide:
                     self.renderables)
 
         # a table's title above it as a line of its own, so that it is not wrapped to the table
-        shown = [Group(*_titled(t)) if isinstance(t, Table) else t for t in self.renderables]
+        shown = [Group(*titled_parts(t)) if isinstance(t, Table) else t for t in self.renderables]
         widths = [Measurement.get(console, options, t).maximum for t in shown]
         rows, used = [[]], 0
         for table, width in zip(shown, widths):
@@ -357,3 +357,18 @@ def config_data(view) -> dict:
             "pad": c.pad, "explicit": c.explicit, "seed": None if c.explicit or c.origin else c.seed,
             "rope": c.rope, "rope_base": c.rope_base, "window": c.window}
     return {**data, "origin": c.origin} if c.origin else data
+
+
+def heads_json(source: dict, settings: dict, tokens, mask, heads: list, average, output,
+               decimals: int) -> dict:
+    """`heads --format json`, schema 2: the same keys whatever the run's source; what only one
+    source has sits under "source" (its "kind": config, module or model)."""
+    matrix = lambda m: None if m is None else rounded(m, decimals)
+    return {"command": "heads", "source": source, "settings": settings, "tokens": list(tokens),
+            "decimals": decimals, "mask": None if mask is None else mask.tolist(),
+            "heads": heads, "average": matrix(average), "output": matrix(output)}
+
+
+def head_entry(layer: int, head: int, kv_head: int | None, weights, decimals: int) -> dict:
+    """One head's weights (queries × keys), layer and head counted from 1."""
+    return {"layer": layer, "head": head, "kv_head": kv_head, "weights": rounded(weights, decimals)}

@@ -15,7 +15,7 @@ from rich.text import Text
 from mha_trace.errors import MhaError
 from mha_trace.masks import allowed
 from mha_trace.render.matrices import fmt, legend, shade, weights_table
-from mha_trace.render import data, renderables
+from mha_trace.records import data, renderables
 from mha_trace.model_analysis import HeadRanking, ModelAblation, Prediction
 
 _LEFT, _RIGHT = (0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80)  # braille dots by row
@@ -96,26 +96,6 @@ def overview(sentence, tokens, w: np.ndarray, width: int) -> list:
     return out
 
 
-def word_weights(sentence, weights: np.ndarray) -> tuple[list, np.ndarray]:
-    """Pieces grouped into words: attention to a word is the sum over its pieces (columns),
-    from a word the mean over its pieces (rows), so every row still sums to 1."""
-    groups, labels = [], []
-    for i, (tok, word) in enumerate(zip(sentence.tokens, sentence.words)):
-        if word is not None and groups and sentence.words[groups[-1][0]] == word:
-            groups[-1].append(i)
-            labels[-1] += tok.removeprefix("##")
-        else:
-            groups.append([i])
-            labels.append(tok)
-    summed = np.stack([weights[..., g].sum(-1) for g in groups], -1)
-    meaned = np.stack([summed[..., g, :].mean(-2) for g in groups], -2)
-    return _distinct(labels), meaned
-
-
-def _distinct(labels: list) -> list:
-    return [f"{t}·{i}" if labels.count(t) > 1 else t for i, t in enumerate(labels)]
-
-
 def head_tables(title: str, tokens, weights, picked: list, layer: int, decimals: int,
                 words: bool, causal: bool = False) -> list:
     """One weights table per (layer, head) picked, heads counted from 1; a causal model's
@@ -147,7 +127,7 @@ def model_heads_renderables(view, width: int, decimals: int) -> list:
 
 
 def model_heads_data(view, decimals: int) -> dict:
-    from mha_trace.render.heads import head_entry, heads_json
+    from mha_trace.render.matrices import head_entry, heads_json
 
     sentence, tokens, weights, words = view.sentence, view.tokens, view.layers, view.words
     m = sentence.model

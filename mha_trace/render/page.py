@@ -1,40 +1,16 @@
-"""The interactive page: one self-contained HTML file for `--html` and for Jupyter.
-
-A record (Heads, Walk, ShapesReport) becomes plain data, and the data goes into one page with the
-front-end code of `mha_trace/web/` inline: no CDN, no fetch, nothing outside the file. Weights are
-kept to what the view shows (16 bits each, base64: about 1/65535 apart; `--format json` keeps the
-full precision). Text reaches the page only as JSON and the page only ever writes it as text, so a
-token such as `<script>` shows as itself.
-"""
+"""The interactive page's data for each record that has one (Heads, Walk, ShapesReport),
+registered with `mha_trace.page.page_data`. Weights are kept to what the view shows (16 bits
+each, base64: about 1/65535 apart; `--format json` keeps the full precision)."""
 
 import base64
-import html
-import json
-from functools import singledispatch
 from pathlib import Path
 
 import numpy as np
 
-WEB = Path(__file__).resolve().parent.parent / "web"
-
-
-def page(record) -> str:
-    """The whole page for a record."""
-    data = page_data(record)
-    css, js = ((WEB / name).read_text("utf-8") for name in ("page.css", "page.js"))
-    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{html.escape(data['title'])}</title><style>{css}</style></head>"
-            "<body><main id=\"mha\"></main>"
-            f"<script type=\"application/json\" id=\"mha-data\">{payload}</script>"
-            f"<script>{js}</script></body></html>\n")
-
-
-def in_notebook(record, height: int = 560) -> str:
-    """The page in an iframe of its own (scripts run there, isolated from the notebook's)."""
-    return (f'<iframe class="mha-trace" sandbox="allow-scripts" style="width:100%;height:{height}px;'
-            f'border:1px solid #8884" srcdoc="{html.escape(page(record), quote=True)}"></iframe>')
+from mha_trace.analysis import Heads, Walk
+from mha_trace.errors import MhaError
+from mha_trace.page import page_data
+from mha_trace.shapes import ShapesReport
 
 
 def _weights(w: np.ndarray) -> str:
@@ -47,27 +23,12 @@ def _round(a, places: int = 4) -> list:
     return np.round(np.asarray(a, dtype=np.float64), places).tolist()
 
 
-@singledispatch
-def page_data(record) -> dict:
-    raise TypeError(f"no interactive page for {type(record).__name__}")
-
-
-def _register():
-    from mha_trace.analysis import Heads, Walk
-    from mha_trace.shapes import ShapesReport
-
-    page_data.register(Heads, heads_data)
-    page_data.register(Walk, walk_data)
-    page_data.register(ShapesReport, shapes_data)
-
-
 MAX_WEIGHT_BYTES = 1_500_000  # a page stays under 2 MB: base64 adds a third
 
 
+@page_data.register(Heads)
 def heads_data(view) -> dict:
     """Every layer the view shows (a model's named layer alone), each head's weights."""
-    from mha_trace.errors import MhaError
-
     model = view.sentence.model if view.kind == "model" else None
     numbers = sorted({l for l, _ in view.picked}) if view.picked else list(range(1, len(view.layers) + 1))
     weights = view.layers[[n - 1 for n in numbers]]
@@ -90,6 +51,7 @@ def _title(view) -> str:
     return view.config.title if view.config else view.label or "attention"
 
 
+@page_data.register(Walk)
 def walk_data(w) -> dict:
     view = w.view
     return {"kind": "explain", "title": f"{_title(view)}: '{w.token}' through every head",
@@ -104,6 +66,7 @@ def walk_data(w) -> dict:
             "concat": _round(w.concat), "output": _round(w.output)}
 
 
+@page_data.register(ShapesReport)
 def shapes_data(report) -> dict:
     source = report.run.source
     try:
@@ -121,5 +84,3 @@ def shapes_data(report) -> dict:
     return {"kind": "shapes", "title": title,
             "file": Path(source).name, "source": lines, "steps": steps}
 
-
-_register()

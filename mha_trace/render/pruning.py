@@ -4,7 +4,7 @@ from rich.text import Text
 
 from mha_trace.output import new_table
 from mha_trace.pruning import Pruning
-from mha_trace.render import data, renderables
+from mha_trace.records import data, renderables
 
 RISES = (0.05, 0.10)
 

@@ -10,7 +10,7 @@ from rich.text import Text
 from mha_trace.costs import DTYPE_BYTES, human_bytes
 from mha_trace.errors import printable
 from mha_trace.output import display_path, new_table
-from mha_trace.render import data, renderables
+from mha_trace.records import data, renderables
 from mha_trace.shapes import ShapesReport
 
 SHORT_DTYPES = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
@@ -319,77 +319,6 @@ def shapes_data(report: ShapesReport) -> dict:
                     "bytes_allocated": report.bytes_allocated,
                     "estimated_peak_bytes": report.estimate},
     }
-
-
-# ---- the compact layout for slides: the L04 table's eight rows ----------------------------
-
-COMPACT_ROWS = ("input", "W_q", "view", "transpose", "attention", "transpose back",
-                "contiguous + view", "W_o")
-
-
-def symbols(report: ShapesReport) -> list[str]:
-    """Each step's shape in symbols, (B, H, T, d_k), read off a probe: the same module traced on
-    the meta device with distinct prime sizes, so every dimension's role shows by its value."""
-    from dataclasses import replace
-
-    from mha_trace.run import from_sizes
-    from mha_trace.shapes import trace_run
-
-    s = report.sizes
-    kv = None if not s.kv_heads or s.kv_heads == s.heads else 3
-    probe = replace(s, batch=2, seq=11, d_model=6 * 14, heads=6, kv_heads=kv, device="meta",
-                    pad=0, decode=0)  # every size a different number (and d_k even, for RoPE)
-    names = {2: "B", 11: "T", 6: "H", 14: "d_k", 84: "d_model", 3: "H_kv", 42: "H_kv·d_k"}
-    steps = trace_run(from_sizes(probe)).steps
-    return ["(" + ", ".join(names.get(d, str(d)) for d in p.shape) + ")" for p in steps]
-
-
-def compact_rows(report: ShapesReport) -> list[tuple[str, int]]:
-    """(row name, step index) for the eight rows, found in the traced steps."""
-    steps = report.steps
-    first = lambda op, after=0: next(i for i, st in enumerate(steps) if i >= after and st.op == op)
-    q = first("linear")
-    context = max(i for i, st in enumerate(steps) if st.op in ("matmul", "scaled_dot_product_attention"))
-    back = first("transpose", context)
-    merged = first("view", back)
-    return list(zip(COMPACT_ROWS, (0, q, first("view", q), first("transpose", q), context, back,
-                                   merged, len(steps) - 1)))
-
-
-def compact_table(report: ShapesReport, width: int = 100):
-    """The L04 table for slides: eight rows, each shape in numbers and in symbols, and the code
-    on one line in the width left (below 90 columns without the code)."""
-    sym = symbols(report)
-    rows = compact_rows(report)
-    texts = {}
-    for name, i in rows:
-        s = report.steps[i]
-        code = "softmax(QKᵀ/√d_k)·V" if name == "attention" and s.op == "matmul" else s.text
-        if name == "contiguous + view" and report.steps[i - 1].op == "contiguous":
-            code = ".contiguous()" + code
-        texts[name] = code
-    others = [[n for n, _ in rows], [shape_text(report.steps[i].shape) for _, i in rows],
-              [sym[i] for _, i in rows], ["alloc", *(human_bytes(report.steps[i].bytes) for _, i in rows)]]
-    room = width - sum(max(len(c) for c in col) for col in others) - 2 * len(others)
-    table = new_table(title(report))
-    table.add_column("step", style="bold", no_wrap=True)
-    with_code = width >= 90
-    if with_code:
-        code_width = min(room, max(len(t) for t in texts.values()))
-        table.add_column("code", no_wrap=True, width=code_width)
-    table.add_column("shape", no_wrap=True)
-    table.add_column("in symbols", no_wrap=True)
-    table.add_column("alloc", justify="right", no_wrap=True)
-    for name, i in rows:
-        s = report.steps[i]
-        copied = report.steps[i - 1] if name == "contiguous + view" else s  # the copy, if any
-        alloc = Text("view", style="green") if copied.is_view else Text(
-            human_bytes(copied.bytes), style="yellow")
-        code = [Text(elide(texts[name], code_width))] if with_code else []
-        table.add_row(name, *code, shape_text(s.shape), sym[i], alloc)
-    table.caption = "The eight steps of the lecture's table; --compact off shows every op."
-    table.caption_justify = "left"
-    return table
 
 
 _NOTES = {

@@ -4,7 +4,7 @@ import numpy as np
 from rich.text import Text
 
 from mha_trace.output import new_table
-from mha_trace.render import data, renderables
+from mha_trace.records import data, renderables
 from mha_trace.render.matrices import shade
 from mha_trace.training import TASKS, Training
 

@@ -4,8 +4,9 @@ import torch
 from rich.text import Text
 
 from mha_trace.output import new_table
-from mha_trace.render import data, renderables
+from mha_trace.records import data, renderables
 from mha_trace.references import VerifyReport
+from mha_trace.student import StudentReport
 
 
 def verify_renderables(report, width: int = 100) -> list:
@@ -138,3 +139,13 @@ def _verify(report, width: int, **_) -> list:
 @data.register(VerifyReport)
 def _verify_data(report, **_) -> dict:
     return verify_data(report)
+
+
+@renderables.register(StudentReport)
+def _student(report, width: int, **_) -> list:
+    return student_renderables(report)
+
+
+@data.register(StudentReport)
+def _student_data(report, **_) -> dict:
+    return student_data(report)

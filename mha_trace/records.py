@@ -1,0 +1,82 @@
+"""The records every command and the API return, and the registry that shows them.
+
+A record is plain data (a dataclass deriving from `Shows`). How it looks is registered here by
+its renderer (`mha_trace/render/`, one file per command: `@renderables.register(Heads)`), so a
+record never imports a renderer and this module sits below both. A renderer registers when it is
+imported: the command line and the API import the renderers of what they return.
+"""
+
+import io
+from functools import singledispatch
+
+from rich.console import Console
+from rich.text import Text
+
+from mha_trace.errors import MhaError
+from mha_trace.notebook_html import WIDE, to_html
+from mha_trace.output import PLAIN_WIDTH, titled_parts, to_json
+from mha_trace.page import in_notebook
+
+
+@singledispatch
+def renderables(record, width: int, **options) -> list:
+    """What the CLI prints for `record` (rich renderables), laid out for `width` columns."""
+    raise TypeError(f"no renderer is registered for {type(record).__name__}")
+
+
+@singledispatch
+def data(record, **options) -> dict:
+    """`record` as the CLI's --format json gives it (without schema_version)."""
+    raise TypeError(f"no renderer is registered for {type(record).__name__}")
+
+
+class Shows:
+    """A record shown in a terminal (rich), in Jupyter (HTML) and as JSON.
+
+    `renderables(width, **options)` (rich renderables, as the CLI prints them) and
+    `data(**options)` (the JSON of --format json, without schema_version) come from the renderer
+    registered for the record's type (below): records never import renderers.
+    """
+
+    def renderables(self, width: int = PLAIN_WIDTH, **options) -> list:
+        return renderables(self, width, **options)
+
+    def data(self, **options) -> dict:
+        return data(self, **options)
+
+    def to_json(self) -> str:
+        return to_json(self.data())
+
+    def __rich_console__(self, console, options):
+        for i, r in enumerate(self.renderables(options.max_width)):
+            if i:
+                yield Text("")
+            yield from titled_parts(r)
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the interactive view where the record has one (heads, a walk, a trace), then
+        real HTML tables, laid out without a width limit (shown once: nothing here prints to the
+        notebook)."""
+        tables = to_html(self.renderables(WIDE))
+        try:
+            view = in_notebook(self)
+        except (TypeError, MhaError):  # no interactive view of this record, or one too large
+            return tables
+        return tables.replace(">", ">" + view, 1)
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        """IPython's plain-text form: the terminal text, not the dataclass's fields."""
+        printer.text(str(self).rstrip("\n"))
+
+    def __init_subclass__(cls, **kwargs):
+        # IPython takes a class's own __repr__ (a dataclass writes one) before an inherited
+        # _repr_pretty_, so every record carries its own
+        super().__init_subclass__(**kwargs)
+        cls._repr_pretty_ = Shows._repr_pretty_
+
+    def __str__(self) -> str:
+        console = Console(file=io.StringIO(), width=PLAIN_WIDTH, color_system=None,
+                          force_jupyter=False, highlight=False, emoji=False, markup=False)
+        with console.capture() as captured:
+            console.print(self)
+        return "".join(line.rstrip() + "\n" for line in captured.get().splitlines())

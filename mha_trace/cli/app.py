@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperGroup
 
-from mha_trace import __version__, speedups
+from mha_trace import __version__, speedups, streams
 from mha_trace.errors import MhaError, Terminated, printable
 from mha_trace.streams import tool_stdout
 
@@ -150,6 +150,7 @@ def _main(
 def main():
     """Console-script entry point (`python -m mha_trace` too: it names itself mha-trace)."""
     speedups.no_garbage_collection()
+    streams.guard_for_command_line()
     signal.signal(signal.SIGTERM, _terminated)
     if sys.stdout is None or sys.stdout.closed:  # started with stdout closed (`mha-trace ... >&-`)
         _fail("standard output is closed, so there is nowhere to print", 1)

@@ -88,3 +88,26 @@ def test_heads_takes_overrides_and_config_objects():
     assert mha_trace.heads(load("chicken-road"), heads=2).weights.shape == (2, 11, 11)
     with pytest.raises(mha_trace.errors.MhaError, match="heads=3"):
         mha_trace.heads("cat-sat-on-mat", heads=3)
+
+
+def test_a_students_verdict_prints_as_the_terminal_and_renders_once_in_a_notebook(cli):
+    """print(r) is the verdict the command prints; Jupyter gets the same as a short HTML table,
+    never a dump of the record's fields."""
+    import mha_trace
+
+    spec = "tests/student/student_bugs.py:ScaledByDk"
+    r = mha_trace.verify(spec, d_model=32, heads=4)
+    shown = cli("verify", "--module", spec, "--d-model", "32", "--heads", "4", "--width", "100")
+    assert str(r) == shown.stdout and "Diagnosis: scaled by d_k instead of √d_k." in str(r)
+    html = r._repr_html_()
+    assert len(html) < 20_000 and "scaled by d_k instead of" in html and "<table" in html
+    assert r.data()["passed"] is False and r.data()["diagnosis"] == "scaled by d_k instead of √d_k"
+
+
+def test_the_api_leaves_the_callers_stdout_alone():
+    """verify runs the student's code; afterwards the script's own print() still reaches stdout."""
+    code = ("import mha_trace; r = mha_trace.verify('examples/chapter_torch_mha.py:MultiHeadAttention',"
+            " d_model=32, heads=4); print('mine', r.passed)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[-1] == "mine True"

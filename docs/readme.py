@@ -18,15 +18,30 @@ BLOCK = re.compile(r"```\n\$ (mha-trace[^\n]*)\n(.*?)```", re.S)
 
 
 def output(command: str) -> str:
-    """What the command prints, stdout then stderr, as a pipe sees it."""
-    command = command.split("  #")[0]  # drop a trailing comment
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(README.parent), env.get("PYTHONPATH")]))
-    # this checkout's code, never whatever `mha-trace` comes first on PATH
-    shim = f'mha-trace() {{ "{sys.executable}" -m mha_trace "$@"; }}; '
-    p = subprocess.run(["bash", "-c", shim + command], capture_output=True, text=True, env=env,
-                       cwd=README.parent, timeout=300)
-    return p.stdout + p.stderr
+    """What the command prints, stdout (through the block's `| head`/`| tail`/`| sed`/`| grep`, if
+    any) then stderr, as a pipe sees it. Run in this process, with this checkout's code: the same
+    command line, parsed by the same app, without a second interpreter importing torch."""
+    import contextlib
+    import shlex
+
+    from typer.testing import CliRunner
+
+    if str(README.parent) not in sys.path:
+        sys.path.insert(0, str(README.parent))
+    from mha_trace.cli import app
+
+    line, _, pipe = command.split("  #")[0].partition(" | ")  # drop a trailing comment
+    saved = {k: os.environ.pop(k) for k in ("COLUMNS", "FORCE_COLOR") if k in os.environ}
+    try:
+        with contextlib.chdir(README.parent):
+            result = CliRunner().invoke(app, shlex.split(line)[1:], catch_exceptions=False)
+    finally:
+        os.environ.update(saved)
+    shown = result.stdout
+    if pipe:
+        shown = subprocess.run(["bash", "-c", pipe], input=shown, capture_output=True, text=True,
+                               timeout=60).stdout
+    return shown + result.stderr
 
 
 def blocks(text: str):

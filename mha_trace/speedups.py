@@ -56,6 +56,14 @@ def one_thread_for_models() -> None:
         torch.set_num_threads(1)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: a container's or a scheduler's share)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # no affinity on this platform
+        return os.cpu_count() or 1
+
+
 @contextlib.contextmanager
 def batch_work():
     """Many sentences, or many copies of one, through a model: every core helps there, and
@@ -64,7 +72,7 @@ def batch_work():
 
     before = torch.get_num_threads()
     if ENABLED:
-        torch.set_num_threads(os.cpu_count() or 1)
+        torch.set_num_threads(usable_cores())
         _mmap_threshold(256 * 1024 * 1024)
     try:
         yield

@@ -44,6 +44,18 @@ def in_repo_root(monkeypatch):
     monkeypatch.chdir(REPO)
 
 
+def pytest_configure(config):
+    """Under pytest-xdist each worker gets its own share of the cores (and torch as many threads),
+    so two workers never run four busy threads on two cores; subprocesses inherit the share."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not worker or not count or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    share = set(cores[int(worker.removeprefix("gw")) % len(cores)::int(count)]) or set(cores)
+    os.sched_setaffinity(0, share)
+    os.environ["OMP_NUM_THREADS"] = str(len(share))
+
+
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true",
                      help="rewrite tests/golden/* from the current output instead of comparing")

@@ -322,9 +322,10 @@ def _in_pty(args, keys, marker, size=(24, 80), timeout=60, env=None):
         os.environ.update(env or {})
         os.execvp(args[0], args)
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", *size, 0, 0))
-    start, out, sent = time.time(), b"", False
+    start, out, pending = time.time(), b"", None  # pending: the keys still to press
+    heard, sent_at, sent_len = start, start, -1  # last output; the last key, and output then
     while time.time() - start < timeout:
-        ready, _, _ = select.select([fd], [], [], 0.05)
+        ready, _, _ = select.select([fd], [], [], 0.02)
         if ready:
             try:
                 chunk = os.read(fd, 65536)
@@ -332,12 +333,14 @@ def _in_pty(args, keys, marker, size=(24, 80), timeout=60, env=None):
                 break
             if not chunk:
                 break
-            out += chunk
-        if not sent and marker in out:
-            sent = True
-            for key in keys:
-                os.write(fd, key)
-                time.sleep(0.3)
+            out, heard = out + chunk, time.time()
+        if pending is None and marker in out:
+            pending = list(keys)
+        now = time.time()
+        settled = len(out) > sent_len and now - heard > 0.05 or now - sent_at > 0.5
+        if pending and settled:  # the screen answered the last key (or had time to): the next
+            os.write(fd, pending.pop(0))
+            sent_at, sent_len = now, len(out)
     done, status = os.waitpid(pid, os.WNOHANG)
     if done == 0:  # still running: the marker never came
         os.kill(pid, 9)

@@ -44,9 +44,29 @@ def in_repo_root(monkeypatch):
     monkeypatch.chdir(REPO)
 
 
+# the quick tier (`pytest -m "not slow"`) leaves out the files that load the real models, train,
+# open browsers, a Jupyter kernel or many processes; the README's command and CI run everything
+SLOW = {"test_smollm2.py", "test_minilm.py", "test_survey.py", "test_pruning.py", "test_train.py",
+        "test_page.py", "test_notebook.py", "test_demos.py", "test_speedups.py", "test_readme.py",
+        "test_cli_process.py", "test_screens.py"}
+
+
+SLOW_SIGNS = ("_run(", "subprocess.", "in_pty(", "smollm2", "Popen")  # processes, the larger model
+
+
+def pytest_collection_modifyitems(config, items):
+    import inspect
+
+    for item in items:
+        source = inspect.getsource(item.function) if hasattr(item, "function") else ""
+        if item.path.name in SLOW or any(sign in source for sign in SLOW_SIGNS):
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_configure(config):
     """Under pytest-xdist each worker gets its own share of the cores (and torch as many threads),
     so two workers never run four busy threads on two cores; subprocesses inherit the share."""
+    config.addinivalue_line("markers", "slow: left out of the quick tier (pytest -m 'not slow')")
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if not worker or not count or not hasattr(os, "sched_setaffinity"):
         return

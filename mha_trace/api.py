@@ -77,6 +77,8 @@ def explain(config=None, token: str | None = None, position: int | None = None, 
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
     from mha_trace.analysis import Heads, find_position, walk
 
+    if position is not None:
+        position = _whole_numbers([position], "position", least=0)[0]
     view = config if isinstance(config, Heads) else heads(config, head=head, **options)
     if view.kind != "config":
         raise MhaError("explain walks the lecture's module (its heads' q, k and v); for your "
@@ -255,8 +257,11 @@ def model(name: str, device: str = "cpu", max_tokens: int | None = None) -> Mode
     "cuda" or "mps"; max_tokens raises its token guard (MiniLM 512, SmolLM2 256)."""
     from mha_trace.models.guards import check_name
 
-    check_name(os.fspath(name))
+    if not isinstance(name, (str, os.PathLike)) or isinstance(os.fspath(name), bytes):
+        raise MhaError(f"name={name!r} is not a model's name (minilm, smollm2) or a saved run's "
+                       f"path such as 'run.pt'", quantity="model")
     name = os.fspath(name)
+    check_name(name)
     check_options(RunOptions(device=device, max_tokens=max_tokens))
     return Model(name, device, max_tokens)
 
@@ -275,6 +280,15 @@ def train(task: str = "induction", *, resume=None, save: str | None = None, on_s
     if unknown:
         raise MhaError(f"train has no option {unknown[0]!r} (it has {', '.join(sorted(known))})",
                        quantity=unknown[0])
+    from mha_trace.files import check_outputs
+
+    if not (resume is None or isinstance(resume, (str, os.PathLike, training.Training))):
+        raise MhaError(f"resume={resume!r} is not a saved run's path or a run mha_trace.train "
+                       f"returned", quantity="resume")
+    if not (save is None or isinstance(save, (str, os.PathLike))):
+        raise MhaError(f"save={save!r} is not a path such as 'run.pt'", quantity="save")
+    if save is not None:
+        check_outputs({"save": os.fspath(save)}, [])  # before a step is trained
     before = training.load(os.fspath(resume)) if isinstance(resume, (str, os.PathLike)) else resume
     spec = training.Spec.of(task, **options)
     if before is not None:

@@ -78,6 +78,7 @@ def check_outputs(outputs: dict, inputs: list) -> None:
         if not os.path.isdir(parent):
             raise MhaError(f"{shown}: the folder {printable(parent)} does not exist",
                            quantity=option)
+        _name_fits(path, parent, shown, option)
         replaceable(path, option)
         if option == "save" and os.path.lexists(path) and not _ours(path):
             raise MhaError(f"{shown} exists and is not a checkpoint of mha-trace train; it is "
@@ -90,6 +91,17 @@ def check_outputs(outputs: dict, inputs: list) -> None:
             raise MhaError(f"{shown} is also the --{seen[key]} file", quantity=option)
         seen[key] = option
         _writable(parent, shown, option)
+
+
+def _name_fits(path: str, folder: str, shown: str, option: str) -> None:
+    """A file name the folder's file system takes (255 bytes on most), checked before running."""
+    try:
+        longest = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        longest = 255
+    if len(os.fsencode(os.path.basename(path))) > longest:
+        raise MhaError(f"{shown}: the file name is longer than the {longest} bytes a name may have "
+                       f"here", quantity=option)
 
 
 def replaceable(path: str, option: str) -> None:

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from mha_trace.detectors import induction_scores, previous_token_scores
+from mha_trace.errors import MhaError
 from mha_trace.records import Shows
 
 
@@ -59,6 +60,11 @@ def induction(model, n: int = 50, seeds: tuple = (0, 1, 2), ablate_top: int = 0,
     the K best induction heads removed."""
     from mha_trace.model_analysis import _run_with
 
+    if not hasattr(model, "tokenizer"):
+        raise MhaError(f"{model.name} has no words to repeat: --induction draws whole words from a "
+                       f"language model's vocabulary (train reports a trained run's induction "
+                       f"heads as they form; survey --checkpoint without --induction scores its "
+                       f"probe)", quantity="induction")
     runs = []
     with model.resident():
         for seed in seeds:

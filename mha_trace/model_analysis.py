@@ -264,6 +264,9 @@ def predict(model, text: str, k: int = 10, generate: int = 0,
     if not model.causal:
         raise MhaError(f"{model.name} is an encoder: it has no next token to predict (try "
                        f"--model smollm2)", quantity="model")
+    if not hasattr(model, "generate"):
+        raise MhaError(f"{model.name} predicts its task's targets, not the next token of text: "
+                       f"predict needs a language model (try --model smollm2)", quantity="model")
     ids = model.tokenize(text)
     out, generated = model.generate(ids, generate, on_token)
     p = next_token_probabilities(model, out)[0]

@@ -98,6 +98,11 @@ def with_checkpoint(o: RunOptions) -> RunOptions:
         return o
     if o.model is not None:
         raise MhaError("--model and --checkpoint are two models: choose one", quantity="checkpoint")
+    if not o.checkpoint.endswith(".pt"):
+        from mha_trace.errors import printable
+
+        raise MhaError(f"{printable(o.checkpoint)} is not a run saved by mha-trace train (a .pt "
+                       f"file, e.g. --checkpoint run.pt)", quantity="checkpoint")
     from dataclasses import replace
 
     step = "" if o.at_step is None else f"@{o.at_step}"
@@ -217,6 +222,11 @@ def _model_run(o: RunOptions):
 
     refuse_with_model(**o.given("config", "module", "init", "batch", "seq", "d_model", "heads",
                                 "kv_heads", "mask", "pad", "rope", "rope_base", "window"))
+    from mha_trace.run import MAX_DECODE
+
+    if o.decode and not 1 <= o.decode <= MAX_DECODE:
+        raise MhaError(f"decode={o.decode} must be from 1 to {MAX_DECODE} (every step is a block "
+                       f"of rows)", quantity="decode")
     if o.decode:
         from mha_trace.models import load
         from mha_trace.model_analysis import predict
@@ -227,6 +237,9 @@ def _model_run(o: RunOptions):
                            f"smollm2)", quantity="decode")
         check_layer(m, 1 if o.layer is None else o.layer)
         text = DEFAULT_SENTENCE if o.sentence is None else o.sentence
+        from mha_trace.models.guards import check_tokens
+
+        check_tokens(m, len(m.tokenize(text)) + o.decode)  # the prompt and every token decoded
         p = predict(m, text, 1, o.decode)  # greedy tokens: what real decoding feeds back
         ids = m.tokenize(text)
         labels = tuple(m.token_text(i) for i in ids + p.generated)

@@ -72,15 +72,57 @@ class Spec:
             0.002 * self.steps * self.layers
 
     def check(self) -> None:
+        """Every setting in its range, whether it came from the command line or the API (one
+        line naming the setting, exit 2), then the memory the run needs (exit 1)."""
+        self.check_settings()
+        self._check_memory()
+
+    def check_settings(self) -> None:
         if self.task not in TASKS:
             raise MhaError(f"task '{self.task}' is not one of {', '.join(TASKS)}", quantity="task")
+        for name, (low, high) in BOUNDS.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise MhaError(f"{name}={value!r} is not a whole number", quantity=name)
+            if not low <= value <= high:
+                raise MhaError(f"{name}={value} is outside {low}..{high}", quantity=name)
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or \
+                not 1e-6 <= self.lr <= 1.0:  # nan fails both comparisons
+            raise MhaError(f"lr={self.lr!r} is not a learning rate from 1e-06 to 1 (try 0.001)",
+                           quantity="lr")
         if self.d_model % self.heads:
             raise MhaError(f"{self.heads} heads do not divide d_model {self.d_model}", quantity="heads")
-        if self.seq < 4 or self.seq % 2:
-            raise MhaError(f"seq {self.seq} must be even and at least 4 (tasks use its halves)",
-                           quantity="seq")
-        if self.vocab < 2:
-            raise MhaError(f"vocab {self.vocab} is too small: at least 2 tokens", quantity="vocab")
+        least = 6 if self.task == "induction" else 4  # a segment of 3 or more, then its repeat
+        if self.seq < least or self.seq % 2:
+            raise MhaError(f"seq {self.seq} must be even and at least {least} for {self.task} "
+                           f"(the task uses its halves)", quantity="seq")
+
+    def memory_bytes(self) -> int:
+        """What a step holds at its peak: each layer's activations kept for the backward pass
+        (Q, K, V, the scores and weights and their gradients), the logits, and the weights with
+        AdamW's two moments and the gradients; then every snapshot's weights and probe maps."""
+        B, T, D, H, L, V = self.batch, self.seq, self.d_model, self.heads, self.layers, self.vocab
+        params = 2 * V * D + T * D + L * 4 * (D * D + D)
+        activations = L * (8 * B * T * D + 4 * B * H * T * T) + 3 * B * T * V
+        snapshots = self.snapshots * (params + L * H * 8 * T * T)
+        return 4 * (activations + 4 * params + snapshots)
+
+    def _check_memory(self) -> None:
+        from mha_trace.costs import human_bytes
+        from mha_trace.runtime import available_bytes
+
+        need, free = self.memory_bytes(), available_bytes(torch.device("cpu"))
+        if free is not None and need > free:
+            raise MhaError(f"this training run needs about {human_bytes(need)} (activations "
+                           f"kept for the backward pass, AdamW's state, the snapshots) but only "
+                           f"{human_bytes(free)} is free: a smaller --batch, --seq or --layers "
+                           f"fits", exit_code=1)
+
+
+# the settings' ranges, the same for the command line and the API
+BOUNDS = {"layers": (1, 8), "heads": (1, 16), "d_model": (4, 512), "vocab": (2, 1000),
+          "seq": (4, 256), "batch": (1, 1024), "steps": (1, 100_000), "snapshots": (2, 200),
+          "seed": (0, 2 ** 64 - 1)}
 
 
 class Toy(nn.Module):
@@ -237,7 +279,7 @@ class Training(Shows):
 
 def probe_batch(s: Spec):
     """The fixed probe: 8 sequences of random tokens whose second half repeats the first."""
-    g = torch.Generator().manual_seed(10_000 + s.seed)
+    g = torch.Generator().manual_seed((10_000 + s.seed) % 2 ** 64)
     x = torch.randint(0, s.vocab, (8, s.seq), generator=g)
     x[:, s.seq // 2:] = x[:, :s.seq // 2]
     return x
@@ -258,7 +300,7 @@ def train(s: Spec, on_step=lambda loss: None, resume: Training | None = None) ->
         optimiser.load_state_dict(resume.state["optimiser"])
         data.set_state(resume.state["generator"])
         losses, snaps, start = list(resume.losses), list(resume.snapshots), len(resume.losses)
-    probe, held_out = probe_batch(s), batch(s, torch.Generator().manual_seed(20_000 + s.seed), 64)
+    probe, held_out = probe_batch(s), batch(s, torch.Generator().manual_seed((20_000 + s.seed) % 2 ** 64), 64)
     wanted = set(snapshot_steps(s))
     for step in range(start, s.steps + 1):
         if step in wanted:
@@ -304,22 +346,53 @@ def save(r: Training, path: str) -> None:
     write_atomic(path, buffer.getvalue(), "save")
 
 
-def load(path: str) -> Training:
-    """A run saved by `save`; one clear error for anything else."""
+def load(path: str, option: str = "checkpoint") -> Training:
+    """A run saved by `save`; one clear error for anything else, naming `option` (the flag that
+    gave the path: --checkpoint or --resume)."""
     from pathlib import Path
 
     from mha_trace.errors import printable
     from mha_trace.files import regular_file
 
     shown = printable(path)
-    regular_file(Path(path), shown, "a checkpoint from mha-trace train", "checkpoint")
+    regular_file(Path(path), shown, "a checkpoint from mha-trace train", option)
     try:
         d = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 (pickle, zip and torch each raise their own)
         raise MhaError(f"{shown}: cannot read it as a checkpoint ({type(e).__name__})",
-                       quantity="checkpoint") from None
+                       quantity=option) from None
     if not isinstance(d, dict) or d.get("format") != FORMAT:
-        raise MhaError(f"{shown}: is not a checkpoint from mha-trace train", quantity="checkpoint")
+        raise MhaError(f"{shown}: is not a checkpoint from mha-trace train", quantity=option)
+    problem = _problem(d)
+    if problem:
+        raise MhaError(f"{shown}: is a damaged checkpoint ({problem})", quantity=option)
     snaps = [Snapshot(x["step"], x["loss"], {k: v.numpy() for k, v in x["scores"].items()},
                       x["weights"].numpy(), x["state"]) for x in d["snapshots"]]
     return Training(Spec(**d["spec"]), d["losses"], snaps, d["probe"], d["state"])
+
+
+def _problem(d: dict) -> str | None:
+    """What makes a well-formed file of our format unusable, in words (None: nothing)."""
+    spec = d.get("spec")
+    if not isinstance(spec, dict) or set(spec) != set(Spec.__dataclass_fields__):
+        return "its settings are missing or not mha-trace train's"
+    try:
+        Spec(**spec).check_settings()
+    except MhaError as e:
+        return f"its settings: {e.message}"
+    s, snaps, state = Spec(**spec), d.get("snapshots"), d.get("state")
+    if not isinstance(d.get("losses"), list) or not isinstance(d.get("probe"), list):
+        return "no losses or no probe"
+    if not isinstance(snaps, list) or not snaps or not all(
+            isinstance(x, dict) and {"step", "loss", "scores", "weights", "state"} <= set(x)
+            for x in snaps):
+        return "no snapshots"
+    if not isinstance(state, dict) or not {"model", "optimiser", "generator"} <= set(state):
+        return "no final state to go on from"
+    shapes = {k: tuple(v.shape) for k, v in Toy(s).state_dict().items()}
+    for held in [x["state"] for x in snaps] + [state["model"]]:
+        if not isinstance(held, dict) or {k: tuple(getattr(v, "shape", ())) for k, v in held.items()} != shapes:
+            return f"weights that do not fit {s.layers} layers of {s.heads} heads, d_model {s.d_model}"
+    if any(getattr(x["weights"], "shape", ())[:2] != (s.layers, s.heads) for x in snaps):
+        return f"snapshot maps that are not {s.layers} layers × {s.heads} heads"
+    return None

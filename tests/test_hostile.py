@@ -970,3 +970,153 @@ def test_train_save_checks_the_folder_takes_a_file_before_training(cli, tmp_path
     result = cli("train", "--steps", "2", "--save", str(tmp_path / "run.pt"))
     check_clean(result, {1})
     assert result.stderr == f"Error: --save: cannot write {tmp_path / 'run.pt'}: Read-only file system\n"
+
+
+# 13. training settings, saved runs and the API: one line each, decided before any work ----------
+
+@pytest.mark.parametrize("args,code,message", [
+    (("--lr", "nan"), 2, "--lr: lr=nan is not a learning rate from 1e-06 to 1 (try 0.001)"),
+    (("--seq", "4"), 2, "--seq 4 must be even and at least 6 for induction (the task uses its halves)"),
+    (("--resume", ""), 2, "--resume: give the saved run to go on from, e.g. --resume run.pt"),
+    (("--layers", "8", "--heads", "16", "--seq", "256", "--batch", "1024"), 1, "this training run needs about"),
+])
+def test_train_settings_are_refused_by_their_own_check(cli, args, code, message):
+    result = cli("train", "--steps", "1", *args)
+    check_clean(result, {code})
+    assert result.stderr.startswith(f"Error: {message}") and result.stdout == ""
+
+
+def test_the_largest_documented_seed_trains(cli):
+    check_clean(cli("train", "--task", "previous-token", "--steps", "2", "--snapshots", "2",
+                    "--seed", str(2 ** 64 - 1), "--format", "json"), {0})
+
+
+def _damaged(good: dict, name: str) -> dict:
+    import copy
+
+    d = copy.deepcopy(good)
+    if name == "format only":
+        return {"format": "mha-trace train"}
+    if name == "no snapshots":
+        d["snapshots"] = []
+    elif name in ("heads 0", "layers 5"):
+        key, value = name.split()
+        d["spec"][key] = int(value)
+    elif name == "an unknown setting":
+        d["spec"]["zzz"] = 1
+    elif name == "a wrong-shaped tensor":
+        state = d["snapshots"][-1]["state"]
+        state[next(iter(state))] = torch_zeros((3, 3))
+    return d
+
+
+def torch_zeros(shape):
+    import torch
+
+    return torch.zeros(shape)
+
+
+@pytest.mark.parametrize("name,why", [
+    ("format only", "its settings are missing or not mha-trace train's"),
+    ("heads 0", "its settings: heads=0 is outside 1..16"),
+    ("layers 5", "weights that do not fit 5 layers of 4 heads, d_model 64"),
+    ("no snapshots", "no snapshots"),
+    ("an unknown setting", "its settings are missing or not mha-trace train's"),
+    ("a wrong-shaped tensor", "weights that do not fit 2 layers of 4 heads, d_model 64"),
+])
+def test_well_formed_checkpoints_of_the_wrong_content_are_one_line(cli, tmp_path, name, why):
+    import torch
+
+    import mha_trace
+
+    good = tmp_path / "good.pt"
+    mha_trace.train(steps=2, snapshots=2, save=good)
+    bad = tmp_path / "bad.pt"
+    torch.save(_damaged(torch.load(good, weights_only=True), name), bad)
+    for args, flag in ((("heads", "--checkpoint", str(bad)), "checkpoint"),
+                       (("train", "--resume", str(bad), "--steps", "9"), "resume")):
+        result = cli(*args)
+        check_clean(result, {2})
+        assert result.stderr == f"Error: --{flag}: {bad}: is a damaged checkpoint ({why})\n"
+    with pytest.raises(mha_trace.MhaError, match="is a damaged checkpoint"):
+        mha_trace.model(str(bad)).heads()
+
+
+@pytest.mark.parametrize("call,quantity", [
+    (lambda m: m.train(steps=-5), "steps"), (lambda m: m.train(steps="3"), "steps"),
+    (lambda m: m.train(heads=0), "heads"), (lambda m: m.train(layers=0), "layers"),
+    (lambda m: m.train(batch=0), "batch"), (lambda m: m.train(lr=float("nan")), "lr"),
+    (lambda m: m.train(resume=5), "resume"), (lambda m: m.train(steps=10 ** 9), "steps"),
+    (lambda m: m.train(vocab=10 ** 9), "vocab"), (lambda m: m.train(save="/dev/null"), "save"),
+    (lambda m: m.model(123), "model"), (lambda m: m.model(None), "model"),
+    (lambda m: m.model(b"run.pt"), "model"),
+    (lambda m: m.explain(m.heads(), position=1.0), "position"),
+])
+def test_the_api_names_the_parameter(call, quantity):
+    import mha_trace
+
+    with pytest.raises(mha_trace.MhaError) as e:
+        call(mha_trace)
+    assert e.value.quantity == quantity
+
+
+def test_a_trained_run_is_refused_where_text_is_needed(cli, tmp_path):
+    import mha_trace
+
+    run = tmp_path / "run.pt"
+    mha_trace.train(steps=2, snapshots=2, save=run)
+    with pytest.raises(mha_trace.MhaError, match="predicts its task's targets, not the next token"):
+        mha_trace.model(str(run)).predict("1 2 3")
+    result = cli("survey", "--checkpoint", str(run), "--induction")
+    check_clean(result, {2})
+    assert "has no words to repeat" in result.stderr
+    result = cli("heads", "--checkpoint", str(tmp_path))
+    check_clean(result, {2})
+    assert result.stderr == (f"Error: --checkpoint: {tmp_path} is not a run saved by mha-trace "
+                             f"train (a .pt file, e.g. --checkpoint run.pt)\n")
+
+
+def test_a_narrow_screen_and_a_long_decode_are_refused_with_sense(cli, tmp_path, monkeypatch):
+    import mha_trace
+
+    run = tmp_path / "run.pt"
+    mha_trace.train(steps=2, snapshots=2, save=run)
+    monkeypatch.setenv("COLUMNS", "1")
+    result = cli("heads", "--checkpoint", str(run))
+    monkeypatch.delenv("COLUMNS")
+    check_clean(result, {2})
+    assert "the overview needs at least 6 columns and the output has 1" in result.stderr
+    for decode in ("-1", "100000"):
+        result = cli("shapes", "--model", "smollm2", "--decode", decode)
+        check_clean(result, {2})
+        assert result.stderr == f"Error: --decode: decode={decode} must be from 1 to 1000 (every step is a block of rows)\n"
+
+
+def test_max_tokens_lifts_the_token_limit_never_the_memory_guard(cli, monkeypatch):
+    from mha_trace import runtime
+
+    monkeypatch.setattr(runtime, "available_bytes", lambda device: 100 * 2 ** 20)
+    result = cli("heads", "--model", "smollm2", "--max-tokens", "400", "--sentence", "word " * 300)
+    check_clean(result, {1})
+    assert "of attention weights, and 100.0 MiB is free: shorten the sentence" in result.stderr
+
+
+def test_a_read_only_model_cache_is_only_slower(tmp_path):
+    """HOME=/proc: no cache can be written, and SmolLM2 runs all the same."""
+    env = {"HOME": "/proc", "MHA_TRACE_CACHE": "", "XDG_CACHE_HOME": ""}
+    p = _run("predict", "--top", "1", "--format", "json", env=env)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    assert json.loads(p.stdout)["top"][0]["token"] == "▁Paris"
+
+
+def test_a_bad_flag_with_stderr_closed_still_exits_2():
+    p = subprocess.run(["mha-trace", "shapes", "--heads", "x"], stdout=subprocess.PIPE,
+                       preexec_fn=lambda: os.close(2), timeout=120)
+    assert p.returncode == 2 and p.stdout == b""
+
+
+def test_an_output_name_too_long_is_refused_before_anything_runs(cli, tmp_path):
+    name = str(tmp_path / ("a" * 252 + ".svg"))
+    result = cli("shapes", "--svg", name)
+    check_clean(result, {2})
+    assert result.stdout == "" and "the file name is longer than the 255 bytes" in result.stderr

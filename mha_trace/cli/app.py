@@ -1,5 +1,6 @@
 """The Typer app, its error handling and the console-script entry point."""
 
+import os
 import signal
 import sys
 from typing import Annotated
@@ -154,6 +155,8 @@ def main():
     signal.signal(signal.SIGTERM, _terminated)
     if sys.stdout is None or sys.stdout.closed:  # started with stdout closed (`mha-trace ... >&-`)
         _fail("standard output is closed, so there is nowhere to print", 1)
+    if sys.stderr is None:  # started with stderr closed (`2>&-`): nowhere to tell, the codes still do
+        sys.stderr = open(os.devnull, "w")
     for stream in (sys.stdout, sys.stderr):
         encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
         if stream is not None and not encoding.startswith("utf"):

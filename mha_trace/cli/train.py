@@ -48,7 +48,12 @@ def train(
     from mha_trace.speedups import one_thread_for_models
 
     one_thread_for_models()
-    before = training.load(resume) if resume else None
+    given = {"task": (task, "induction"), "layers": (layers, None), "heads": (heads, None),
+             "d-model": (d_model, 64), "vocab": (vocab, 16), "seq": (seq, 32), "batch": (batch, 32),
+             "lr": (lr, None), "seed": (seed, 0), "identical-heads": (identical_heads, False),
+             "snapshots": (snapshots, 20)}
+    _check_resume(resume, [flag for flag, (value, default) in given.items() if value != default])
+    before = training.load(resume, option="resume") if resume is not None else None
     if before is not None:
         spec = replace(before.spec, steps=steps if steps is not None else before.spec.steps)
         if spec.steps <= len(before.losses):
@@ -74,3 +79,14 @@ def train(
         from mha_trace.plots import save_training
 
         save_training(out.png, r, out.theme)
+
+
+def _check_resume(resume: str | None, changed: list) -> None:
+    """--resume goes on with the saved run's task and sizes: only --steps may be given with it."""
+    if resume is None:
+        return
+    if not resume.strip():
+        raise MhaError("give the saved run to go on from, e.g. --resume run.pt", quantity="resume")
+    if changed:
+        raise MhaError(f"a resumed run keeps its task and sizes, so --{changed[0]} cannot change "
+                       f"(give only --steps, and --save)", quantity="resume")

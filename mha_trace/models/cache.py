@@ -55,6 +55,10 @@ def write_cache_file(path: Path, text: str) -> None:
     """Write whole or not at all: a temporary file renamed over `path`, removed if anything
     (a full disk, Ctrl-C) stops the write."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir() and not path.is_symlink():  # a folder where our file belongs: ours to clear
+        import shutil
+
+        shutil.rmtree(path)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         temporary.write_text(text)

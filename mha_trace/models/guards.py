@@ -47,15 +47,30 @@ def check_tokens(model, count: int, counted: str = "") -> None:
     if count > model.max_positions:
         raise MhaError(f"sentence has {count} tokens{counted}; {model.name} reads at most "
                        f"{model.max_positions}", quantity="sentence")
-    if count <= model.max_tokens:
-        return
     from mha_trace.costs import human_bytes
 
     held = 3 * model.layers * model.heads * count * count * 4  # the weights, kept three times
-    raise MhaError(f"sentence has {count} tokens; every view keeps all {model.layers} × "
-                   f"{model.heads} heads' T × T weights, about {human_bytes(held)} at this length, "
-                   f"so the limit here is {model.max_tokens} (--max-tokens {count} goes on anyway)",
-                   quantity="sentence")
+    if count > model.max_tokens:
+        raise MhaError(f"sentence has {count} tokens; every view keeps all {model.layers} × "
+                       f"{model.heads} heads' T × T weights, about {human_bytes(held)} at this "
+                       f"length, so the limit here is {model.max_tokens} (--max-tokens {count} goes "
+                       f"on anyway)", quantity="sentence")
+    _check_memory(model, count, held)
+
+
+def _check_memory(model, count: int, held: int) -> None:
+    """--max-tokens lifts the token limit, never the memory guard: what the views would hold must
+    fit in the memory that is free (exit 1, before the model runs)."""
+    import torch
+
+    from mha_trace.costs import human_bytes
+    from mha_trace.runtime import available_bytes
+
+    free = available_bytes(getattr(model, "device", None) or torch.device("cpu"))
+    if free is not None and held > free:
+        raise MhaError(f"{count} tokens through {model.name} would hold about {human_bytes(held)} "
+                       f"of attention weights, and {human_bytes(free)} is free: shorten the "
+                       f"sentence", exit_code=1, quantity="sentence")
 
 
 def check_sentence(text: str) -> str:

@@ -54,8 +54,9 @@ def gguf_path() -> Path:
 
 # ---- the cache: what parsing the GGUF yields ------------------------------------------------
 
-def _build_cache(path: Path, folder: Path) -> None:
-    """Parse the GGUF once (gguf's reader) and keep sizes, tensor offsets and the tokenizer."""
+def _build_cache(path: Path, folder: Path) -> tuple:
+    """Parse the GGUF (gguf's reader): (meta, tokenizer), kept in `folder` for the next run when
+    it can be written (the cache is a speed-up: a read-only home only means parsing again)."""
     import gguf
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
@@ -90,8 +91,12 @@ def _build_cache(path: Path, folder: Path) -> None:
     text = tokenizer.to_str()
     meta = {"version": CACHE_VERSION, "sizes": sizes, "tensors": tensors}
     meta["sha256"] = _digest(meta, text)
-    write_cache_file(folder / "tokenizer.json", text)
-    write_cache_file(folder / "meta.json", json.dumps(meta))
+    try:
+        write_cache_file(folder / "tokenizer.json", text)
+        write_cache_file(folder / "meta.json", json.dumps(meta))
+    except OSError:
+        pass
+    return meta, tokenizer
 
 
 def _digest(meta: dict, tokenizer: str) -> str:
@@ -385,12 +390,7 @@ def load() -> Model:
         folder = cache_dir() / f"smollm2-{digest[:16]}"
         cached = _read_cache(folder, path.stat().st_size)
         if cached is None:
-            try:
-                _build_cache(path, folder)
-            except OSError as e:
-                raise MhaError(f"cannot write the model cache in {folder}: {e.strerror or e} "
-                               f"(set MHA_TRACE_CACHE to a writable folder)", exit_code=1) from None
-            cached = _read_cache(folder, path.stat().st_size)
+            cached = _build_cache(path, folder)
         one_thread_for_models()
         _loaded = Model(path, *cached)
     return _loaded

@@ -62,7 +62,11 @@ def overview(sentence, tokens, w: np.ndarray, width: int) -> list:
     cell, tall = math.ceil(T / 2), math.ceil(T / 4)
     across = (width - label) // (cell + 1)  # how many maps fit side by side
     if T > OVERVIEW_TOKENS or across < 1:
-        raise too_long("The overview", T, min(OVERVIEW_TOKENS, 2 * (width - label - 1)))
+        fits = min(OVERVIEW_TOKENS, 2 * (width - label - 1))
+        if fits < 1:
+            raise MhaError(f"the overview needs at least {label + 2} columns and the output has "
+                           f"{width} (try --width 100)", quantity="width")
+        raise too_long("The overview", T, fits)
     out = [Text(f"{model.name}: every head on \"{sentence.text}\"  ({T} tokens, "
                 f"{model.layers} layers × {model.heads} heads)", style="bold")]
     layers_down = model.heads <= across or model.layers > across

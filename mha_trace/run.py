@@ -57,9 +57,10 @@ class Sizes:
                     self.dtype, bias=bias, mask=mask_kind(self.mask, self.pad, self.seq))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Run:
-    """A module and exactly what its forward is handed; `module(*args, **kwargs)` is the run."""
+    """A module and exactly what its forward is handed; `module(*args, **kwargs)` is the run.
+    Frozen: made by `resolve` (through the builders here), never changed after."""
 
     module: nn.Module
     args: tuple
@@ -191,14 +192,14 @@ def from_sizes(sizes: Sizes, guard_runs: int = 1,
         mask = make_mask(sizes.seq, "causal" if sizes.decode else sizes.mask, sizes.pad, device)
     kwargs = {} if mask is None else {"mask": mask}
     call = "forward(q)" if mask is None else "forward(q, mask)"
-    run = Run(module, (x,), kwargs, sizes, call=call, mask=mask, x=x, source=_source(module),
-              estimate=estimate)
+    phases = []
     if sizes.decode:
         cache = KVCache()
-        run.phases = [("prefill", (x,), {**kwargs, "cache": cache})] + [
+        phases = [("prefill", (x,), {**kwargs, "cache": cache})] + [
             (f"decode step {i + 1}", (t,), {"cache": cache}) for i, t in enumerate(steps)]
-        run.call = "forward(q, mask, cache), then forward(token, cache) per step"
-    return run
+        call = "forward(q, mask, cache), then forward(token, cache) per step"
+    return Run(module, (x,), kwargs, sizes, call=call, mask=mask, x=x, source=_source(module),
+               estimate=estimate, phases=phases)
 
 
 def _meta_estimate(sizes: Sizes) -> int:
@@ -291,7 +292,7 @@ def from_module(spec: str, sizes: Sizes, init: str | None = None, tokens: tuple 
     run = Run(module, args, kwargs, sizes, label=label, call=call, mask=mask, tokens=tokens, x=x,
               config=config, source=source, estimate=estimate)
     if config is not None and config.explicit:
-        usermodule.feed_config(run, config)
+        return usermodule.feed_config(run, config)
     return run
 
 

@@ -8,7 +8,7 @@ or given with --map; the mapping used is always printed.
 
 import copy
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -48,8 +48,6 @@ class StudentReport(Shows):
 def check(o, given_map: str | None = None, mask_means: str = "any") -> StudentReport:
     """The student's class (o.module) against the lecture's module, at the sizes the run options
     give (64 wide, 4 heads, 6 tokens, a batch of 2 when not given) or on a config."""
-    from dataclasses import replace
-
     if o.window or o.impl not in (None, "explicit") or o.kv_heads:
         raise MhaError("--window, --impl and --kv-heads check the built-in module; with --module "
                        "give sizes (or --config), --mask, --rope and --seed", quantity="module")
@@ -94,7 +92,7 @@ def check_on_config(spec: str, config, init: str | None, given_map: str | None) 
     reference_run = from_config(config)
     if not run.numpy:
         run.module.double()
-        run.args = tuple(a.double() for a in run.args)
+        run = replace(run, args=tuple(a.double() for a in run.args))
     traced = _traced_forward(run, run.module, run.args, {} if run.numpy else dict(run.kwargs))
     with torch.no_grad():
         expected, expected_w = reference_run.forward()
@@ -141,8 +139,6 @@ def check_module(spec: str, d_model: int, heads: int, seq: int, batch: int, mask
 def _confirm_at_a_second_size(report, spec, sizes, init, given_map, mask_means) -> None:
     """Name a mistake only if it gives the student's numbers at twice the width too (d_k doubles,
     √d_model does not): one size can make two mistakes look the same."""
-    from dataclasses import replace
-
     from mha_trace.run import from_module
 
     d_k = sizes.d_model // sizes.heads

@@ -334,37 +334,39 @@ def _built(cls, d_model, heads, init, device, dtype, where: str) -> tuple:
     return module, source, f"{cls.__name__} from {where}"
 
 
-def feed_config(run, config) -> None:
+def feed_config(run, config):
     """Give a module whose forward takes (Q, K, V) the config's own Q, K, V, as the chapter does.
 
     Its projections are switched off where forward has `use_projections` (the chapter's class),
     else set to the identity when they are all d_model × d_model, so that the heads see exactly
-    the config's columns; `run.how` says which. A module that takes one input x keeps the seeded
-    embeddings, and says so.
+    the config's columns: the run so fed (a copy), its `how` saying which. A module that takes one
+    input x keeps the seeded embeddings, and says so.
     """
+    from dataclasses import replace
+
     import torch.nn as nn
 
     D = config.d_model
     if len(run.args) != 3:
-        run.how = (f"forward takes one input, so the config's separate Q, K, V cannot be fed; "
-                   f"seeded embeddings of width {run.sizes.d_model}")
-        return
+        return replace(run, how=f"forward takes one input, so the config's separate Q, K, V "
+                                f"cannot be fed; seeded embeddings of width {run.sizes.d_model}")
     if run.sizes.d_model != D:
         raise MhaError(f"d_model={run.sizes.d_model}, but the config's Q, K, V have {D} columns "
                        f"(leave --d-model out to use the config's)", quantity="d_model")
     import numpy as np
 
     if isinstance(run.args[0], np.ndarray):  # a NumPy implementation: unbatched (N, d_model)
-        run.args = tuple(np.array(m, dtype=np.float64) for m in (config.Q, config.K, config.V))
-        run.how = "the config's Q, K, V as forward(Q, K, V), unbatched NumPy arrays"
-        return
+        return replace(run, args=tuple(np.array(m, dtype=np.float64)
+                                       for m in (config.Q, config.K, config.V)),
+                       how="the config's Q, K, V as forward(Q, K, V), unbatched NumPy arrays")
     dtype, device = run.args[0].dtype, run.args[0].device
-    run.args = tuple(torch.tensor(m, dtype=dtype, device=device)[None]
-                     for m in (config.Q, config.K, config.V))
+    args = tuple(torch.tensor(m, dtype=dtype, device=device)[None]
+                 for m in (config.Q, config.K, config.V))
+    kwargs = dict(run.kwargs)
     params = inspect.signature(run.module.forward).parameters
     if "use_projections" in params:
         how = "projections off (use_projections=False, the chapter's default)"
-        run.kwargs.pop("use_projections", None)
+        kwargs.pop("use_projections", None)
     else:
         linears = [m for m in run.module.modules() if isinstance(m, nn.Linear)]
         if any(tuple(m.weight.shape) != (D, D) for m in linears):
@@ -380,4 +382,5 @@ def feed_config(run, config) -> None:
         how = f"its {len(linears)} projections set to the identity"
     if config.W_O is not None:
         how += "; the config's W_O is not applied (a foreign module's output projection is its own)"
-    run.how = f"the config's Q, K, V as forward(Q, K, V), {how}"
+    return replace(run, args=args, kwargs=kwargs,
+                   how=f"the config's Q, K, V as forward(Q, K, V), {how}")

@@ -290,6 +290,7 @@ def distinct_rows(weights: np.ndarray, decimals: int = 4) -> int:
 def module_heads(run: Run) -> Heads:
     """Run the user's module (`run.from_module`) and keep the weights it returns, per head."""
     from mha_trace import usermodule
+    from mha_trace.returned import split_result
     from mha_trace.runtime import needs_values
 
     needs_values(run.device.type, "showing the weights")
@@ -302,7 +303,7 @@ def module_heads(run: Run) -> Heads:
         raise MhaError(f"{run.label}: forward raised {usermodule.explain_exception(e)} "
                        f"(mha-trace shapes --module shows where)", exit_code=1) from None
     x = run.args[0]
-    output, weights = usermodule.split_result(result, x)
+    output, weights = split_result(result, x)
     if output.dim() == 2:  # a module that squeezes the batch away (the chapter's does)
         output = output[None]
     if weights is None:

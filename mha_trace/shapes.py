@@ -103,7 +103,7 @@ def trace_run(run: Run) -> ShapesReport:
                                 failed.trace.failure)
     returned = ""
     if not run.builtin:
-        from mha_trace.usermodule import split_result
+        from mha_trace.returned import split_result
 
         output, weights = split_result(result.output, run.args[0])
         returned = f"output {list(output.shape)}" + (

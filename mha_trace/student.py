@@ -78,7 +78,7 @@ def check_on_config(spec: str, config, init: str | None, given_map: str | None) 
         return check_module(spec, config.d_model, config.heads, len(config.tokens), 1, config.mask,
                             config.seed, init, given_map, config.rope_base if config.rope else None)
     from mha_trace.run import from_config, from_module, module_sizes_for_config
-    from mha_trace.usermodule import split_result
+    from mha_trace.returned import split_result
 
     run = from_module(spec, module_sizes_for_config(config, None, None), init,
                       tokens=config.tokens, config=config)
@@ -223,7 +223,8 @@ def _check_once(run, module, mapping: Mapping | None, sizes, way: Way,
                 explain: bool = True) -> StudentReport:
     from mha_trace.run import make_mask
     from mha_trace.tracer import trace
-    from mha_trace.usermodule import forward_call, split_result
+    from mha_trace.returned import split_result
+    from mha_trace.usermodule import forward_call
 
     reference, mapping, biased = _reference_for(module, mapping, sizes, way.transposed)
     one = run.numpy or way.unbatched

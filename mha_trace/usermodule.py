@@ -240,6 +240,10 @@ def forward_call(module: nn.Module, x: torch.Tensor, mask: torch.Tensor | None):
     named mask / attn_mask / attention_mask gets the mask (True = may attend) when one is given;
     every other optional parameter keeps its default.
     """
+    if not callable(getattr(module, "forward", None)):
+        found = type(inspect.getattr_static(type(module), "forward", None)).__name__
+        raise MhaError(f"{type(module).__name__}.forward is not a method (it is a {found}): "
+                       f"define it with def forward(self, x)", quantity="module")
     params = [p for p in inspect.signature(module.forward).parameters.values()
               if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     required = [p for p in params if p.default is p.empty]
@@ -260,59 +264,6 @@ def forward_call(module: nn.Module, x: torch.Tensor, mask: torch.Tensor | None):
         kwargs[mask_param.name] = None
     shown = ", ".join(names + list(kwargs))
     return f"forward({shown})", args, kwargs
-
-
-def split_result(result, x: torch.Tensor):
-    """(output, weights or None) from a tensor, (output, weights) or (weights, output).
-
-    The output keeps the input's width (d_model); weights end in (T, T), are non-negative and
-    their rows sum to 1. When T == d_model the shapes alone cannot tell them apart, so the values
-    decide; when even they cannot, the user is asked rather than guessed for.
-    """
-    result, x = _tensors_of(result), _tensors_of(x)
-    if isinstance(result, torch.Tensor):
-        return result, None
-    tensors = [t for t in result if isinstance(t, torch.Tensor)] if isinstance(result, (tuple, list)) else []
-    if not tensors:
-        raise MhaError(f"forward returned {type(result).__name__}, expected a tensor or a tuple "
-                       f"of (output, weights)", exit_code=1)
-    if len(result) > 2:
-        raise MhaError(f"forward returned {len(result)} values, expected the output or (output, "
-                       f"weights)", exit_code=1)
-    T, D = x.shape[-2], x.shape[-1]
-    outputs = [t for t in tensors if t.dim() >= 2 and t.shape[-1] == D and t.shape[-2] == T]
-    if len(outputs) > 1:
-        not_weights = [t for t in outputs if not _rows_sum_to_one(t)]
-        if len(not_weights) == 1:
-            outputs = not_weights
-        else:
-            shapes = " and ".join(str(list(t.shape)) for t in outputs)
-            raise MhaError(f"forward returned {shapes}: with seq = d_model = {D} neither shape nor "
-                           f"values tell the output from the weights (return (output, weights) "
-                           f"with different seq and d_model, e.g. --seq {T + 1})", exit_code=1)
-    output = outputs[0] if outputs else tensors[0]
-    rest = [t for t in tensors if t is not output]
-    return output, (rest[0] if rest else None)
-
-
-def _tensors_of(obj):
-    """A NumPy implementation's results as tensors: arrays, and a list of per-head arrays stacked."""
-    import numpy as np
-
-    if isinstance(obj, np.ndarray):
-        return torch.from_numpy(np.array(obj))
-    if isinstance(obj, list) and obj and all(isinstance(a, np.ndarray) for a in obj):
-        return torch.from_numpy(np.stack(obj))
-    if isinstance(obj, tuple):
-        return tuple(_tensors_of(o) for o in obj)
-    return obj
-
-
-def _rows_sum_to_one(t: torch.Tensor) -> bool:
-    if t.device.type == "meta" or not t.is_floating_point():
-        return False
-    t = t.detach().double()
-    return bool((t >= 0).all() and torch.allclose(t.sum(-1), torch.ones((), dtype=t.dtype), atol=1e-3))
 
 
 def load(spec: str, d_model: int, heads: int, init: str | None, device, dtype) -> tuple:

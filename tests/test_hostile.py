@@ -12,6 +12,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 import xml.dom.minidom
 from pathlib import Path
@@ -1120,3 +1121,80 @@ def test_an_output_name_too_long_is_refused_before_anything_runs(cli, tmp_path):
     result = cli("shapes", "--svg", name)
     check_clean(result, {2})
     assert result.stdout == "" and "the file name is longer than the 255 bytes" in result.stderr
+
+
+ODD_RESULTS = '''
+import numpy as np
+import torch
+import torch.nn as nn
+
+
+class MetaOut(nn.Module):
+    def __init__(self, d_model, heads):
+        super().__init__()
+        self.W_q = nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        B, T, D = x.shape
+        return torch.empty(x.shape, device="meta"), torch.empty(B, 2, T, T, device="meta")
+
+
+class Objects:
+    def __init__(self, d_model, heads):
+        pass
+
+    def forward(self, x):
+        return np.array([object()] * x.size, dtype=object).reshape(x.shape)
+
+
+class Strings:
+    def __init__(self, d_model, heads):
+        pass
+
+    def forward(self, x):
+        return np.full(x.shape, "a")
+
+
+class Ragged:
+    def __init__(self, d_model, heads):
+        pass
+
+    def forward(self, x):
+        return x, [np.zeros((2, 3)), np.zeros(4)]
+
+
+class Property(nn.Module):
+    def __init__(self, d_model, heads):
+        super().__init__()
+        self.W_q = nn.Linear(d_model, d_model)
+
+    @property
+    def forward(self):
+        return 5
+'''
+
+
+@pytest.mark.parametrize("cls,code,message", [
+    ("MetaOut", 1, "forward returned a tensor on the meta device, which holds no values (make new tensors on x.device)"),
+    ("Objects", 1, "forward returned an array of Python objects, expected numbers"),
+    ("Strings", 1, "forward returned an array of text, expected numbers"),
+    ("Ragged", 1, "forward returned per-head arrays of different shapes ([2, 3], [4])"),
+    ("Property", 2, "--module: Property.forward is not a method (it is a property): define it with def forward(self, x)"),
+])
+def test_what_a_student_forward_returns_is_checked_before_it_is_used(cli, tmp_path, cls, code, message):
+    path = tmp_path / "returns.py"
+    path.write_text(ODD_RESULTS)
+    for command in ("shapes", "heads"):
+        result = cli(command, "--module", f"{path}:{cls}", "--d-model", "8", "--heads", "2")
+        check_clean(result, {code})
+        assert result.stderr == f"Error: {message}\n", command
+
+
+def test_a_deleted_working_folder_is_one_line(tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    p = subprocess.run([sys.executable, "-m", "mha_trace", "shapes", "--seq", "3", "--d-model", "8",
+                        "--heads", "2"], cwd=gone, preexec_fn=lambda: os.rmdir(gone), capture_output=True, text=True,
+                       timeout=120)
+    assert (p.returncode, p.stdout, p.stderr) == (
+        1, "", "Error: the current folder no longer exists (cd to one that does)\n")

@@ -155,6 +155,10 @@ def main():
     signal.signal(signal.SIGTERM, _terminated)
     if sys.stdout is None or sys.stdout.closed:  # started with stdout closed (`mha-trace ... >&-`)
         _fail("standard output is closed, so there is nowhere to print", 1)
+    try:
+        os.getcwd()
+    except OSError:  # started in a folder since deleted: torch's libraries would abort on import
+        _fail("the current folder no longer exists (cd to one that does)", 1)
     if sys.stderr is None:  # started with stderr closed (`2>&-`): nowhere to tell, the codes still do
         sys.stderr = open(os.devnull, "w")
     for stream in (sys.stdout, sys.stderr):

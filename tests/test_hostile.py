@@ -732,6 +732,22 @@ def test_every_damaged_cache_is_rebuilt_never_trusted(built_cache, tmp_path, nam
         assert smollm2._read_cache(folder, size) is None, f"{name}, resealed"
 
 
+def test_a_folder_where_a_cache_file_belongs_is_cleared_and_rebuilt(built_cache, tmp_path):
+    import shutil
+
+    from mha_trace.models import smollm2
+
+    folder = tmp_path / "smollm2"
+    shutil.copytree(built_cache, folder)
+    (folder / "meta.json").unlink()
+    (folder / "meta.json").mkdir()
+    (folder / "meta.json" / "inside").write_text("x")
+    size = smollm2.gguf_path().stat().st_size
+    assert smollm2._read_cache(folder, size) is None
+    meta, _ = smollm2._build_cache(smollm2.gguf_path(), folder)
+    assert (folder / "meta.json").is_file() and smollm2._read_cache(folder, size)[0] == meta
+
+
 def test_edited_files_fail_their_sha256(built_cache, tmp_path):
     import shutil
 
@@ -1198,3 +1214,17 @@ def test_a_deleted_working_folder_is_one_line(tmp_path):
                        timeout=120)
     assert (p.returncode, p.stdout, p.stderr) == (
         1, "", "Error: the current folder no longer exists (cd to one that does)\n")
+
+
+@pytest.mark.parametrize("sig,code,message", [("SIGINT", 130, "interrupted (Ctrl-C)"),
+                                              ("SIGTERM", 143, "terminated (SIGTERM)")])
+def test_a_signal_in_the_last_moment_is_never_swallowed(sig, code, message):
+    """Ctrl-C while the last bytes are written (train --save once exited 0): the signal is held
+    from the start of the exit and still gives its line and code."""
+    script = ("import importlib, os, signal; a = importlib.import_module('mha_trace.cli.app'); "
+              "signal.signal(signal.SIGTERM, a._terminated); "
+              "print('the whole output'); "
+              f"signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.{sig}}}); "
+              f"os.kill(os.getpid(), signal.{sig}); a._exit(0)")
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (p.returncode, p.stdout, p.stderr) == (code, "the whole output\n", f"Error: {message}\n")

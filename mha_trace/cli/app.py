@@ -173,6 +173,12 @@ def main():
     _exit(code)
 
 
+def _flush():
+    tool_stdout().flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
 def _terminated(signum, frame):
     global _sigterm
     _sigterm = True
@@ -186,10 +192,15 @@ def _interrupted():
 
 
 def _exit(code: int):
+    """Flush and leave. From here on a Ctrl-C or SIGTERM is held, not lost: one that came while
+    the last bytes were written still ends the run with its own line and code."""
     try:
-        tool_stdout().flush()
-        sys.stdout.flush()
-        sys.stderr.flush()
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        _flush()
+    except KeyboardInterrupt:  # it came before the mask: raised here
+        _interrupted()
+    except Terminated:
+        _fail("terminated (SIGTERM)", 143)
     except BrokenPipeError:  # the reader went away (`mha-trace shapes | head`): not an error
         code = code or 0
     except OSError as e:  # a full disk
@@ -199,6 +210,11 @@ def _exit(code: int):
         except OSError:
             pass
         code = code or 1
+    held = signal.sigpending()
+    if code == 0 and signal.SIGTERM in held:
+        _fail("terminated (SIGTERM)", 143)
+    if code == 0 and signal.SIGINT in held:
+        _fail("interrupted (Ctrl-C)", 130)
     speedups.fast_exit(code)
     sys.exit(code)
 

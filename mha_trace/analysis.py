@@ -237,7 +237,7 @@ class Ablation(Shows):
     relative: float  # total / L2 norm of the full output
 
 
-def ablate(config: Config, removed: list[int], device: str = "cpu") -> Ablation:
+def ablate_heads(config: Config, removed: list[int], device: str = "cpu") -> Ablation:
     """Run the module again with the given heads' contributions zeroed before W_O."""
     for h in removed:
         if not 1 <= h <= config.heads:

@@ -89,7 +89,7 @@ def explain(config=None, token: str | None = None, position: int | None = None, 
 def ablate(config=None, removed=(2,), **options):
     """The output with the given heads (from 1) zeroed before W_O, and how far each token moved."""
     import mha_trace.render.ablate  # noqa: F401 (registers how its records show)
-    from mha_trace.analysis import ablate as run_ablate
+    from mha_trace.analysis import ablate_heads as run_ablate
     from mha_trace.resolve import config_of
 
     o = _options(options, config=config)
@@ -158,9 +158,9 @@ class Model:
     @property
     def model(self):
         """The loaded model, on this object's device (one copy per process: it moves)."""
-        from mha_trace.models import load
+        from mha_trace.models import load_model
 
-        return load(self.name, self.device, self.max_tokens)
+        return load_model(self.name, self.device, self.max_tokens)
 
     def __repr__(self) -> str:
         m = self.model
@@ -227,13 +227,13 @@ class Model:
         """The model's output with these heads ("4.2", ...) zeroed before W_O."""
         from mha_trace.models.guards import parse_head
         import mha_trace.render.model  # noqa: F401 (registers how its records show)
-        from mha_trace.model_analysis import ablate
+        from mha_trace.model_analysis import ablate_model_heads
 
         removed = [parse_head(_head(h)) for h in ([heads] if isinstance(heads, str) else heads)]
         if not removed:
             raise MhaError("name at least one head to remove, e.g. heads=['6.12']",
                            quantity="heads")
-        return ablate(self.run(text).sentence, removed)
+        return ablate_model_heads(self.run(text).sentence, removed)
 
     def rank(self, text: str | None = None):
         """Every head removed on its own, ranked by how far the output moves."""
@@ -289,7 +289,7 @@ def train(task: str = "induction", *, resume=None, save: str | None = None, on_s
         raise MhaError(f"save={save!r} is not a path such as 'run.pt'", quantity="save")
     if save is not None:
         check_outputs({"save": os.fspath(save)}, [])  # before a step is trained
-    before = training.load(os.fspath(resume)) if isinstance(resume, (str, os.PathLike)) else resume
+    before = training.read_checkpoint(os.fspath(resume)) if isinstance(resume, (str, os.PathLike)) else resume
     spec = training.Spec.of(task, **options)
     if before is not None:
         from dataclasses import replace as changed

@@ -96,7 +96,7 @@ def resolve(name_or_path: str | None) -> Path:
 MAX_CONFIG_BYTES = 10 * 2**20
 
 
-def load(name_or_path: str | None = None) -> Config:
+def load_config(name_or_path: str | None = None) -> Config:
     path = resolve(name_or_path)
     shown = printable(str(name_or_path)) if name_or_path else f"configs/{DEFAULT}.toml (default)"
     text = read_text(path, shown, "a .toml config file", MAX_CONFIG_BYTES)

@@ -56,7 +56,7 @@ def next_token_probabilities(model, hidden: torch.Tensor) -> np.ndarray:
     return torch.softmax(model.logits(hidden).double(), dim=-1).cpu().numpy()
 
 
-def ablate(sentence, removed: list[tuple[int, int]]) -> ModelAblation:
+def ablate_model_heads(sentence, removed: list[tuple[int, int]]) -> ModelAblation:
     """Run the model again with the given heads' slices of the concatenation zeroed before W_O."""
     model = sentence.model
     check_heads(model, removed)

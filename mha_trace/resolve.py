@@ -180,9 +180,9 @@ def sizes_of(o: RunOptions):
 
 def config_of(o: RunOptions):
     """The config named (or the chapter's), with the options given applied and checked."""
-    from mha_trace.config import Config, load
+    from mha_trace.config import Config, load_config
 
-    c = o.config if isinstance(o.config, Config) else load(
+    c = o.config if isinstance(o.config, Config) else load_config(
         None if o.config is None else os.fspath(o.config))
     overrides = (o.heads, o.kv_heads, o.mask, o.pad, o.rope or None, o.rope_base, o.window)
     return c.with_overrides(*overrides) if any(v is not None for v in overrides) else c
@@ -228,10 +228,10 @@ def _model_run(o: RunOptions):
         raise MhaError(f"decode={o.decode} must be from 1 to {MAX_DECODE} (every step is a block "
                        f"of rows)", quantity="decode")
     if o.decode:
-        from mha_trace.models import load
+        from mha_trace.models import load_model
         from mha_trace.model_analysis import predict
 
-        m = load(o.model, o.device or "cpu", o.max_tokens)
+        m = load_model(o.model, o.device or "cpu", o.max_tokens)
         if not m.causal:
             raise MhaError(f"decode needs a causal model; {m.name} is an encoder (try --model "
                            f"smollm2)", quantity="decode")
@@ -251,9 +251,9 @@ def _model_run(o: RunOptions):
 def encode(model: str, sentence: str | None, device: str = "cpu", max_tokens: int | None = None):
     """The sentence (default: DEFAULT_SENTENCE) through the whole model (loaded once, on
     `device`); the last few sentences are kept, so views of one sentence run the model once."""
-    from mha_trace.models import load
+    from mha_trace.models import load_model
 
-    loaded = load(model, device, max_tokens)
+    loaded = load_model(model, device, max_tokens)
     default = getattr(loaded, "default_text", DEFAULT_SENTENCE)  # a trained run: its probe
     return _encoded(loaded, loaded.device, default if sentence is None else sentence)
 

@@ -277,7 +277,7 @@ def from_module(spec: str, sizes: Sizes, init: str | None = None, tokens: tuple 
     estimate = guard_memory(sizes.dims(), device)
     torch.manual_seed(sizes.seed)
     dtype, shape = DTYPES[sizes.dtype], (sizes.batch, sizes.seq, sizes.d_model)
-    module, source, label = usermodule.load(spec, sizes.d_model, sizes.heads, init, device, dtype)
+    module, source, label = usermodule.load_user_class(spec, sizes.d_model, sizes.heads, init, device, dtype)
     with torch.device(device):
         x = torch.empty(shape, dtype=dtype) if device.type == "meta" else torch.randn(shape, dtype=dtype)
         mask = make_mask(sizes.seq, sizes.mask, sizes.pad, device)

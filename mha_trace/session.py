@@ -137,11 +137,11 @@ class Session:
         steps = getattr(self.model, "saved_steps", None)
         if not steps:
             raise MhaError("snapshots belong to a trained run (explore --checkpoint run.pt)")
-        from mha_trace.models import load
+        from mha_trace.models import load_model
 
         i = min(max(steps.index(self.model.step) + direction, 0), len(steps) - 1)
         if steps[i] != self.model.step:
-            model = load(f"{self.model.path}@{steps[i]}")
+            model = load_model(f"{self.model.path}@{steps[i]}")
             self._changed(sentence=model.encode(self.sentence.text))
 
     def toggle(self, head: int) -> None:
@@ -205,12 +205,12 @@ class Session:
 
         def make():
             if self.model:
-                from mha_trace.model_analysis import ablate
+                from mha_trace.model_analysis import ablate_model_heads
 
-                return ablate(self.sentence, [(self.layer, h) for h in sorted(self.off)])
-            from mha_trace.analysis import ablate
+                return ablate_model_heads(self.sentence, [(self.layer, h) for h in sorted(self.off)])
+            from mha_trace.analysis import ablate_heads
 
-            return ablate(self.config, sorted(self.off))
+            return ablate_heads(self.config, sorted(self.off))
 
         return self._cached("ablation", make)
 
@@ -247,9 +247,9 @@ def prepare(config=None, model=None, sentence=None, layer=None, d_model=None, he
         base = flags_config(d_model, heads, seq)
         batch = 2
     else:
-        from mha_trace.config import load
+        from mha_trace.config import load_config
 
-        base = load(config)
+        base = load_config(config)
         base = base if heads is None else base.with_overrides(heads=heads)
         batch = 1
         if len(base.tokens) > MAX_TOKENS:

@@ -55,9 +55,9 @@ def check(o, given_map: str | None = None, mask_means: str = "any") -> StudentRe
         raise MhaError(f"'{mask_means}' is not one of {', '.join(MASK_WAYS)}",
                        quantity="mask-means")
     if o.config is not None:
-        from mha_trace.config import load
+        from mha_trace.config import load_config
 
-        config = load(o.config).with_overrides(o.heads, None, o.mask, o.pad, o.rope or None,
+        config = load_config(o.config).with_overrides(o.heads, None, o.mask, o.pad, o.rope or None,
                                                o.rope_base)
         return check_on_config(o.module, config, o.init, given_map)
     pick = lambda value, default: default if value is None else value

@@ -346,7 +346,7 @@ def save(r: Training, path: str) -> None:
     write_atomic(path, buffer.getvalue(), "save")
 
 
-def load(path: str, option: str = "checkpoint") -> Training:
+def read_checkpoint(path: str, option: str = "checkpoint") -> Training:
     """A run saved by `save`; one clear error for anything else, naming `option` (the flag that
     gave the path: --checkpoint or --resume)."""
     from pathlib import Path

@@ -266,7 +266,7 @@ def forward_call(module: nn.Module, x: torch.Tensor, mask: torch.Tensor | None):
     return f"forward({shown})", args, kwargs
 
 
-def load(spec: str, d_model: int, heads: int, init: str | None, device, dtype) -> tuple:
+def load_user_class(spec: str, d_model: int, heads: int, init: str | None, device, dtype) -> tuple:
     """(module, source file, label) for --module SPEC, on the device and dtype asked for."""
     cls = load_class(spec)
     if isinstance(spec, type):

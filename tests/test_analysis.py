@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from mha_trace.analysis import analyse, walk
-from mha_trace.config import Config, load
+from mha_trace.config import Config, load_config
 from mha_trace.run import from_config
 
 
@@ -54,7 +54,7 @@ def test_random_explicit_configs_match_numpy(seed):
 
 
 def test_resplitting_the_chapter_example_into_4_heads():
-    base = load()
+    base = load_config()
     view = analyse(base.with_overrides(heads=4))
     Q, K, V = (np.array(m) for m in (base.Q, base.K, base.V))
     weights, output = numpy_mha(Q, K, V, 4)
@@ -65,7 +65,7 @@ def test_resplitting_the_chapter_example_into_4_heads():
 
 @pytest.mark.parametrize("name", ["chicken-road", "animal-street"])
 def test_generated_configs_match_torch_multihead_attention(name):
-    config = load(name)
+    config = load_config(name)
     run = from_config(config)
     module, x = run.module, run.x
     ref = torch.nn.MultiheadAttention(config.d_model, config.heads, bias=False,
@@ -84,12 +84,12 @@ def test_generated_configs_match_torch_multihead_attention(name):
 
 
 def test_generated_configs_are_deterministic():
-    a, b = analyse(load("chicken-road")), analyse(load("chicken-road"))
+    a, b = analyse(load_config("chicken-road")), analyse(load_config("chicken-road"))
     np.testing.assert_array_equal(a.output, b.output)
     assert a.weights.shape == (8, 11, 11)
 
 
 def test_pad_masks_the_last_keys():
-    view = analyse(load().with_overrides(pad=2))
+    view = analyse(load_config().with_overrides(pad=2))
     assert (view.weights[:, :, 3:] == 0).all()
     np.testing.assert_allclose(view.weights.sum(-1), 1.0)

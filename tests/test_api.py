@@ -83,9 +83,9 @@ def test_explain_and_compare_and_ablate_match_the_cli(cli):
 
 
 def test_heads_takes_overrides_and_config_objects():
-    from mha_trace.config import load
+    from mha_trace.config import load_config
 
-    assert mha_trace.heads(load("chicken-road"), heads=2).weights.shape == (2, 11, 11)
+    assert mha_trace.heads(load_config("chicken-road"), heads=2).weights.shape == (2, 11, 11)
     with pytest.raises(mha_trace.errors.MhaError, match="heads=3"):
         mha_trace.heads("cat-sat-on-mat", heads=3)
 

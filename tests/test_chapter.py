@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mha_trace.analysis import analyse, walk
-from mha_trace.config import load
+from mha_trace.config import load_config
 
 TOKENS = ["The", "cat", "sat", "on", "mat"]
 HEAD1 = [[0.1237, 0.2509, 0.2509, 0.1237, 0.2509],
@@ -48,7 +48,7 @@ TRACE = {
 
 @pytest.fixture(scope="module")
 def view():
-    return analyse(load())
+    return analyse(load_config())
 
 
 def r4(a):

@@ -132,9 +132,9 @@ def test_shapes_on_a_config_with_and_without_a_module(cli):
     traced through the lecture's module or a student's NumPy class."""
     import json
 
-    from mha_trace.config import load
+    from mha_trace.config import load_config
 
-    c = load("chicken-road")
+    c = load_config("chicken-road")
     data = json.loads(cli("shapes", "--config", "chicken-road", "--heads", "4", "--format", "json").stdout)
     T = len(c.tokens)
     assert data["steps"][0]["shape"] == [1, T, 64]

@@ -7,12 +7,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mha_trace.analysis import ablate, analyse, compare
-from mha_trace.config import load
+from mha_trace.analysis import ablate_heads, analyse, compare
+from mha_trace.config import load_config
 
 
 def chapter_qkv():
-    c = load()
+    c = load_config()
     return c, *(torch.tensor(m, dtype=torch.float64) for m in (c.Q, c.K, c.V))
 
 
@@ -61,22 +61,22 @@ def test_compare_against_numpy_per_head_count():
 
 def test_ablation_against_numpy():
     for name in ("cat-sat-on-mat", "permuted-wo"):
-        c = load(name)
+        c = load_config(name)
         view = analyse(c)
         concat = view.concat.copy()
         concat[:, 2:4] = 0.0  # head 2 removed
         expected = concat @ view.W_O
-        a = ablate(c, [2])
+        a = ablate_heads(c, [2])
         np.testing.assert_allclose(a.output, expected, atol=1e-12)
         np.testing.assert_allclose(a.per_token, np.linalg.norm(expected - view.output, axis=1))
         assert a.total == pytest.approx(np.linalg.norm(expected - view.output))
-    both = ablate(load(), [1, 2])
+    both = ablate_heads(load_config(), [1, 2])
     np.testing.assert_allclose(both.output, 0.0)
     assert both.relative == pytest.approx(1.0)
 
 
 def test_permuted_wo_moves_head_outputs_across_dims():
-    view = analyse(load("permuted-wo"))
+    view = analyse(load_config("permuted-wo"))
     np.testing.assert_allclose(view.output[:, 0:2], view.concat[:, 2:4])
     np.testing.assert_allclose(view.output[:, 2:4], view.concat[:, 0:2])
     assert not view.wo_identity

@@ -18,8 +18,8 @@ import time
 import numpy as np
 import pytest
 
-from mha_trace.analysis import ablate, analyse, walk
-from mha_trace.config import load
+from mha_trace.analysis import ablate_heads, analyse, walk
+from mha_trace.config import load_config
 from mha_trace.errors import MhaError
 from mha_trace.render.matrices import fmt
 from mha_trace.session import open_session, prepare
@@ -34,7 +34,7 @@ def test_session_resplits_masks_and_ablates_like_the_commands():
     assert s.view().weights.shape == (2, 5, 5)
     s.step_heads(1)  # 1, 2, 4: up from 2
     assert s.heads == 4
-    np.testing.assert_array_equal(s.view().weights, analyse(load().with_overrides(heads=4)).weights)
+    np.testing.assert_array_equal(s.view().weights, analyse(load_config().with_overrides(heads=4)).weights)
     s.cycle_mask()
     assert s.mask == "causal"
     assert np.array_equal(s.view().mask, np.tril(np.ones((5, 5), bool)))
@@ -44,7 +44,7 @@ def test_session_resplits_masks_and_ablates_like_the_commands():
     s.cycle_mask()
     assert s.mask == "none" and s.view().mask is None
     s.toggle(3)
-    expected = ablate(load().with_overrides(heads=4), [3])
+    expected = ablate_heads(load_config().with_overrides(heads=4), [3])
     assert s.ablation().total == pytest.approx(expected.total, abs=1e-15)
     s.toggle(3)
     assert s.ablation() is None
@@ -157,7 +157,7 @@ def test_trace_pane_moves_row_by_row_with_source_and_notes():
 
 def test_heads_pane_shows_the_views_weights_and_follows_the_cursor():
     app = drive(["2", "]", "down", "right"])
-    view = analyse(load())
+    view = analyse(load_config())
     assert app.session.head == 2
     # query 'cat', key 'cat': head 2's weight, as heads prints it
     assert _cell(app, 1, 1) == fmt(view.weights[1, 1, 1], 4)
@@ -169,7 +169,7 @@ def test_enter_on_a_cell_walks_that_query_in_the_token_pane():
     app = drive(["2", "down", "down", "enter"])
     assert app.active == "token"
     assert app.session.position == 2
-    expected = walk(analyse(load()), 2)
+    expected = walk(analyse(load_config()), 2)
     assert "the query 'sat' (position 2) through head 1" in app.texts["walk"]
     assert fmt(expected.heads[0].terms[2].weight, 4) in app.texts["walk"]
 
@@ -184,7 +184,7 @@ def test_plus_resplits_live_and_every_pane_follows():
     assert app.session.heads == 4
     assert "H=4  d_k=1" in app.texts["status"]
     assert "Head counts: 1  2  [4]" in app.texts["maps"]
-    rows = [analyse(load().with_overrides(heads=4)).weights[h] for h in range(4)]
+    rows = [analyse(load_config().with_overrides(heads=4)).weights[h] for h in range(4)]
     from mha_trace.analysis import distinct_rows
 
     assert ("distinct weight rows per head: " + ", ".join(str(distinct_rows(w)) for w in rows)
@@ -205,7 +205,7 @@ def test_mask_key_cycles_none_causal_window():
 def test_space_switches_a_head_off_and_the_output_moves():
     app = drive(["5", "space"])
     assert app.session.off == {1}
-    expected = ablate(load(), [1])
+    expected = ablate_heads(load_config(), [1])
     text = re.sub(r"\s+", " ", app.texts["ablation"])
     assert "Heads 1:off 2:on" in text
     assert f"Total L2 distance: {fmt(expected.total, 4)}" in text
@@ -256,7 +256,7 @@ def test_ctrl_c_quits_as_an_interruption():
 
 
 def test_a_models_split_and_mask_are_fixed_and_say_so():
-    from mha_trace.models import load as load_model
+    from mha_trace.models import load_model
 
     app = drive(["greater_than_sign", "greater_than_sign", "plus", "m"], model="minilm",
                 pane="heads")

@@ -608,13 +608,13 @@ def test_a_pasted_page_is_refused_before_it_runs(cli):
 
 def test_ranking_every_head_is_refused_past_the_time_guard(cli):
     """270 SmolLM2 ablations over 36 tokens: about 46 s on 2 cores, over the 30 s guard."""
-    from mha_trace.models import load
+    from mha_trace.models import load_model
     from mha_trace.models.guards import LIMIT_SECONDS, seconds
 
     sentence = " ".join(["the cat sat on the mat"] * 6)  # 36 tokens (no BOS for SmolLM2)
     result = cli("ablate", "--model", "smollm2", "--rank", "--sentence", sentence)
     check_clean(result, {2})
-    model = load("smollm2")
+    model = load_model("smollm2")
     fits = max(t for t in range(1, 37) if seconds(model, t, 270) <= LIMIT_SECONDS)
     assert seconds(model, 36, 270) > LIMIT_SECONDS >= seconds(model, fits, 270)
     assert result.stderr == (

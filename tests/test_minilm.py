@@ -17,7 +17,7 @@ from mha_trace.analysis import analyse, walk
 from mha_trace.errors import MhaError
 from mha_trace.models import minilm
 from mha_trace import corpus
-from mha_trace.model_analysis import ablate, survey
+from mha_trace.model_analysis import ablate_model_heads, survey
 from mha_trace.model_heads import word_weights
 from mha_trace.render.model import braille_map
 from mha_trace.run import from_model
@@ -29,7 +29,7 @@ SENTENCE = "The animal didn't cross the street because it was too tired."
 
 @pytest.fixture(scope="session")
 def model():
-    return minilm.load()
+    return minilm.load_minilm()
 
 
 @pytest.fixture(scope="session")
@@ -105,7 +105,7 @@ def test_coreference_probe(model):
 
 
 def test_ablation_equals_zeroing_the_heads_columns_of_w_o(model, animal):
-    a = ablate(animal, [(6, 12), (3, 1)])
+    a = ablate_model_heads(animal, [(6, 12), (3, 1)])
     d_k = 32
     layers = model.encoder.layers
     saved = {l: layers[l - 1].attention.W_o.weight.detach().clone() for l in (3, 6)}
@@ -136,7 +136,7 @@ def test_nothing_reaches_for_the_network(model, monkeypatch):
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(minilm, "_loaded", None)
-    minilm.load().encode("offline")
+    minilm.load_minilm().encode("offline")
 
 
 def test_weights_are_checked_once_per_file_version(tmp_path, monkeypatch):

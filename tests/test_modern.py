@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mha_trace.attention import KVCache, MultiHeadAttention, rope
-from mha_trace.config import load
+from mha_trace.config import load_config
 from mha_trace.run import Sizes, from_sizes
 from mha_trace.shapes import trace_run
 from mha_trace.references import numpy_rope
@@ -71,7 +71,7 @@ def test_window_weights_against_a_band_built_by_hand(cli):
                           "--decimals", "12").stdout)
     band = np.tril(np.ones((5, 5), bool)) & np.triu(np.ones((5, 5), bool), -1)
     assert np.array_equal(np.array(data["mask"]), band)
-    c = load("cat-sat-on-mat")
+    c = load_config("cat-sat-on-mat")
     Q, K = np.array(c.Q), np.array(c.K)
     for h, head in enumerate(data["heads"]):
         cols = slice(2 * h, 2 * h + 2)
@@ -82,7 +82,7 @@ def test_window_weights_against_a_band_built_by_hand(cli):
 
 def test_rope_on_the_chapter_example_by_hand(cli):
     data = json.loads(cli("heads", "--rope", "--format", "json", "--decimals", "12").stdout)
-    c = load("cat-sat-on-mat")
+    c = load_config("cat-sat-on-mat")
     Q, K = np.array(c.Q), np.array(c.K)
     for h, head in enumerate(data["heads"]):
         cols = slice(2 * h, 2 * h + 2)

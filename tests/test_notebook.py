@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from nbclient import NotebookClient
 
-from mha_trace.config import load
+from mha_trace.config import load_config
 
 CELLS = [
     'import mha_trace\nmha_trace.heads("cat-sat-on-mat")',
@@ -40,7 +40,7 @@ def cells_of(fragment: str) -> list[list[str]]:
 
 def by_hand(config: str) -> np.ndarray:
     """The chapter's formula written out: softmax(Q_h K_hᵀ / √d_k) per head, (H, T, T)."""
-    c = load(config)
+    c = load_config(config)
     Q, K = np.array(c.Q), np.array(c.K)
     out = []
     for h in range(c.heads):
@@ -73,7 +73,7 @@ def test_heads_and_walks_show_the_interactive_view_above_their_tables(outputs):
 def test_the_heads_tables_are_real_tables_with_the_chapters_numbers(outputs):
     page = outputs[0][0].data["text/html"]
     assert page.count("<table") >= 2 and "<pre" not in page
-    rows = [r for r in cells_of(page) if r and r[0] in load().tokens]
+    rows = [r for r in cells_of(page) if r and r[0] in load_config().tokens]
     expected = by_hand("cat-sat-on-mat")
     for h in range(2):  # the first two tables are head 1's and head 2's weights
         shown = np.array([[float(c.rstrip("*")) for c in r[1:]] for r in rows[5 * h:5 * h + 5]])

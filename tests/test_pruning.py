@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mha_trace import corpus, pruning
-from mha_trace.models import load
+from mha_trace.models import load_model
 
 SENTENCES = ["The cat sat on the mat.", "Where did you leave the keys?",
              "Bees carry pollen from one flower to another."]
@@ -19,7 +19,7 @@ SENTENCES = ["The cat sat on the mat.", "Where did you leave the keys?",
 
 @pytest.fixture(scope="module")
 def model():
-    m = load("smollm2")
+    m = load_model("smollm2")
     with m.resident():  # dequantised once for the module, as prune() does
         yield m
 

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from mha_trace.analysis import analyse
 from mha_trace.attention import MultiHeadAttention
-from mha_trace.config import load
+from mha_trace.config import load_config
 from mha_trace.costs import forward_bytes, parameters
 from mha_trace.run import Sizes, from_config, from_sizes, make_mask
 from mha_trace.shapes import trace_run
@@ -111,7 +111,7 @@ def test_head_average_is_the_mean_of_every_head(cli, heads):
 
     data = json.loads(cli("heads", "--heads", str(heads), "--format", "json", "--decimals",
                           "12").stdout)
-    by_hand = _by_hand(load("cat-sat-on-mat").with_overrides(heads=heads))
+    by_hand = _by_hand(load_config("cat-sat-on-mat").with_overrides(heads=heads))
     np.testing.assert_allclose(np.array(data["average"]), by_hand.mean(0), atol=1e-11)
 
 
@@ -148,7 +148,7 @@ def test_each_reference_alone_fails_a_wrong_module():
 
 
 def test_config_run_uses_the_configs_own_q_k_v():
-    config = load("cat-sat-on-mat")
+    config = load_config("cat-sat-on-mat")
     run = from_config(config)
     assert [t[0].tolist() for t in run.args] == [[list(r) for r in m]
                                                  for m in (config.Q, config.K, config.V)]

@@ -21,7 +21,7 @@ CAPITAL = "The capital of France is"
 
 @pytest.fixture(scope="session")
 def model():
-    return smollm2.load()
+    return smollm2.load_smollm2()
 
 
 @pytest.mark.parametrize("i", range(len(META["sentences"])))
@@ -100,7 +100,7 @@ def test_the_cache_is_keyed_by_hash_and_rebuilt_when_damaged(tmp_path, monkeypat
     (folder / "tokenizer.json").write_bytes(b"\0garbage")
     assert smollm2._read_cache(folder, path.stat().st_size) is None
     monkeypatch.setattr(smollm2, "_loaded", None)
-    rebuilt = smollm2.load()  # rebuilds, then reads it back
+    rebuilt = smollm2.load_smollm2()  # rebuilds, then reads it back
     assert rebuilt.tokenize(CAPITAL) == REFERENCE["s0_ids"].tolist()
     monkeypatch.setattr(smollm2, "_loaded", None)
 
@@ -133,15 +133,15 @@ def test_generation_with_a_kv_cache_matches_full_passes(model):
 
 
 def test_ablation_moves_the_prediction(model):
-    from mha_trace.model_analysis import ablate, rank_heads
+    from mha_trace.model_analysis import ablate_model_heads, rank_heads
 
     s = model.encode(CAPITAL)
-    a = ablate(s, [(24, 5)])
+    a = ablate_model_heads(s, [(24, 5)])
     assert model.token_text(a.top) == "▁Paris"
     assert a.next_full[a.top] - a.next_ablated[a.top] > 0.3 and a.kl > 0.5
     r = rank_heads(s)
     assert len(r.heads) == 270 and list(r.effect) == sorted(r.effect, reverse=True)
-    single = ablate(s, [r.heads[0]])
+    single = ablate_model_heads(s, [r.heads[0]])
     assert r.effect[0] == pytest.approx(single.kl, rel=1e-4)  # one batched pass = one at a time
 
 

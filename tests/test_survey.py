@@ -14,7 +14,7 @@ import pytest
 
 from mha_trace import corpus
 from mha_trace.detectors import detect
-from mha_trace.models import load
+from mha_trace.models import load_model
 
 REFERENCE = np.load(Path(__file__).parent / "fixtures" / "detector_reference.npz")
 META = json.loads(str(REFERENCE["meta"]))
@@ -124,7 +124,7 @@ def test_transformerlens_worked_example():
 
 @pytest.mark.parametrize("name", ["minilm", "smollm2"])
 def test_detector_scores_match_transformers_weights(name):
-    model = load(name)
+    model = load_model(name)
     for i, text in enumerate(META["sentences"]):
         s = model.encode(text)
         assert list(s.ids) == REFERENCE[f"{name}_s{i}_ids"].tolist()
@@ -139,7 +139,7 @@ def test_detector_scores_match_transformers_weights(name):
 def test_induction_scores_match_transformers_weights():
     from mha_trace.detectors import induction_scores
 
-    model = load("smollm2")
+    model = load_model("smollm2")
     ids = REFERENCE["smollm2_random_ids"].tolist()
     _, _, weights = model.run(ids)
     w = np.stack([x[0].numpy() for x in weights])
@@ -160,7 +160,7 @@ def test_the_bundled_corpus_is_varied_and_its_antecedents_are_in_their_sentences
     from mha_trace.model_analysis import _word_spans
 
     for name in ("minilm", "smollm2"):
-        model = load(name)
+        model = load_model(name)
         for p in c.antecedents:
             ids, tokens, words = model.pieces(p.sentence)
             spans = _word_spans(type("S", (), {"tokens": tokens, "words": words})())
@@ -170,7 +170,7 @@ def test_the_bundled_corpus_is_varied_and_its_antecedents_are_in_their_sentences
 def test_batched_corpus_scores_equal_each_sentence_run_alone(minilm_corpus):
     """The survey runs sentences of equal length together; each one's numbers must be those it
     gets alone. Previous-token and [CLS] statistics recomputed by hand from single runs."""
-    model = load("minilm")
+    model = load_model("minilm")
     texts = corpus.bundled().sentences
     assert minilm_corpus["sentences"] == texts
     prev, cls = [], []

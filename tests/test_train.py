@@ -72,7 +72,7 @@ def test_resumed_training_equals_uninterrupted(tmp_path):
     half = train(Spec.of("previous-token", steps=20, snapshots=5))
     path = tmp_path / "half.pt"
     training.save(half, str(path))
-    resumed = train(spec, resume=training.load(str(path)))
+    resumed = train(spec, resume=training.read_checkpoint(str(path)))
     assert resumed.losses == whole.losses
     for name, value in whole.state["model"].items():
         assert torch.equal(value, resumed.state["model"][name]), name
@@ -92,7 +92,7 @@ def test_the_command_saves_a_run_every_view_reads(cli, tmp_path):
     assert data["formed"]["previous_token"] and Image.open(png).size == (1920, 1080)
     again = cli("train", "--task", "previous-token", "--steps", "120", "--format", "json")
     assert again.stdout == result.stdout  # the same seed, the same bytes
-    loaded = training.load(str(run))
+    loaded = training.read_checkpoint(str(run))
     step = data["formed"]["previous_token"][0]["step"]
     heads = json.loads(cli("heads", "--checkpoint", str(run), "--at-step", "120", "--layer", "1",
                            "--format", "json").stdout)

@@ -135,10 +135,10 @@ def test_heads_uses_the_modules_own_weights(cli):
     assert weights.shape == (2, 5, 5)
     np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-7)
     # the same module, built the same way, run directly
-    from mha_trace.usermodule import load
+    from mha_trace.usermodule import load_user_class
 
     torch.manual_seed(0)
-    module, _, _ = load(EX + "committee_mha.py:MultiHeadAttention", 8, 2, None,
+    module, _, _ = load_user_class(EX + "committee_mha.py:MultiHeadAttention", 8, 2, None,
                         torch.device("cpu"), torch.float64)
     x = torch.randn(1, 5, 8, dtype=torch.float64)
     _, direct = module(x)

@@ -12,10 +12,10 @@ def configs(out: Output = None):
 
     Example: mha-trace configs
     """
-    from mha_trace.config import bundled_names, load
+    from mha_trace.config import bundled_names, load_config
     from mha_trace.render.configs import configs_data, configs_table
 
-    found = [load(name) for name in bundled_names()]
+    found = [load_config(name) for name in bundled_names()]
     emit(out, lambda: [configs_table(found)], lambda: configs_data(found))
 
 

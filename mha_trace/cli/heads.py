@@ -198,7 +198,7 @@ def ablate(
     Example: mha-trace ablate --model minilm --head 6.12,3.1
     Example: mha-trace ablate --model smollm2 --prune --png pruning.png
     """
-    from mha_trace.analysis import ablate as run_ablate
+    from mha_trace.analysis import ablate_heads as run_ablate
     import mha_trace.render.ablate  # noqa: F401 (registers how its records show)
 
     if module:

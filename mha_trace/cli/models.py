@@ -103,7 +103,7 @@ def shapes(o, out: Output):
 
 def ablate(o, head, decimals, out: Output, rank: bool = False, top: int = 20):
     from mha_trace.models.guards import parse_head
-    from mha_trace.model_analysis import ablate as run_ablate
+    from mha_trace.model_analysis import ablate_model_heads as run_ablate
     import mha_trace.render.model  # noqa: F401 (registers how its records show)
     from mha_trace.resolve import resolve
 
@@ -161,7 +161,7 @@ def survey(
     if induction or ablate_top:
         return _induction(model, sentence or sentences, source, ablate_top, top, max_tokens, device, out)
     from mha_trace import corpus as corpora
-    from mha_trace.models import load
+    from mha_trace.models import load_model
     from mha_trace.model_analysis import survey as run_survey
     import mha_trace.render.survey  # noqa: F401 (registers how its records show)
     from mha_trace.output import progress
@@ -174,7 +174,7 @@ def survey(
         if value is not None and not value.replace(",", "").strip():
             raise MhaError(f"--{flag} is empty: name a word, e.g. --from it --to animal,street")
     to = [t.strip().lower() for t in targets.split(",") if t.strip()] if targets else None
-    m = load(model, device.value, max_tokens)
+    m = load_model(model, device.value, max_tokens)
     chosen = (corpora.one(sentence) if sentence is not None
               else corpora.from_file(sentences) if sentences is not None
               else getattr(m, "probe_corpus", None) or corpora.bundled())
@@ -190,13 +190,13 @@ def _induction(model, sentence, source, ablate_top: int, top: int, max_tokens, d
     """survey --induction: a causal model's induction heads on random repeated tokens."""
     from mha_trace.induction import induction
     import mha_trace.render.survey  # noqa: F401 (registers how its records show)
-    from mha_trace.models import load
+    from mha_trace.models import load_model
     from mha_trace.output import progress
 
     if sentence is not None or source is not None:
         raise MhaError("--induction runs on random tokens repeated twice, not on a sentence or a "
                        "probe", quantity="induction")
-    m = load(model, device.value, max_tokens)
+    m = load_model(model, device.value, max_tokens)
     if not m.causal:
         raise MhaError(f"it needs a causal model; {m.name} is an encoder (try --model "
                        f"smollm2)", quantity="induction")
@@ -222,13 +222,13 @@ def predict(
 
     Example: mha-trace predict --model smollm2 --sentence "The capital of France is" --generate 5
     """
-    from mha_trace.models import load
+    from mha_trace.models import load_model
     from mha_trace.model_analysis import predict as run_predict
     import mha_trace.render.model  # noqa: F401 (registers how its records show)
 
     from mha_trace.output import progress
 
-    loaded = load(model, device.value, max_tokens)
+    loaded = load_model(model, device.value, max_tokens)
     with progress(generate, "generating (one pass of the model per token)") as advance:
         p = run_predict(loaded, sentence, top, generate, advance)
     emit(out, p.renderables, p.data)
@@ -237,7 +237,7 @@ def predict(
 def prune(o, out: Output):
     """ablate --model M --prune: the pruning curve on the bundled corpus."""
     from mha_trace import corpus
-    from mha_trace.models import load
+    from mha_trace.models import load_model
     from mha_trace.output import progress
     from mha_trace.pruning import check, prune as run_prune, steps
     import mha_trace.render.pruning  # noqa: F401 (registers how its records show)
@@ -245,7 +245,7 @@ def prune(o, out: Output):
     if o.sentence is not None or o.layer is not None:
         raise MhaError("--prune runs on the bundled corpus, not on one sentence or layer",
                        quantity="prune")
-    m = load(o.model, o.device or "cpu", o.max_tokens)
+    m = load_model(o.model, o.device or "cpu", o.max_tokens)
     check(m)
     c = corpus.bundled()
     if out.png:

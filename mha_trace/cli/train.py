@@ -53,7 +53,7 @@ def train(
              "lr": (lr, None), "seed": (seed, 0), "identical-heads": (identical_heads, False),
              "snapshots": (snapshots, 20)}
     _check_resume(resume, [flag for flag, (value, default) in given.items() if value != default])
-    before = training.load(resume, option="resume") if resume is not None else None
+    before = training.read_checkpoint(resume, option="resume") if resume is not None else None
     if before is not None:
         spec = replace(before.spec, steps=steps if steps is not None else before.spec.steps)
         if spec.steps <= len(before.losses):

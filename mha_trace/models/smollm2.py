@@ -9,7 +9,7 @@ memory-map the file. Weights stay 4-bit on disk: the attention's are dequantised
 layer's feed-forward block as the forward pass reaches it. Each layer's attention is the lecture's
 own MultiHeadAttention (rope, 3 K/V heads, no biases).
 
->>> model = load()
+>>> model = load_smollm2()
 >>> s = model.encode("The capital of France is")
 >>> s.weights.shape
 (30, 9, 5, 5)
@@ -381,7 +381,7 @@ class Model:
 _loaded: Model | None = None
 
 
-def load() -> Model:
+def load_smollm2() -> Model:
     """The model, loaded once per process; the first run builds the cache."""
     global _loaded
     if _loaded is None:

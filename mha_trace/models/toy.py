@@ -21,16 +21,16 @@ class Trained:
     raised = False
 
     def __init__(self, path: str, step: int | None):
-        from mha_trace.training import Toy, load
+        from mha_trace.training import Toy, read_checkpoint
 
-        run = load(path)
+        run = read_checkpoint(path)
         saved = [s.step for s in run.snapshots]
         step = saved[-1] if step is None else step
         if step not in saved:
             raise MhaError(f"{printable(path)} has no snapshot at step {step} (saved: "
                            f"{', '.join(map(str, saved))})", quantity="at_step")
         self.spec, self.step, self.saved_steps, self.path = run.spec, step, saved, path
-        self.key = f"{path}@{step}"  # what load() takes back
+        self.key = f"{path}@{step}"  # what load_trained() takes back
         self.name = f"{Path(path).name} at step {step}"
         self.layers, self.heads, self.d_model = run.spec.layers, run.spec.heads, run.spec.d_model
         self.max_tokens = self.max_positions = run.spec.seq
@@ -98,7 +98,7 @@ class Trained:
         return inputs[layer - 1]
 
 
-def load(name: str) -> Trained:
+def load_trained(name: str) -> Trained:
     """"run.pt" (its last snapshot) or "run.pt@600" (the snapshot at step 600)."""
     path, _, step = name.partition("@")
     if step and not step.isdigit():

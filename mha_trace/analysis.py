@@ -16,7 +16,6 @@ from mha_trace.config import Config
 from mha_trace.errors import MhaError
 from mha_trace.records import Shows
 from mha_trace.run import Run, check_finite, from_config
-from mha_trace.validate import divisors
 
 
 @dataclass
@@ -237,16 +236,16 @@ class Ablation(Shows):
     relative: float  # total / L2 norm of the full output
 
 
-def ablate_heads(config: Config, removed: list[int], device: str = "cpu") -> Ablation:
+def ablate_heads(run: Run, removed: list[int]) -> Ablation:
     """Run the module again with the given heads' contributions zeroed before W_O."""
+    heads = run.sizes.heads
     for h in removed:
-        if not 1 <= h <= config.heads:
-            raise MhaError(f"head {h} is out of range (this config has heads 1 to {config.heads})",
+        if not 1 <= h <= heads:
+            raise MhaError(f"head {h} is out of range (this config has heads 1 to {heads})",
                            quantity="head")
     from mha_trace.ablation import heads_zeroed
 
-    view = analyse(from_config(config, device=device))
-    run = from_config(config, device=device)
+    view = analyse(run)
     with heads_zeroed({run.module: [(None, h) for h in removed]}):
         output, _ = run.forward()
     output = output[0].cpu().numpy()
@@ -264,23 +263,10 @@ class Comparison(Shows):
     views: list
 
 
-def compare(config: Config, head_counts: list[int], device: str = "cpu") -> list[Heads]:
-    """The same Q, K, V (or the same seed) split into each head count."""
-    if not head_counts:
-        raise MhaError("--heads needs a comma-separated list of head counts, e.g. 1,2,4")
-    bad = [h for h in head_counts if h < 1 or config.d_model % h]
-    if bad:
-        verb = "does" if len(bad) == 1 else "do"
-        raise MhaError(f"heads {', '.join(map(str, bad))} {verb} not divide d_model="
-                       f"{config.d_model} (valid head counts: "
-                       f"{', '.join(map(str, divisors(config.d_model)))})", quantity="heads")
-    views = []
-    for h in head_counts:
-        base = config
-        if config.kv_heads and h % config.kv_heads:  # GQA grouping that does not fit h: plain MHA
-            base = replace(config, kv_heads=None)
-        views.append(analyse(from_config(base.with_overrides(heads=h), device=device)))
-    return views
+def compare(runs: list) -> list[Heads]:
+    """The same Q, K, V (or the same seed) split into each head count: one run each
+    (`resolve.resolve_splits`)."""
+    return [analyse(run) for run in runs]
 
 
 def distinct_rows(weights: np.ndarray, decimals: int = 4) -> int:

@@ -90,20 +90,19 @@ def ablate(config=None, removed=(2,), **options):
     """The output with the given heads (from 1) zeroed before W_O, and how far each token moved."""
     import mha_trace.render.ablate  # noqa: F401 (registers how its records show)
     from mha_trace.analysis import ablate_heads as run_ablate
-    from mha_trace.resolve import config_of
 
     o = _options(options, config=config)
-    return run_ablate(config_of(o), _whole_numbers(removed, "removed"), o.device or "cpu")
+    return run_ablate(resolve(o, "config"), _whole_numbers(removed, "removed"))
 
 
 def compare(config=None, head_counts=(1, 2, 4), **options):
     """The same Q, K, V split into each head count (`mha-trace compare --heads 1,2,4`)."""
     import mha_trace.render.compare  # noqa: F401 (registers how its records show)
     from mha_trace.analysis import Comparison, compare as run_compare
-    from mha_trace.resolve import config_of
+    from mha_trace.resolve import resolve_splits
 
     counts, o = _whole_numbers(head_counts, "head_counts"), _options(options, config=config)
-    return Comparison(run_compare(config_of(o), counts, o.device or "cpu"))
+    return Comparison(run_compare(resolve_splits(o, counts)))
 
 
 def verify(module=None, *, map: str | None = None, mask_means: str = "any", **options):
@@ -114,16 +113,14 @@ def verify(module=None, *, map: str | None = None, mask_means: str = "any", **op
     True
     """
     import mha_trace.render.verify  # noqa: F401 (registers how its records show)
-    from mha_trace.resolve import sizes_of
-    from mha_trace.references import verify_config, verify_sizes
+    from mha_trace.references import verify as run_verify
 
     o = _options(options, config=options.pop("config", None))
     if module is None:
         if o.config is not None:
-            from mha_trace.resolve import config_of
-
-            return verify_config(config_of(o), o.dtype or "float64", o.device or "cpu")
-        return verify_sizes(sizes_of(o))
+            return run_verify(resolve(o, "config"))
+        return run_verify(resolve(o, "sizes", alive=4, hint="verify on smaller sizes: the check "
+                                  "does not depend on them"))
     from dataclasses import replace
 
     from mha_trace.student import check

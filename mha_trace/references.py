@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from mha_trace.errors import MhaError
 from mha_trace.records import Shows
-from mha_trace.run import Run, Sizes, check_finite, from_config, from_sizes
+from mha_trace.run import Run, check_finite
 from mha_trace.runtime import one_thread
 
 # max |difference| allowed, relative to the largest |reference value| (at least 1)
@@ -206,14 +206,4 @@ def verify(run: Run) -> VerifyReport:
     return VerifyReport(desc, s.dtype, s.device, checks)
 
 
-def verify_sizes(sizes: Sizes) -> VerifyReport:
-    """The built-in module at these sizes against every reference."""
-    _numbers_on(sizes.device)
-    # the module, nn.MultiheadAttention, SDPA and a float64 numpy copy are alive together
-    return verify(from_sizes(sizes, guard_runs=4, hint="verify on smaller sizes: the check does "
-                             "not depend on them"))
 
-
-def verify_config(config, dtype: str = "float64", device: str = "cpu") -> VerifyReport:
-    _numbers_on(device)
-    return verify(from_config(config, dtype, device))

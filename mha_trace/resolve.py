@@ -64,9 +64,12 @@ CHOICES = {"mask": ("none", "causal"), "impl": ("explicit", "sdpa"),
            "device": ("cpu", "cuda", "mps", "meta")}
 
 
-def resolve(o: RunOptions, default: str = "config"):
+def resolve(o: RunOptions, default: str = "config", alive: int = 1,
+            hint: str = "use --device meta to trace the shapes without allocating"):
     """The Run these options describe. `default` is the source when none is named: "config" (the
-    chapter's, as heads and explain use) or "sizes" (the built-in module, as shapes uses)."""
+    chapter's, as heads and explain use) or "sizes" (the built-in module, as shapes uses).
+    `alive`: how many copies of a sized run live together (verify's references), and `hint` what
+    the memory guard suggests when they would not fit."""
     check_options(o)
     if o.model:
         return _model_run(o)
@@ -77,7 +80,7 @@ def resolve(o: RunOptions, default: str = "config"):
         return _module_run(o, on_config=o.config is not None or default == "config")
     if o.config is not None or default == "config":
         return _config_run(o)
-    return _sizes_run(o)
+    return _sizes_run(o, alive, hint)
 
 
 def _fixed_by_config(o: RunOptions) -> None:
@@ -197,10 +200,44 @@ def _config_run(o: RunOptions):
     return from_config(config_of(o), o.dtype or "float64", o.device or "cpu")
 
 
-def _sizes_run(o: RunOptions):
+def _sizes_run(o: RunOptions, alive: int, hint: str):
     from mha_trace.run import from_sizes
 
-    return from_sizes(sizes_of(o))
+    return from_sizes(sizes_of(o), guard_runs=alive, hint=hint)
+
+
+def resolve_splits(o: RunOptions, head_counts: list) -> list:
+    """The config's run split into each head count (compare): the same Q, K, V (or seed)."""
+    from mha_trace.validate import divisors
+    from mha_trace.run import from_config
+
+    if not head_counts:
+        raise MhaError("--heads needs a comma-separated list of head counts, e.g. 1,2,4")
+    check_options(o)
+    config = config_of(o)
+    bad = [h for h in head_counts if h < 1 or config.d_model % h]
+    if bad:
+        verb = "does" if len(bad) == 1 else "do"
+        raise MhaError(f"heads {', '.join(map(str, bad))} {verb} not divide d_model="
+                       f"{config.d_model} (valid head counts: "
+                       f"{', '.join(map(str, divisors(config.d_model)))})", quantity="heads")
+    runs = []
+    for h in head_counts:
+        base = config
+        if config.kv_heads and h % config.kv_heads:  # GQA grouping that does not fit h: plain MHA
+            base = replace(config, kv_heads=None)
+        runs.append(from_config(base.with_overrides(heads=h), device=o.device or "cpu"))
+    return runs
+
+
+def symbols_probe(sizes):
+    """The run that names each dim of a trace by its role: the same module on the meta device with
+    distinct prime sizes, so every dimension's role shows by its value (shapes --compact)."""
+    from mha_trace.run import from_sizes
+
+    kv = None if not sizes.kv_heads or sizes.kv_heads == sizes.heads else 3
+    return from_sizes(replace(sizes, batch=2, seq=11, d_model=6 * 14, heads=6, kv_heads=kv,
+                              device="meta", pad=0, decode=0))
 
 
 def _module_run(o: RunOptions, on_config: bool):

@@ -210,7 +210,7 @@ class Session:
                 return ablate_model_heads(self.sentence, [(self.layer, h) for h in sorted(self.off)])
             from mha_trace.analysis import ablate_heads
 
-            return ablate_heads(self.config, sorted(self.off))
+            return ablate_heads(self.run(), sorted(self.off))
 
         return self._cached("ablation", make)
 

@@ -127,17 +127,9 @@ def parameters(module) -> dict:
     return counts
 
 
-def shape_symbols(report: ShapesReport) -> list[str]:
-    """Each step's shape in symbols, (B, H, T, d_k), read off a probe: the same module traced on
-    the meta device with distinct prime sizes, so every dimension's role shows by its value."""
-    from dataclasses import replace
-
-    from mha_trace.run import from_sizes
-
-    s = report.sizes
-    kv = None if not s.kv_heads or s.kv_heads == s.heads else 3
-    probe = replace(s, batch=2, seq=11, d_model=6 * 14, heads=6, kv_heads=kv, device="meta",
-                    pad=0, decode=0)  # every size a different number (and d_k even, for RoPE)
+def shape_symbols(probe: ShapesReport) -> list[str]:
+    """Each step's shape in symbols, (B, H, T, d_k), read off a probe's trace: the same module on
+    the meta device with distinct prime sizes (resolve.symbols_probe), so every dimension's role
+    shows by its value."""
     names = {2: "B", 11: "T", 6: "H", 14: "d_k", 84: "d_model", 3: "H_kv", 42: "H_kv·d_k"}
-    steps = trace_run(from_sizes(probe)).steps
-    return ["(" + ", ".join(names.get(d, str(d)) for d in p.shape) + ")" for p in steps]
+    return ["(" + ", ".join(names.get(d, str(d)) for d in p.shape) + ")" for p in probe.steps]

@@ -9,6 +9,8 @@ import torch.nn.functional as F
 
 from mha_trace.analysis import ablate_heads, analyse, compare
 from mha_trace.config import load_config
+from mha_trace.resolve import RunOptions, resolve_splits
+from mha_trace.run import from_config
 
 
 def chapter_qkv():
@@ -52,9 +54,9 @@ def test_padding_matches_sdpa_attn_mask():
 
 def test_compare_against_numpy_per_head_count():
     c, Q, K, V = chapter_qkv()
-    for view in compare(c, [1, 2, 4]):
+    for view in compare(resolve_splits(RunOptions(config=c), [1, 2, 4])):
         np.testing.assert_allclose(view.output, sdpa_heads(Q, K, V, view.heads), atol=1e-12)
-    single = compare(c, [1])[0]
+    single = compare(resolve_splits(RunOptions(config=c), [1]))[0]
     # the chapter's single-head numbers for "cat": 0.4026 to "The", 0.2442 to "sat", 0.0898 itself
     assert list(np.round(single.weights[0][1][:3], 4)) == [0.4026, 0.0898, 0.2442]
 
@@ -66,11 +68,11 @@ def test_ablation_against_numpy():
         concat = view.concat.copy()
         concat[:, 2:4] = 0.0  # head 2 removed
         expected = concat @ view.W_O
-        a = ablate_heads(c, [2])
+        a = ablate_heads(from_config(c), [2])
         np.testing.assert_allclose(a.output, expected, atol=1e-12)
         np.testing.assert_allclose(a.per_token, np.linalg.norm(expected - view.output, axis=1))
         assert a.total == pytest.approx(np.linalg.norm(expected - view.output))
-    both = ablate_heads(load_config(), [1, 2])
+    both = ablate_heads(from_config(load_config()), [1, 2])
     np.testing.assert_allclose(both.output, 0.0)
     assert both.relative == pytest.approx(1.0)
 

@@ -20,6 +20,7 @@ import pytest
 
 from mha_trace.analysis import ablate_heads, analyse, walk
 from mha_trace.config import load_config
+from mha_trace.run import from_config
 from mha_trace.errors import MhaError
 from mha_trace.render.matrices import fmt
 from mha_trace.session import open_session, prepare
@@ -44,7 +45,7 @@ def test_session_resplits_masks_and_ablates_like_the_commands():
     s.cycle_mask()
     assert s.mask == "none" and s.view().mask is None
     s.toggle(3)
-    expected = ablate_heads(load_config().with_overrides(heads=4), [3])
+    expected = ablate_heads(from_config(load_config().with_overrides(heads=4)), [3])
     assert s.ablation().total == pytest.approx(expected.total, abs=1e-15)
     s.toggle(3)
     assert s.ablation() is None
@@ -205,7 +206,7 @@ def test_mask_key_cycles_none_causal_window():
 def test_space_switches_a_head_off_and_the_output_moves():
     app = drive(["5", "space"])
     assert app.session.off == {1}
-    expected = ablate_heads(load_config(), [1])
+    expected = ablate_heads(from_config(load_config()), [1])
     text = re.sub(r"\s+", " ", app.texts["ablation"])
     assert "Heads 1:off 2:on" in text
     assert f"Total L2 distance: {fmt(expected.total, 4)}" in text

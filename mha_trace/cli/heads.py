@@ -158,11 +158,12 @@ def compare(
         raise MhaError("compare re-splits one set of projections into other head counts, which "
                        "only the lecture's module exposes; for your class, run heads --module "
                        "once per head count (--heads 1, 2, 4)", quantity="module")
-    from mha_trace.resolve import config_of
+    from mha_trace.resolve import resolve_splits
 
     counts = _int_list(heads, "heads")
-    c = config_of(o)
-    views = run_compare(c, counts, o.device)
+    runs = resolve_splits(o, counts)
+    c = runs[0].config
+    views = run_compare(runs)
     if out.png:
         from mha_trace.plots import save_heatmaps
 
@@ -222,8 +223,8 @@ def ablate(
             raise MhaError("with --model, name the heads to remove, e.g. --head 6.12 (or rank "
                            "them all with --rank, or prune them with --prune)", quantity="head")
         return models.ablate(o, head, decimals, out, rank, top)
-    from mha_trace.resolve import config_of
+    from mha_trace.resolve import resolve
 
     needs_model(o.sentence, None, rank=rank, prune=prune)
-    a = run_ablate(config_of(o), _int_list("2" if head is None else head, "head"), o.device)
+    a = run_ablate(resolve(o, "config"), _int_list("2" if head is None else head, "head"))
     emit(out, lambda: a.renderables(decimals=decimals), lambda: a.data(decimals=decimals))

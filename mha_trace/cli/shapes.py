@@ -69,12 +69,13 @@ def shapes(
 def _compact(report, data: dict, width: int, other_run: bool) -> list:
     """--compact: the lecture table's eight rows, each shape in symbols too."""
     from mha_trace.render.compact import compact_rows, compact_table
-    from mha_trace.shapes import shape_symbols
+    from mha_trace.resolve import symbols_probe
+    from mha_trace.shapes import shape_symbols, trace_run
 
     if other_run or report.failure:
         raise MhaError("compact shows the built-in module's eight lecture steps (not with "
                        "--module or --decode)", quantity="compact")
-    sym = shape_symbols(report)
+    sym = shape_symbols(trace_run(symbols_probe(report.sizes)))
     data["compact"] = [{"row": name, "step": i, "symbols": sym[i]} for name, i in compact_rows(report)]
     return [compact_table(report, sym, width)]
 

@@ -18,7 +18,6 @@ from mha_trace.models import load_model
 
 REFERENCE = np.load(Path(__file__).parent / "fixtures" / "detector_reference.npz")
 META = json.loads(str(REFERENCE["meta"]))
-pytestmark = pytest.mark.xdist_group("survey")  # one worker runs each model's corpus survey once
 
 
 @pytest.fixture(scope="session")

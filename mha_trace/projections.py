@@ -1,7 +1,8 @@
 """A student's four projections: found by name (W_q / query / q_proj ..., fused c_attn / qkv /
 in_proj), by shape, or given with --map, checked, and the lecture's weights copied into them."""
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -26,11 +27,15 @@ class Mapping:
 
     layers: dict  # role ("q", "k", "v", "o", "qkv") -> (name, nn.Linear or (weight, bias) pair)
     how: str  # "by name", "by shape", "--map"
+    biases: dict = field(default_factory=dict)  # role -> (name, 1-D bias) beside a bare matrix
+    stray: list = field(default_factory=list)  # 1-D parameters no projection claims: [(name, t)]
 
     def describe(self) -> str:
         if not self.layers:
             return f"(projections {self.how})"
-        return ", ".join(f"{role}={name}" for role, (name, _) in self.layers.items()) + f" ({self.how})"
+        beside = lambda role: f"+{self.biases[role][0]}" if role in self.biases else ""
+        return ", ".join(f"{role}={name}{beside(role)}" for role, (name, _) in self.layers.items()) \
+            + f" ({self.how})"
 
 
 def _linears(module: nn.Module) -> dict:
@@ -75,7 +80,56 @@ def _found(weights: dict) -> str:
 
 
 def find_projections(module, d_model: int, given: str | None = None) -> Mapping:
-    """The student's Q, K, V and output projections: by --map, by name, or by shape."""
+    """The student's Q, K, V and output projections (by --map, by name, or by shape), with the
+    biases kept beside bare matrices (b_q beside W_q, q_bias beside q_weight, ...)."""
+    mapping = _projections(module, d_model, given)
+    return _with_biases(mapping, module, d_model)
+
+
+def _vectors(module) -> dict:
+    """The 1-D parameters, buffers or arrays that could be biases."""
+    if not isinstance(module, nn.Module):
+        return {n: v for n, v in vars(module).items() if isinstance(v, np.ndarray) and v.ndim == 1}
+    linears = _linears(module)
+    return {n: t for n, t in [*module.named_parameters(), *module.named_buffers()]
+            if t.dim() == 1 and n.rpartition(".")[0] not in linears}
+
+
+def _stem(name: str, marks: tuple) -> str:
+    """A weight's or bias's name without what says weight or bias: W_q, b_q, q_bias -> q."""
+    last = name.lower().rpartition(".")[2]
+    for mark in marks:
+        for form in (f"{mark}_", f"_{mark}"):
+            if last.startswith(form) and form.endswith("_"):
+                return last[len(form):]
+            if last.endswith(form) and form.startswith("_"):
+                return last[:-len(form)]
+    return last[1:] if last[:1] == marks[-1] and len(last) > 1 else last
+
+
+_ROLE = r"(q|k|v|o|qkv|query|key|value|out|output|proj|attn|in|c_attn|c_proj|\d+)"
+BIAS_NAME = re.compile(rf"(b|bias)(_?{_ROLE})?|{_ROLE}_?(b|bias)")  # b_q, bias_k, q_bias, bo, ...
+
+
+def _with_biases(mapping: Mapping, module, d_model: int) -> Mapping:
+    vectors = _vectors(module)
+    biases = {}
+    for role, (name, held) in mapping.layers.items():
+        if isinstance(held, (nn.Linear, tuple, list)):
+            continue
+        size = 3 * d_model if role == "qkv" else d_model
+        stem = _stem(name, ("weight", "w"))
+        found = [n for n, v in vectors.items() if _stem(n, ("bias", "b")) == stem
+                 and tuple(v.shape) == (size,)]
+        if len(found) == 1:
+            biases[role] = (found[0], vectors[found[0]])
+    claimed = {n for n, _ in biases.values()}
+    stray = [(n, v) for n, v in vectors.items() if n not in claimed and BIAS_NAME.fullmatch(
+        n.lower().rpartition(".")[2]) and v.shape[0] in (d_model, 3 * d_model)]
+    return Mapping(mapping.layers, mapping.how, biases, stray)
+
+
+def _projections(module, d_model: int, given: str | None) -> Mapping:
     if isinstance(module, nn.MultiheadAttention):
         pair = (module.in_proj_weight, module.in_proj_bias)
         return Mapping({"qkv": ("in_proj_weight", pair), "o": ("out_proj", module.out_proj)}, "by name")
@@ -136,12 +190,14 @@ def copy_reference(reference: MultiHeadAttention, mapping: Mapping, module=None,
     projections have no biases (the reference's are then zeroed to match). A bare matrix gets
     W as nn.Linear holds it (x @ W.T), or W.T when `transposed` (x @ W) or its shape says so."""
     layers = mapping.layers
-    held = [h for _, hs in layers.values() for h in (hs if isinstance(hs, list) else [hs])]
-    has_bias = all(isinstance(h, (nn.Linear, tuple)) and _bias(h) is not None for h in held)
+    has_bias = all(role in mapping.biases if not isinstance(hs, (nn.Linear, tuple, list)) else
+                   all(_bias(h) is not None for h in (hs if isinstance(hs, list) else [hs]))
+                   for role, (_, hs) in layers.items())
     with torch.no_grad():
         if not has_bias:
             for lin in (reference.W_q, reference.W_k, reference.W_v, reference.W_o):
                 lin.bias.zero_()
+        _zero_strays(mapping, module)
         source = {"q": reference.W_q, "k": reference.W_k, "v": reference.W_v, "o": reference.W_o}
         for role, (name, target) in layers.items():
             parts = [source[r] for r in ("qkv" if role == "qkv" else role)]
@@ -161,11 +217,26 @@ def copy_reference(reference: MultiHeadAttention, mapping: Mapping, module=None,
                 continue
             if transposed or tuple(target.shape) != tuple(weight.shape):
                 weight = weight.T
-            if isinstance(target, np.ndarray):
-                setattr(module, name, weight.numpy().copy())  # float64, whatever it held
-            else:
-                target.copy_(weight)
+            _put(module, name, target, weight)
+            if role in mapping.biases and has_bias:
+                _put(module, *mapping.biases[role], bias)
     return has_bias
+
+
+def _put(module, name: str, target, value: torch.Tensor) -> None:
+    """A tensor's values into the student's parameter, or a NumPy class's array attribute."""
+    if isinstance(target, np.ndarray):
+        setattr(module, name, value.numpy().copy())  # float64, whatever it held
+    else:
+        target.copy_(value)
+
+
+def _zero_strays(mapping: Mapping, module) -> None:
+    """1-D parameters no projection claims (biases under names that say nothing) are zeroed, as
+    the reference's biases are when not every projection has one: never a wrong verdict for how
+    a correct module names its biases."""
+    for name, t in mapping.stray:
+        _put(module, name, t, torch.zeros(t.shape, dtype=torch.float64))
 
 
 def _weight(layer):

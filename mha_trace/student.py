@@ -245,6 +245,9 @@ def _check_once(run, module, mapping: Mapping | None, sizes, way: Way,
         _other_rope_convention(report, reference, x, mask, output, weights)
     if not biased:
         report.notes.append("its projections have no biases, so the reference's were set to zero")
+    if mapping.stray:
+        report.notes.append(f"the biases {', '.join(n for n, _ in mapping.stray)} were set to zero, "
+                            f"as were the reference's: no projection's name claims them")
     if square_matrices(mapping):
         report.notes.append(f"its weight matrices are used as "
                             f"{'x @ W' if way.transposed else 'x @ W.T'} (both ways round were tried)")

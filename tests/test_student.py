@@ -420,3 +420,37 @@ def test_rope_modules_pass_under_rope_in_either_convention_and_rope_on_v_is_name
     assert (data["first_wrong_step"]["line"], data["first_wrong_step"]["called_from"]) == (16, 43)
     text = " ".join(cli("verify", "--module", R + "RotaryOnV", *args[:-2]).stdout.split())
     assert "called from line 43 v = self.turn(v) if self.on_v else v" in text
+
+
+@pytest.mark.parametrize("cls,mapping", [
+    ("SeparateBiases", "q=W_q+b_q, k=W_k+b_k, v=W_v+b_v, o=W_o+b_o (by name)"),
+    ("FLinear", "q=q_weight+q_bias, k=k_weight+k_bias, v=v_weight+v_bias, o=o_weight+o_bias (by "
+                "shape, in the order defined)"),
+    ("NumpyBiases", "q=W_q+b_q, k=W_k+b_k, v=W_v+b_v, o=W_o+b_o (by name)"),
+])
+@pytest.mark.parametrize("sizes", [("--d-model", "32", "--heads", "4"), ("--d-model", "24", "--heads", "3")])
+def test_biases_held_beside_bare_matrices_get_the_lectures(cli, cls, mapping, sizes):
+    """x @ W + b and F.linear(x, W, b) with biases of their own: Right, never Wrong for where the
+    bias lives (they used to keep their random biases against a bias-free reference)."""
+    result = cli("verify", "--module", f"tests/student/separate_biases.py:{cls}", *sizes, "--format", "json")
+    data = json.loads(result.stdout)
+    assert result.exit_code == 0 and data["passed"], result.stdout
+    assert data["mapping"] == mapping
+
+
+def test_a_bias_defined_and_never_added_is_still_wrong(cli):
+    result = cli("verify", "--module", "tests/student/separate_biases.py:BiasForgotten",
+                 "--d-model", "32", "--heads", "4", "--format", "json")
+    assert result.exit_code == 1 and not json.loads(result.stdout)["passed"]
+
+
+def test_biases_under_names_that_say_nothing_are_zeroed_and_said(cli, tmp_path):
+    path = tmp_path / "odd_bias.py"
+    path.write_text(open("tests/student/separate_biases.py").read().replace("b_{n}", "bias{'qkvo'.index(n)}")
+                    .replace("self.b_q", "self.bias0").replace("self.b_k", "self.bias1")
+                    .replace("self.b_v", "self.bias2").replace("self.b_o", "self.bias3"))
+    result = cli("verify", "--module", f"{path}:SeparateBiases", "--d-model", "32", "--heads", "4")
+    assert result.exit_code == 0, result.stdout
+    text = " ".join(result.stdout.split())
+    assert ("The biases bias0, bias1, bias2, bias3 were set to zero, as were the reference's: no "
+            "projection's name claims them.") in text

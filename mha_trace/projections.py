@@ -86,6 +86,23 @@ def find_projections(module, d_model: int, given: str | None = None) -> Mapping:
     return _with_biases(mapping, module, d_model)
 
 
+BY_ORDER = "by shape, in the order defined"
+
+
+def other_orders(mapping: Mapping, module, d_model: int):
+    """When four d_model × d_model matrices were mapped only by the order they were defined in,
+    every other assignment of them to q, k, v and o (23 more), each with its biases."""
+    from itertools import permutations
+
+    if mapping.how != BY_ORDER:
+        return
+    held = list(mapping.layers.values())
+    for order in permutations(held):
+        if list(order) != held:
+            yield _with_biases(Mapping(dict(zip("qkvo", order)), "by trying every order"),
+                               module, d_model)
+
+
 def _vectors(module) -> dict:
     """The 1-D parameters, buffers or arrays that could be biases."""
     if not isinstance(module, nn.Module):
@@ -158,7 +175,7 @@ def _projections(module, d_model: int, given: str | None) -> Mapping:
     fused = [(n, h) for n, h in weights.items() if _shape(h) in ((3 * d_model, d_model),
                                                                    (d_model, 3 * d_model))]
     if len(square) == 4 and len(weights) == 4:
-        return Mapping(dict(zip("qkvo", square)), "by shape, in the order defined")
+        return Mapping(dict(zip("qkvo", square)), BY_ORDER)
     if len(fused) == 1 and len(square) == 1 and len(weights) == 2:
         return Mapping({"qkv": fused[0], "o": square[0]}, "by shape")
     raise MhaError(f"could not map your weights: found {_found(weights)}; say which is which with "

@@ -15,8 +15,8 @@ import torch
 from mha_trace.attention import MultiHeadAttention
 from mha_trace.errors import MhaError
 from mha_trace.mistakes import diagnoses
-from mha_trace.projections import (Mapping, copy_reference, find_projections, named_weights,
-                                   square_matrices)
+from mha_trace.projections import (BY_ORDER, Mapping, copy_reference, find_projections,
+                                   named_weights, other_orders, square_matrices)
 from mha_trace.records import Shows
 from mha_trace.roles import first_wrong_step
 
@@ -208,15 +208,41 @@ def _each_way(run, sizes, given_map: str | None, mask_means: str = "any") -> lis
     if any(r.passed for r in reports):
         return reports
     for way in others:
-        try:
-            report = _check_once(run, module, mapping, sizes, way, explain=False)
-        except MhaError:
-            continue
-        if report.passed:
+        report = _try(run, module, mapping, sizes, way)
+        if report is not None and report.passed:
             return [report]
     if not reports:
         raise error
-    return reports
+    return _in_another_order(run, module, mapping, sizes, usual) or reports
+
+
+def _in_another_order(run, module, mapping: Mapping | None, sizes, ways: list) -> list:
+    """Four square matrices whose names say nothing, wrong in the order they were defined: each
+    other order is tried. Exactly one right: that one, said. More than one, or none: the weights
+    cannot be aligned (exit 2), never a wrong verdict."""
+    if mapping is None or mapping.how != BY_ORDER:
+        return []
+    right = []
+    for candidate in other_orders(mapping, module, sizes.d_model):
+        passed = [r for r in (_try(run, module, candidate, sizes, way) for way in ways)
+                  if r is not None and r.passed]
+        right += passed[:1]
+    names = ", ".join(name for name, _ in mapping.layers.values())
+    if len(right) == 1:
+        right[0].notes.append(f"the names {names} do not say which projection each is; this is "
+                              f"the one order of the 24 in which the module is right")
+        return right
+    raise MhaError(f"{names} do not say which projection each is, and "
+                   f"{'more than one order' if right else 'no order'} of the 24 makes the module "
+                   f"right: say which is which with --map, e.g. --map 'q=NAME,k=NAME,v=NAME,o=NAME'",
+                   quantity="map")
+
+
+def _try(run, module, mapping, sizes, way):
+    try:
+        return _check_once(run, module, mapping, sizes, way, explain=False)
+    except MhaError:
+        return None
 
 
 def _check_once(run, module, mapping: Mapping | None, sizes, way: Way,

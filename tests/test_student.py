@@ -454,3 +454,19 @@ def test_biases_under_names_that_say_nothing_are_zeroed_and_said(cli, tmp_path):
     text = " ".join(result.stdout.split())
     assert ("The biases bias0, bias1, bias2, bias3 were set to zero, as were the reference's: no "
             "projection's name claims them.") in text
+
+
+@pytest.mark.parametrize("sizes", [("--d-model", "32", "--heads", "4"), ("--d-model", "24", "--heads", "3")])
+def test_matrices_with_names_that_say_nothing_are_tried_in_every_order(cli, sizes):
+    """a, b, c, d defined in the order o, v, k, q: the one order that fits is found and said
+    (mapping them in the order defined used to call a correct module Wrong)."""
+    spec = "tests/student/unnamed_order.py:"
+    result = cli("verify", "--module", spec + "Abcd", *sizes, "--format", "json")
+    data = json.loads(result.stdout)
+    assert result.exit_code == 0 and data["passed"], result.stdout
+    assert data["mapping"] == "q=d, k=c, v=b, o=a (by trying every order)"
+    wrong = cli("verify", "--module", spec + "AbcdWrong", *sizes)
+    assert wrong.exit_code == 2 and wrong.stderr == (
+        "Error: --map: a, b, c, d do not say which projection each is, and no order of the 24 "
+        "makes the module right: say which is which with --map, e.g. --map "
+        "'q=NAME,k=NAME,v=NAME,o=NAME'\n")

@@ -168,7 +168,7 @@ class Way:
     mask_as: str = "bool"
     unbatched: bool = False
 
-    def notes(self) -> list:
+    def notes(self, numpy: bool = False) -> list:
         mask = {"0-1": "its mask is read as numbers, 1 where a query may attend and 0 where not",
                 "additive": "its mask is added to the scores: 0 where a query may attend, -inf "
                             "where not",
@@ -177,8 +177,10 @@ class Way:
                            "lecture's is True where it may), and it was fed so; if you meant True "
                            "where it may, the mask is inverted (--mask-means keep checks that)"
                 }.get(self.mask_as)
-        one = "it takes one sequence (T, d_model), so it was fed one, unbatched"
-        return [n for n in (mask, one if self.unbatched else None) if n]
+        fed = ("it takes a batch (B, T, d_model), so it was fed one" if numpy and not self.unbatched
+               else "it takes one sequence (T, d_model), so it was fed one, unbatched"
+               if self.unbatched and not numpy else None)
+        return [n for n in (mask, fed) if n]
 
 
 MASK_WAYS = {"any": ("bool", "blocked", "0-1", "additive"), "keep": ("bool", "0-1", "additive"),
@@ -195,10 +197,10 @@ def _each_way(run, sizes, given_map: str | None, mask_means: str = "any") -> lis
         else None
     turns = (False, True) if mapping is not None and square_matrices(mapping) else (False,)
     masks = ("bool",) if sizes.mask == "none" else MASK_WAYS[mask_means]
-    batches = (False,) if run.numpy else (False, True)
-    usual = [Way(t, masks[0]) for t in turns]
+    batches = (True, False) if run.numpy else (False, True)  # NumPy: one sequence first
+    usual = [Way(t, masks[0], batches[0]) for t in turns]
     others = [Way(t, m, u) for u in batches for m in masks for t in turns
-              if (m, u) != (masks[0], False)]
+              if (m, u) != (masks[0], batches[0])]
     reports, error = [], None
     for way in usual:
         try:
@@ -253,10 +255,11 @@ def _check_once(run, module, mapping: Mapping | None, sizes, way: Way,
     from mha_trace.usermodule import forward_call
 
     reference, mapping, biased = _reference_for(module, mapping, sizes, way.transposed)
-    one = run.numpy or way.unbatched
+    one = way.unbatched
     x = torch.randn(1 if one else sizes.batch, sizes.seq, sizes.d_model, dtype=torch.float64)
     mask = make_mask(sizes.seq, sizes.mask)
-    fed = x[0].numpy() if run.numpy else x[0] if one else x
+    fed = x[0] if one else x
+    fed = fed.numpy() if run.numpy else fed
     call, args, kwargs = forward_call(module, fed, _mask_as(mask, way.mask_as, run.numpy))
     if "use_projections" in inspect.signature(module.forward).parameters and mapping.layers:
         kwargs["use_projections"] = True  # the chapter's class: let it use the copied weights
@@ -277,7 +280,7 @@ def _check_once(run, module, mapping: Mapping | None, sizes, way: Way,
     if square_matrices(mapping):
         report.notes.append(f"its weight matrices are used as "
                             f"{'x @ W' if way.transposed else 'x @ W.T'} (both ways round were tried)")
-    report.notes += way.notes()
+    report.notes += way.notes(run.numpy)
     if not report.passed and explain:
         _where_it_went_wrong(report, traced, trace(reference, x, mask=mask, keep_values=True),
                              (reference, x, mask), output, expected)

@@ -470,3 +470,13 @@ def test_matrices_with_names_that_say_nothing_are_tried_in_every_order(cli, size
         "Error: --map: a, b, c, d do not say which projection each is, and no order of the 24 "
         "makes the module right: say which is which with --map, e.g. --map "
         "'q=NAME,k=NAME,v=NAME,o=NAME'\n")
+
+
+@pytest.mark.parametrize("sizes", [("--d-model", "32", "--heads", "4"), ("--d-model", "24", "--heads", "3")])
+def test_a_numpy_class_written_for_a_batch_is_fed_one(cli, sizes):
+    """B, T, D = x.shape in a NumPy class: fed a batch, Right, and the report says so (NumPy
+    classes used to get one sequence only, and the student's correct line the blame)."""
+    result = cli("verify", "--module", "tests/student/batched_numpy.py:BatchedNumpy", *sizes)
+    assert result.exit_code == 0, result.stdout
+    text = " ".join(result.stdout.split())
+    assert "It takes a batch (B, T, d_model), so it was fed one." in text and "Right:" in text

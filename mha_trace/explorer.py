@@ -252,8 +252,7 @@ class Explorer(App):
             self.query_one("#cell", Static).update(text)
 
     def draw_token(self) -> None:
-        self.query_one("#walk", Static).update(
-            Group(*self.session.walk().renderables(decimals=4, head=self.session.head)))
+        self.query_one("#walk", Static).update(panes.walk(self.session))
 
     def draw_split(self) -> None:
         self.query_one("#maps", Static).update(panes.split(self.session, self.size.width))

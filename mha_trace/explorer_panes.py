@@ -64,6 +64,13 @@ def cell(s, i: int, j: int) -> str | None:
             + f"   (enter: walk '{view.tokens[i]}' in the token pane)")
 
 
+def walk(s) -> Group:
+    """The picked token through the current head, as `explain` shows it."""
+    import mha_trace.render.explain  # noqa: F401 (registers how its records show)
+
+    return Group(*s.walk().renderables(decimals=4, head=s.head))
+
+
 def split(s, width: int) -> Group:
     """Every head of the current split side by side, as many to a row as `width` holds."""
     from mha_trace.analysis import distinct_rows
@@ -109,6 +116,9 @@ def _head_map(s, view, h: int, small: bool) -> Group:
 
 def ablation(s) -> Group:
     """Which heads are off, and how far each token's output moved."""
+    import mha_trace.render.ablate  # noqa: F401 (registers how its records show)
+    import mha_trace.render.model  # noqa: F401 (a model's ablation)
+
     marks = "  ".join(f"{h}:{'off' if h in s.off else 'on'}" for h in range(1, s.heads + 1))
     head = Text.assemble(("Heads ", "bold"), marks + "   ",
                          f"(space: head {s.head} off or on; [ ] pick; a: all on)")

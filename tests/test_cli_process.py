@@ -123,3 +123,17 @@ def test_file_examples_are_named_after_their_command(name):
     for param in command.params:
         if param.name in ("svg", "html", "png"):
             assert param.help.endswith(f"Example: --{param.name} {name}.{param.name}"), param.help
+
+
+@pytest.mark.parametrize("args,shown", [
+    (("verify", "--d-model", "16", "--heads", "2", "--seq", "3"), "All comparisons pass."),
+    (("verify", "--module", "example:chapter_torch", "--d-model", "16", "--heads", "2"), "Right:"),
+    (("train", "--task", "previous-token", "--steps", "2", "--snapshots", "2"), "previous-token"),
+    (("ablate", "--model", "minilm", "--head", "1.1"), "without head 1.1"),
+])
+def test_each_record_shows_in_a_fresh_process(args, shown):
+    """A command imports the renderers of what it prints: in a process of its own nothing else
+    has imported them (in-process tests share one interpreter, so they cannot tell)."""
+    p = run(sys.executable, "-m", "mha_trace", *args)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    assert shown in p.stdout

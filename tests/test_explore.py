@@ -442,3 +442,16 @@ def test_a_trained_run_steps_through_its_saved_steps(tmp_path):
     assert "training step" in app.texts["keys"]
     back = drive(["full_stop"] * 9, model=f"{path}@{steps[0]}")  # past the last: stays there
     assert back.session.model.step == steps[-1]
+
+
+def test_every_pane_draws_in_a_fresh_process():
+    """Each pane's records are shown by renderers the explorer imports itself (a pane that relied
+    on another test having imported one once failed on stage: 'no renderer is registered')."""
+    code = ("from mha_trace.session import prepare; from mha_trace import explorer_panes as p; "
+            "from rich.console import Console; s = prepare()(); s.off = {1}; c = Console(width=100); "
+            "[c.print(x) for x in (p.walk(s), p.split(s, 100), p.ablation(s), p.heads_title(s, s.view()), "
+            "*p.step(s, s.report().steps[3], False))]")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "the query 'The' (position 0) through head 1" in out.stdout
+    assert "output without head 1 (zeroed before W_O)" in out.stdout

@@ -1228,3 +1228,15 @@ def test_a_signal_in_the_last_moment_is_never_swallowed(sig, code, message):
               f"os.kill(os.getpid(), signal.{sig}); a._exit(0)")
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert (p.returncode, p.stdout, p.stderr) == (code, "the whole output\n", f"Error: {message}\n")
+
+
+@pytest.mark.parametrize("flag,code,message", [("_sigterm", 143, "terminated (SIGTERM)"),
+                                               ("_sigint", 130, "interrupted (Ctrl-C)")])
+def test_an_error_that_a_signal_caused_reports_the_signal(cli, monkeypatch, flag, code, message):
+    """SIGTERM during matplotlib's import made it say '--png needs matplotlib' (exit 1): once a
+    signal has come, what it broke is not the news."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("mha_trace.cli.app"), flag, True)
+    result = cli("shapes", "--heads", "3")  # 512 is not divisible by 3: an error of its own
+    assert (result.exit_code, result.stderr) == (code, f"Error: {message}\n")

@@ -15,6 +15,7 @@ from mha_trace.streams import tool_stdout
 _debug = False
 _argv: list[str] = []
 _sigterm = False  # the run was stopped by SIGTERM (see _terminated)
+_sigint = False  # ... or by Ctrl-C (see _ctrl_c)
 
 
 def debugging() -> bool:
@@ -39,6 +40,7 @@ class _Group(TyperGroup):
         except MhaError as e:
             if _debug:
                 raise
+            _stopped_by_a_signal()  # what a signal broke (an import cut short) is not the news
             _fail(_with_flag(e), e.exit_code)
         except typer.Abort:
             _interrupted() if _sigterm else _fail("aborted", 130)
@@ -62,6 +64,7 @@ class _Group(TyperGroup):
         except Exception as e:  # a bug of ours: still one line on stage; --debug has the rest
             if _debug:
                 raise
+            _stopped_by_a_signal()
             if "can't allocate memory" in str(e) or "out of memory" in str(e):
                 _fail(f"the run ran out of memory: {str(e).strip().splitlines()[-1][:200]}", 1)
             _fail(f"unexpected {type(e).__name__}: {str(e).strip()[:300]} (a bug in mha-trace: "
@@ -153,6 +156,8 @@ def main():
     speedups.no_garbage_collection()
     streams.guard_for_command_line()
     signal.signal(signal.SIGTERM, _terminated)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _ctrl_c)
     if sys.stdout is None or sys.stdout.closed:  # started with stdout closed (`mha-trace ... >&-`)
         _fail("standard output is closed, so there is nowhere to print", 1)
     try:
@@ -183,6 +188,18 @@ def _terminated(signum, frame):
     global _sigterm
     _sigterm = True
     raise Terminated()
+
+
+def _ctrl_c(signum, frame):
+    global _sigint
+    _sigint = True
+    raise KeyboardInterrupt
+
+
+def _stopped_by_a_signal() -> None:
+    """A Ctrl-C or SIGTERM that came while something was failing because of it is the answer."""
+    if _sigterm or _sigint:
+        _interrupted()
 
 
 def _interrupted():

@@ -14,41 +14,23 @@ import torch
 
 from mha_trace.config import Config
 from mha_trace.errors import MhaError
+from mha_trace.ablated import Ablation
 from mha_trace.records import Shows
 from mha_trace.run import Run, check_finite, from_config
 
 
 @dataclass
 class Heads(Shows):
-    """Every head's weights of one run, whatever its source: the one record `heads`, `explain`,
-    `ablate`, `compare`, the explorer and the API read.
+    """Every head's weights of one run: the one record `heads`, `explain`, `ablate`, `compare`,
+    the explorer and the API read. Its source is its type: `LectureHeads` (the lecture's module,
+    on a config, sizes or a model's layer), `ModuleHeads` (the user's module: only what its
+    forward returned), `ModelHeads` (every layer of a pretrained model)."""
 
-    kind names the source: "config" (the lecture's module, on a config, on sizes or on a model's
-    layer), "module" (the user's own module: only what its forward returned) or "model" (every
-    layer of a pretrained model, from `model_heads.model_heads`).
-    """
-
-    kind: str
     tokens: tuple
     layers: np.ndarray  # (layers, heads, T, T): a config's or a module's run has one layer
     mask: np.ndarray | None  # (T, T) bool, True where a query may look; None when unmasked
     output: np.ndarray | None = None  # (T, D) the layer's output (None for a whole model)
     picked: list | None = None  # [(layer, head)] from 1 to show; None: every head
-    config: Config | None = None  # what the lecture's module ran (kind "config")
-    x: np.ndarray | None = None  # (T, D) generated embeddings; None for explicit Q, K, V
-    q: np.ndarray | None = None  # (T, D) projected queries (kind "config", as k to b_O)
-    k: np.ndarray | None = None  # (T, G·d_k) projected keys
-    v: np.ndarray | None = None  # (T, G·d_k) projected values
-    concat: np.ndarray | None = None  # (T, D): the heads' outputs side by side, before W_O
-    W_O: np.ndarray | None = None  # (D, D), output = concat @ W_O + b_O
-    b_O: np.ndarray | None = None  # (D,) the output projection's bias (configs have none)
-    label: str = ""  # the user's module (kind "module"): its name, call and what it was fed
-    call: str = ""
-    how: str = ""
-    averaged: bool = False  # the module returned one (T, T) map averaged over its heads
-    sentence: object = None  # a model (kind "model"): the text through it (models.sentence)
-    words: bool = False  # word pieces grouped into words
-    hide_special: bool = False  # [CLS] and [SEP] left out
 
     @property
     def weights(self) -> np.ndarray:
@@ -61,20 +43,12 @@ class Heads(Shows):
 
     @property
     def kv_heads(self) -> int:
-        return (self.config.kv_heads if self.config else None) or self.heads
-
-    @property
-    def d_k(self) -> int:
-        return self.config.d_k
-
-    @property
-    def wo_identity(self) -> bool:
-        return bool(np.array_equal(self.W_O, np.eye(len(self.W_O))))
+        return self.heads
 
     @property
     def whole(self) -> bool:
         """A model's overview: neither a layer nor a head was named."""
-        return self.kind == "model" and self.picked is None
+        return False
 
     @property
     def only(self) -> int | None:
@@ -84,6 +58,71 @@ class Heads(Shows):
     def kv_head_of(self, h: int) -> int:
         """The K/V head that query head h (0-based) reads under grouped-query attention."""
         return h // (self.heads // self.kv_heads)
+
+
+@dataclass(kw_only=True)
+class LectureHeads(Heads):
+    """The lecture's module: the weights and every matrix between input and output."""
+
+    config: Config  # what ran
+    x: np.ndarray | None = None  # (T, D) generated embeddings; None for explicit Q, K, V
+    q: np.ndarray  # (T, D) projected queries
+    k: np.ndarray  # (T, G·d_k) projected keys
+    v: np.ndarray  # (T, G·d_k) projected values
+    concat: np.ndarray  # (T, D): the heads' outputs side by side, before W_O
+    W_O: np.ndarray  # (D, D), output = concat @ W_O + b_O
+    b_O: np.ndarray | None = None  # (D,) the output projection's bias (configs have none)
+
+    @property
+    def title(self) -> str:
+        return self.config.title
+
+    @property
+    def kv_heads(self) -> int:
+        return self.config.kv_heads or self.heads
+
+    @property
+    def d_k(self) -> int:
+        return self.config.d_k
+
+    @property
+    def wo_identity(self) -> bool:
+        return bool(np.array_equal(self.W_O, np.eye(len(self.W_O))))
+
+
+@dataclass(kw_only=True)
+class ModuleHeads(Heads):
+    """The user's module: only the weights (and output) its forward returned."""
+
+    label: str  # its name, call and what it was fed
+    call: str = ""
+    how: str = ""
+    averaged: bool = False  # it returned one (T, T) map averaged over its heads
+
+    @property
+    def title(self) -> str:
+        return self.label or "attention"
+
+
+@dataclass(kw_only=True)
+class ModelHeads(Heads):
+    """Every layer of a pretrained model on one sentence (`model_heads.model_heads`)."""
+
+    sentence: object  # the text through it (models.sentence)
+    words: bool = False  # word pieces grouped into words
+    hide_special: bool = False  # [CLS] and [SEP] left out
+
+    @property
+    def title(self) -> str:
+        return f"{self.sentence.model.name}: \"{self.sentence.text}\""
+
+    @property
+    def kv_heads(self) -> int:
+        return self.sentence.model.kv_heads or self.heads
+
+    @property
+    def whole(self) -> bool:
+        return self.picked is None
 
 
 def analyse(source: Run | Config) -> Heads:
@@ -106,8 +145,8 @@ def analyse(source: Run | Config) -> Heads:
     finally:
         hook.remove()
     numpy = lambda t: t[0].double().cpu().numpy()
-    return Heads(
-        "config", run.config.tokens, numpy(weights)[None],
+    return LectureHeads(
+        run.config.tokens, numpy(weights)[None],
         None if run.mask is None else run.mask.cpu().numpy(), numpy(output), config=run.config,
         x=None if run.x is None else numpy(run.x), q=numpy(qp), k=numpy(kp), v=numpy(vp),
         concat=numpy(captured["concat"]), W_O=module.W_o.weight.detach().double().cpu().T.numpy(),
@@ -196,7 +235,7 @@ class Walk(Shows):
         return self.view.tokens[self.position]
 
 
-def walk(view: Heads, position: int) -> Walk:
+def walk(view: LectureHeads, position: int) -> Walk:
     """One token through every head, each number computed by hand (numpy, float64).
 
     The tests check that these weights equal the module's own: the walk-through describes the
@@ -226,16 +265,6 @@ def walk(view: Heads, position: int) -> Walk:
     return Walk(view, i, sqrt_dk, heads, concat, output)
 
 
-@dataclass
-class Ablation(Shows):
-    view: Heads  # the full run
-    removed: list[int]  # 1-based head numbers
-    output: np.ndarray  # (T, D) with those heads' outputs zeroed before W_O
-    per_token: np.ndarray  # (T,) L2 distance of each token's output from the full output
-    total: float  # L2 norm of the whole difference
-    relative: float  # total / L2 norm of the full output
-
-
 def ablate_heads(run: Run, removed: list[int]) -> Ablation:
     """Run the module again with the given heads' contributions zeroed before W_O."""
     heads = run.sizes.heads
@@ -248,12 +277,8 @@ def ablate_heads(run: Run, removed: list[int]) -> Ablation:
     view = analyse(run)
     with heads_zeroed({run.module: [(None, h) for h in removed]}):
         output, _ = run.forward()
-    output = output[0].cpu().numpy()
-    diff = output - view.output
-    full_norm = float(np.linalg.norm(view.output))
-    total = float(np.linalg.norm(diff))
-    return Ablation(view, sorted(removed), output, np.linalg.norm(diff, axis=1), total,
-                    total / full_norm if full_norm else float("nan"))
+    return Ablation(view, view.tokens, [(1, h) for h in sorted(removed)], view.output,
+                    output[0].cpu().numpy())
 
 
 @dataclass
@@ -304,6 +329,6 @@ def module_heads(run: Run) -> Heads:
     w = w.reshape(-1, T, T) if w.ndim <= 3 else w[0]
     averaged = weights.dim() == 3 and weights.shape[0] == 1 and run.sizes.heads > 1
     out = output.detach().double().cpu().numpy().reshape(-1, T, output.shape[-1])[0]
-    return Heads("module", run.tokens, w[None], None if run.mask is None else run.mask.cpu().numpy(),
+    return ModuleHeads(run.tokens, w[None], None if run.mask is None else run.mask.cpu().numpy(),
                  out, label=run.label, call=run.call, how=run.how or "seeded embeddings, batch 1",
                  averaged=averaged)

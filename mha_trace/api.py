@@ -75,12 +75,12 @@ def explain(config=None, token: str | None = None, position: int | None = None, 
     """
     import mha_trace.render.explain  # noqa: F401 (registers how its records show)
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
-    from mha_trace.analysis import Heads, find_position, walk
+    from mha_trace.analysis import Heads, LectureHeads, find_position, walk
 
     if position is not None:
         position = _whole_numbers([position], "position", least=0)[0]
     view = config if isinstance(config, Heads) else heads(config, head=head, **options)
-    if view.kind != "config":
+    if not isinstance(view, LectureHeads):
         raise MhaError("explain walks the lecture's module (its heads' q, k and v); for your "
                        "module use heads(module=...)", quantity="module")
     return replace(walk(view, find_position(view.tokens, token, position)), only=head)
@@ -172,7 +172,7 @@ class Model:
     def heads(self, text: str | None = None, *, layer: int | None = None,
               head: str | None = None, words: bool = False, hide_special: bool = False):
         """Every head (an overview), one layer's (`layer=4`), or one (`head="4.2"`)."""
-        import mha_trace.render.heads  # noqa: F401 (registers how its records show)
+        import mha_trace.render.model  # noqa: F401 (registers how its records show)
         import mha_trace.render.page  # noqa: F401 (registers how its records show)
         from mha_trace.model_heads import model_heads
 
@@ -223,7 +223,7 @@ class Model:
     def ablate(self, text: str | None = None, *, heads=()):
         """The model's output with these heads ("4.2", ...) zeroed before W_O."""
         from mha_trace.models.guards import parse_head
-        import mha_trace.render.model  # noqa: F401 (registers how its records show)
+        import mha_trace.render.ablate  # noqa: F401 (registers how its records show)
         from mha_trace.model_analysis import ablate_model_heads
 
         removed = [parse_head(_head(h)) for h in ([heads] if isinstance(heads, str) else heads)]

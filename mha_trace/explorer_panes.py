@@ -117,7 +117,6 @@ def _head_map(s, view, h: int, small: bool) -> Group:
 def ablation(s) -> Group:
     """Which heads are off, and how far each token's output moved."""
     import mha_trace.render.ablate  # noqa: F401 (registers how its records show)
-    import mha_trace.render.model  # noqa: F401 (a model's ablation)
 
     marks = "  ".join(f"{h}:{'off' if h in s.off else 'on'}" for h in range(1, s.heads + 1))
     head = Text.assemble(("Heads ", "bold"), marks + "   ",

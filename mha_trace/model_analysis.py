@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from mha_trace.errors import MhaError
+from mha_trace.ablated import Ablation
 from mha_trace.records import Shows
 
 def check_heads(model, heads: list[tuple[int, int]]) -> None:
@@ -16,29 +17,6 @@ def check_heads(model, heads: list[tuple[int, int]]) -> None:
         if not 1 <= layer <= model.layers or not 1 <= head <= model.heads:
             raise MhaError(f"head {layer}.{head} is out of range ({model.name} has layers 1 to "
                            f"{model.layers} and heads 1 to {model.heads} in each)", quantity="head")
-
-
-@dataclass
-class ModelAblation(Shows):
-    sentence: object  # models.sentence.Sentence: the full run
-    removed: list  # [(layer, head)]
-    output: np.ndarray  # (T, D) final vectors with those heads zeroed before W_O
-    distance: np.ndarray  # (T,) L2 distance from the full model's final vectors
-    relative: np.ndarray  # (T,) distance / norm of the full vector
-    cosine: np.ndarray  # (T,) cosine similarity with the full vector
-    next_full: np.ndarray | None = None  # causal models: next-token probabilities, full model
-    next_ablated: np.ndarray | None = None  # ... and with the heads removed
-
-    @property
-    def top(self) -> int:
-        return int(np.argmax(self.next_full))
-
-    @property
-    def kl(self) -> float:
-        """KL(full ‖ ablated) of the next-token distributions, in nats."""
-        p, q = self.next_full, self.next_ablated
-        keep = p > 0
-        return float(np.sum(p[keep] * (np.log(p[keep]) - np.log(np.maximum(q[keep], 1e-45)))))
 
 
 def _run_with(model, ids, plan: dict, batch: int = 1, resume=None):
@@ -56,7 +34,7 @@ def next_token_probabilities(model, hidden: torch.Tensor) -> np.ndarray:
     return torch.softmax(model.logits(hidden).double(), dim=-1).cpu().numpy()
 
 
-def ablate_model_heads(sentence, removed: list[tuple[int, int]]) -> ModelAblation:
+def ablate_model_heads(sentence, removed: list[tuple[int, int]]) -> Ablation:
     """Run the model again with the given heads' slices of the concatenation zeroed before W_O."""
     model = sentence.model
     check_heads(model, removed)
@@ -65,15 +43,10 @@ def ablate_model_heads(sentence, removed: list[tuple[int, int]]) -> ModelAblatio
         plan.setdefault(layer, []).append((None, head))
     out = _run_with(model, sentence.ids, plan)
     full = sentence.output
-    ablated = out[0].cpu().numpy()
-    distance = np.linalg.norm(ablated - full, axis=1)
-    norms = np.linalg.norm(full, axis=1)
-    cosine = (ablated * full).sum(1) / (np.linalg.norm(ablated, axis=1) * norms)
-    result = ModelAblation(sentence, sorted(removed), ablated, distance, distance / norms, cosine)
-    if model.causal:
-        result.next_full = next_token_probabilities(model, torch.from_numpy(full)[None].to(model.device))[0]
-        result.next_ablated = next_token_probabilities(model, out)[0]
-    return result
+    nexts = (next_token_probabilities(model, torch.from_numpy(full)[None].to(model.device))[0],
+             next_token_probabilities(model, out)[0]) if model.causal else (None, None)
+    return Ablation(sentence, tuple(sentence.labels), sorted(removed), full,
+                    out[0].cpu().numpy(), *nexts)
 
 
 @dataclass

@@ -3,12 +3,12 @@ glance, one layer's tables, or one head; word pieces grouped into words; [CLS]/[
 
 import numpy as np
 
-from mha_trace.analysis import Heads
+from mha_trace.analysis import ModelHeads
 from mha_trace.errors import MhaError
 
 
 def model_heads(run, layer: int | None = None, head: str | None = None, words: bool = False,
-                hide_special: bool = False) -> Heads:
+                hide_special: bool = False) -> ModelHeads:
     """The heads of a model's run (`resolve` with a model): head "L.H", layer L, or all (the
     overview: `picked` is None)."""
     from mha_trace.models.guards import parse_head
@@ -34,11 +34,11 @@ def model_heads(run, layer: int | None = None, head: str | None = None, words: b
     else:
         picked = None
     mask = allowed(len(tokens), "causal") if s.model.causal else None
-    return Heads("model", tuple(tokens), weights, mask, picked=picked, sentence=s, words=words,
+    return ModelHeads(tuple(tokens), weights, mask, picked=picked, sentence=s, words=words,
                  hide_special=hide_special)
 
 
-def check_not_overview(view: Heads, overview: bool) -> None:
+def check_not_overview(view: ModelHeads, overview: bool) -> None:
     if overview and not view.whole:
         raise MhaError("--overview shows every head; it does not go with --layer or --head")
 

@@ -2,8 +2,8 @@
 
 A Session is one source of a run (a config, flags, or a pretrained model's sentence) plus what the
 lecturer has picked: the head count, the mask, a head, a token, the heads switched off, a layer.
-Every view it hands out is the record the CLI prints (ShapesReport, Heads, Walk, Ablation,
-ModelAblation), computed by the same functions, and cached until a choice that changes it.
+Every view it hands out is the record the CLI prints (ShapesReport, Heads, Walk, Ablation),
+computed by the same functions, and cached until a choice that changes it.
 """
 
 from dataclasses import dataclass, field, replace
@@ -199,7 +199,7 @@ class Session:
         return self._cached("walk", lambda: walk(self.view(), self.position))
 
     def ablation(self):
-        """The output with the switched-off heads removed (Ablation, or ModelAblation), or None."""
+        """The output with the switched-off heads removed (an Ablation, of a config or of a model), or None."""
         if not self.off:
             return None
 

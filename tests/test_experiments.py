@@ -70,11 +70,11 @@ def test_ablation_against_numpy():
         expected = concat @ view.W_O
         a = ablate_heads(from_config(c), [2])
         np.testing.assert_allclose(a.output, expected, atol=1e-12)
-        np.testing.assert_allclose(a.per_token, np.linalg.norm(expected - view.output, axis=1))
+        np.testing.assert_allclose(a.distance, np.linalg.norm(expected - view.output, axis=1))
         assert a.total == pytest.approx(np.linalg.norm(expected - view.output))
     both = ablate_heads(from_config(load_config()), [1, 2])
     np.testing.assert_allclose(both.output, 0.0)
-    assert both.relative == pytest.approx(1.0)
+    assert both.total_relative == pytest.approx(1.0)
 
 
 def test_permuted_wo_moves_head_outputs_across_dims():

@@ -65,9 +65,9 @@ def heads(
         from mha_trace.plots import save_heatmaps
 
         picked = [head - 1] if head else range(len(view.weights))
-        name = "averaged over heads" if view.averaged else "head {}"
-        shared = view.kind == "config" and view.kv_heads != view.heads
-        save_heatmaps(out.png, view.config.title if view.kind == "config" else view.label,
+        name = "averaged over heads" if getattr(view, "averaged", False) else "head {}"
+        shared = view.kv_heads != view.heads
+        save_heatmaps(out.png, view.title,
                       [(name.format(h + 1), view.tokens, view.tokens, view.weights[h], view.mask)
                        for h in picked], decimals, out.theme, top=out.scale,
                       groups=[view.kv_head_of(h) for h in picked] if shared else None)

@@ -18,7 +18,7 @@ def heads(o, head, overview, words, hide_special, decimals, out: Output):
     from mha_trace.files import write_atomic
     from mha_trace.model_heads import check_not_overview, model_heads
     from mha_trace.page import page
-    import mha_trace.render.heads  # noqa: F401 (registers how its records show)
+    import mha_trace.render.model  # noqa: F401 (registers how its records show)
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
     from mha_trace.resolve import resolve
 
@@ -104,6 +104,7 @@ def shapes(o, out: Output):
 def ablate(o, head, decimals, out: Output, rank: bool = False, top: int = 20):
     from mha_trace.models.guards import parse_head
     from mha_trace.model_analysis import ablate_model_heads as run_ablate
+    import mha_trace.render.ablate  # noqa: F401 (registers how its records show)
     import mha_trace.render.model  # noqa: F401 (registers how its records show)
     from mha_trace.resolve import resolve
 

@@ -3,7 +3,7 @@ lecture's module, the user's module, a pretrained model's layers)."""
 
 from rich.text import Text
 
-from mha_trace.analysis import Heads
+from mha_trace.analysis import LectureHeads, ModuleHeads
 from mha_trace.records import data, renderables
 
 from mha_trace.render.matrices import (matrix_table, rounded, weights_table, config_data,
@@ -11,26 +11,25 @@ from mha_trace.render.matrices import (matrix_table, rounded, weights_table, con
                                        sharing_table, side_by_side)
 
 
-@renderables.register(Heads)
+@renderables.register(LectureHeads)
 def _heads(view, width: int, decimals: int = 4, head: int | None = None, concat: bool = True,
            **_) -> list:
-    if view.kind == "model":
-        from mha_trace.render.model import model_heads_renderables
-
-        return model_heads_renderables(view, width, decimals)
-    if view.kind == "module":
-        return module_heads_renderables(view, decimals, head or view.only)
     return heads_renderables(view, decimals, head or view.only, concat)
 
 
-@data.register(Heads)
-def _heads_data(view, decimals: int = 4, head: int | None = None, **_) -> dict:
-    if view.kind == "model":
-        from mha_trace.render.model import model_heads_data
+@renderables.register(ModuleHeads)
+def _module_heads(view, width: int, decimals: int = 4, head: int | None = None, **_) -> list:
+    return module_heads_renderables(view, decimals, head or view.only)
 
-        return model_heads_data(view, decimals)
-    shown = module_heads_data if view.kind == "module" else heads_data
-    return shown(view, decimals, head or view.only)
+
+@data.register(LectureHeads)
+def _heads_data(view, decimals: int = 4, head: int | None = None, **_) -> dict:
+    return heads_data(view, decimals, head or view.only)
+
+
+@data.register(ModuleHeads)
+def _module_heads_data(view, decimals: int = 4, head: int | None = None, **_) -> dict:
+    return module_heads_data(view, decimals, head or view.only)
 
 
 def heads_renderables(view, decimals: int, only_head: int | None, concat: bool = True) -> list:

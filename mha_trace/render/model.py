@@ -16,7 +16,8 @@ from mha_trace.errors import MhaError
 from mha_trace.masks import allowed
 from mha_trace.render.matrices import fmt, legend, shade, weights_table
 from mha_trace.records import data, renderables
-from mha_trace.model_analysis import HeadRanking, ModelAblation, Prediction
+from mha_trace.analysis import ModelHeads
+from mha_trace.model_analysis import HeadRanking, Prediction
 
 _LEFT, _RIGHT = (0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80)  # braille dots by row
 
@@ -116,7 +117,8 @@ def head_tables(title: str, tokens, weights, picked: list, layer: int, decimals:
     return out
 
 
-def model_heads_renderables(view, width: int, decimals: int) -> list:
+@renderables.register(ModelHeads)
+def model_heads_renderables(view, width: int, decimals: int = 4, **_) -> list:
     """A model's `Heads`: the overview, one layer's tables or one head's."""
     s = view.sentence
     if view.whole:
@@ -130,7 +132,8 @@ def model_heads_renderables(view, width: int, decimals: int) -> list:
                        layer, decimals, view.words, s.model.causal)
 
 
-def model_heads_data(view, decimals: int) -> dict:
+@data.register(ModelHeads)
+def model_heads_data(view, decimals: int = 4, **_) -> dict:
     from mha_trace.render.matrices import head_entry, heads_json
 
     sentence, tokens, weights, words = view.sentence, view.tokens, view.layers, view.words
@@ -146,51 +149,6 @@ def model_heads_data(view, decimals: int) -> dict:
     return heads_json(source, settings, tokens, view.mask,
                       [head_entry(l, h, (h - 1) // group + 1, weights[l - 1, h - 1], decimals)
                        for l, h in picked], None, None, decimals)
-
-
-def ablation_renderables(a, decimals: int) -> list:
-    names = ", ".join(f"{l}.{h}" for l, h in a.removed)
-    out = [Text(f"{a.sentence.model.name}: \"{a.sentence.text}\" without head"
-                f"{'s' if len(a.removed) > 1 else ''} {names} (zeroed before W_O in "
-                f"{'their layers' if len(a.removed) > 1 else 'its layer'})", style="bold")]
-    from mha_trace.output import new_table
-
-    table = new_table("How far each token's final vector moved")
-    table.add_column("token", style="bold")
-    table.add_column("L2 distance", justify="right")
-    table.add_column("relative", justify="right")
-    table.add_column("cosine", justify="right")
-    for t, d, r, c in zip(a.sentence.labels, a.distance, a.relative, a.cosine):
-        table.add_row(t, fmt(d, decimals), f"{r:.1%}", fmt(c, decimals))
-    out.append(table)
-    if a.next_full is not None:
-        m, top = a.sentence.model, a.top
-        order = np.argsort(-a.next_ablated)[:5]
-        out.append(Text(f"Next token: {m.token_text(top)!r} {a.next_full[top]:.1%} with every head, "
-                        f"{a.next_ablated[top]:.1%} without (a change of "
-                        f"{100 * (a.next_ablated[top] - a.next_full[top]):+.1f} points); KL(full ‖ ablated) = "
-                        f"{a.kl:.4f} nats. Top 5 without: "
-                        + ", ".join(f"{m.token_text(int(i))!r} {a.next_ablated[i]:.1%}" for i in order)))
-    out.append(Text(f"Largest move: {a.sentence.labels[int(np.argmax(a.relative))]} "
-                    f"({float(np.max(a.relative)):.1%} of its vector's norm). Relative = L2 "
-                    f"distance ÷ the norm of the full model's vector; cosine 1 means the "
-                    f"direction is unchanged."))
-    return out
-
-
-def ablation_data(a, decimals: int) -> dict:
-    r = lambda xs: [float(x) for x in xs]  # JSON keeps full precision
-    data = {"command": "ablate", "model": a.sentence.model.name, "sentence": a.sentence.text,
-            "tokens": list(a.sentence.labels),
-            "removed": [{"layer": l, "head": h} for l, h in a.removed],
-            "l2_distance": r(a.distance), "relative": r(a.relative), "cosine": r(a.cosine),
-            "decimals": decimals}
-    if a.next_full is not None:
-        m = a.sentence.model
-        data["next_token"] = {"token": m.token_text(a.top), "id": a.top,
-                              "p_full": float(a.next_full[a.top]),
-                              "p_ablated": float(a.next_ablated[a.top]), "kl": a.kl}
-    return data
 
 
 def ranking_renderables(r, top: int) -> list:
@@ -257,16 +215,6 @@ def prediction_data(p) -> dict:
                     for t, q in p.top],
             "generated": [{"token": p.model.token_text(t), "id": t} for t in p.generated],
             "text": p.text + p.model.tokenizer.decode(p.generated) if p.generated else p.text}
-
-
-@renderables.register(ModelAblation)
-def _ablation(a, width: int, decimals: int = 4, **_) -> list:
-    return ablation_renderables(a, decimals)
-
-
-@data.register(ModelAblation)
-def _ablation_data(a, decimals: int = 4, **_) -> dict:
-    return ablation_data(a, decimals)
 
 
 @renderables.register(HeadRanking)

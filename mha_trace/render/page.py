@@ -29,7 +29,6 @@ MAX_WEIGHT_BYTES = 1_500_000  # a page stays under 2 MB: base64 adds a third
 @page_data.register(Heads)
 def heads_data(view) -> dict:
     """Every layer the view shows (a model's named layer alone), each head's weights."""
-    model = view.sentence.model if view.kind == "model" else None
     numbers = sorted({l for l, _ in view.picked}) if view.picked else list(range(1, len(view.layers) + 1))
     weights = view.layers[[n - 1 for n in numbers]]
     if weights.size * 2 > MAX_WEIGHT_BYTES:
@@ -37,24 +36,18 @@ def heads_data(view) -> dict:
                        f"({len(numbers)} layers × {weights.shape[1]} heads × {weights.shape[2]}² "
                        f"tokens); show one layer with --layer N, or a shorter sentence",
                        quantity="html")
-    return {"kind": "heads", "title": _title(view), "tokens": list(view.tokens),
+    return {"kind": "heads", "title": view.title, "tokens": list(view.tokens),
             "layer_numbers": numbers, "heads": int(weights.shape[1]),
-            "kv_heads": (model.kv_heads or view.heads) if model else view.kv_heads,
+            "kv_heads": view.kv_heads,
             "picked": [list(p) for p in view.picked] if view.picked else None,
             "weights": _weights(weights),
             "mask": None if view.mask is None else np.asarray(view.mask, dtype=int).tolist()}
 
 
-def _title(view) -> str:
-    if view.kind == "model":
-        return f"{view.sentence.model.name}: \"{view.sentence.text}\""
-    return view.config.title if view.config else view.label or "attention"
-
-
 @page_data.register(Walk)
 def walk_data(w) -> dict:
     view = w.view
-    return {"kind": "explain", "title": f"{_title(view)}: '{w.token}' through every head",
+    return {"kind": "explain", "title": f"{view.title}: '{w.token}' through every head",
             "token": w.token,
             "position": w.position, "tokens": list(view.tokens), "sqrt_dk": round(w.sqrt_dk, 4),
             "heads": [{"head": hw.head, "kv_head": hw.kv_head, "dims": list(hw.dims),

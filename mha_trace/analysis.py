@@ -1,6 +1,6 @@
 """Per-head weights, one token's walk-through, ablation and head-count comparison. Plain data.
 
-The numbers come from attention.MultiHeadAttention itself, run as `run.from_config` sets it up
+The numbers come from attention.MultiHeadAttention itself, run as `resolve` sets it up
 (float64; for an explicit config the projections are identities, so heads are column slices of Q,
 K, V), or from the user's module. The records are plain data; `mha_trace.render` finds each one's
 renderer by its type.
@@ -16,7 +16,7 @@ from mha_trace.config import Config
 from mha_trace.errors import MhaError
 from mha_trace.ablated import Ablation
 from mha_trace.records import Shows
-from mha_trace.run import Run, check_finite, from_config
+from mha_trace.run import Run, check_finite
 
 
 @dataclass
@@ -125,12 +125,11 @@ class ModelHeads(Heads):
         return self.picked is None
 
 
-def analyse(source: Run | Config) -> Heads:
+def analyse(run: Run) -> LectureHeads:
     """Every head's weights, the projections, the concatenation and the output of one run of
     the lecture's module."""
     from mha_trace.runtime import needs_values
 
-    run = from_config(source) if isinstance(source, Config) else source
     needs_values(run.device.type, "showing the weights")
     module, (q, k, v) = run.module, run.qkv
     captured = {}
@@ -288,7 +287,7 @@ class Comparison(Shows):
     views: list
 
 
-def compare(runs: list) -> list[Heads]:
+def analyse_splits(runs: list) -> list[Heads]:
     """The same Q, K, V (or the same seed) split into each head count: one run each
     (`resolve.resolve_splits`)."""
     return [analyse(run) for run in runs]
@@ -299,7 +298,7 @@ def distinct_rows(weights: np.ndarray, decimals: int = 4) -> int:
 
 
 def module_heads(run: Run) -> Heads:
-    """Run the user's module (`run.from_module`) and keep the weights it returns, per head."""
+    """Run the user's module (as `resolve` built it) and keep the weights it returns, per head."""
     from mha_trace import usermodule
     from mha_trace.returned import split_result
     from mha_trace.runtime import needs_values

@@ -98,11 +98,11 @@ def ablate(config=None, removed=(2,), **options):
 def compare(config=None, head_counts=(1, 2, 4), **options):
     """The same Q, K, V split into each head count (`mha-trace compare --heads 1,2,4`)."""
     import mha_trace.render.compare  # noqa: F401 (registers how its records show)
-    from mha_trace.analysis import Comparison, compare as run_compare
+    from mha_trace.analysis import Comparison, analyse_splits
     from mha_trace.resolve import resolve_splits
 
     counts, o = _whole_numbers(head_counts, "head_counts"), _options(options, config=config)
-    return Comparison(run_compare(resolve_splits(o, counts)))
+    return Comparison(analyse_splits(resolve_splits(o, counts)))
 
 
 def verify(module=None, *, map: str | None = None, mask_means: str = "any", **options):
@@ -113,19 +113,20 @@ def verify(module=None, *, map: str | None = None, mask_means: str = "any", **op
     True
     """
     import mha_trace.render.verify  # noqa: F401 (registers how its records show)
-    from mha_trace.references import verify as run_verify
+    from mha_trace.references import check_references
 
     o = _options(options, config=options.pop("config", None))
     if module is None:
         if o.config is not None:
-            return run_verify(resolve(o, "config"))
-        return run_verify(resolve(o, "sizes", alive=4, hint="verify on smaller sizes: the check "
+            return check_references(resolve(o, "config"))
+        return check_references(resolve(o, "sizes", alive=4, hint="verify on smaller sizes: the check "
                                   "does not depend on them"))
     from dataclasses import replace
 
-    from mha_trace.student import check
+    from mha_trace.resolve import resolve_student
+    from mha_trace.student import check_student
 
-    return check(replace(o, module=module), map, mask_means)
+    return check_student(resolve_student(replace(o, module=module)), map, mask_means)
 
 
 def cost(preset: str | None = None, **dims):
@@ -292,7 +293,7 @@ def train(task: str = "induction", *, resume=None, save: str | None = None, on_s
         from dataclasses import replace as changed
 
         spec = changed(before.spec, steps=spec.steps)
-    r = training.train(spec, on_step or (lambda loss: None), before)
+    r = training.run_training(spec, on_step or (lambda loss: None), before)
     if save is not None:
         training.save(r, os.fspath(save))
     return r

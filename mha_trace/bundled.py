@@ -47,7 +47,7 @@ def examples() -> list[Example]:
     return found
 
 
-def resolve(spec: str) -> str:
+def example_path(spec: str) -> str:
     """'example:l04' or 'example:l04:Class' -> 'path/to/l04_mha.py:Class'."""
     _, _, rest = spec.partition(":")
     name, _, cls = rest.partition(":")

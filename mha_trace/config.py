@@ -77,7 +77,7 @@ def bundled_names() -> list[str]:
     return sorted(p.stem for p in bundled_dir().glob("*.toml"))
 
 
-def resolve(name_or_path: str | None) -> Path:
+def config_path(name_or_path: str | None) -> Path:
     """A config's path: a file path, or a bare name (no folder) of a bundled config."""
     if name_or_path is None:
         return bundled_dir() / f"{DEFAULT}.toml"
@@ -97,7 +97,7 @@ MAX_CONFIG_BYTES = 10 * 2**20
 
 
 def load_config(name_or_path: str | None = None) -> Config:
-    path = resolve(name_or_path)
+    path = config_path(name_or_path)
     shown = printable(str(name_or_path)) if name_or_path else f"configs/{DEFAULT}.toml (default)"
     text = read_text(path, shown, "a .toml config file", MAX_CONFIG_BYTES)
     try:

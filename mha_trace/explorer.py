@@ -252,7 +252,7 @@ class Explorer(App):
             self.query_one("#cell", Static).update(text)
 
     def draw_token(self) -> None:
-        self.query_one("#walk", Static).update(panes.walk(self.session))
+        self.query_one("#walk", Static).update(panes.walk_pane(self.session))
 
     def draw_split(self) -> None:
         self.query_one("#maps", Static).update(panes.split(self.session, self.size.width))

@@ -64,7 +64,7 @@ def cell(s, i: int, j: int) -> str | None:
             + f"   (enter: walk '{view.tokens[i]}' in the token pane)")
 
 
-def walk(s) -> Group:
+def walk_pane(s) -> Group:
     """The picked token through the current head, as `explain` shows it."""
     import mha_trace.render.explain  # noqa: F401 (registers how its records show)
 

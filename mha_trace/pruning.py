@@ -103,7 +103,7 @@ def prune(model, corpus, on_step=lambda: None) -> Pruning:
     (`on_step()` after each batch of the ranking and each point of the curve)."""
     from mha_trace.speedups import batch_work
 
-    check(model)
+    check_prunable(model)
     with model.resident(), batch_work():
         scores = importance(model, corpus.sentences, on_step)
         ranked = np.argsort(scores, axis=None, kind="stable")
@@ -115,7 +115,7 @@ def prune(model, corpus, on_step=lambda: None) -> Pruning:
     return Pruning(model, corpus.name, tokens, scores, order, points)
 
 
-def check(model) -> None:
+def check_prunable(model) -> None:
     """Only a model trained to predict the next token has a next-token loss to prune by."""
     if not model.causal:
         raise MhaError(f"pruning measures the next-token loss, and {model.name} is an encoder "

@@ -185,7 +185,7 @@ def _numbers_on(device: str) -> None:
                        quantity="device")
 
 
-def verify(run: Run) -> VerifyReport:
+def check_references(run: Run) -> VerifyReport:
     """Run every reference on the run's module, inputs and mask."""
     _numbers_on(run.sizes.device)
     s, c = run.sizes, run.config

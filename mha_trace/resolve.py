@@ -253,6 +253,51 @@ def _module_run(o: RunOptions, on_config: bool):
                        tokens=c.tokens, config=c)
 
 
+@dataclass(frozen=True)
+class StudentRuns:
+    """The student's class as `verify --module` checks it: `at(sizes)` builds it at any sizes
+    (the check tries a second width, other batches and head counts); `sizes` are the first;
+    on an explicit config whose Q, K, V it takes, `on_config` is (its run, the lecture's run)."""
+
+    label: str
+    sizes: object  # run.Sizes
+    at: object  # Sizes -> Run
+    on_config: tuple | None = None
+    notes: tuple = ()
+
+
+def resolve_student(o: RunOptions) -> StudentRuns:
+    """The student's module (o.module) at the sizes the options give (64 wide, 4 heads, 6 tokens,
+    a batch of 2 when not given, float64) or on a config: its own Q, K, V when it is explicit and
+    the class takes three inputs, else the config's sizes, mask and seed."""
+    from mha_trace.run import Sizes, from_config, from_module, module_sizes_for_config
+
+    if o.window or o.impl not in (None, "explicit") or o.kv_heads:
+        raise MhaError("--window, --impl and --kv-heads check the built-in module; with --module "
+                       "give sizes (or --config), --mask, --rope and --seed", quantity="module")
+    at = functools.partial(from_module, o.module, init=o.init)
+    pick = lambda value, default: default if value is None else value
+    rope_base = pick(o.rope_base, 10000.0)
+    if o.config is None:
+        sizes = Sizes(batch=pick(o.batch, 2), seq=pick(o.seq, 6), d_model=pick(o.d_model, 64),
+                      heads=pick(o.heads, 4), mask=pick(o.mask, "none"), dtype="float64",
+                      seed=pick(o.seed, 0), rope=bool(o.rope), rope_base=rope_base)
+        return StudentRuns(o.module, sizes, at)
+    config, notes = config_of(replace(o, kv_heads=None, window=None)), ()
+    if config.explicit:
+        run = at(module_sizes_for_config(config, None, None), tokens=config.tokens, config=config)
+        if len(run.args) == 3:
+            return StudentRuns(run.label, None, at, (run, from_config(config)))
+        notes = ("it takes one input, so it was checked on seeded input at the config's sizes "
+                 "and mask, not on the config's Q, K, V",)
+    elif config.pad:
+        raise MhaError("a config's pad is not applied to your module by verify", quantity="config")
+    sizes = Sizes(batch=1, seq=len(config.tokens), d_model=config.d_model, heads=config.heads,
+                  mask=config.mask, dtype="float64", seed=config.seed, rope=config.rope,
+                  rope_base=config.rope_base if config.rope else 10000.0)
+    return StudentRuns(o.module, sizes, at, None, notes)
+
+
 def _model_run(o: RunOptions):
     """One layer of a pretrained model on its sentence (decoding: on the greedy continuation)."""
     from mha_trace.run import from_model, from_model_decode

@@ -1,6 +1,6 @@
 """The `shapes` analysis: trace one forward pass of a run and keep what it tells, as data.
 
->>> report = trace_run(from_sizes(Sizes(d_model=512, heads=8)))
+>>> report = trace_run(resolve(RunOptions(d_model=512, heads=8), "sizes"))
 >>> report.steps[3].shape, report.largest.op
 ((2, 8, 10, 64), 'matmul')
 """
@@ -99,7 +99,7 @@ def trace_run(run: Run) -> ShapesReport:
                 phases = run.phases or [("", run.args, run.kwargs)]
                 result = trace_phases(run.module, phases, watch=(run.source,))
         except ForwardFailed as failed:
-            return ShapesReport(run, failed.trace.steps, parameters(run.module),
+            return ShapesReport(run, failed.trace.steps, layer_parameters(run.module),
                                 failed.trace.failure)
     returned = ""
     if not run.builtin:
@@ -108,10 +108,10 @@ def trace_run(run: Run) -> ShapesReport:
         output, weights = split_result(result.output, run.args[0])
         returned = f"output {list(output.shape)}" + (
             f" and weights {list(weights.shape)}" if weights is not None else " (no weights)")
-    return ShapesReport(run, result.steps, parameters(run.module), None, returned)
+    return ShapesReport(run, result.steps, layer_parameters(run.module), None, returned)
 
 
-def parameters(module) -> dict:
+def layer_parameters(module) -> dict:
     """Parameter count per child layer (and the module's own, if any); for a NumPy class, the
     numbers in each of its array attributes (W_q, W_k, ...)."""
     if not hasattr(module, "named_children"):

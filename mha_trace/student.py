@@ -45,51 +45,25 @@ class StudentReport(Shows):
             self.weights_diff is None or self.weights_diff <= self.tolerance)
 
 
-def check(o, given_map: str | None = None, mask_means: str = "any") -> StudentReport:
-    """The student's class (o.module) against the lecture's module, at the sizes the run options
-    give (64 wide, 4 heads, 6 tokens, a batch of 2 when not given) or on a config."""
-    if o.window or o.impl not in (None, "explicit") or o.kv_heads:
-        raise MhaError("--window, --impl and --kv-heads check the built-in module; with --module "
-                       "give sizes (or --config), --mask, --rope and --seed", quantity="module")
+def check_student(runs, given_map: str | None = None, mask_means: str = "any") -> StudentReport:
+    """The student's class against the lecture's module: `runs` is what `resolve.resolve_student`
+    made of the options (the sizes, or a config)."""
     if mask_means not in MASK_WAYS:
         raise MhaError(f"'{mask_means}' is not one of {', '.join(MASK_WAYS)}",
                        quantity="mask-means")
-    if o.config is not None:
-        from mha_trace.config import load_config
-
-        config = load_config(o.config).with_overrides(o.heads, None, o.mask, o.pad, o.rope or None,
-                                               o.rope_base)
-        return check_on_config(o.module, config, o.init, given_map)
-    pick = lambda value, default: default if value is None else value
-    sizes = replace(o, d_model=pick(o.d_model, 64), heads=pick(o.heads, 4), seq=pick(o.seq, 6),
-                    batch=pick(o.batch, 2), mask=pick(o.mask, "none"), seed=pick(o.seed, 0))
-    return check_module(o.module, sizes.d_model, sizes.heads, sizes.seq, sizes.batch, sizes.mask,
-                        sizes.seed, o.init, given_map, pick(o.rope_base, 10000.0) if o.rope
-                        else None, mask_means)
+    if runs.on_config:
+        return check_on_config(*runs.on_config)
+    report = check_module(runs, given_map, mask_means)
+    report.notes += runs.notes
+    return report
 
 
-def check_on_config(spec: str, config, init: str | None, given_map: str | None) -> StudentReport:
-    """The student's module on a config: an explicit one's own Q, K, V go to both sides (the
-    reference with identity projections, as `heads --config` runs it); a generated one gives the
-    sizes, mask and seed."""
-    if not config.explicit:
-        if config.pad:
-            raise MhaError("a config's pad is not applied to your module by verify", quantity="config")
-        return check_module(spec, config.d_model, config.heads, len(config.tokens), 1, config.mask,
-                            config.seed, init, given_map, config.rope_base if config.rope else None)
-    from mha_trace.run import from_config, from_module, module_sizes_for_config
+def check_on_config(run, reference_run) -> StudentReport:
+    """The student's module on an explicit config's own Q, K, V, the lecture's module on the same
+    (with identity projections, as `heads --config` runs it)."""
     from mha_trace.returned import split_result
 
-    run = from_module(spec, module_sizes_for_config(config, None, None), init,
-                      tokens=config.tokens, config=config)
-    if len(run.args) != 3:  # one input x: the config's separate Q, K, V cannot be fed
-        report = check_module(spec, config.d_model, config.heads, len(config.tokens), 1,
-                              config.mask, config.seed, init, given_map,
-                              config.rope_base if config.rope else None)
-        report.notes.append("it takes one input, so it was checked on seeded input at the "
-                            "config's sizes and mask, not on the config's Q, K, V")
-        return report
-    reference_run = from_config(config)
+    config = reference_run.config
     if not run.numpy:
         run.module.double()
         run = replace(run, args=tuple(a.double() for a in run.args))
@@ -116,36 +90,29 @@ def trace_reference(reference, reference_run):
     return trace(reference, *reference_run.args, keep_values=True, **reference_run.kwargs)
 
 
-def check_module(spec: str, d_model: int, heads: int, seq: int, batch: int, mask_kind: str,
-                 seed: int, init: str | None, given_map: str | None,
-                 rope_base: float | None = None, mask_means: str = "any") -> StudentReport:
+def check_module(runs, given_map: str | None, mask_means: str = "any") -> StudentReport:
     """Build the student's module and the reference at the same sizes, share the weights, compare.
     A bare square weight matrix runs as x @ W and as x @ W.T: both are tried, and the one under
-    which more of the computation is right is reported. With `rope_base` the lecture's module
-    turns Q and K by RoPE at that base, as the student's should."""
-    from mha_trace.run import Sizes, from_module
-
-    sizes = Sizes(batch=batch, seq=seq, d_model=d_model, heads=heads, mask=mask_kind,
-                  dtype="float64", seed=seed, rope=rope_base is not None,
-                  rope_base=rope_base or 10000.0)
-    reports = _each_way(from_module(spec, sizes, init), sizes, given_map, mask_means)
+    which more of the computation is right is reported. With `sizes.rope` the lecture's module
+    turns Q and K by RoPE, as the student's should."""
+    sizes = runs.sizes
+    reports = _each_way(runs.at(sizes), sizes, given_map, mask_means)
     report = max(reports, key=lambda r: (r.passed, r.first_wrong.index if r.first_wrong else 1e9,
                                          -r.output_diff))
     if report.candidates:
-        _confirm_at_a_second_size(report, spec, sizes, init, given_map, mask_means)
+        _confirm_at_a_second_size(report, runs, given_map, mask_means)
     return report
 
 
-def _confirm_at_a_second_size(report, spec, sizes, init, given_map, mask_means) -> None:
+def _confirm_at_a_second_size(report, runs, given_map, mask_means) -> None:
     """Name a mistake only if it gives the student's numbers at twice the width too (d_k doubles,
     √d_model does not): one size can make two mistakes look the same."""
-    from mha_trace.run import from_module
-
+    sizes = runs.sizes
     d_k = sizes.d_model // sizes.heads
     second = replace(sizes, d_model=2 * sizes.d_model,
                      seq=2 * sizes.seq if sizes.seq == d_k else sizes.seq)
     try:
-        run = from_module(spec, second, init)
+        run = runs.at(second)
     except MhaError:  # --init fixes the width: one size is all there is
         report.notes.append(f"the diagnosis was seen at d_model={sizes.d_model} only (your "
                             f"--init fixes the sizes)")

@@ -285,7 +285,7 @@ def probe_batch(s: Spec):
     return x
 
 
-def train(s: Spec, on_step=lambda loss: None, resume: Training | None = None) -> Training:
+def run_training(s: Spec, on_step=lambda loss: None, resume: Training | None = None) -> Training:
     """Train from scratch (or on from `resume`'s last step) to `s.steps`; on_step(loss) each step."""
     s.check()
     torch.manual_seed(s.seed)

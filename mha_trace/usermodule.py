@@ -159,9 +159,9 @@ def load_class(spec) -> type:
         raise MhaError(f"expected a class or 'FILE.py:Class', got {type(spec).__name__} (pass the "
                        f"class, not an instance)", quantity="module")
     if spec.startswith("example:"):
-        from mha_trace.bundled import resolve
+        from mha_trace.bundled import example_path
 
-        spec = resolve(spec)
+        spec = example_path(spec)
     if ":" not in spec:
         raise MhaError(f"module {spec}: expected FILE.py:ClassName or package.module:ClassName", quantity="module")
     target, name = spec.rsplit(":", 1)

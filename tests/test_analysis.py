@@ -44,7 +44,7 @@ def test_random_explicit_configs_match_numpy(seed):
     D = heads * int(rng.integers(1, 4))
     mask = "causal" if seed % 2 else "none"
     c, Q, K, V, wo = explicit(T, D, heads, seed, W_O=seed % 3 == 0, mask=mask)
-    view = analyse(c)
+    view = analyse(from_config(c))
     m = np.tril(np.ones((T, T), bool)) if mask == "causal" else None
     weights, output = numpy_mha(Q, K, V, heads, wo, m)
     np.testing.assert_allclose(view.weights, weights, rtol=1e-12, atol=1e-12)
@@ -55,7 +55,7 @@ def test_random_explicit_configs_match_numpy(seed):
 
 def test_resplitting_the_chapter_example_into_4_heads():
     base = load_config()
-    view = analyse(base.with_overrides(heads=4))
+    view = analyse(from_config(base.with_overrides(heads=4)))
     Q, K, V = (np.array(m) for m in (base.Q, base.K, base.V))
     weights, output = numpy_mha(Q, K, V, 4)
     np.testing.assert_allclose(view.weights, weights, atol=1e-12)
@@ -78,18 +78,18 @@ def test_generated_configs_match_torch_multihead_attention(name):
     T = len(config.tokens)
     attn_mask = torch.ones(T, T, dtype=torch.bool).triu(1) if causal else None  # True = blocked
     ref_out, ref_w = ref(x, x, x, attn_mask=attn_mask, average_attn_weights=False)
-    view = analyse(config)
+    view = analyse(from_config(config))
     np.testing.assert_allclose(view.output, ref_out[0].detach().numpy(), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(view.weights, ref_w[0].detach().numpy(), rtol=1e-10, atol=1e-12)
 
 
 def test_generated_configs_are_deterministic():
-    a, b = analyse(load_config("chicken-road")), analyse(load_config("chicken-road"))
+    a, b = analyse(from_config(load_config("chicken-road"))), analyse(from_config(load_config("chicken-road")))
     np.testing.assert_array_equal(a.output, b.output)
     assert a.weights.shape == (8, 11, 11)
 
 
 def test_pad_masks_the_last_keys():
-    view = analyse(load_config().with_overrides(pad=2))
+    view = analyse(from_config(load_config().with_overrides(pad=2)))
     assert (view.weights[:, :, 3:] == 0).all()
     np.testing.assert_allclose(view.weights.sum(-1), 1.0)

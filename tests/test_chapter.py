@@ -11,6 +11,7 @@ import pytest
 
 from mha_trace.analysis import analyse, walk
 from mha_trace.config import load_config
+from mha_trace.run import from_config
 
 TOKENS = ["The", "cat", "sat", "on", "mat"]
 HEAD1 = [[0.1237, 0.2509, 0.2509, 0.1237, 0.2509],
@@ -48,7 +49,7 @@ TRACE = {
 
 @pytest.fixture(scope="module")
 def view():
-    return analyse(load_config())
+    return analyse(from_config(load_config()))
 
 
 def r4(a):

@@ -101,7 +101,7 @@ def test_every_help_example_runs(cli, name, example, tmp_path, monkeypatch):
         (tmp_path / "my.txt").write_text("The cat sat on the mat.\nWhere did you leave the keys?\n")
         from mha_trace import training
 
-        training.save(training.train(training.Spec.of("previous-token", steps=5, snapshots=2)),
+        training.save(training.run_training(training.Spec.of("previous-token", steps=5, snapshots=2)),
                       "run.pt")
     if "--prune" in example:  # the whole corpus takes 1.5 minutes: tests/test_pruning.py runs it small
         from mha_trace import corpus, pruning

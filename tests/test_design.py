@@ -50,3 +50,48 @@ def test_no_function_runs_past_fifty_lines():
                 if lines > 50 and (path.name, node.name) != ("attention.py", "forward"):
                     long.append(f"{path.relative_to(PACKAGE)}:{node.name} ({lines} lines)")
     assert long == []
+
+
+def _module_functions():
+    for path in PACKAGE.rglob("*.py"):
+        if "cli" not in path.relative_to(PACKAGE).parts:
+            yield path, [n for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)]
+
+
+def test_each_public_name_says_one_thing():
+    """No two public functions of the library share a name (the command line's functions are
+    named after its commands). `trace` is one interface: the tracer's, NumPy's twin and the API's
+    door to them."""
+    seen = {}
+    for path, functions in _module_functions():
+        for f in functions:
+            if not f.name.startswith("_"):
+                seen.setdefault(f.name, []).append(path.name)
+    shared = {name: sorted(where) for name, where in seen.items() if len(where) > 1}
+    assert shared == {"trace": ["api.py", "nptrace.py", "tracer.py"]}
+
+
+def test_only_the_resolver_builds_runs():
+    """One way in: run.py's builders are called by resolve.py alone."""
+    builders = {"from_sizes", "from_config", "from_module", "from_model", "from_model_decode"}
+    callers = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name in ("run.py", "resolve.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Name) and node.id in builders or \
+                    isinstance(node, ast.alias) and node.name in builders:
+                callers.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert callers == []
+
+
+def test_a_run_cannot_change_after_it_is_built():
+    import dataclasses
+
+    import pytest
+
+    from mha_trace.resolve import RunOptions, resolve
+
+    run = resolve(RunOptions(d_model=8, heads=2, seq=3, batch=1), "sizes")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.mask = None

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mha_trace.analysis import ablate_heads, analyse, compare
+from mha_trace.analysis import ablate_heads, analyse, analyse_splits
 from mha_trace.config import load_config
 from mha_trace.resolve import RunOptions, resolve_splits
 from mha_trace.run import from_config
@@ -32,21 +32,21 @@ def sdpa_heads(Q, K, V, heads, kv_heads=None, **kwargs):
 @pytest.mark.parametrize("heads,kv_heads", [(2, 1), (4, 2), (4, 1)])
 def test_gqa_and_mqa_heads_match_sdpa(heads, kv_heads):
     c, Q, K, V = chapter_qkv()
-    view = analyse(c.with_overrides(heads=heads, kv_heads=kv_heads))
+    view = analyse(from_config(c.with_overrides(heads=heads, kv_heads=kv_heads)))
     np.testing.assert_allclose(view.output, sdpa_heads(Q, K, V, heads, kv_heads), atol=1e-12)
     assert [view.kv_head_of(h) for h in range(heads)] == [h // (heads // kv_heads) for h in range(heads)]
 
 
 def test_causal_heads_match_sdpa_is_causal():
     c, Q, K, V = chapter_qkv()
-    view = analyse(c.with_overrides(mask="causal"))
+    view = analyse(from_config(c.with_overrides(mask="causal")))
     np.testing.assert_allclose(view.output, sdpa_heads(Q, K, V, 2, is_causal=True), atol=1e-12)
     assert np.all(np.triu(view.weights[0], 1) == 0)
 
 
 def test_padding_matches_sdpa_attn_mask():
     c, Q, K, V = chapter_qkv()
-    view = analyse(c.with_overrides(pad=2))
+    view = analyse(from_config(c.with_overrides(pad=2)))
     keep = torch.ones(5, 5, dtype=torch.bool)
     keep[:, 3:] = False
     np.testing.assert_allclose(view.output, sdpa_heads(Q, K, V, 2, attn_mask=keep), atol=1e-12)
@@ -54,9 +54,9 @@ def test_padding_matches_sdpa_attn_mask():
 
 def test_compare_against_numpy_per_head_count():
     c, Q, K, V = chapter_qkv()
-    for view in compare(resolve_splits(RunOptions(config=c), [1, 2, 4])):
+    for view in analyse_splits(resolve_splits(RunOptions(config=c), [1, 2, 4])):
         np.testing.assert_allclose(view.output, sdpa_heads(Q, K, V, view.heads), atol=1e-12)
-    single = compare(resolve_splits(RunOptions(config=c), [1]))[0]
+    single = analyse_splits(resolve_splits(RunOptions(config=c), [1]))[0]
     # the chapter's single-head numbers for "cat": 0.4026 to "The", 0.2442 to "sat", 0.0898 itself
     assert list(np.round(single.weights[0][1][:3], 4)) == [0.4026, 0.0898, 0.2442]
 
@@ -64,7 +64,7 @@ def test_compare_against_numpy_per_head_count():
 def test_ablation_against_numpy():
     for name in ("cat-sat-on-mat", "permuted-wo"):
         c = load_config(name)
-        view = analyse(c)
+        view = analyse(from_config(c))
         concat = view.concat.copy()
         concat[:, 2:4] = 0.0  # head 2 removed
         expected = concat @ view.W_O
@@ -78,7 +78,7 @@ def test_ablation_against_numpy():
 
 
 def test_permuted_wo_moves_head_outputs_across_dims():
-    view = analyse(load_config("permuted-wo"))
+    view = analyse(from_config(load_config("permuted-wo")))
     np.testing.assert_allclose(view.output[:, 0:2], view.concat[:, 2:4])
     np.testing.assert_allclose(view.output[:, 2:4], view.concat[:, 0:2])
     assert not view.wo_identity

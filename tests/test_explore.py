@@ -35,7 +35,7 @@ def test_session_resplits_masks_and_ablates_like_the_commands():
     assert s.view().weights.shape == (2, 5, 5)
     s.step_heads(1)  # 1, 2, 4: up from 2
     assert s.heads == 4
-    np.testing.assert_array_equal(s.view().weights, analyse(load_config().with_overrides(heads=4)).weights)
+    np.testing.assert_array_equal(s.view().weights, analyse(from_config(load_config().with_overrides(heads=4))).weights)
     s.cycle_mask()
     assert s.mask == "causal"
     assert np.array_equal(s.view().mask, np.tril(np.ones((5, 5), bool)))
@@ -158,7 +158,7 @@ def test_trace_pane_moves_row_by_row_with_source_and_notes():
 
 def test_heads_pane_shows_the_views_weights_and_follows_the_cursor():
     app = drive(["2", "]", "down", "right"])
-    view = analyse(load_config())
+    view = analyse(from_config(load_config()))
     assert app.session.head == 2
     # query 'cat', key 'cat': head 2's weight, as heads prints it
     assert _cell(app, 1, 1) == fmt(view.weights[1, 1, 1], 4)
@@ -170,7 +170,7 @@ def test_enter_on_a_cell_walks_that_query_in_the_token_pane():
     app = drive(["2", "down", "down", "enter"])
     assert app.active == "token"
     assert app.session.position == 2
-    expected = walk(analyse(load_config()), 2)
+    expected = walk(analyse(from_config(load_config())), 2)
     assert "the query 'sat' (position 2) through head 1" in app.texts["walk"]
     assert fmt(expected.heads[0].terms[2].weight, 4) in app.texts["walk"]
 
@@ -185,7 +185,7 @@ def test_plus_resplits_live_and_every_pane_follows():
     assert app.session.heads == 4
     assert "H=4  d_k=1" in app.texts["status"]
     assert "Head counts: 1  2  [4]" in app.texts["maps"]
-    rows = [analyse(load_config().with_overrides(heads=4)).weights[h] for h in range(4)]
+    rows = [analyse(from_config(load_config().with_overrides(heads=4))).weights[h] for h in range(4)]
     from mha_trace.analysis import distinct_rows
 
     assert ("distinct weight rows per head: " + ", ".join(str(distinct_rows(w)) for w in rows)
@@ -430,7 +430,7 @@ def test_a_trained_run_steps_through_its_saved_steps(tmp_path):
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
-    run = training.train(training.Spec.of("previous-token", steps=30, snapshots=4))
+    run = training.run_training(training.Spec.of("previous-token", steps=30, snapshots=4))
     torch.set_num_threads(before)
     path = tmp_path / "run.pt"
     training.save(run, str(path))
@@ -449,7 +449,7 @@ def test_every_pane_draws_in_a_fresh_process():
     on another test having imported one once failed on stage: 'no renderer is registered')."""
     code = ("from mha_trace.session import prepare; from mha_trace import explorer_panes as p; "
             "from rich.console import Console; s = prepare()(); s.off = {1}; c = Console(width=100); "
-            "[c.print(x) for x in (p.walk(s), p.split(s, 100), p.ablation(s), p.heads_title(s, s.view()), "
+            "[c.print(x) for x in (p.walk_pane(s), p.split(s, 100), p.ablation(s), p.heads_title(s, s.view()), "
             "*p.step(s, s.report().steps[3], False))]")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -921,7 +921,7 @@ def test_a_full_disk_halfway_through_a_picture_set_leaves_none(tmp_path, monkeyp
 def _saved_run(path: Path) -> Path:
     from mha_trace import training
 
-    training.save(training.train(training.Spec.of("previous-token", steps=2, snapshots=2)), str(path))
+    training.save(training.run_training(training.Spec.of("previous-token", steps=2, snapshots=2)), str(path))
     return path
 
 
@@ -975,7 +975,7 @@ def test_train_save_checks_the_folder_takes_a_file_before_training(cli, tmp_path
 
     from mha_trace import training
 
-    monkeypatch.setattr(training, "train", lambda *a, **k: pytest.fail("trained before checking"))
+    monkeypatch.setattr(training, "run_training", lambda *a, **k: pytest.fail("trained before checking"))
     real = tempfile.mkstemp
 
     def read_only(*args, dir=None, **kwargs):

@@ -289,8 +289,8 @@ def test_training_shows_its_loss_in_the_bar_and_says_up_front_when_it_is_long(cl
     assert "training (previous-token), loss " in drawn and "60/60" in drawn
     from mha_trace import training
 
-    real = training.train  # a long run is announced, then (here, a short stand-in) runs
-    monkeypatch.setattr(training, "train", lambda spec, *a: real(
+    real = training.run_training  # a long run is announced, then (here, a short stand-in) runs
+    monkeypatch.setattr(training, "run_training", lambda spec, *a: real(
         training.Spec.of("previous-token", steps=2, snapshots=2)))
     long = cli("train", "--steps", "20000", "--format", "json")
     minutes = training.Spec.of("induction", steps=20000).seconds / 60

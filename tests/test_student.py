@@ -9,6 +9,19 @@ import pytest
 S = "tests/student/student_bugs.py:"
 
 
+def student_runs(spec: str, **options):
+    """The student's module as verify --module resolves it."""
+    from mha_trace.resolve import RunOptions, resolve_student
+
+    return resolve_student(RunOptions(module=spec, **options))
+
+
+def check_module(runs, given_map):
+    from mha_trace.student import check_module
+
+    return check_module(runs, given_map)
+
+
 @pytest.mark.parametrize("spec,args", [
     ("tests/student/correct_renamed.py:Attention", ("--mask", "causal")),  # other names, permute
     ("tests/student/fused_qkv.py:FusedAttention", ()),  # one fused projection, no weights returned
@@ -272,9 +285,7 @@ def test_bare_matrices_map_by_map_or_say_what_was_found(cli, tmp_path):
 def test_a_diagnosis_holds_at_two_sizes(cli, cls, diagnosis):
     """At d_model = 64 and 8 heads, √d_model = d_k = 8: both mistakes give the same numbers, so
     the diagnosis is only named if it gives the student's numbers at twice the width too."""
-    from mha_trace.student import check_module
-
-    report = check_module(S + cls, 64, 8, 6, 2, "none", 0, None, None)
+    report = check_module(student_runs(S + cls, d_model=64, heads=8), None)
     assert not report.passed and set(report.candidates) == {"scaled by d_k instead of √d_k",
                                                             "scaled by √d_model instead of √d_k"}
     assert report.diagnosis == diagnosis
@@ -286,12 +297,10 @@ def test_a_diagnosis_holds_at_two_sizes(cli, cls, diagnosis):
 def test_a_diagnosis_seen_at_one_size_only_is_not_named(tmp_path):
     """A module whose mistake only looks like a known one at one width (it divides by 8 whatever
     the width) is not given that name."""
-    from mha_trace.student import check_module
-
     path = tmp_path / "eight.py"
     path.write_text(open(S[:-1]).read().replace('"no_scale": 1,', '"no_scale": 1, "eight": 8.0,')
                     + "\nclass Eight(Base): bug = 'eight'\n")
-    report = check_module(f"{path}:Eight", 64, 8, 6, 2, "none", 0, None, None)
+    report = check_module(student_runs(f"{path}:Eight", d_model=64, heads=8), None)
     assert report.candidates and report.diagnosis is None
     assert any("but not at 128, so none is named" in n for n in report.notes)
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from mha_trace import training
-from mha_trace.training import Spec, train
+from mha_trace.training import Spec, run_training
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -25,7 +25,7 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def induction_run():
-    return train(Spec.of("induction", steps=450))
+    return run_training(Spec.of("induction", steps=450))
 
 
 def test_induction_heads_form_in_layer_two_and_the_loss_falls_far_below_chance(induction_run):
@@ -47,7 +47,7 @@ def test_snapshots_are_log_spaced_and_dense_early():
 
 
 def test_a_previous_token_head_forms_on_its_task():
-    r = train(Spec.of("previous-token", steps=150))
+    r = run_training(Spec.of("previous-token", steps=150))
     assert r.snapshots[-1].scores["previous token"].min() > 0.6  # every head, a third of the way
     assert r.snapshots[-1].loss < 0.5 and r.snapshots[0].loss > r.chance
 
@@ -55,8 +55,8 @@ def test_a_previous_token_head_forms_on_its_task():
 def test_identical_heads_stay_identical_to_the_last_bit():
     """Exercise 3. What it costs on the difference task (700 steps: 2.66 nats against 1.73 for
     distinct heads) is the guide's two blocks of real output, checked by test_readme."""
-    same = train(Spec.of("difference", steps=200, identical_heads=True))
-    distinct = train(Spec.of("difference", steps=200))
+    same = run_training(Spec.of("difference", steps=200, identical_heads=True))
+    distinct = run_training(Spec.of("difference", steps=200))
     assert same.identical() and not distinct.identical()
     state = same.state["model"]
     d_k = same.spec.d_model // same.spec.heads
@@ -68,11 +68,11 @@ def test_identical_heads_stay_identical_to_the_last_bit():
 
 def test_resumed_training_equals_uninterrupted(tmp_path):
     spec = Spec.of("previous-token", steps=40, snapshots=5)
-    whole = train(spec)
-    half = train(Spec.of("previous-token", steps=20, snapshots=5))
+    whole = run_training(spec)
+    half = run_training(Spec.of("previous-token", steps=20, snapshots=5))
     path = tmp_path / "half.pt"
     training.save(half, str(path))
-    resumed = train(spec, resume=training.read_checkpoint(str(path)))
+    resumed = run_training(spec, resume=training.read_checkpoint(str(path)))
     assert resumed.losses == whole.losses
     for name, value in whole.state["model"].items():
         assert torch.equal(value, resumed.state["model"][name]), name
@@ -117,7 +117,7 @@ def test_the_command_saves_a_run_every_view_reads(cli, tmp_path):
 ])
 def test_bad_runs_get_one_line(cli, tmp_path, args, message):
     run, junk = tmp_path / "run.pt", tmp_path / "junk.pt"
-    training.save(train(Spec.of("previous-token", steps=4, snapshots=2)), str(run))
+    training.save(run_training(Spec.of("previous-token", steps=4, snapshots=2)), str(run))
     torch.save({"something": "else"}, junk)
     result = cli(*(a.format(run=run, junk=junk) for a in args))
     assert result.exit_code == 2 and result.stderr.startswith("Error: ")

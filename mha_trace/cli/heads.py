@@ -151,7 +151,7 @@ def compare(
 
     Example: mha-trace compare --heads 1,2,4
     """
-    from mha_trace.analysis import Comparison, compare as run_compare
+    from mha_trace.analysis import Comparison, analyse_splits
     import mha_trace.render.compare  # noqa: F401 (registers how its records show)
 
     if module:
@@ -163,7 +163,7 @@ def compare(
     counts = _int_list(heads, "heads")
     runs = resolve_splits(o, counts)
     c = runs[0].config
-    views = run_compare(runs)
+    views = analyse_splits(runs)
     if out.png:
         from mha_trace.plots import save_heatmaps
 

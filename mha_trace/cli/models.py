@@ -240,14 +240,14 @@ def prune(o, out: Output):
     from mha_trace import corpus
     from mha_trace.models import load_model
     from mha_trace.output import progress
-    from mha_trace.pruning import check, prune as run_prune, steps
+    from mha_trace.pruning import check_prunable, prune as run_prune, steps
     import mha_trace.render.pruning  # noqa: F401 (registers how its records show)
 
     if o.sentence is not None or o.layer is not None:
         raise MhaError("--prune runs on the bundled corpus, not on one sentence or layer",
                        quantity="prune")
     m = load_model(o.model, o.device or "cpu", o.max_tokens)
-    check(m)
+    check_prunable(m)
     c = corpus.bundled()
     if out.png:
         from mha_trace.files import check_outputs

@@ -70,7 +70,7 @@ def train(
         print(f"This run takes about {spec.seconds / 60:.0f} minutes on 2 cores.", file=sys.stderr)
     done = len(before.losses) if before else 0
     with progress(spec.steps - done, f"training ({spec.task})") as advance:
-        r = training.train(spec, lambda loss: advance(f"training ({spec.task}), loss {loss:.3f}"),
+        r = training.run_training(spec, lambda loss: advance(f"training ({spec.task}), loss {loss:.3f}"),
                            before)
     if save_to:
         training.save(r, save_to)

@@ -35,9 +35,10 @@ def verify(
 
     o = replace(o, config=config)
     if o.module:
-        from mha_trace.student import check
+        from mha_trace.resolve import resolve_student
+        from mha_trace.student import check_student
 
-        report = check(o, map_, mask_means)
+        report = check_student(resolve_student(o), map_, mask_means)
     else:
         report = _builtin(o, map_, mask_means)
     import mha_trace.render.verify  # noqa: F401 (registers how its records show)
@@ -54,13 +55,13 @@ SMALLER = "verify on smaller sizes: the check does not depend on them"
 
 def _builtin(o, map_: str | None, mask_means: str):
     """The built-in module against the references, at sizes from flags or on a config."""
-    from mha_trace.references import verify
+    from mha_trace.references import check_references
     from mha_trace.resolve import resolve
 
     if map_ or o.init or mask_means != "any":
         raise MhaError("--map, --mask-means and --init go with --module")
     if o.config is None:
-        return verify(resolve(o, "sizes", alive=4, hint=SMALLER))
+        return check_references(resolve(o, "sizes", alive=4, hint=SMALLER))
     fixed = [f for f, v in (("--batch", o.batch), ("--seq", o.seq), ("--d-model", o.d_model),
                             ("--seed", o.seed)) if v is not None]
     if fixed:
@@ -69,4 +70,4 @@ def _builtin(o, map_: str | None, mask_means: str):
     if o.impl != "explicit":
         raise MhaError("impl goes with sizes from flags (a config runs the explicit module)",
                        quantity="impl")
-    return verify(resolve(o, "config"))
+    return check_references(resolve(o, "config"))

@@ -27,7 +27,7 @@ MAX_WEIGHT_BYTES = 1_500_000  # a page stays under 2 MB: base64 adds a third
 
 
 @page_data.register(Heads)
-def heads_data(view) -> dict:
+def heads_page(view) -> dict:
     """Every layer the view shows (a model's named layer alone), each head's weights."""
     numbers = sorted({l for l, _ in view.picked}) if view.picked else list(range(1, len(view.layers) + 1))
     weights = view.layers[[n - 1 for n in numbers]]
@@ -45,7 +45,7 @@ def heads_data(view) -> dict:
 
 
 @page_data.register(Walk)
-def walk_data(w) -> dict:
+def walk_page(w) -> dict:
     view = w.view
     return {"kind": "explain", "title": f"{view.title}: '{w.token}' through every head",
             "token": w.token,
@@ -60,7 +60,7 @@ def walk_data(w) -> dict:
 
 
 @page_data.register(ShapesReport)
-def shapes_data(report) -> dict:
+def shapes_page(report) -> dict:
     source = report.run.source
     try:
         lines = Path(source).read_text("utf-8").splitlines()

@@ -64,7 +64,7 @@ def measure(args: list, keys: list) -> list[tuple[str, float, float]]:
 
 def main():
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-    from mha_trace.config import bundled_names
+    from mha_trace.runs.config import bundled_names
 
     exe = shutil.which("mha-trace")
     cli = [exe] if exe else [sys.executable, "-m", "mha_trace"]

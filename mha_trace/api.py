@@ -19,7 +19,7 @@ import os
 from dataclasses import replace
 
 from mha_trace.errors import MhaError
-from mha_trace.resolve import RunOptions, check_options, resolve
+from mha_trace.runs.resolve import RunOptions, check_options, resolve
 
 
 def trace(module, *args, **kwargs):
@@ -32,8 +32,8 @@ def trace(module, *args, **kwargs):
     """
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
     import mha_trace.render.shapes  # noqa: F401 (registers how its records show)
-    from mha_trace.resolve import from_call
-    from mha_trace.shapes import trace_run
+    from mha_trace.runs.resolve import from_call
+    from mha_trace.analyses.shapes import trace_run
 
     return trace_run(from_call(module, args, kwargs))
 
@@ -47,7 +47,7 @@ def trace_sizes(**options):
     """
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
     import mha_trace.render.shapes  # noqa: F401 (registers how its records show)
-    from mha_trace.shapes import trace_run
+    from mha_trace.analyses.shapes import trace_run
 
     return trace_run(resolve(_options(options), "sizes"))
 
@@ -61,7 +61,7 @@ def heads(config=None, *, head: int | None = None, **options):
     """
     import mha_trace.render.heads  # noqa: F401 (registers how its records show)
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
-    from mha_trace.analysis import run_heads
+    from mha_trace.analyses.analysis import run_heads
 
     return run_heads(resolve(_options(options, config=config)), head)
 
@@ -75,7 +75,7 @@ def explain(config=None, token: str | None = None, position: int | None = None, 
     """
     import mha_trace.render.explain  # noqa: F401 (registers how its records show)
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
-    from mha_trace.analysis import Heads, LectureHeads, find_position, walk
+    from mha_trace.analyses.analysis import Heads, LectureHeads, find_position, walk
 
     if position is not None:
         position = _whole_numbers([position], "position", least=0)[0]
@@ -89,7 +89,7 @@ def explain(config=None, token: str | None = None, position: int | None = None, 
 def ablate(config=None, removed=(2,), **options):
     """The output with the given heads (from 1) zeroed before W_O, and how far each token moved."""
     import mha_trace.render.ablate  # noqa: F401 (registers how its records show)
-    from mha_trace.analysis import ablate_heads as run_ablate
+    from mha_trace.analyses.analysis import ablate_heads as run_ablate
 
     o = _options(options, config=config)
     return run_ablate(resolve(o, "config"), _whole_numbers(removed, "removed"))
@@ -98,8 +98,8 @@ def ablate(config=None, removed=(2,), **options):
 def compare(config=None, head_counts=(1, 2, 4), **options):
     """The same Q, K, V split into each head count (`mha-trace compare --heads 1,2,4`)."""
     import mha_trace.render.compare  # noqa: F401 (registers how its records show)
-    from mha_trace.analysis import Comparison, analyse_splits
-    from mha_trace.resolve import resolve_splits
+    from mha_trace.analyses.analysis import Comparison, analyse_splits
+    from mha_trace.runs.resolve import resolve_splits
 
     counts, o = _whole_numbers(head_counts, "head_counts"), _options(options, config=config)
     return Comparison(analyse_splits(resolve_splits(o, counts)))
@@ -113,7 +113,7 @@ def verify(module=None, *, map: str | None = None, mask_means: str = "any", **op
     True
     """
     import mha_trace.render.verify  # noqa: F401 (registers how its records show)
-    from mha_trace.references import check_references
+    from mha_trace.analyses.references import check_references
 
     o = _options(options, config=options.pop("config", None))
     if module is None:
@@ -123,8 +123,8 @@ def verify(module=None, *, map: str | None = None, mask_means: str = "any", **op
                                   "does not depend on them"))
     from dataclasses import replace
 
-    from mha_trace.resolve import resolve_student
-    from mha_trace.student import check_student
+    from mha_trace.runs.resolve import resolve_student
+    from mha_trace.analyses.student import check_student
 
     return check_student(resolve_student(replace(o, module=module)), map, mask_means)
 
@@ -136,7 +136,7 @@ def cost(preset: str | None = None, **dims):
     True
     """
     import mha_trace.render.cost  # noqa: F401 (registers how its records show)
-    from mha_trace.costs import cost_report
+    from mha_trace.core.costs import cost_report
 
     return cost_report(preset, **dims)
 
@@ -175,7 +175,7 @@ class Model:
         """Every head (an overview), one layer's (`layer=4`), or one (`head="4.2"`)."""
         import mha_trace.render.model  # noqa: F401 (registers how its records show)
         import mha_trace.render.page  # noqa: F401 (registers how its records show)
-        from mha_trace.model_heads import model_heads
+        from mha_trace.analyses.model_heads import model_heads
 
         return model_heads(self.run(text), layer, _head(head), words, hide_special)
 
@@ -184,7 +184,7 @@ class Model:
         """One token through a layer's heads (`head="6.12"` picks the layer and the head)."""
         import mha_trace.render.explain  # noqa: F401 (registers how its records show)
         import mha_trace.render.page  # noqa: F401 (registers how its records show)
-        from mha_trace.model_heads import head_in_layer, model_walk
+        from mha_trace.analyses.model_heads import head_in_layer, model_walk
 
         layer, only = head_in_layer(layer, _head(head))
         return replace(model_walk(self.run(text, layer), only, token, position), only=only)
@@ -193,7 +193,7 @@ class Model:
         """One layer's attention on the text's hidden states, traced op by op."""
         import mha_trace.render.page  # noqa: F401 (registers how its records show)
         import mha_trace.render.shapes  # noqa: F401 (registers how its records show)
-        from mha_trace.shapes import trace_run
+        from mha_trace.analyses.shapes import trace_run
 
         return trace_run(self.run(text, layer))
 
@@ -201,9 +201,9 @@ class Model:
                targets=None):
         """Which layer.head does what, over the bundled corpus (default), one text, or
         `sentences`: a list of texts or the path of a file with one a line."""
-        from mha_trace import corpus
+        from mha_trace.models import corpus
         import mha_trace.render.survey  # noqa: F401 (registers how its records show)
-        from mha_trace.model_analysis import survey
+        from mha_trace.analyses.model_analysis import survey
 
         if text is not None and sentences is not None:
             raise MhaError("give a text or sentences, not both", quantity="sentences")
@@ -225,7 +225,7 @@ class Model:
         """The model's output with these heads ("4.2", ...) zeroed before W_O."""
         from mha_trace.models.guards import parse_head
         import mha_trace.render.ablate  # noqa: F401 (registers how its records show)
-        from mha_trace.model_analysis import ablate_model_heads
+        from mha_trace.analyses.model_analysis import ablate_model_heads
 
         removed = [parse_head(_head(h)) for h in ([heads] if isinstance(heads, str) else heads)]
         if not removed:
@@ -236,14 +236,14 @@ class Model:
     def rank(self, text: str | None = None):
         """Every head removed on its own, ranked by how far the output moves."""
         import mha_trace.render.model  # noqa: F401 (registers how its records show)
-        from mha_trace.model_analysis import rank_heads
+        from mha_trace.analyses.model_analysis import rank_heads
 
         return rank_heads(self.run(text).sentence)
 
     def predict(self, text: str = "The capital of France is", top: int = 10, generate: int = 0):
         """A causal model's next-token distribution (and `generate` greedy tokens)."""
         import mha_trace.render.model  # noqa: F401 (registers how its records show)
-        from mha_trace.model_analysis import predict
+        from mha_trace.analyses.model_analysis import predict
 
         return predict(self.model, _text(text), _whole_numbers([top], "top")[0],
                        _whole_numbers([generate], "generate", least=0)[0])
@@ -271,14 +271,14 @@ def train(task: str = "induction", *, resume=None, save: str | None = None, on_s
     identical_heads, snapshots. `resume` a saved path or a record; `save` a path for the run
     (then `mha_trace.model("run.pt")` is a model every view reads)."""
     import mha_trace.render.training  # noqa: F401 (registers how its records show)
-    from mha_trace import training
+    from mha_trace.models import training
 
     known = set(training.Spec.__dataclass_fields__) - {"task"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise MhaError(f"train has no option {unknown[0]!r} (it has {', '.join(sorted(known))})",
                        quantity=unknown[0])
-    from mha_trace.files import check_outputs
+    from mha_trace.io.files import check_outputs
 
     if not (resume is None or isinstance(resume, (str, os.PathLike, training.Training))):
         raise MhaError(f"resume={resume!r} is not a saved run's path or a run mha_trace.train "

@@ -13,9 +13,9 @@ from rich.console import Console
 from rich.text import Text
 
 from mha_trace.errors import MhaError
-from mha_trace.notebook_html import WIDE, to_html
-from mha_trace.output import PLAIN_WIDTH, titled_parts, to_json
-from mha_trace.page import in_notebook
+from mha_trace.io.notebook_html import WIDE, to_html
+from mha_trace.io.output import PLAIN_WIDTH, titled_parts, to_json
+from mha_trace.io.page import in_notebook
 
 
 @singledispatch

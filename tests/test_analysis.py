@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from mha_trace.analysis import analyse, walk
-from mha_trace.config import Config, load_config
-from mha_trace.run import from_config
+from mha_trace.analyses.analysis import analyse, walk
+from mha_trace.runs.config import Config, load_config
+from mha_trace.runs.run import from_config
 
 
 def numpy_mha(Q, K, V, heads, W_O=None, mask=None):

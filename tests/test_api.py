@@ -48,7 +48,7 @@ def test_shapes_equals_the_command(cli):
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_trace_runs_every_example(path):
-    from mha_trace.run import Sizes, from_module
+    from mha_trace.runs.run import Sizes, from_module
 
     name = "CausalSelfAttention" if path.name == "nanogpt_attention.py" else "MultiHeadAttention"
     run = from_module(f"{path}:{name}", Sizes(batch=1, seq=5, d_model=64, heads=4))
@@ -83,7 +83,7 @@ def test_explain_and_compare_and_ablate_match_the_cli(cli):
 
 
 def test_heads_takes_overrides_and_config_objects():
-    from mha_trace.config import load_config
+    from mha_trace.runs.config import load_config
 
     assert mha_trace.heads(load_config("chicken-road"), heads=2).weights.shape == (2, 11, 11)
     with pytest.raises(mha_trace.errors.MhaError, match="heads=3"):

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mha_trace.attention import MultiHeadAttention
+from mha_trace.core.attention import MultiHeadAttention
 
 
 def reference(m: MultiHeadAttention, x, attn_mask=None):

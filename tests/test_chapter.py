@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from mha_trace.analysis import analyse, walk
-from mha_trace.config import load_config
-from mha_trace.run import from_config
+from mha_trace.analyses.analysis import analyse, walk
+from mha_trace.runs.config import load_config
+from mha_trace.runs.run import from_config
 
 TOKENS = ["The", "cat", "sat", "on", "mat"]
 HEAD1 = [[0.1237, 0.2509, 0.2509, 0.1237, 0.2509],

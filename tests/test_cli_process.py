@@ -76,7 +76,7 @@ def test_debug_works_wherever_it_stands(where):
 
 
 def test_meta_trace_imports_neither_sympy_nor_dynamo_and_leaves_no_stand_ins():
-    code = ("import sys; from mha_trace.run import Sizes, from_sizes; from mha_trace.shapes import "
+    code = ("import sys; from mha_trace.runs.run import Sizes, from_sizes; from mha_trace.analyses.shapes import "
             "trace_run; r = trace_run(from_sizes(Sizes(batch=1, seq=64, d_model=96, heads=8, "
             "kv_heads=2, mask='causal', pad=3, device='meta'))); "
             "print(sorted(n for n in ('sympy', 'torch._dynamo', "
@@ -99,13 +99,14 @@ def test_every_help_example_runs(cli, name, example, tmp_path, monkeypatch):
     if any(f in example for f in ("my.txt", "--png", "run.pt")):  # the user's files, or written
         monkeypatch.chdir(tmp_path)
         (tmp_path / "my.txt").write_text("The cat sat on the mat.\nWhere did you leave the keys?\n")
-        from mha_trace import training
+        from mha_trace.models import training
 
         training.save(training.run_training(training.Spec.of("previous-token", steps=5, snapshots=2)),
                       "run.pt")
     if "--prune" in example:  # the whole corpus takes 1.5 minutes: tests/test_pruning.py runs it small
-        from mha_trace import corpus, pruning
+        from mha_trace.models import corpus
 
+        from mha_trace.analyses import pruning
         monkeypatch.setattr(corpus, "bundled", lambda: corpus.Corpus("2 sentences", [
             "The cat sat on the mat.", "Where did you leave the keys?"]))
         monkeypatch.setattr(pruning, "FRACTIONS", (0, 1))

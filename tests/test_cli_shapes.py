@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from mha_trace.costs import Dims, parameters, peak_bytes
+from mha_trace.core.costs import Dims, parameters, peak_bytes
 
 
 def test_default_table_matches_golden(cli, golden):
@@ -132,7 +132,7 @@ def test_shapes_on_a_config_with_and_without_a_module(cli):
     traced through the lecture's module or a student's NumPy class."""
     import json
 
-    from mha_trace.config import load_config
+    from mha_trace.runs.config import load_config
 
     c = load_config("chicken-road")
     data = json.loads(cli("shapes", "--config", "chicken-road", "--heads", "4", "--format", "json").stdout)

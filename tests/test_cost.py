@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from mha_trace.attention import MultiHeadAttention
-from mha_trace.costs import Dims, cost_rows, load_preset, preset_names
+from mha_trace.core.attention import MultiHeadAttention
+from mha_trace.core.costs import Dims, cost_rows, load_preset, preset_names
 
 PRESETS = preset_names()
 
@@ -118,8 +118,8 @@ def test_cost_bad_input(cli, args, message):
 def test_a_sliding_window_keeps_its_band_of_scores_counted_by_hand(T, W):
     """Query i sees min(i + 1, W) keys: the band the window keeps, counted against the mask
     itself; W ≥ T is the causal triangle."""
-    from mha_trace.costs import band
-    from mha_trace.masks import allowed
+    from mha_trace.core.costs import band
+    from mha_trace.core.masks import allowed
 
     assert band(T, W) == sum(min(i + 1, W) for i in range(T))
     if T <= 50:

@@ -7,10 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mha_trace.analysis import ablate_heads, analyse, analyse_splits
-from mha_trace.config import load_config
-from mha_trace.resolve import RunOptions, resolve_splits
-from mha_trace.run import from_config
+from mha_trace.analyses.analysis import ablate_heads, analyse, analyse_splits
+from mha_trace.runs.config import load_config
+from mha_trace.runs.resolve import RunOptions, resolve_splits
+from mha_trace.runs.run import from_config
 
 
 def chapter_qkv():

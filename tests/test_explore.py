@@ -18,12 +18,12 @@ import time
 import numpy as np
 import pytest
 
-from mha_trace.analysis import ablate_heads, analyse, walk
-from mha_trace.config import load_config
-from mha_trace.run import from_config
+from mha_trace.analyses.analysis import ablate_heads, analyse, walk
+from mha_trace.runs.config import load_config
+from mha_trace.runs.run import from_config
 from mha_trace.errors import MhaError
 from mha_trace.render.matrices import fmt
-from mha_trace.session import open_session, prepare
+from mha_trace.explorer.session import open_session, prepare
 from snapshots import screen
 
 ANSI = re.compile(r"\x1b\[[0-9;?<>=]*[A-Za-z~]|\x1b[()][A-Z0-9]|\x1b[=>]")
@@ -84,7 +84,7 @@ def test_bad_options_are_refused_before_any_screen(options, message):
 
 
 def test_prepare_for_a_config_imports_neither_torch_nor_textual():
-    code = ("import sys; from mha_trace.session import prepare; prepare(config='chicken-road', "
+    code = ("import sys; from mha_trace.explorer.session import prepare; prepare(config='chicken-road', "
             "mask='causal', heads=4) and None; print('torch' in sys.modules, 'textual' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["False", "False"]
@@ -117,7 +117,7 @@ def drive(keys=(), snapshot=None, **options):
 def with_app(body, open_session=None, theme="dark", pane="trace"):
     """Run `await body(app, pilot)` in the explorer (80×24) once its session is open; returns
     (app, what body returned)."""
-    from mha_trace.explorer import Explorer
+    from mha_trace.explorer.app import Explorer
 
     async def run():
         app = Explorer(open_session or prepare(), theme, pane)
@@ -186,7 +186,7 @@ def test_plus_resplits_live_and_every_pane_follows():
     assert "H=4  d_k=1" in app.texts["status"]
     assert "Head counts: 1  2  [4]" in app.texts["maps"]
     rows = [analyse(from_config(load_config().with_overrides(heads=4))).weights[h] for h in range(4)]
-    from mha_trace.analysis import distinct_rows
+    from mha_trace.analyses.analysis import distinct_rows
 
     assert ("distinct weight rows per head: " + ", ".join(str(distinct_rows(w)) for w in rows)
             in re.sub(r"\s+", " ", app.texts["maps"]))
@@ -215,7 +215,7 @@ def test_space_switches_a_head_off_and_the_output_moves():
 
 
 def test_help_and_quit():
-    from mha_trace.explorer import Help
+    from mha_trace.explorer.app import Help
 
     async def body(app, pilot):
         await pilot.press("question_mark")
@@ -267,7 +267,7 @@ def test_a_models_split_and_mask_are_fixed_and_say_so():
 
 
 def test_a_bug_in_a_pane_is_a_notice_and_the_explorer_goes_on(monkeypatch):
-    from mha_trace.explorer import Explorer
+    from mha_trace.explorer.app import Explorer
 
     monkeypatch.setattr(Explorer, "draw_split", lambda self: 1 / 0)
     said = []
@@ -426,7 +426,7 @@ def test_a_trained_run_steps_through_its_saved_steps(tmp_path):
     """, and . move between a run's snapshots: the heads pane shows that step's weights."""
     import torch
 
-    from mha_trace import training
+    from mha_trace.models import training
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -447,7 +447,7 @@ def test_a_trained_run_steps_through_its_saved_steps(tmp_path):
 def test_every_pane_draws_in_a_fresh_process():
     """Each pane's records are shown by renderers the explorer imports itself (a pane that relied
     on another test having imported one once failed on stage: 'no renderer is registered')."""
-    code = ("from mha_trace.session import prepare; from mha_trace import explorer_panes as p; "
+    code = ("from mha_trace.explorer.session import prepare; from mha_trace.explorer import panes as p; "
             "from rich.console import Console; s = prepare()(); s.off = {1}; c = Console(width=100); "
             "[c.print(x) for x in (p.walk_pane(s), p.split(s, 100), p.ablation(s), p.heads_title(s, s.view()), "
             "*p.step(s, s.report().steps[3], False))]")

@@ -91,7 +91,7 @@ def test_size_bounds_are_named(cli, args, message):
 
 
 def test_divisors_of_large_numbers():
-    from mha_trace.validate import divisors
+    from mha_trace.core.validate import divisors
 
     assert divisors(2**31 - 1) == [1, 2**31 - 1]  # a prime: √n steps, not n
     assert divisors(10**12 + 1) == [1, 73, 137, 10001, 99990001, 7299270073, 13698630137, 10**12 + 1]
@@ -406,7 +406,7 @@ def test_ctrl_c_prints_one_line_and_exits_130(odd, tmp_path):
 
 @pytest.mark.parametrize("version", ["v1", "v2"])
 def test_cgroup_limits_are_read(tmp_path, monkeypatch, version):
-    from mha_trace import runtime
+    from mha_trace.core import runtime
 
     files = {"v2": {"memory.max": "1000000", "memory.current": "400000"},
              "v1": {"memory/memory.limit_in_bytes": "2000000", "memory/memory.usage_in_bytes": "500000"}}
@@ -534,8 +534,8 @@ def test_numpy_reference_gives_a_query_with_no_key_no_weight():
     import numpy as np
     import torch
 
-    from mha_trace.attention import MultiHeadAttention
-    from mha_trace.references import numpy_reference
+    from mha_trace.core.attention import MultiHeadAttention
+    from mha_trace.analyses.references import numpy_reference
 
     torch.manual_seed(0)
     module = MultiHeadAttention(8, 2).double()
@@ -791,7 +791,7 @@ USER_CODE = {
                                               "ValueError: no"),
 }
 MODULE = """import os, threading, time
-from mha_trace.attention import MultiHeadAttention
+from mha_trace.core.attention import MultiHeadAttention
 print("hello at import")
 class Mine(MultiHeadAttention):
     def forward(self, x, mask=None):
@@ -843,7 +843,7 @@ def test_patched_torch_functions_never_reach_the_reference(cli, tmp_path, target
     before = (torch.softmax, torch.matmul, torch.nn.functional.linear, torch.Tensor.transpose)
     patch = f"{target} = {PATCHES[target]}"
     path = tmp_path / f"patch_{where}.py"
-    path.write_text("import torch\nfrom mha_trace.attention import MultiHeadAttention\n"
+    path.write_text("import torch\nfrom mha_trace.core.attention import MultiHeadAttention\n"
                     + (patch + "\n" if where == "import" else "")
                     + "class Mine(MultiHeadAttention):\n    def __init__(self, d_model=64, heads=8):\n"
                     + "        super().__init__(d_model, heads)\n"
@@ -859,7 +859,7 @@ def test_patched_torch_functions_never_reach_the_reference(cli, tmp_path, target
                                       "out.transpose(0, 1)"])
 def test_an_output_of_the_wrong_shape_is_wrong_whatever_its_values(cli, tmp_path, returned):
     path = tmp_path / "shape.py"
-    path.write_text("from mha_trace.attention import MultiHeadAttention\n"
+    path.write_text("from mha_trace.core.attention import MultiHeadAttention\n"
                     "class Mine(MultiHeadAttention):\n    def __init__(self, d_model=64, heads=8):\n"
                     "        super().__init__(d_model, heads)\n"
                     "    def forward(self, x, mask=None):\n"
@@ -898,7 +898,9 @@ def test_a_failed_trace_leaves_no_picture(cli, tmp_path):
 def test_a_full_disk_halfway_through_a_picture_set_leaves_none(tmp_path, monkeypatch):
     import numpy as np
 
-    from mha_trace import files, plots
+    from mha_trace.io import files
+
+    from mha_trace.render import plots
     from mha_trace.errors import MhaError
 
     real, calls = files.write_atomic, []
@@ -919,7 +921,7 @@ def test_a_full_disk_halfway_through_a_picture_set_leaves_none(tmp_path, monkeyp
 # 12. what train --save may replace --------------------------------------------------------------
 
 def _saved_run(path: Path) -> Path:
-    from mha_trace import training
+    from mha_trace.models import training
 
     training.save(training.run_training(training.Spec.of("previous-token", steps=2, snapshots=2)), str(path))
     return path
@@ -951,7 +953,7 @@ def test_train_save_never_touches_dev_null(cli):
     check_clean(result, {2})
     assert os.path.exists("/dev/null") and not Path("/dev/null").is_file()
     from mha_trace.errors import MhaError
-    from mha_trace.files import write_atomic
+    from mha_trace.io.files import write_atomic
 
     with pytest.raises(MhaError, match="is not a regular file"):  # the writer refuses it too
         write_atomic("/dev/null", b"checkpoint", "save")
@@ -973,7 +975,7 @@ def test_train_save_checks_the_folder_takes_a_file_before_training(cli, tmp_path
     """A folder that takes no new file (a read-only disk): exit 1 at once, not after the run."""
     import tempfile
 
-    from mha_trace import training
+    from mha_trace.models import training
 
     monkeypatch.setattr(training, "run_training", lambda *a, **k: pytest.fail("trained before checking"))
     real = tempfile.mkstemp
@@ -1110,7 +1112,7 @@ def test_a_narrow_screen_and_a_long_decode_are_refused_with_sense(cli, tmp_path,
 
 
 def test_max_tokens_lifts_the_token_limit_never_the_memory_guard(cli, monkeypatch):
-    from mha_trace import runtime
+    from mha_trace.core import runtime
 
     monkeypatch.setattr(runtime, "available_bytes", lambda device: 100 * 2 ** 20)
     result = cli("heads", "--model", "smollm2", "--max-tokens", "400", "--sentence", "word " * 300)

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from mha_trace.masks import allowed
-from mha_trace.run import make_mask
+from mha_trace.core.masks import allowed
+from mha_trace.runs.run import make_mask
 
 
 @pytest.mark.parametrize("T", [1, 4, 7])

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 import torch
 
-from mha_trace.analysis import analyse, walk
+from mha_trace.analyses.analysis import analyse, walk
 from mha_trace.errors import MhaError
 from mha_trace.models import minilm
-from mha_trace import corpus
-from mha_trace.model_analysis import ablate_model_heads, survey
-from mha_trace.model_heads import word_weights
+from mha_trace.models import corpus
+from mha_trace.analyses.model_analysis import ablate_model_heads, survey
+from mha_trace.analyses.model_heads import word_weights
 from mha_trace.render.model import braille_map
-from mha_trace.run import from_model
+from mha_trace.runs.run import from_model
 
 REFERENCE = np.load(Path(__file__).parent / "fixtures" / "minilm_reference.npz")
 META = json.loads(str(REFERENCE["meta"]))
@@ -62,7 +62,7 @@ def test_tokens_keep_word_pieces_and_tell_repeats_apart(model):
 
 
 def test_the_layers_run_the_lecture_module(model, animal):
-    from mha_trace.attention import MultiHeadAttention
+    from mha_trace.core.attention import MultiHeadAttention
 
     assert all(type(layer.attention) is MultiHeadAttention for layer in model.encoder.layers)
     view = analyse(from_model(animal, 6))
@@ -244,7 +244,7 @@ def test_png_of_the_whole_model_is_an_overview_and_one_figure_per_layer(cli, tmp
                                                                         animal):
     from PIL import Image
 
-    from mha_trace import plots
+    from mha_trace.render import plots
 
     layers = []  # the per-layer figures are save_heatmaps' (tested in test_output); record them
     monkeypatch.setattr(plots, "save_heatmaps", lambda path, title, panels, *a, **k: layers.append(

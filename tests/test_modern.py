@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from mha_trace.attention import KVCache, MultiHeadAttention, rope
-from mha_trace.config import load_config
-from mha_trace.run import Sizes, from_sizes
-from mha_trace.shapes import trace_run
-from mha_trace.references import numpy_rope
+from mha_trace.core.attention import KVCache, MultiHeadAttention, rope
+from mha_trace.runs.config import load_config
+from mha_trace.runs.run import Sizes, from_sizes
+from mha_trace.analyses.shapes import trace_run
+from mha_trace.analyses.references import numpy_rope
 
 
 def test_rope_is_the_rotate_half_pairing_by_hand():
@@ -115,12 +115,12 @@ def test_verify_covers_the_modern_options(cli, args):
 
 
 def test_verify_fails_a_wrong_rope(monkeypatch):
-    import mha_trace.attention as attention
+    import mha_trace.core.attention as attention
 
     monkeypatch.setattr(attention, "rope", lambda x, start, base: x)  # forgets to turn
     torch.manual_seed(0)
     m = attention.MultiHeadAttention(32, 4, rope=True).double()
-    from mha_trace.references import run_checks
+    from mha_trace.analyses.references import run_checks
 
     x = torch.randn(1, 6, 32, dtype=torch.float64)
     checks = run_checks(m, x, x, x, None, "float64")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from nbclient import NotebookClient
 
-from mha_trace.config import load_config
+from mha_trace.runs.config import load_config
 
 CELLS = [
     'import mha_trace\nmha_trace.heads("cat-sat-on-mat")',

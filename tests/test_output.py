@@ -136,7 +136,7 @@ def test_every_png_is_one_slide(cli, tmp_path, args):
 
 def _figures(monkeypatch):
     """The figures save_heatmaps and save_walk make, kept instead of written."""
-    from mha_trace import plots
+    from mha_trace.render import plots
 
     made = []
     monkeypatch.setattr(plots, "_save", lambda plt, fig, path, bg: made.append(fig))
@@ -147,7 +147,7 @@ def test_heatmaps_scale_from_zero_fill_the_slide_and_label_readably(monkeypatch)
     """The darkest colour is no attention: the scale runs from 0 to the slide's largest weight
     (or 1 with --scale 1); 9 heads are 3 × 3 and 12 are 3 rows of 4; every label is at least
     18 px (13 pt at 100 dpi); SentencePiece's ▁ is drawn as ␣; K/V sharing is named."""
-    from mha_trace import plots
+    from mha_trace.render import plots
 
     made = _figures(monkeypatch)
     tokens = ["▁The", "▁cat", "▁sat"] * 10
@@ -252,7 +252,7 @@ def test_shading_is_distinct_and_spans_a_visible_range():
 def test_model_overview_lays_many_layers_across_and_leaves_masked_cells_empty(tmp_path):
     from PIL import Image
 
-    from mha_trace.plots import save_overview
+    from mha_trace.render.plots import save_overview
 
     T = 8
     causal = np.tril(np.ones((T, T), bool))
@@ -287,7 +287,7 @@ def test_generating_shows_a_progress_bar_on_a_terminal_and_none_when_piped(cli):
 def test_training_shows_its_loss_in_the_bar_and_says_up_front_when_it_is_long(cli, monkeypatch):
     drawn = in_pty("train", "--task", "previous-token", "--steps", "60")
     assert "training (previous-token), loss " in drawn and "60/60" in drawn
-    from mha_trace import training
+    from mha_trace.models import training
 
     real = training.run_training  # a long run is announced, then (here, a short stand-in) runs
     monkeypatch.setattr(training, "run_training", lambda spec, *a: real(
@@ -315,7 +315,7 @@ def test_json_is_what_the_standard_encoder_makes_with_rows_on_one_line(cli, args
 
 
 def test_a_long_sentence_title_is_cut_to_fit_the_slide():
-    from mha_trace.plots import _fitted
+    from mha_trace.render.plots import _fitted
 
     long = "all-MiniLM-L6-v2: " + " ".join(["the cat sat on the mat"] * 10)
     assert len(_fitted(long, 95)) == 95 and _fitted(long, 95).endswith("…")

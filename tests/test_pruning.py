@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from mha_trace import corpus, pruning
+from mha_trace.models import corpus
+
+from mha_trace.analyses import pruning
 from mha_trace.models import load_model
 
 SENTENCES = ["The cat sat on the mat.", "Where did you leave the keys?",
@@ -27,7 +29,7 @@ def model():
 def _loss_by_hand(model, text: str, removed=()) -> tuple[float, int]:
     """(the summed next-token loss in nats, how many tokens) from the model's logits, with numpy's
     log-sum-exp, the heads removed through ablate's own mechanism."""
-    from mha_trace.model_analysis import _run_with
+    from mha_trace.analyses.model_analysis import _run_with
 
     ids = model.tokenize(text)
     plan = {}

@@ -9,7 +9,7 @@ import torch
 
 import mha_trace
 from mha_trace.errors import MhaError
-from mha_trace.resolve import RunOptions, resolve
+from mha_trace.runs.resolve import RunOptions, resolve
 
 
 def softmax(s):

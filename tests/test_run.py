@@ -13,13 +13,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mha_trace.analysis import analyse
-from mha_trace.attention import MultiHeadAttention
-from mha_trace.config import load_config
-from mha_trace.costs import forward_bytes, parameters
-from mha_trace.run import Sizes, from_config, from_sizes, make_mask
-from mha_trace.shapes import trace_run
-from mha_trace.references import run_checks
+from mha_trace.analyses.analysis import analyse
+from mha_trace.core.attention import MultiHeadAttention
+from mha_trace.runs.config import load_config
+from mha_trace.core.costs import forward_bytes, parameters
+from mha_trace.runs.run import Sizes, from_config, from_sizes, make_mask
+from mha_trace.analyses.shapes import trace_run
+from mha_trace.analyses.references import run_checks
 
 
 @pytest.mark.parametrize("T", [1, 2, 7])

@@ -133,7 +133,7 @@ def test_generation_with_a_kv_cache_matches_full_passes(model):
 
 
 def test_ablation_moves_the_prediction(model):
-    from mha_trace.model_analysis import ablate_model_heads, rank_heads
+    from mha_trace.analyses.model_analysis import ablate_model_heads, rank_heads
 
     s = model.encode(CAPITAL)
     a = ablate_model_heads(s, [(24, 5)])
@@ -146,8 +146,8 @@ def test_ablation_moves_the_prediction(model):
 
 
 def test_real_decoding_equals_the_full_pass(model):
-    from mha_trace.run import from_model_decode
-    from mha_trace.shapes import trace_run
+    from mha_trace.runs.run import from_model_decode
+    from mha_trace.analyses.shapes import trace_run
 
     ids = model.tokenize(CAPITAL)
     ids = ids + [7042, 30]  # "▁Paris", "."
@@ -157,7 +157,7 @@ def test_real_decoding_equals_the_full_pass(model):
     assert cache == [(1, 3, 6, 64)] * 2 + [(1, 3, 7, 64)] * 2
     with torch.no_grad():
         full, _ = run.module(run.x, mask=torch.ones(7, 7, dtype=torch.bool).tril())
-        cache = __import__("mha_trace.attention", fromlist=["KVCache"]).KVCache()
+        cache = __import__("mha_trace.core.attention", fromlist=["KVCache"]).KVCache()
         steps = [run.module(run.x[:, :5], mask=torch.ones(5, 5, dtype=torch.bool).tril(), cache=cache)[0]]
         steps += [run.module(run.x[:, t:t + 1], cache=cache)[0] for t in (5, 6)]
     torch.testing.assert_close(torch.cat(steps, 1), full, rtol=0, atol=1e-5)
@@ -222,7 +222,7 @@ def test_induction_and_previous_token_scores_on_constructed_heads():
     """A head that looks from each repeated token at the token after its earlier copy scores 1;
     one that spreads evenly over what it sees scores the mean of 1/(keys seen); previous-token
     heads likewise (the TransformerLens / ARENA definitions)."""
-    from mha_trace.detectors import induction_scores, previous_token_scores
+    from mha_trace.core.detectors import induction_scores, previous_token_scores
 
     n, T = 4, 9  # BOS, then a b c d, then a b c d
     perfect = np.zeros((T, T))
@@ -262,7 +262,7 @@ def test_smollm2_has_induction_heads_and_they_do_the_copying(model, induced):
     induction head); the repeated half is predicted far better than the first, and removing the
     five best induction heads takes most of that back. The score is recomputed here by hand from
     one seed's weights."""
-    from mha_trace.induction import word_tokens
+    from mha_trace.analyses.induction import word_tokens
 
     data, scores = induced
     loss = data["loss"]

@@ -11,13 +11,13 @@ S = "tests/student/student_bugs.py:"
 
 def student_runs(spec: str, **options):
     """The student's module as verify --module resolves it."""
-    from mha_trace.resolve import RunOptions, resolve_student
+    from mha_trace.runs.resolve import RunOptions, resolve_student
 
     return resolve_student(RunOptions(module=spec, **options))
 
 
 def check_module(runs, given_map):
-    from mha_trace.student import check_module
+    from mha_trace.analyses.student import check_module
 
     return check_module(runs, given_map)
 

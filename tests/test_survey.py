@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mha_trace import corpus
-from mha_trace.detectors import detect
+from mha_trace.models import corpus
+from mha_trace.core.detectors import detect
 from mha_trace.models import load_model
 
 REFERENCE = np.load(Path(__file__).parent / "fixtures" / "detector_reference.npz")
@@ -136,7 +136,7 @@ def test_detector_scores_match_transformers_weights(name):
 
 
 def test_induction_scores_match_transformers_weights():
-    from mha_trace.detectors import induction_scores
+    from mha_trace.core.detectors import induction_scores
 
     model = load_model("smollm2")
     ids = REFERENCE["smollm2_random_ids"].tolist()
@@ -156,7 +156,7 @@ def test_the_bundled_corpus_is_varied_and_its_antecedents_are_in_their_sentences
     assert roles.count("subject") == roles.count("object") == 18
     assert sum("?" in s for s in c.sentences) >= 8 and sum('"' in s for s in c.sentences) >= 6
     assert sum(any(ch.isdigit() for ch in s) for s in c.sentences) >= 8
-    from mha_trace.model_analysis import _word_spans
+    from mha_trace.analyses.model_analysis import _word_spans
 
     for name in ("minilm", "smollm2"):
         model = load_model(name)

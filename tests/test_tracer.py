@@ -5,8 +5,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mha_trace.attention import MultiHeadAttention
-from mha_trace.tracer import ForwardFailed, trace
+from mha_trace.core.attention import MultiHeadAttention
+from mha_trace.core.tracer import ForwardFailed, trace
 
 
 @pytest.fixture(scope="module")

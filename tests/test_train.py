@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from mha_trace import training
-from mha_trace.training import Spec, run_training
+from mha_trace.models import training
+from mha_trace.models.training import Spec, run_training
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -135,7 +135,7 @@ def test_heads_uses_the_modules_own_weights(cli):
     assert weights.shape == (2, 5, 5)
     np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-7)
     # the same module, built the same way, run directly
-    from mha_trace.usermodule import load_user_class
+    from mha_trace.runs.usermodule import load_user_class
 
     torch.manual_seed(0)
     module, _, _ = load_user_class(EX + "committee_mha.py:MultiHeadAttention", 8, 2, None,
@@ -222,7 +222,7 @@ def test_every_example_named_in_help_exists():
 
     import typer
 
-    from mha_trace.bundled import examples
+    from mha_trace.runs.bundled import examples
     from mha_trace.cli import app
 
     names = {e.name for e in examples()} | {e.path.stem for e in examples()}

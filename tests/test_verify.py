@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-import mha_trace.run as run_module
-from mha_trace.attention import MultiHeadAttention
+import mha_trace.runs.run as run_module
+from mha_trace.core.attention import MultiHeadAttention
 
 
 @pytest.mark.parametrize("args", [

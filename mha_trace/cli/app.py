@@ -8,9 +8,11 @@ from typing import Annotated
 import typer
 from typer.core import TyperGroup
 
-from mha_trace import __version__, speedups, streams
+from mha_trace import __version__, speedups
+
+from mha_trace.io import streams
 from mha_trace.errors import MhaError, Terminated, printable
-from mha_trace.streams import tool_stdout
+from mha_trace.io.streams import tool_stdout
 
 _debug = False
 _argv: list[str] = []

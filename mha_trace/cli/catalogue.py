@@ -2,7 +2,7 @@
 
 from mha_trace.cli.app import app
 from mha_trace.cli.options import output_options
-from mha_trace.output import Output, emit
+from mha_trace.io.output import Output, emit
 
 
 @app.command(short_help="The bundled configs and what each shows.")
@@ -12,7 +12,7 @@ def configs(out: Output = None):
 
     Example: mha-trace configs
     """
-    from mha_trace.config import bundled_names, load_config
+    from mha_trace.runs.config import bundled_names, load_config
     from mha_trace.render.configs import configs_data, configs_table
 
     found = [load_config(name) for name in bundled_names()]
@@ -28,7 +28,7 @@ def examples(out: Output = None):
     Example: mha-trace examples
     Example: mha-trace shapes --module example:l04 --d-model 64 --heads 4
     """
-    from mha_trace.bundled import examples as found
+    from mha_trace.runs.bundled import examples as found
     from mha_trace.render.configs import examples_data, examples_table
 
     listed = found()

@@ -6,7 +6,7 @@ import typer
 
 from mha_trace.cli.app import app
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
-from mha_trace.output import Output, emit
+from mha_trace.io.output import Output, emit
 
 
 @app.command(short_help="Parameters, FLOPs, score memory and KV cache, exactly.")
@@ -30,7 +30,7 @@ def cost(
 
     Example: mha-trace cost --preset gpt3-175b --seq 2048 --dtype float16
     """
-    from mha_trace.costs import cost_report
+    from mha_trace.core.costs import cost_report
     import mha_trace.render.cost  # noqa: F401 (registers how its records show)
 
     report = cost_report(preset, batch, seq, d_model, heads, kv_heads, layers, dtype.value, bias,

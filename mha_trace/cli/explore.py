@@ -10,7 +10,7 @@ import typer
 from mha_trace.cli.app import app, debugging
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
 from mha_trace.errors import MhaError
-from mha_trace.streams import tool_stdout
+from mha_trace.io.streams import tool_stdout
 
 Pane = Enum("Pane", {p: p for p in ("trace", "heads", "token", "split", "ablate")}, type=str)
 ExploreMask = Enum("ExploreMask", {m: m for m in ("none", "causal", "window")}, type=str)
@@ -48,8 +48,8 @@ def explore(
     Example: mha-trace explore --d-model 512 --heads 8
     Example: mha-trace explore --checkpoint run.pt --at-step 600
     """
-    from mha_trace.resolve import RunOptions, with_checkpoint
-    from mha_trace.session import prepare
+    from mha_trace.runs.resolve import RunOptions, with_checkpoint
+    from mha_trace.explorer.session import prepare
 
     model = with_checkpoint(RunOptions(model=model, checkpoint=checkpoint, at_step=at_step)).model
     pane, mask = pane.value, mask and mask.value
@@ -61,7 +61,7 @@ def explore(
     if not (sys.__stderr__ and sys.__stderr__.isatty()):
         # Textual draws on stderr: hidden (2>/dev/null), it draws on the terminal stdout is
         os.dup2(terminal.fileno(), sys.__stderr__.fileno() if sys.__stderr__ else 2)
-    from mha_trace.explorer import Explorer
+    from mha_trace.explorer.app import Explorer
 
     explorer = Explorer(open_session, theme.value, pane, debug=debug or debugging())
     explorer.run()

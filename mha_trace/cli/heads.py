@@ -7,7 +7,7 @@ import typer
 from mha_trace.cli.app import app
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
 from mha_trace.errors import MhaError
-from mha_trace.output import Output, emit
+from mha_trace.io.output import Output, emit
 
 
 def _head_number(head: str | None) -> int | None:
@@ -44,10 +44,10 @@ def heads(
     Example: mha-trace heads --config chicken-road --head 3
     Example: mha-trace heads --model minilm --sentence "The animal didn't cross the street because it was too tired." --head 4.1
     """
-    from mha_trace.analysis import run_heads
+    from mha_trace.analyses.analysis import run_heads
     import mha_trace.render.heads  # noqa: F401 (registers how its records show)
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
-    from mha_trace.resolve import needs_model, resolve
+    from mha_trace.runs.resolve import needs_model, resolve
 
     check_include(include_inputs, o.model, out)
     if o.model:
@@ -62,7 +62,7 @@ def heads(
     run = resolve(o)
     view = run_heads(run, head)
     if out.png:
-        from mha_trace.plots import save_heatmaps
+        from mha_trace.render.plots import save_heatmaps
 
         picked = [head - 1] if head else range(len(view.weights))
         name = "averaged over heads" if getattr(view, "averaged", False) else "head {}"
@@ -94,14 +94,14 @@ def explain(
     Example: mha-trace explain --token cat
     Example: mha-trace explain --model minilm --token it --head 6.12
     """
-    from mha_trace.analysis import find_position, run_heads, walk
+    from mha_trace.analyses.analysis import find_position, run_heads, walk
     import mha_trace.render.explain  # noqa: F401 (registers how its records show)
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
-    from mha_trace.resolve import resolve
+    from mha_trace.runs.resolve import resolve
 
     if o.model:
         from mha_trace.cli import models
-        from mha_trace.resolve import refuse_with_model
+        from mha_trace.runs.resolve import refuse_with_model
 
         refuse_with_model(include_inputs=include_inputs or None)
         return models.explain(o, head, token, position, decimals, out)
@@ -118,7 +118,7 @@ def explain(
         return
     w = walk(view, find_position(view.tokens, token, position))
     if out.png:
-        from mha_trace.plots import save_walk
+        from mha_trace.render.plots import save_walk
 
         save_walk(out.png, f"{view.config.title}: the query '{w.token}' through every head", w,
                   out.theme)
@@ -151,21 +151,21 @@ def compare(
 
     Example: mha-trace compare --heads 1,2,4
     """
-    from mha_trace.analysis import Comparison, analyse_splits
+    from mha_trace.analyses.analysis import Comparison, analyse_splits
     import mha_trace.render.compare  # noqa: F401 (registers how its records show)
 
     if module:
         raise MhaError("compare re-splits one set of projections into other head counts, which "
                        "only the lecture's module exposes; for your class, run heads --module "
                        "once per head count (--heads 1, 2, 4)", quantity="module")
-    from mha_trace.resolve import resolve_splits
+    from mha_trace.runs.resolve import resolve_splits
 
     counts = _int_list(heads, "heads")
     runs = resolve_splits(o, counts)
     c = runs[0].config
     views = analyse_splits(runs)
     if out.png:
-        from mha_trace.plots import save_heatmaps
+        from mha_trace.render.plots import save_heatmaps
 
         widest = max(v.heads for v in views)  # a row per head count
         panels = []
@@ -199,7 +199,7 @@ def ablate(
     Example: mha-trace ablate --model minilm --head 6.12,3.1
     Example: mha-trace ablate --model smollm2 --prune --png pruning.png
     """
-    from mha_trace.analysis import ablate_heads as run_ablate
+    from mha_trace.analyses.analysis import ablate_heads as run_ablate
     import mha_trace.render.ablate  # noqa: F401 (registers how its records show)
 
     if module:
@@ -207,7 +207,7 @@ def ablate(
                        "module, and a foreign class's concatenation cannot be reached from outside; "
                        "verify --module checks your class against that module instead",
                        quantity="module")
-    from mha_trace.resolve import needs_model
+    from mha_trace.runs.resolve import needs_model
 
     if out.png and not prune:
         raise MhaError("--png draws the pruning curve: it goes with --model smollm2 --prune",
@@ -223,7 +223,7 @@ def ablate(
             raise MhaError("with --model, name the heads to remove, e.g. --head 6.12 (or rank "
                            "them all with --rank, or prune them with --prune)", quantity="head")
         return models.ablate(o, head, decimals, out, rank, top)
-    from mha_trace.resolve import resolve
+    from mha_trace.runs.resolve import resolve
 
     needs_model(o.sentence, None, rank=rank, prune=prune)
     a = run_ablate(resolve(o, "config"), _int_list("2" if head is None else head, "head"))

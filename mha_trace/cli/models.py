@@ -10,17 +10,17 @@ import typer
 from mha_trace.cli.app import app
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
 from mha_trace.errors import MhaError
-from mha_trace.output import Format, Output, emit, make_console
+from mha_trace.io.output import Format, Output, emit, make_console
 
 def heads(o, head, overview, words, hide_special, decimals, out: Output):
     from dataclasses import replace
 
-    from mha_trace.files import write_atomic
-    from mha_trace.model_heads import check_not_overview, model_heads
-    from mha_trace.page import page
+    from mha_trace.io.files import write_atomic
+    from mha_trace.analyses.model_heads import check_not_overview, model_heads
+    from mha_trace.io.page import page
     import mha_trace.render.model  # noqa: F401 (registers how its records show)
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
-    from mha_trace.resolve import resolve
+    from mha_trace.runs.resolve import resolve
 
     view = model_heads(resolve(o), o.layer, head, words, hide_special)
     check_not_overview(view, overview)
@@ -47,21 +47,21 @@ def heads(o, head, overview, words, hide_special, decimals, out: Output):
 def _save_model_png(view, decimals: int, out: Output) -> None:
     s, tokens, weights = view.sentence, view.tokens, view.layers
     if not view.whole:
-        from mha_trace.plots import save_heatmaps
+        from mha_trace.render.plots import save_heatmaps
 
-        from mha_trace.masks import allowed
+        from mha_trace.core.masks import allowed
 
         mask = allowed(len(tokens), "causal") if s.model.causal else None
         save_heatmaps(out.png, f"{s.model.name}: {s.text}",
                       [(f"head {l}.{h}", tokens, tokens, weights[l - 1, h - 1], mask)
                        for l, h in view.picked], decimals, out.theme, top=out.scale)
         return
-    from mha_trace.files import check_outputs
-    from mha_trace.plots import layer_paths, save_model
+    from mha_trace.io.files import check_outputs
+    from mha_trace.render.plots import layer_paths, save_model
 
     for path in layer_paths(out.png, s.model.layers):  # the files beside --png, checked too
         check_outputs({"png": path, "svg": out.svg, "html": out.html}, [])
-    from mha_trace.output import progress
+    from mha_trace.io.output import progress
 
     with progress(s.model.layers, "drawing one figure per layer") as advance:
         written = save_model(out.png, f"{s.model.name}: \"{s.text}\"", tokens, weights,
@@ -73,16 +73,16 @@ def _save_model_png(view, decimals: int, out: Output) -> None:
 def explain(o, head, token, position, decimals, out: Output):
     from dataclasses import replace
 
-    from mha_trace.model_heads import head_in_layer, model_walk
+    from mha_trace.analyses.model_heads import head_in_layer, model_walk
     import mha_trace.render.explain  # noqa: F401 (registers how its records show)
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
-    from mha_trace.resolve import resolve
+    from mha_trace.runs.resolve import resolve
 
     layer, only = head_in_layer(o.layer, head)
     run = resolve(replace(o, layer=layer))
     w = model_walk(run, only, token, position)
     if out.png:
-        from mha_trace.plots import save_walk
+        from mha_trace.render.plots import save_walk
 
         save_walk(out.png, f"{run.sentence.model.name}: '{w.token}' through every head of "
                   f"layer {layer or 1}", w, out.theme)
@@ -93,8 +93,8 @@ def explain(o, head, token, position, decimals, out: Output):
 def shapes(o, out: Output):
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
     import mha_trace.render.shapes  # noqa: F401 (registers how its records show)
-    from mha_trace.resolve import resolve
-    from mha_trace.shapes import trace_run
+    from mha_trace.runs.resolve import resolve
+    from mha_trace.analyses.shapes import trace_run
 
     report = trace_run(resolve(o))
     console = make_console(out)
@@ -103,15 +103,15 @@ def shapes(o, out: Output):
 
 def ablate(o, head, decimals, out: Output, rank: bool = False, top: int = 20):
     from mha_trace.models.guards import parse_head
-    from mha_trace.model_analysis import ablate_model_heads as run_ablate
+    from mha_trace.analyses.model_analysis import ablate_model_heads as run_ablate
     import mha_trace.render.ablate  # noqa: F401 (registers how its records show)
     import mha_trace.render.model  # noqa: F401 (registers how its records show)
-    from mha_trace.resolve import resolve
+    from mha_trace.runs.resolve import resolve
 
     run = resolve(o)
     if rank:
-        from mha_trace.model_analysis import rank_heads
-        from mha_trace.output import progress
+        from mha_trace.analyses.model_analysis import rank_heads
+        from mha_trace.io.output import progress
 
         with progress(run.sentence.model.layers, "ranking heads (one batch per layer)") as advance:
             r = rank_heads(run.sentence, advance)
@@ -155,17 +155,17 @@ def survey(
     Example: mha-trace survey --model smollm2 --induction
     Example: mha-trace survey --checkpoint run.pt
     """
-    from mha_trace.resolve import RunOptions, with_checkpoint
+    from mha_trace.runs.resolve import RunOptions, with_checkpoint
 
     model = with_checkpoint(RunOptions(model=None if checkpoint else model, checkpoint=checkpoint,
                                        at_step=at_step)).model
     if induction or ablate_top:
         return _induction(model, sentence or sentences, source, ablate_top, top, max_tokens, device, out)
-    from mha_trace import corpus as corpora
+    from mha_trace.models import corpus as corpora
     from mha_trace.models import load_model
-    from mha_trace.model_analysis import survey as run_survey
+    from mha_trace.analyses.model_analysis import survey as run_survey
     import mha_trace.render.survey  # noqa: F401 (registers how its records show)
-    from mha_trace.output import progress
+    from mha_trace.io.output import progress
 
     if sum(x is not None for x in (sentence, sentences)) + corpus > 1:
         raise MhaError("choose one of --corpus, --sentence and --sentences", quantity="sentences")
@@ -189,10 +189,10 @@ def survey(
 
 def _induction(model, sentence, source, ablate_top: int, top: int, max_tokens, device, out):
     """survey --induction: a causal model's induction heads on random repeated tokens."""
-    from mha_trace.induction import induction
+    from mha_trace.analyses.induction import induction
     import mha_trace.render.survey  # noqa: F401 (registers how its records show)
     from mha_trace.models import load_model
-    from mha_trace.output import progress
+    from mha_trace.io.output import progress
 
     if sentence is not None or source is not None:
         raise MhaError("--induction runs on random tokens repeated twice, not on a sentence or a "
@@ -224,10 +224,10 @@ def predict(
     Example: mha-trace predict --model smollm2 --sentence "The capital of France is" --generate 5
     """
     from mha_trace.models import load_model
-    from mha_trace.model_analysis import predict as run_predict
+    from mha_trace.analyses.model_analysis import predict as run_predict
     import mha_trace.render.model  # noqa: F401 (registers how its records show)
 
-    from mha_trace.output import progress
+    from mha_trace.io.output import progress
 
     loaded = load_model(model, device.value, max_tokens)
     with progress(generate, "generating (one pass of the model per token)") as advance:
@@ -237,10 +237,10 @@ def predict(
 
 def prune(o, out: Output):
     """ablate --model M --prune: the pruning curve on the bundled corpus."""
-    from mha_trace import corpus
+    from mha_trace.models import corpus
     from mha_trace.models import load_model
-    from mha_trace.output import progress
-    from mha_trace.pruning import check_prunable, prune as run_prune, steps
+    from mha_trace.io.output import progress
+    from mha_trace.analyses.pruning import check_prunable, prune as run_prune, steps
     import mha_trace.render.pruning  # noqa: F401 (registers how its records show)
 
     if o.sentence is not None or o.layer is not None:
@@ -250,14 +250,14 @@ def prune(o, out: Output):
     check_prunable(m)
     c = corpus.bundled()
     if out.png:
-        from mha_trace.files import check_outputs
+        from mha_trace.io.files import check_outputs
 
         check_outputs({"png": out.png, "svg": out.svg, "html": out.html}, [])
     with progress(steps(m, c), "ranking the heads, then removing them") as advance:
         p = run_prune(m, c, advance)
     emit(out, p.renderables, p.data)
     if out.png:
-        from mha_trace.plots import save_curve
+        from mha_trace.render.plots import save_curve
         from mha_trace.render.pruning import RISES
 
         save_curve(out.png, f"{m.name}: the next-token loss as heads are removed", p.points,

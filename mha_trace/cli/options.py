@@ -11,8 +11,8 @@ from typing import Annotated
 import typer
 
 from mha_trace.errors import MhaError
-from mha_trace.files import check_outputs
-from mha_trace.output import Format, Output
+from mha_trace.io.files import check_outputs
+from mha_trace.io.output import Format, Output
 
 
 class Device(str, Enum):
@@ -105,8 +105,8 @@ DecimalsOpt = Annotated[int, typer.Option("--decimals", min=0, max=12, help="Dec
 
 
 def check_include(include: bool, model, out: Output) -> None:
-    from mha_trace.output import Format
-    from mha_trace.resolve import refuse_with_model
+    from mha_trace.io.output import Format
+    from mha_trace.runs.resolve import refuse_with_model
 
     if include and model:
         refuse_with_model(include_inputs=True)
@@ -118,7 +118,7 @@ def with_inputs(data: dict, run, include: bool) -> dict:
     """--include-inputs: the run's inputs and weights beside the results."""
     if not include:
         return data
-    from mha_trace.run import inputs_data
+    from mha_trace.runs.run import inputs_data
 
     return {**data, "inputs": inputs_data(run)}
 
@@ -163,7 +163,7 @@ def run_options(*groups: str):
 
         @functools.wraps(command)
         def run(**kwargs):
-            from mha_trace.resolve import RunOptions, check_options, with_checkpoint
+            from mha_trace.runs.resolve import RunOptions, check_options, with_checkpoint
 
             given = {name: getattr(v, "value", v) for name in names
                      if (v := kwargs.pop(name)) is not None}
@@ -184,7 +184,7 @@ _OUTPUT = ["format", "no_color", "width", "svg", "html"]
 
 def _inputs(kwargs: dict) -> list:
     """The files a command reads (its config, the user's module): outputs never overwrite them."""
-    from mha_trace.config import bundled_dir
+    from mha_trace.runs.config import bundled_dir
 
     found = []
     if kwargs.get("config"):

@@ -7,7 +7,7 @@ import typer
 from mha_trace.cli.app import app
 from mha_trace.errors import MhaError
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
-from mha_trace.output import Output, emit, make_console
+from mha_trace.io.output import Output, emit, make_console
 
 
 @app.command(short_help="Every tensor op of a real forward pass: shape, stride, memory.")
@@ -31,15 +31,15 @@ def shapes(
     """
     from dataclasses import replace
 
-    from mha_trace.resolve import resolve
-    from mha_trace.shapes import trace_run
+    from mha_trace.runs.resolve import resolve
+    from mha_trace.analyses.shapes import trace_run
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
     import mha_trace.render.shapes  # noqa: F401 (registers how its records show)
 
     o = replace(o, decode=decode)
     if o.model:
         from mha_trace.cli import models
-        from mha_trace.resolve import refuse_with_model
+        from mha_trace.runs.resolve import refuse_with_model
 
         refuse_with_model(compare_impl=compare_impl or None, include_inputs=include_inputs or None)
         return models.shapes(o, out)
@@ -59,7 +59,7 @@ def shapes(
     emit(out, lambda: renderables, lambda: with_inputs(data, report.run, include_inputs), console,
          page=report)
     if report.failure:
-        from mha_trace.output import display_path
+        from mha_trace.io.output import display_path
 
         f = report.failure
         where = f"{display_path(f.file)}:{f.line}" if f.line else display_path(f.file)
@@ -69,8 +69,8 @@ def shapes(
 def _compact(report, data: dict, width: int, other_run: bool) -> list:
     """--compact: the lecture table's eight rows, each shape in symbols too."""
     from mha_trace.render.compact import compact_rows, compact_table
-    from mha_trace.resolve import symbols_probe
-    from mha_trace.shapes import shape_symbols, trace_run
+    from mha_trace.runs.resolve import symbols_probe
+    from mha_trace.analyses.shapes import shape_symbols, trace_run
 
     if other_run or report.failure:
         raise MhaError("compact shows the built-in module's eight lecture steps (not with "
@@ -85,8 +85,8 @@ def _compare_impl(o, report, data: dict) -> list:
     from dataclasses import replace
 
     from mha_trace.render.shapes import compare_impl_table
-    from mha_trace.resolve import resolve
-    from mha_trace.shapes import trace_run
+    from mha_trace.runs.resolve import resolve
+    from mha_trace.analyses.shapes import trace_run
 
     explicit = trace_run(resolve(replace(o, impl=None), "sizes"))
     data["compare_impl"] = {"explicit_bytes": explicit.bytes_allocated,

@@ -7,7 +7,7 @@ import typer
 from mha_trace.cli.app import app
 from mha_trace.cli.options import output_options
 from mha_trace.errors import MhaError
-from mha_trace.output import Output, emit
+from mha_trace.io.output import Output, emit
 
 TASK_HELP = ("induction (a repeated segment: its next tokens), previous-token, difference "
              "((x[t-1] - x[t-2]) mod V), copy (half a sequence back), reverse")
@@ -42,9 +42,9 @@ def train(
     """
     from dataclasses import replace
 
-    from mha_trace import training
+    from mha_trace.models import training
     import mha_trace.render.training  # noqa: F401 (registers how its records show)
-    from mha_trace.output import progress
+    from mha_trace.io.output import progress
     from mha_trace.speedups import one_thread_for_models
 
     one_thread_for_models()
@@ -76,7 +76,7 @@ def train(
         training.save(r, save_to)
     emit(out, r.renderables, r.data)
     if out.png:
-        from mha_trace.plots import save_training
+        from mha_trace.render.plots import save_training
 
         save_training(out.png, r, out.theme)
 

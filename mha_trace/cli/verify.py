@@ -7,7 +7,7 @@ import typer
 from mha_trace.cli.app import app
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
 from mha_trace.errors import MhaError
-from mha_trace.output import Output, emit
+from mha_trace.io.output import Output, emit
 
 
 @app.command(short_help="The module (or yours) against independent references.")
@@ -35,14 +35,14 @@ def verify(
 
     o = replace(o, config=config)
     if o.module:
-        from mha_trace.resolve import resolve_student
-        from mha_trace.student import check_student
+        from mha_trace.runs.resolve import resolve_student
+        from mha_trace.analyses.student import check_student
 
         report = check_student(resolve_student(o), map_, mask_means)
     else:
         report = _builtin(o, map_, mask_means)
     import mha_trace.render.verify  # noqa: F401 (registers how its records show)
-    from mha_trace.output import make_console
+    from mha_trace.io.output import make_console
 
     console = make_console(out)
     emit(out, lambda: report.renderables(console.width), report.data, console)
@@ -55,8 +55,8 @@ SMALLER = "verify on smaller sizes: the check does not depend on them"
 
 def _builtin(o, map_: str | None, mask_means: str):
     """The built-in module against the references, at sizes from flags or on a config."""
-    from mha_trace.references import check_references
-    from mha_trace.resolve import resolve
+    from mha_trace.analyses.references import check_references
+    from mha_trace.runs.resolve import resolve
 
     if map_ or o.init or mask_means != "any":
         raise MhaError("--map, --mask-means and --init go with --module")

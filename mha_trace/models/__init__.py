@@ -13,7 +13,7 @@ def load_model(name: str, device: str = "cpu", max_tokens: int | None = None):
     from mha_trace.speedups import return_freed_memory
 
     check_name(name)
-    from mha_trace.runtime import check_device, needs_values
+    from mha_trace.core.runtime import check_device, needs_values
 
     needs_values(device, "a model")
     where = check_device(device)

@@ -47,7 +47,7 @@ def check_tokens(model, count: int, counted: str = "") -> None:
     if count > model.max_positions:
         raise MhaError(f"sentence has {count} tokens{counted}; {model.name} reads at most "
                        f"{model.max_positions}", quantity="sentence")
-    from mha_trace.costs import human_bytes
+    from mha_trace.core.costs import human_bytes
 
     held = 3 * model.layers * model.heads * count * count * 4  # the weights, kept three times
     if count > model.max_tokens:
@@ -63,8 +63,8 @@ def _check_memory(model, count: int, held: int) -> None:
     fit in the memory that is free (exit 1, before the model runs)."""
     import torch
 
-    from mha_trace.costs import human_bytes
-    from mha_trace.runtime import available_bytes
+    from mha_trace.core.costs import human_bytes
+    from mha_trace.core.runtime import available_bytes
 
     free = available_bytes(getattr(model, "device", None) or torch.device("cpu"))
     if free is not None and held > free:

@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from mha_trace.attention import MultiHeadAttention
+from mha_trace.core.attention import MultiHeadAttention
 from mha_trace.errors import MhaError
 from mha_trace.models.cache import verify_file
 from mha_trace.models.sentence import Sentence, encode_all, rows_of

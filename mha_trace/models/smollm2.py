@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from mha_trace.attention import KVCache, MultiHeadAttention
+from mha_trace.core.attention import KVCache, MultiHeadAttention
 from mha_trace.errors import MhaError
 from mha_trace.models.cache import cache_dir, file_sha256, write_cache_file
 from mha_trace.models.quant import DEQUANTISE

@@ -21,7 +21,7 @@ class Trained:
     raised = False
 
     def __init__(self, path: str, step: int | None):
-        from mha_trace.training import Toy, read_checkpoint
+        from mha_trace.models.training import Toy, read_checkpoint
 
         run = read_checkpoint(path)
         saved = [s.step for s in run.snapshots]
@@ -35,8 +35,8 @@ class Trained:
         self.layers, self.heads, self.d_model = run.spec.layers, run.spec.heads, run.spec.d_model
         self.max_tokens = self.max_positions = run.spec.seq
         self.vocab_size = run.spec.vocab
-        from mha_trace.corpus import Corpus
-        from mha_trace.training import probe_batch
+        from mha_trace.models.corpus import Corpus
+        from mha_trace.models.training import probe_batch
 
         probes = [" ".join(map(str, row)) for row in probe_batch(run.spec).tolist()]
         self.default_text = probes[0]

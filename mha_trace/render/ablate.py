@@ -5,9 +5,9 @@ did to the next token."""
 import numpy as np
 from rich.text import Text
 
-from mha_trace.ablated import Ablation
-from mha_trace.analysis import LectureHeads
-from mha_trace.output import new_table
+from mha_trace.analyses.ablated import Ablation
+from mha_trace.analyses.analysis import LectureHeads
+from mha_trace.io.output import new_table
 from mha_trace.render.matrices import rounded, config_data, describe, fmt, vector
 from mha_trace.records import data, renderables
 

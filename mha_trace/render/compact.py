@@ -3,10 +3,10 @@ numbers and in symbols."""
 
 from rich.text import Text
 
-from mha_trace.costs import human_bytes
-from mha_trace.output import new_table
+from mha_trace.core.costs import human_bytes
+from mha_trace.io.output import new_table
 from mha_trace.render.shapes import elide, shape_text, title
-from mha_trace.shapes import ShapesReport
+from mha_trace.analyses.shapes import ShapesReport
 
 COMPACT_ROWS = ("input", "W_q", "view", "transpose", "attention", "transpose back",
                 "contiguous + view", "W_o")

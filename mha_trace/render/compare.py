@@ -3,7 +3,7 @@
 import numpy as np
 from rich.text import Text
 
-from mha_trace.analysis import Comparison, distinct_rows
+from mha_trace.analyses.analysis import Comparison, distinct_rows
 from mha_trace.records import data, renderables
 from mha_trace.render.matrices import (config_data, legend, matrix_table, rounded, side_by_side,
                                        weights_table)

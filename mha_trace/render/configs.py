@@ -2,7 +2,7 @@
 
 from rich.table import Table
 
-from mha_trace.output import new_table
+from mha_trace.io.output import new_table
 
 
 def configs_table(configs) -> Table:

@@ -2,10 +2,10 @@
 
 from rich.text import Text
 
-from mha_trace.costs import decimal_bytes, human_bytes, si
-from mha_trace.output import new_table
+from mha_trace.core.costs import decimal_bytes, human_bytes, si
+from mha_trace.io.output import new_table
 from mha_trace.records import data, renderables
-from mha_trace.costs import CostReport
+from mha_trace.core.costs import CostReport
 
 
 def _count(n: int, unit: str) -> str:

@@ -3,7 +3,7 @@ lecture's module, the user's module, a pretrained model's layers)."""
 
 from rich.text import Text
 
-from mha_trace.analysis import LectureHeads, ModuleHeads
+from mha_trace.analyses.analysis import LectureHeads, ModuleHeads
 from mha_trace.records import data, renderables
 
 from mha_trace.render.matrices import (matrix_table, rounded, weights_table, config_data,

@@ -7,7 +7,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from mha_trace.output import natural_width, new_table
+from mha_trace.io.output import natural_width, new_table
 
 MASKED = "·"
 MAX_DIMS = 6  # matrices wider than this show their first dims; JSON has them all
@@ -234,7 +234,7 @@ class _WeightsTable:
         return Measurement(width, width)
 
     def markdown(self) -> str:
-        from mha_trace.output import table_markdown
+        from mha_trace.io.output import table_markdown
 
         table = self.table()
         table.title = self.title
@@ -261,7 +261,7 @@ class SideBySide:
         from rich.console import Group
         from rich.measure import Measurement
 
-        from mha_trace.output import titled_parts
+        from mha_trace.io.output import titled_parts
 
         if self.shrink:  # weight tables give up decimals and labels to share one row
             for table in self.renderables:

@@ -13,11 +13,11 @@ from rich.style import Style
 from rich.text import Text
 
 from mha_trace.errors import MhaError
-from mha_trace.masks import allowed
+from mha_trace.core.masks import allowed
 from mha_trace.render.matrices import fmt, legend, shade, weights_table
 from mha_trace.records import data, renderables
-from mha_trace.analysis import ModelHeads
-from mha_trace.model_analysis import HeadRanking, Prediction
+from mha_trace.analyses.analysis import ModelHeads
+from mha_trace.analyses.model_analysis import HeadRanking, Prediction
 
 _LEFT, _RIGHT = (0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80)  # braille dots by row
 
@@ -152,7 +152,7 @@ def model_heads_data(view, decimals: int = 4, **_) -> dict:
 
 
 def ranking_renderables(r, top: int) -> list:
-    from mha_trace.output import new_table
+    from mha_trace.io.output import new_table
 
     m = r.sentence.model
     out = [Text(f"{m.name}: every head removed on its own, ranked by its effect on "
@@ -188,7 +188,7 @@ def ranking_data(r) -> dict:
 
 
 def prediction_renderables(p) -> list:
-    from mha_trace.output import new_table
+    from mha_trace.io.output import new_table
 
     m = p.model
     out = [Text(f"{m.name}: the next token after \"{p.text}\"", style="bold")]

@@ -1,5 +1,5 @@
 """The interactive page's data for each record that has one (Heads, Walk, ShapesReport),
-registered with `mha_trace.page.page_data`. Weights are kept to what the view shows (16 bits
+registered with `mha_trace.io.page.page_data`. Weights are kept to what the view shows (16 bits
 each, base64: about 1/65535 apart; `--format json` keeps the full precision)."""
 
 import base64
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from mha_trace.analysis import Heads, Walk
+from mha_trace.analyses.analysis import Heads, Walk
 from mha_trace.errors import MhaError
-from mha_trace.page import page_data
-from mha_trace.shapes import ShapesReport
+from mha_trace.io.page import page_data
+from mha_trace.analyses.shapes import ShapesReport
 
 
 def _weights(w: np.ndarray) -> str:

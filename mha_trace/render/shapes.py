@@ -7,11 +7,11 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from mha_trace.costs import DTYPE_BYTES, human_bytes
+from mha_trace.core.costs import DTYPE_BYTES, human_bytes
 from mha_trace.errors import printable
-from mha_trace.output import display_path, new_table
+from mha_trace.io.output import display_path, new_table
 from mha_trace.records import data, renderables
-from mha_trace.shapes import ShapesReport
+from mha_trace.analyses.shapes import ShapesReport
 
 SHORT_DTYPES = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
                 "bool": "bool", "int64": "i64"}

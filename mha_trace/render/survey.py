@@ -3,11 +3,11 @@
 import numpy as np
 from rich.text import Text
 
-from mha_trace.output import new_table
+from mha_trace.io.output import new_table
 from mha_trace.render.matrices import shade
 from mha_trace.records import data, renderables
-from mha_trace.induction import Induction
-from mha_trace.model_analysis import Survey
+from mha_trace.analyses.induction import Induction
+from mha_trace.analyses.model_analysis import Survey
 
 SPECIALISED = 0.9  # a head is called specialised when it holds on this share of the sentences
 

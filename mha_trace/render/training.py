@@ -3,10 +3,10 @@
 import numpy as np
 from rich.text import Text
 
-from mha_trace.output import new_table
+from mha_trace.io.output import new_table
 from mha_trace.records import data, renderables
 from mha_trace.render.matrices import shade
-from mha_trace.training import TASKS, Training
+from mha_trace.models.training import TASKS, Training
 
 DETECTORS = ("previous token", "two back", "induction")
 

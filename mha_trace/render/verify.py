@@ -3,10 +3,10 @@
 import torch
 from rich.text import Text
 
-from mha_trace.output import new_table
+from mha_trace.io.output import new_table
 from mha_trace.records import data, renderables
-from mha_trace.references import VerifyReport
-from mha_trace.student import StudentReport
+from mha_trace.analyses.references import VerifyReport
+from mha_trace.analyses.student import StudentReport
 
 
 def verify_renderables(report, width: int = 100) -> list:
@@ -99,7 +99,7 @@ def student_renderables(r) -> list:
 
 def _first_wrong_lines(r) -> list:
     """Where the student's computation first does a job differently, beside the lecture's step."""
-    from mha_trace.output import display_path
+    from mha_trace.io.output import display_path
 
     f, ref = r.first_wrong, r.reference_step
     if f is None:

@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from mha_trace.costs import Dims, forward_bytes, human_bytes, parameters, peak_bytes
+from mha_trace.core.costs import Dims, forward_bytes, human_bytes, parameters, peak_bytes
 from mha_trace.errors import MhaError
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64,
@@ -126,7 +126,7 @@ FLOP_RATES = {"explicit": 15e9, "sdpa": 70e9}  # FLOP/s measured on 2 cores (ben
 
 def guard_time(dims: Dims, device: torch.device, impl: str, runs: int = 1) -> None:
     """Refuse (exit 2) a CPU trace estimated over LIMIT_SECONDS, before computing anything."""
-    from mha_trace.costs import flops
+    from mha_trace.core.costs import flops
 
     if device.type != "cpu":
         return  # a GPU's rate is not known here; meta computes nothing

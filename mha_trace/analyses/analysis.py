@@ -12,11 +12,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from mha_trace.config import Config
+from mha_trace.runs.config import Config
 from mha_trace.errors import MhaError
-from mha_trace.ablated import Ablation
+from mha_trace.analyses.ablated import Ablation
 from mha_trace.records import Shows
-from mha_trace.run import Run, check_finite
+from mha_trace.runs.run import Run, check_finite
 
 
 @dataclass
@@ -128,7 +128,7 @@ class ModelHeads(Heads):
 def analyse(run: Run) -> LectureHeads:
     """Every head's weights, the projections, the concatenation and the output of one run of
     the lecture's module."""
-    from mha_trace.runtime import needs_values
+    from mha_trace.core.runtime import needs_values
 
     needs_values(run.device.type, "showing the weights")
     module, (q, k, v) = run.module, run.qkv
@@ -167,7 +167,7 @@ def run_heads(run: Run, head: int | None = None) -> Heads:
 
 def _rotated(t, module):
     """(1, T, n·d_k) projections turned by RoPE head by head, as forward turns them."""
-    from mha_trace.attention import rope
+    from mha_trace.core.attention import rope
 
     B, T, width = t.shape
     heads = t.view(B, T, width // module.d_k, module.d_k).transpose(1, 2)
@@ -271,7 +271,7 @@ def ablate_heads(run: Run, removed: list[int]) -> Ablation:
         if not 1 <= h <= heads:
             raise MhaError(f"head {h} is out of range (this config has heads 1 to {heads})",
                            quantity="head")
-    from mha_trace.ablation import heads_zeroed
+    from mha_trace.core.ablation import heads_zeroed
 
     view = analyse(run)
     with heads_zeroed({run.module: [(None, h) for h in removed]}):
@@ -299,9 +299,9 @@ def distinct_rows(weights: np.ndarray, decimals: int = 4) -> int:
 
 def module_heads(run: Run) -> Heads:
     """Run the user's module (as `resolve` built it) and keep the weights it returns, per head."""
-    from mha_trace import usermodule
-    from mha_trace.returned import split_result
-    from mha_trace.runtime import needs_values
+    from mha_trace.runs import usermodule
+    from mha_trace.runs.returned import split_result
+    from mha_trace.core.runtime import needs_values
 
     needs_values(run.device.type, "showing the weights")
     try:

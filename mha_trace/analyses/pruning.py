@@ -56,7 +56,7 @@ def batches(model, texts: list[str], tokens: int) -> list[list]:
 
 def _sentence_losses(model, rows: list, gates: list, grad: bool = False) -> torch.Tensor:
     """(B,) each sentence's mean next-token loss with head h of layer l scaled by gates[l][:, h]."""
-    from mha_trace.ablation import heads_gated
+    from mha_trace.core.ablation import heads_gated
 
     with heads_gated({model.attention_module(l + 1): (lambda _, g=g: g) for l, g in enumerate(gates)}):
         hidden, _, _ = model.run(rows, grad=grad)

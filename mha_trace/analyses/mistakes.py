@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from mha_trace.attention import MultiHeadAttention, rope
+from mha_trace.core.attention import MultiHeadAttention, rope
 
 @dataclass
 class Bug:

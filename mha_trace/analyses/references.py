@@ -12,8 +12,8 @@ import torch.nn.functional as F
 
 from mha_trace.errors import MhaError
 from mha_trace.records import Shows
-from mha_trace.run import Run, check_finite
-from mha_trace.runtime import one_thread
+from mha_trace.runs.run import Run, check_finite
+from mha_trace.core.runtime import one_thread
 
 # max |difference| allowed, relative to the largest |reference value| (at least 1)
 TOLERANCE = {"float64": 1e-10, "float32": 1e-5, "float16": 1e-2, "bfloat16": 5e-2}

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mha_trace.errors import MhaError, printable
-from mha_trace.files import read_text
+from mha_trace.io.files import read_text
 
 LIMIT_BYTES = 1_000_000  # a sentences file is text a person wrote, not a dump
 MAX_SENTENCES = 2000

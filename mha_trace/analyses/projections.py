@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from mha_trace.attention import MultiHeadAttention
+from mha_trace.core.attention import MultiHeadAttention
 from mha_trace.errors import MhaError
 
 NAMES = {  # lower-cased attribute names, most specific first

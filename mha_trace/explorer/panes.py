@@ -73,7 +73,7 @@ def walk_pane(s) -> Group:
 
 def split(s, width: int) -> Group:
     """Every head of the current split side by side, as many to a row as `width` holds."""
-    from mha_trace.analysis import distinct_rows
+    from mha_trace.analyses.analysis import distinct_rows
 
     view = s.view()
     counts = "  ".join(f"[{c}]" if c == s.heads else str(c) for c in s.head_counts())

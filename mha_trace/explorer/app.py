@@ -19,9 +19,9 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Header, Static, TabbedContent, TabPane
 
-from mha_trace import explorer_panes as panes
+from mha_trace.explorer import panes as panes
 from mha_trace.errors import MhaError
-from mha_trace.session import PANES
+from mha_trace.explorer.session import PANES
 
 KEYS = (  # the help screen, and the README's table of keys
     ("1-5, Tab", "panes: trace, heads, token, split, ablate"),

@@ -9,11 +9,11 @@ import contextlib
 import math
 from dataclasses import dataclass
 
-from mha_trace.costs import DTYPE_BYTES
+from mha_trace.core.costs import DTYPE_BYTES
 from mha_trace.records import Shows
-from mha_trace.run import Run
+from mha_trace.runs.run import Run
 from mha_trace.speedups import light_meta_kernels
-from mha_trace.tracer import Failure, ForwardFailed, Step, trace_phases
+from mha_trace.core.tracer import Failure, ForwardFailed, Step, trace_phases
 
 
 @dataclass
@@ -68,7 +68,7 @@ class ShapesReport(Shows):
         """Bytes the explicit path spends on the (B, H, T, T) scores and weights."""
         from dataclasses import replace
 
-        from mha_trace.costs import forward_bytes
+        from mha_trace.core.costs import forward_bytes
 
         mask = "full" if self.run.mask is not None else "none"
         return forward_bytes(replace(self.sizes.dims(), mask=mask))["scores"]
@@ -86,13 +86,13 @@ class ShapesReport(Shows):
 
 def trace_run(run: Run) -> ShapesReport:
     """Trace the run's forward pass; a failure inside a user's module is kept, not raised."""
-    from mha_trace.usermodule import user_code
+    from mha_trace.runs.usermodule import user_code
 
     guard = contextlib.nullcontext() if run.builtin else user_code(f"{run.label}: forward")
     with light_meta_kernels(run.device), guard:
         try:
             if run.numpy:
-                from mha_trace import nptrace
+                from mha_trace.core import nptrace
 
                 result = nptrace.trace(run.module, *run.args, watch=(run.source,), **run.kwargs)
             else:
@@ -103,7 +103,7 @@ def trace_run(run: Run) -> ShapesReport:
                                 failed.trace.failure)
     returned = ""
     if not run.builtin:
-        from mha_trace.returned import split_result
+        from mha_trace.runs.returned import split_result
 
         output, weights = split_result(result.output, run.args[0])
         returned = f"output {list(output.shape)}" + (

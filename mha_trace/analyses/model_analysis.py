@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from mha_trace.errors import MhaError
-from mha_trace.ablated import Ablation
+from mha_trace.analyses.ablated import Ablation
 from mha_trace.records import Shows
 
 def check_heads(model, heads: list[tuple[int, int]]) -> None:
@@ -22,7 +22,7 @@ def check_heads(model, heads: list[tuple[int, int]]) -> None:
 def _run_with(model, ids, plan: dict, batch: int = 1, resume=None):
     """The model on `ids` with heads removed; plan: layer -> [(batch rows or None, head)].
     resume (layer, x): start at that layer from its input x (the layers below are unchanged)."""
-    from mha_trace.ablation import heads_zeroed
+    from mha_trace.core.ablation import heads_zeroed
 
     with heads_zeroed({model.attention_module(l): t for l, t in plan.items()}):
         out, _, _ = model.run(ids, batch=batch, resume=resume)
@@ -64,7 +64,7 @@ def rank_heads(sentence, on_layer=lambda: None) -> HeadRanking:
     layer its heads' copies join the batch, each with its head removed, beside the copies whose
     head was removed below (`on_layer()` after each layer). Refused when estimated over the time
     guard."""
-    from mha_trace.ablation import heads_gated
+    from mha_trace.core.ablation import heads_gated
     from mha_trace.models.guards import check_time
     from mha_trace.speedups import batch_work
 
@@ -142,7 +142,7 @@ def survey(model, corpus, source: str | None = None, targets: list[str] | None =
            on_sentence=lambda: None) -> Survey:
     """Score every head on every sentence of a corpus.Corpus (batched by length); with a probe,
     also the weight from `source` to each target."""
-    from mha_trace.detectors import detect, gather
+    from mha_trace.core.detectors import detect, gather
     from mha_trace.models.sentence import encode_all
     from mha_trace.speedups import batch_work
 

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from mha_trace.attention import MultiHeadAttention
+from mha_trace.core.attention import MultiHeadAttention
 from mha_trace.errors import MhaError
-from mha_trace.files import CHECKPOINT as FORMAT
+from mha_trace.io.files import CHECKPOINT as FORMAT
 from mha_trace.records import Shows
 
 TASKS = {
@@ -108,8 +108,8 @@ class Spec:
         return 4 * (activations + 4 * params + snapshots)
 
     def _check_memory(self) -> None:
-        from mha_trace.costs import human_bytes
-        from mha_trace.runtime import available_bytes
+        from mha_trace.core.costs import human_bytes
+        from mha_trace.core.runtime import available_bytes
 
         need, free = self.memory_bytes(), available_bytes(torch.device("cpu"))
         if free is not None and need > free:
@@ -219,7 +219,7 @@ def snapshot_steps(s: Spec) -> list[int]:
 def scores(weights: list, s: Spec) -> dict[str, np.ndarray]:
     """Detector scores (layers, heads) on the probe batch (the induction task's sequences):
     previous token, two back, and induction (the token after the earlier copy)."""
-    from mha_trace.detectors import induction_scores
+    from mha_trace.core.detectors import induction_scores
 
     w = torch.stack([x.detach() for x in weights], 1).double().mean(0).numpy()  # (L, H, T, T)
     q = np.arange(2, s.seq)  # queries with a key two back
@@ -335,7 +335,7 @@ def save(r: Training, path: str) -> None:
     tensors; torch.load(..., weights_only=True) reads it)."""
     import io
 
-    from mha_trace.files import write_atomic
+    from mha_trace.io.files import write_atomic
 
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a))
     snaps = [{"step": x.step, "loss": x.loss, "scores": {k: t(v) for k, v in x.scores.items()},
@@ -352,7 +352,7 @@ def read_checkpoint(path: str, option: str = "checkpoint") -> Training:
     from pathlib import Path
 
     from mha_trace.errors import printable
-    from mha_trace.files import regular_file
+    from mha_trace.io.files import regular_file
 
     shown = printable(path)
     regular_file(Path(path), shown, "a checkpoint from mha-trace train", option)

@@ -135,7 +135,7 @@ def check_options(o: RunOptions) -> None:
 
     if o.model is not None:
         check_name(o.model)
-    from mha_trace.config import Config
+    from mha_trace.runs.config import Config
 
     if o.config is not None and not isinstance(o.config, (str, Config, os.PathLike)):
         raise MhaError(f"config must be a bundled name, a path or a Config, got "
@@ -150,7 +150,7 @@ def from_call(module, args: tuple, kwargs: dict):
     import numpy as np
     import torch
 
-    from mha_trace.run import Run, Sizes
+    from mha_trace.runs.run import Run, Sizes
 
     first = next((a for a in args if isinstance(a, (torch.Tensor, np.ndarray))), None)
     if isinstance(first, np.ndarray):
@@ -171,7 +171,7 @@ _HEADS_NAMES = ("heads", "num_heads", "n_head", "n_heads", "nhead", "num_attenti
 
 def sizes_of(o: RunOptions):
     """The Sizes of a run from flags: every option given, the rest the L04 table's."""
-    from mha_trace.run import Sizes
+    from mha_trace.runs.run import Sizes
 
     pick = {f.name: getattr(o, f.name) for f in fields(Sizes) if hasattr(o, f.name)}
     values = {name: SIZE_DEFAULTS.get(name) if value is None else value
@@ -183,7 +183,7 @@ def sizes_of(o: RunOptions):
 
 def config_of(o: RunOptions):
     """The config named (or the chapter's), with the options given applied and checked."""
-    from mha_trace.config import Config, load_config
+    from mha_trace.runs.config import Config, load_config
 
     c = o.config if isinstance(o.config, Config) else load_config(
         None if o.config is None else os.fspath(o.config))
@@ -192,7 +192,7 @@ def config_of(o: RunOptions):
 
 
 def _config_run(o: RunOptions):
-    from mha_trace.run import from_config
+    from mha_trace.runs.run import from_config
 
     if o.d_model is not None:
         raise MhaError("d_model goes with --module (a config's width is fixed by the config)",
@@ -201,15 +201,15 @@ def _config_run(o: RunOptions):
 
 
 def _sizes_run(o: RunOptions, alive: int, hint: str):
-    from mha_trace.run import from_sizes
+    from mha_trace.runs.run import from_sizes
 
     return from_sizes(sizes_of(o), guard_runs=alive, hint=hint)
 
 
 def resolve_splits(o: RunOptions, head_counts: list) -> list:
     """The config's run split into each head count (compare): the same Q, K, V (or seed)."""
-    from mha_trace.validate import divisors
-    from mha_trace.run import from_config
+    from mha_trace.core.validate import divisors
+    from mha_trace.runs.run import from_config
 
     if not head_counts:
         raise MhaError("--heads needs a comma-separated list of head counts, e.g. 1,2,4")
@@ -233,7 +233,7 @@ def resolve_splits(o: RunOptions, head_counts: list) -> list:
 def symbols_probe(sizes):
     """The run that names each dim of a trace by its role: the same module on the meta device with
     distinct prime sizes, so every dimension's role shows by its value (shapes --compact)."""
-    from mha_trace.run import from_sizes
+    from mha_trace.runs.run import from_sizes
 
     kv = None if not sizes.kv_heads or sizes.kv_heads == sizes.heads else 3
     return from_sizes(replace(sizes, batch=2, seq=11, d_model=6 * 14, heads=6, kv_heads=kv,
@@ -241,7 +241,7 @@ def symbols_probe(sizes):
 
 
 def _module_run(o: RunOptions, on_config: bool):
-    from mha_trace.run import from_module, module_sizes_for_config
+    from mha_trace.runs.run import from_module, module_sizes_for_config
 
     if o.given("rope", "window", "decode") or o.impl not in (None, "explicit"):
         raise MhaError("--rope, --window, --impl and --decode set up the built-in module; your "
@@ -270,7 +270,7 @@ def resolve_student(o: RunOptions) -> StudentRuns:
     """The student's module (o.module) at the sizes the options give (64 wide, 4 heads, 6 tokens,
     a batch of 2 when not given, float64) or on a config: its own Q, K, V when it is explicit and
     the class takes three inputs, else the config's sizes, mask and seed."""
-    from mha_trace.run import Sizes, from_config, from_module, module_sizes_for_config
+    from mha_trace.runs.run import Sizes, from_config, from_module, module_sizes_for_config
 
     if o.window or o.impl not in (None, "explicit") or o.kv_heads:
         raise MhaError("--window, --impl and --kv-heads check the built-in module; with --module "
@@ -300,18 +300,17 @@ def resolve_student(o: RunOptions) -> StudentRuns:
 
 def _model_run(o: RunOptions):
     """One layer of a pretrained model on its sentence (decoding: on the greedy continuation)."""
-    from mha_trace.run import from_model, from_model_decode
+    from mha_trace.runs.run import from_model, from_model_decode
 
     refuse_with_model(**o.given("config", "module", "init", "batch", "seq", "d_model", "heads",
                                 "kv_heads", "mask", "pad", "rope", "rope_base", "window"))
-    from mha_trace.run import MAX_DECODE
+    from mha_trace.runs.run import MAX_DECODE
 
     if o.decode and not 1 <= o.decode <= MAX_DECODE:
         raise MhaError(f"decode={o.decode} must be from 1 to {MAX_DECODE} (every step is a block "
                        f"of rows)", quantity="decode")
     if o.decode:
         from mha_trace.models import load_model
-        from mha_trace.model_analysis import predict
 
         m = load_model(o.model, o.device or "cpu", o.max_tokens)
         if not m.causal:
@@ -322,10 +321,10 @@ def _model_run(o: RunOptions):
         from mha_trace.models.guards import check_tokens
 
         check_tokens(m, len(m.tokenize(text)) + o.decode)  # the prompt and every token decoded
-        p = predict(m, text, 1, o.decode)  # greedy tokens: what real decoding feeds back
         ids = m.tokenize(text)
-        labels = tuple(m.token_text(i) for i in ids + p.generated)
-        return from_model_decode(m, ids + p.generated, len(ids), 1 if o.layer is None else o.layer, labels)
+        _, generated = m.generate(ids, o.decode)  # greedy tokens: what real decoding feeds back
+        labels = tuple(m.token_text(i) for i in ids + generated)
+        return from_model_decode(m, ids + generated, len(ids), 1 if o.layer is None else o.layer, labels)
     s = encode(o.model, o.sentence, o.device or "cpu", o.max_tokens)
     return from_model(s, check_layer(s.model, 1 if o.layer is None else o.layer))
 

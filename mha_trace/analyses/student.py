@@ -12,13 +12,13 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from mha_trace.attention import MultiHeadAttention
+from mha_trace.core.attention import MultiHeadAttention
 from mha_trace.errors import MhaError
-from mha_trace.mistakes import diagnoses
-from mha_trace.projections import (BY_ORDER, Mapping, copy_reference, find_projections,
+from mha_trace.analyses.mistakes import diagnoses
+from mha_trace.analyses.projections import (BY_ORDER, Mapping, copy_reference, find_projections,
                                    named_weights, other_orders, square_matrices)
 from mha_trace.records import Shows
-from mha_trace.roles import first_wrong_step
+from mha_trace.core.roles import first_wrong_step
 
 
 @dataclass
@@ -61,7 +61,7 @@ def check_student(runs, given_map: str | None = None, mask_means: str = "any") -
 def check_on_config(run, reference_run) -> StudentReport:
     """The student's module on an explicit config's own Q, K, V, the lecture's module on the same
     (with identity projections, as `heads --config` runs it)."""
-    from mha_trace.returned import split_result
+    from mha_trace.runs.returned import split_result
 
     config = reference_run.config
     if not run.numpy:
@@ -85,7 +85,7 @@ def check_on_config(run, reference_run) -> StudentReport:
 
 
 def trace_reference(reference, reference_run):
-    from mha_trace.tracer import trace
+    from mha_trace.core.tracer import trace
 
     return trace(reference, *reference_run.args, keep_values=True, **reference_run.kwargs)
 
@@ -216,10 +216,10 @@ def _try(run, module, mapping, sizes, way):
 
 def _check_once(run, module, mapping: Mapping | None, sizes, way: Way,
                 explain: bool = True) -> StudentReport:
-    from mha_trace.run import make_mask
-    from mha_trace.tracer import trace
-    from mha_trace.returned import split_result
-    from mha_trace.usermodule import forward_call
+    from mha_trace.runs.run import make_mask
+    from mha_trace.core.tracer import trace
+    from mha_trace.runs.returned import split_result
+    from mha_trace.runs.usermodule import forward_call
 
     reference, mapping, biased = _reference_for(module, mapping, sizes, way.transposed)
     one = way.unbatched
@@ -306,17 +306,17 @@ def _other_rope_convention(report, reference, x, mask, output, weights) -> None:
 def _traced_forward(run, module, args: tuple, kwargs: dict):
     """The student's forward, traced op by op with every value kept, under the user-code guard;
     a failure is one error naming it."""
-    from mha_trace.usermodule import explain_exception, user_code
+    from mha_trace.runs.usermodule import explain_exception, user_code
 
     if run.numpy:
-        from mha_trace import nptrace as tracer
+        from mha_trace.core import nptrace as tracer
     else:
-        from mha_trace import tracer
+        from mha_trace.core import tracer
     try:
         with torch.no_grad(), user_code(f"{run.label}: forward"):
             return tracer.trace(module, *args, watch=(run.source,), keep_values=True, **kwargs)
     except tracer.ForwardFailed as failed:
-        from mha_trace.output import display_path
+        from mha_trace.io.output import display_path
 
         f = failed.trace.failure
         where = f" at {display_path(f.file)}:{f.line} ({f.source.strip()})" if f.line else ""

@@ -8,10 +8,10 @@ computed by the same functions, and cached until a choice that changes it.
 
 from dataclasses import dataclass, field, replace
 
-from mha_trace.config import Config
+from mha_trace.runs.config import Config
 from mha_trace.errors import MhaError
-from mha_trace.masks import KINDS as MASKS  # the mask cycle: none, causal, window
-from mha_trace.validate import divisors
+from mha_trace.core.masks import KINDS as MASKS  # the mask cycle: none, causal, window
+from mha_trace.core.validate import divisors
 
 PANES = ("trace", "heads", "token", "split", "ablate")
 MAX_TOKENS = 64  # every pane shows every token; past this a table stops being readable or quick
@@ -160,22 +160,22 @@ class Session:
 
     def options(self):
         """The run these choices describe, as the resolver takes it."""
-        from mha_trace.resolve import RunOptions
+        from mha_trace.runs.resolve import RunOptions
 
         if self.model:
             return RunOptions(model=self.model.key, sentence=self.sentence.text, layer=self.layer)
         return RunOptions(config=self.config)
 
     def run(self):
-        from mha_trace.resolve import resolve
+        from mha_trace.runs.resolve import resolve
 
         return resolve(self.options())
 
     def report(self):
         """The forward pass, traced (ShapesReport): flags trace at their batch, like `shapes`."""
         def make():
-            from mha_trace.resolve import RunOptions, resolve
-            from mha_trace.shapes import trace_run
+            from mha_trace.runs.resolve import RunOptions, resolve
+            from mha_trace.analyses.shapes import trace_run
 
             if self.config is not None and self.config.name == "flags":
                 c = self.config
@@ -188,13 +188,13 @@ class Session:
 
     def view(self):
         """Every head's weights (Heads), as `heads` shows them."""
-        from mha_trace.analysis import analyse
+        from mha_trace.analyses.analysis import analyse
 
         return self._cached("view", lambda: analyse(self.run()))
 
     def walk(self):
         """The picked token through every head (Walk), as `explain` shows it."""
-        from mha_trace.analysis import walk
+        from mha_trace.analyses.analysis import walk
 
         return self._cached("walk", lambda: walk(self.view(), self.position))
 
@@ -205,10 +205,10 @@ class Session:
 
         def make():
             if self.model:
-                from mha_trace.model_analysis import ablate_model_heads
+                from mha_trace.analyses.model_analysis import ablate_model_heads
 
                 return ablate_model_heads(self.sentence, [(self.layer, h) for h in sorted(self.off)])
-            from mha_trace.analysis import ablate_heads
+            from mha_trace.analyses.analysis import ablate_heads
 
             return ablate_heads(self.run(), sorted(self.off))
 
@@ -224,7 +224,7 @@ def prepare(config=None, model=None, sentence=None, layer=None, d_model=None, he
         raise MhaError(f"pane '{pane}' is not one of {', '.join(PANES)}", quantity="pane")
     if mask is not None and mask not in MASKS:
         raise MhaError(f"mask '{mask}' is not one of {', '.join(MASKS)}", quantity="mask")
-    from mha_trace.resolve import needs_model, refuse_with_model
+    from mha_trace.runs.resolve import needs_model, refuse_with_model
 
     if model:
         from mha_trace.models.guards import check_name
@@ -236,7 +236,7 @@ def prepare(config=None, model=None, sentence=None, layer=None, d_model=None, he
     if config is not None and (d_model is not None or seq is not None):
         raise MhaError("--config fixes the sizes; --d-model and --seq describe a run without one")
     if d_model is not None or seq is not None:
-        from mha_trace.validate import check_sizes
+        from mha_trace.core.validate import check_sizes
 
         seq, d_model, heads = seq or 10, d_model or 512, heads or 8
         check_sizes(2, seq, d_model, heads)
@@ -247,7 +247,7 @@ def prepare(config=None, model=None, sentence=None, layer=None, d_model=None, he
         base = flags_config(d_model, heads, seq)
         batch = 2
     else:
-        from mha_trace.config import load_config
+        from mha_trace.runs.config import load_config
 
         base = load_config(config)
         base = base if heads is None else base.with_overrides(heads=heads)
@@ -269,7 +269,7 @@ def prepare(config=None, model=None, sentence=None, layer=None, d_model=None, he
 
 
 def open_model(model: str, sentence: str | None, layer: int | None) -> Session:
-    from mha_trace.resolve import check_layer, encode
+    from mha_trace.runs.resolve import check_layer, encode
 
     s = Session(sentence=encode(model, sentence))
     if len(s.tokens) > MAX_TOKENS:

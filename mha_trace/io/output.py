@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mha_trace.errors import printable, printable_data
-from mha_trace.streams import tool_stdout
+from mha_trace.io.streams import tool_stdout
 
 SCHEMA_VERSION = 2  # 2: heads has one schema whatever the source (README: JSON)
 PLAIN_WIDTH = 100  # width used when the output is not a terminal and COLUMNS is not set
@@ -99,8 +99,8 @@ def natural_width(renderable) -> int:
 
 
 def display_path(path: str) -> str:
-    """mha_trace/attention.py for the package's own files, cwd-relative for files below cwd."""
-    package_dir = os.path.dirname(os.path.abspath(__file__))
+    """mha_trace/core/attention.py for the package's own files, cwd-relative for files below cwd."""
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     path_abs = os.path.abspath(path)
     if path_abs.startswith(package_dir + os.sep):
         return "mha_trace/" + os.path.relpath(path_abs, package_dir).replace(os.sep, "/")
@@ -173,8 +173,8 @@ def emit(out: Output, renderables: Callable[[], list], data: Callable[[], dict],
     """
     console = console or make_console(out)
     if page is not None and out.html:
-        from mha_trace.files import write_atomic
-        from mha_trace.page import page as interactive
+        from mha_trace.io.files import write_atomic
+        from mha_trace.io.page import page as interactive
 
         write_atomic(out.html, interactive(page), "html")
         out = replace(out, html=None)
@@ -203,7 +203,7 @@ def emit(out: Output, renderables: Callable[[], list], data: Callable[[], dict],
 def _save_recordings(out: Output, renderables: list, width: int) -> None:
     if not (out.svg or out.html):
         return
-    from mha_trace.files import write_atomic
+    from mha_trace.io.files import write_atomic
 
     recorder = Console(record=True, file=io.StringIO(), width=width, color_system="truecolor",
                        force_terminal=True, highlight=False, emoji=False, markup=False)

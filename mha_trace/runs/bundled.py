@@ -13,7 +13,7 @@ from mha_trace.errors import MhaError
 
 def examples_dir() -> Path:
     """examples/ inside an installed wheel, or beside the package in a source checkout."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent
     inside = here / "examples"
     return inside if inside.is_dir() else here.parent / "examples"
 

@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from mha_trace.tracer import ForwardFailed, Step, Trace, _own_part, leaves, where
+from mha_trace.core.tracer import ForwardFailed, Step, Trace, _own_part, leaves, where
 
 _NUMPY_DIR = os.path.dirname(np.__file__)
 _THIS_FILE = __file__
@@ -121,7 +121,7 @@ def trace(module, *args, watch=(), keep_values=False, **kwargs) -> Trace:
     try:
         output = module.forward(*wrapped, **kwargs)
     except Exception as exc:
-        from mha_trace.tracer import _failure_of
+        from mha_trace.core.tracer import _failure_of
 
         raise ForwardFailed(Trace(recorder["steps"], None, _failure_of(exc, own))) from exc
     finally:

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.nn as nn
 
-from mha_trace.attention import KVCache, MultiHeadAttention
-from mha_trace.config import Config
-from mha_trace.costs import Dims
+from mha_trace.core.attention import KVCache, MultiHeadAttention
+from mha_trace.runs.config import Config
+from mha_trace.core.costs import Dims
 from mha_trace.errors import MhaError
-from mha_trace.runtime import DTYPES, check_device, guard_memory, guard_time
-from mha_trace.validate import addressable, check_sizes, seed_fits
+from mha_trace.core.runtime import DTYPES, check_device, guard_memory, guard_time
+from mha_trace.core.validate import addressable, check_sizes, seed_fits
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ def make_mask(seq: int, mask: str = "none", pad: int = 0, device=None,
     A padding-only mask is the same for every query: one row of T, expanded (no T·T copy).
     A sliding window of W lets query i see keys i - W + 1 .. i (causal, Mistral's convention).
     """
-    from mha_trace import masks
+    from mha_trace.core import masks
 
     if not masks.is_masked(mask, pad, window):
         return None
@@ -145,7 +145,7 @@ MAX_DECODE = 1000
 
 
 def check_modern(sizes: Sizes) -> None:
-    from mha_trace.validate import positive
+    from mha_trace.core.validate import positive
 
     if sizes.rope and (sizes.d_model // sizes.heads) % 2:
         raise MhaError(f"rope turns pairs of dims, so d_k = d_model / heads = "
@@ -206,7 +206,7 @@ def _meta_estimate(sizes: Sizes) -> int:
     """Bytes the run allocates, counted by tracing the same run on the meta device (no memory):
     the estimate that fits each implementation (fused SDPA, RoPE, windows, decoding)."""
     from mha_trace.speedups import light_meta_kernels
-    from mha_trace.tracer import trace_phases
+    from mha_trace.core.tracer import trace_phases
 
     run = from_sizes(replace(sizes, device="meta"))
     with light_meta_kernels(run.device):
@@ -264,7 +264,7 @@ def from_config(config: Config, dtype: str = "float64", device: str = "cpu") -> 
 def from_module(spec: str, sizes: Sizes, init: str | None = None, tokens: tuple = (),
                 config: Config | None = None) -> Run:
     """The user's own class (`FILE.py:Class`), built from the sizes and called by its signature."""
-    from mha_trace import usermodule
+    from mha_trace.runs import usermodule
 
     check_sizes(sizes.batch, sizes.seq, sizes.d_model, None if init else sizes.heads, None,
                 sizes.pad)

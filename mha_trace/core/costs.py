@@ -91,7 +91,7 @@ def human_bytes(n: float) -> str:
 def presets_dir():
     from pathlib import Path
 
-    return Path(__file__).resolve().parent / "presets"
+    return Path(__file__).resolve().parent.parent / "presets"
 
 
 def preset_names() -> list[str]:
@@ -260,7 +260,7 @@ def cost_report(preset: str | None = None, batch: int | None = None, seq: int | 
                 formulas: bool = False) -> CostReport:
     """The cost of attention at a preset's dimensions (gpt3-175b, ...), any of them overridden;
     without a preset: batch 2, seq 10, d_model 512, heads 8, one layer."""
-    from mha_trace.validate import check_sizes, positive
+    from mha_trace.core.validate import check_sizes, positive
 
     given = {"batch": batch, "seq": seq, "d_model": d_model, "heads": heads,
              "kv_heads": kv_heads, "layers": layers, "window": window}

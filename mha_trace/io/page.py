@@ -12,7 +12,7 @@ import json
 from functools import singledispatch
 from pathlib import Path
 
-WEB = Path(__file__).resolve().parent / "web"
+WEB = Path(__file__).resolve().parent.parent / "web"
 
 
 def page(record) -> str:

@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mha_trace.errors import MhaError, printable
-from mha_trace.files import read_text
-from mha_trace.validate import check_sizes, positive, seed_fits
+from mha_trace.io.files import read_text
+from mha_trace.core.validate import check_sizes, positive, seed_fits
 
 DEFAULT = "cat-sat-on-mat"
 TOP_KEYS = {"title", "description", "tokens", "sentence", "heads", "kv_heads", "d_model", "seed",
@@ -68,7 +68,7 @@ class Config:
 
 def bundled_dir() -> Path:
     """configs/ inside an installed wheel, or beside the package in a source checkout."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent
     inside = here / "configs"
     return inside if inside.is_dir() else here.parent / "configs"
 

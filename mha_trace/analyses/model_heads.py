@@ -3,7 +3,7 @@ glance, one layer's tables, or one head; word pieces grouped into words; [CLS]/[
 
 import numpy as np
 
-from mha_trace.analysis import ModelHeads
+from mha_trace.analyses.analysis import ModelHeads
 from mha_trace.errors import MhaError
 
 
@@ -12,9 +12,9 @@ def model_heads(run, layer: int | None = None, head: str | None = None, words: b
     """The heads of a model's run (`resolve` with a model): head "L.H", layer L, or all (the
     overview: `picked` is None)."""
     from mha_trace.models.guards import parse_head
-    from mha_trace.model_analysis import check_heads
-    from mha_trace.masks import allowed
-    from mha_trace.resolve import check_layer
+    from mha_trace.analyses.model_analysis import check_heads
+    from mha_trace.core.masks import allowed
+    from mha_trace.runs.resolve import check_layer
 
     s = run.sentence
     tokens, weights = list(s.labels), s.weights
@@ -61,8 +61,8 @@ def head_in_layer(layer: int | None, head: str | None) -> tuple[int | None, int 
 
 def model_walk(run, head: int | None, token: str | None, position: int | None):
     """One token of a model's run through its layer's heads (`explain --model`)."""
-    from mha_trace.analysis import analyse, find_position, walk
-    from mha_trace.model_analysis import check_heads
+    from mha_trace.analyses.analysis import analyse, find_position, walk
+    from mha_trace.analyses.model_analysis import check_heads
 
     s = run.sentence
     if head is not None:

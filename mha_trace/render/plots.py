@@ -42,7 +42,7 @@ _together = None  # inside `written_together`: the PNGs made so far, not yet wri
 def written_together():
     """PNGs saved inside are written only once every one is made: a run stopped halfway
     (Ctrl-C, an error) leaves none of them."""
-    from mha_trace.files import write_atomic
+    from mha_trace.io.files import write_atomic
 
     global _together
     _together, written = [], []
@@ -62,7 +62,7 @@ def written_together():
 def _save(plt, fig, path: str, bg: str) -> None:
     import io
 
-    from mha_trace.files import write_atomic
+    from mha_trace.io.files import write_atomic
 
     buffer = io.BytesIO()
     try:
@@ -94,7 +94,7 @@ def save_model(path: str, title: str, tokens: list, weights, causal: bool,
     written at the end (`on_figure()` after each is made). Returns the files, the overview first."""
     import numpy as np
 
-    from mha_trace.masks import allowed
+    from mha_trace.core.masks import allowed
 
     w = np.asarray(weights, float)
     L, H, T, _ = w.shape

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mha_trace.detectors import induction_scores, previous_token_scores
+from mha_trace.core.detectors import induction_scores, previous_token_scores
 from mha_trace.errors import MhaError
 from mha_trace.records import Shows
 
@@ -58,7 +58,7 @@ def induction(model, n: int = 50, seeds: tuple = (0, 1, 2), ablate_top: int = 0,
     """Every head's induction score on random whole-word tokens repeated twice, each seed its
     own sequence; the losses of both halves; with `ablate_top` K, the repeated half's loss with
     the K best induction heads removed."""
-    from mha_trace.model_analysis import _run_with
+    from mha_trace.analyses.model_analysis import _run_with
 
     if not hasattr(model, "tokenizer"):
         raise MhaError(f"{model.name} has no words to repeat: --induction draws whole words from a "

@@ -19,8 +19,8 @@ import torch
 import torch.nn as nn
 
 from mha_trace.errors import MhaError, printable
-from mha_trace.files import regular_file
-from mha_trace.streams import guard_stdout
+from mha_trace.io.files import regular_file
+from mha_trace.io.streams import guard_stdout
 
 D_MODEL_NAMES = ("d_model", "embed_dim", "n_embd", "dim", "hidden_size", "model_dim", "emb_dim",
                  "hidden_dim", "d")
@@ -159,7 +159,7 @@ def load_class(spec) -> type:
         raise MhaError(f"expected a class or 'FILE.py:Class', got {type(spec).__name__} (pass the "
                        f"class, not an instance)", quantity="module")
     if spec.startswith("example:"):
-        from mha_trace.bundled import example_path
+        from mha_trace.runs.bundled import example_path
 
         spec = example_path(spec)
     if ":" not in spec:

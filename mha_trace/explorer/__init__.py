@@ -1,0 +1,1 @@
+"""The live explorer: its session (no Textual), its panes, its Textual app."""

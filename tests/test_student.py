@@ -45,7 +45,7 @@ def test_correct_modules_pass(cli, spec, args):
     ("MaskInverted", ("--mask", "causal", "--mask-means", "keep"), "mask inverted", 31),
     ("MaskOffByOne", ("--mask", "causal"), "mask off by one (a query sees one key ahead)", 31),
     ("KNotTransposed", ("--seq", "8"), "K not transposed", 25),
-    ("NoWO", (), "W_O missing", None),
+    ("NoWO", (), "W_O missing", 40),  # its return line
     ("NoBias", (), "bias missing", 21),
     ("ScaledBySqrtDModel", (), "scaled by √d_model instead of √d_k", 26),
     ("QInPlaceOfK", (), "Q in place of K (scores Q·Qᵀ)", 25),

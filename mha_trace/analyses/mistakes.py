@@ -1,79 +1,175 @@
-"""The classic mistakes, each the lecture's module with one thing done wrong: a student's output
-that equals one of them is diagnosed as that mistake."""
+"""The classic mistakes, each the lecture's computation with one stage done wrong: a student's
+output that equals one of them is diagnosed as that mistake, and shown its one-sentence fix.
 
-from dataclasses import dataclass
+The lecture's forward is written here as stages (project, split, RoPE, scores, scale, mask,
+softmax, weights·V, merge, output); a mistake replaces one or two of them. `needs` says when a
+mistake can show at all (a mask, none, RoPE, biases, T = d_k for Q @ K to run)."""
+
+from dataclasses import dataclass, field
 
 import torch
-import torch.nn as nn
+import torch.nn.functional as F
 
-from mha_trace.core.attention import MultiHeadAttention, rope
+from mha_trace.core.attention import MultiHeadAttention, rotate_half
 
-@dataclass
-class Bug:
+INF = float("-inf")
+
+
+@dataclass(frozen=True)
+class Mistake:
     name: str  # what the student's module does instead
-    module: MultiHeadAttention  # the reference with that bug, to test the hypothesis
+    fix: str  # one sentence
+    stages: dict = field(default_factory=dict)  # stage -> its wrong version
+    needs: tuple = ()  # "mask", "no mask", "rope", "bias", "T = d_k"
 
 
-class _Variant(MultiHeadAttention):
-    """The reference with one deliberate mistake, to test what a wrong module does instead."""
-
-    def __init__(self, base: MultiHeadAttention, bug: str):
-        super().__init__(base.d_model, base.heads, bias=base.W_q.bias is not None,
-                         rope=base.rope, rope_base=base.rope_base)
-        self.load_state_dict(base.state_dict())
-        self.bug = bug
-
-    def forward(self, q, k=None, v=None, mask=None):
-        k = q if k is None else k
-        v = q if v is None else v
-        B, T = q.size(0), q.size(1)
-        bias = self.bug != "bias missing"
-        lin = lambda layer, x: nn.functional.linear(x, layer.weight, layer.bias if bias else None)
-        if self.bug == "bias missing" and self.W_q.bias is None:
-            raise RuntimeError("no bias to miss")
-        Q = lin(self.W_q, q).view(B, -1, self.heads, self.d_k).transpose(1, 2)
-        K = lin(self.W_k, k).view(B, -1, self.heads, self.d_k).transpose(1, 2)
-        V = lin(self.W_v, v).view(B, -1, self.heads, self.d_k).transpose(1, 2)
-        if self.rope:
-            Q, K = rope(Q, 0, self.rope_base), rope(K, 0, self.rope_base)
-            V = rope(V, 0, self.rope_base) if self.bug == "RoPE applied to V too" else V
-        keys = {"K not transposed": K, "Q in place of K (scores Q·Qᵀ)": Q.transpose(-2, -1)}.get(
-            self.bug, K.transpose(-2, -1))
-        scores = Q @ keys
-        scale = {"scaled by d_k instead of √d_k": self.d_k, "not scaled at all": 1.0,
-                 "scaled by √d_model instead of √d_k": self.d_model ** 0.5}
-        scores = scores / scale.get(self.bug, self.d_k ** 0.5)
-        if self.bug == "mask inverted" and mask is not None:
-            mask = ~mask
-        if self.bug == "mask off by one (a query sees one key ahead)" and mask is not None:
-            mask = torch.ones_like(mask).tril(1)
-        if self.bug == "a causal mask of its own, though none was asked for":
-            mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-        after = self.bug == "mask applied after the softmax (rows no longer sum to 1)"
-        if mask is not None and not after:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        axis = {"softmax over the queries instead of the keys": -2,
-                "softmax over the heads instead of the keys": 1}.get(self.bug, -1)
-        weights = torch.softmax(scores, dim=axis)
-        if mask is not None and after:
-            weights = weights.masked_fill(~mask, 0.0)
-        context = weights @ (K if self.bug == "weights applied to K instead of V" else V)
-        if self.bug == "heads merged without transposing back":
-            context = context.reshape(B, T, self.d_model)
-        else:
-            context = context.transpose(1, 2).reshape(B, T, self.d_model)
-        out = context if self.bug == "W_O missing" else lin(self.W_o, context)
-        return out, weights
+def _rope(x, base, sign=1.0):
+    """RoPE as the lecture's module turns (B, H, T, d) (sign -1: the other way round)."""
+    T, d = x.size(-2), x.size(-1)
+    inv_freq = base ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    angles = torch.cat([torch.arange(T, dtype=x.dtype)[:, None] * inv_freq] * 2, dim=-1)
+    return x * angles.cos() + sign * rotate_half(x) * angles.sin()
 
 
-BUGS = ("scaled by d_k instead of √d_k", "not scaled at all",
-        "softmax over the queries instead of the keys", "heads merged without transposing back",
-        "mask inverted", "mask off by one (a query sees one key ahead)", "K not transposed",
-        "W_O missing", "bias missing", "a causal mask of its own, though none was asked for",
-        "scaled by √d_model instead of √d_k", "Q in place of K (scores Q·Qᵀ)",
-        "weights applied to K instead of V",
-        "mask applied after the softmax (rows no longer sum to 1)",
-        "softmax over the heads instead of the keys", "RoPE applied to V too")
+def _split(m, t):
+    return t.view(t.size(0), -1, m.heads, m.d_k).transpose(1, 2)
+
+
+def _merge(m, c):
+    return c.transpose(1, 2).reshape(c.size(0), -1, m.d_model)
+
+
+def _softmax_twice(s):
+    return torch.softmax(torch.softmax(s, -1), -1)
+
+
+LECTURE = {  # the stages of the lecture's forward: (m, ...) -> ...
+    "project": lambda m, x, layer: F.linear(x, layer.weight, layer.bias),
+    "layers": lambda m: (m.W_q, m.W_k, m.W_v),
+    "split": _split,
+    "rope": lambda m, Q, K, V: (_rope(Q, m.rope_base), _rope(K, m.rope_base), V) if m.rope
+    else (Q, K, V),
+    "scores": lambda m, Q, K: Q @ K.transpose(-2, -1),
+    "scale": lambda m, s: s / m.d_k ** 0.5,
+    "mask": lambda m, s, mask: s if mask is None else s.masked_fill(~mask, INF),
+    "softmax": lambda m, s: torch.softmax(s, dim=-1),
+    "after softmax": lambda m, w, mask: w,
+    "mix": lambda m, w, s, K, V: w @ V,
+    "merge": _merge,
+    "output": lambda m, c, x: F.linear(c, m.W_o.weight, m.W_o.bias),
+}
+
+SOFTMAX_FIX = "take the softmax over the keys, the last axis: torch.softmax(scores, dim=-1)"
+MISTAKES = (
+    Mistake("scaled by d_k instead of √d_k", "divide the scores by math.sqrt(d_k), not by d_k",
+            {"scale": lambda m, s: s / m.d_k}),
+    Mistake("not scaled at all", "divide the scores by √d_k before the softmax",
+            {"scale": lambda m, s: s}),
+    Mistake("scaled by √d_model instead of √d_k", "scale by the width of one head: √d_k, "
+            "with d_k = d_model / heads", {"scale": lambda m, s: s / m.d_model ** 0.5}),
+    Mistake("scaled after the softmax", "divide the scores, not the weights, by √d_k: the scale "
+            "goes before the softmax", {"scale": lambda m, s: s,
+                                       "after softmax": lambda m, w, mask: w / m.d_k ** 0.5}),
+    Mistake("softmax over the queries instead of the keys", SOFTMAX_FIX,
+            {"softmax": lambda m, s: torch.softmax(s, dim=-2)}),
+    Mistake("softmax over the heads instead of the keys", SOFTMAX_FIX,
+            {"softmax": lambda m, s: torch.softmax(s, dim=1)}),
+    Mistake("softmax over the batch instead of the keys", SOFTMAX_FIX,
+            {"softmax": lambda m, s: torch.softmax(s, dim=0)}),
+    Mistake("softmax applied twice", "apply the softmax once: its weights already sum to 1",
+            {"softmax": lambda m, s: _softmax_twice(s)}),
+    Mistake("the raw scores mix V (the softmax's weights are not used)", "multiply V by the "
+            "softmax's weights: context = weights @ V", {"mix": lambda m, w, s, K, V: s @ V}),
+    Mistake("heads merged without transposing back", "transpose(1, 2) back to (B, T, H, d_k) "
+            "before reshaping to (B, T, d_model)",
+            {"merge": lambda m, c: c.reshape(c.size(0), -1, m.d_model)}),
+    Mistake("heads split as view(B, H, T, d_k)", "view as (B, T, H, d_k), then transpose(1, 2): "
+            "a head is a block of columns of each token's row, not a block of rows",
+            {"split": lambda m, t: t.reshape(t.size(0), m.heads, -1, m.d_k)}),
+    Mistake("heads merged with d_k before the heads (permute(0, 2, 3, 1))", "merge with "
+            "transpose(1, 2) (B, T, H, d_k): each head's d_k columns stay together",
+            {"merge": lambda m, c: c.permute(0, 2, 3, 1).reshape(c.size(0), -1, m.d_model)}),
+    Mistake("batch and sequence swapped in the merge ((T, B, d_model), as nn.MultiheadAttention "
+            "without batch_first)", "keep the batch first: transpose(1, 2).reshape(B, T, d_model)",
+            {"merge": lambda m, c: c.permute(2, 0, 1, 3).reshape(c.size(2), c.size(0), -1)
+             .reshape(c.size(0), c.size(2), -1)}),
+    Mistake("heads split as view(B, H, T, d_k) and merged back with view(B, T, d_model)",
+            "view as (B, T, H, d_k), then transpose(1, 2); merge with transpose(1, 2) back",
+            {"split": lambda m, t: t.reshape(t.size(0), m.heads, -1, m.d_k),
+             "merge": lambda m, c: c.reshape(c.size(0), -1, m.d_model)}),
+    Mistake("one head of width d_model: the heads never split", "split into heads: view(B, T, H, "
+            "d_k).transpose(1, 2), so each head has its own weights",
+            {"split": lambda m, t: t[:, None], "scale": lambda m, s: s / m.d_model ** 0.5}),
+    Mistake("mask inverted", "fill where the mask is False (~mask): True means a query may look",
+            {"mask": lambda m, s, mask: s.masked_fill(mask, INF)}, ("mask",)),
+    Mistake("mask transposed: queries see later keys, not earlier", "index the mask as "
+            "[query, key]: rows are queries; do not transpose it",
+            {"mask": lambda m, s, mask: s.masked_fill(~mask.transpose(-2, -1), INF)}, ("mask",)),
+    Mistake("mask off by one (a query sees one key ahead)", "use tril() with the diagonal "
+            "(offset 0): a query sees itself and what came before",
+            {"mask": lambda m, s, mask: s.masked_fill(~torch.ones_like(mask).tril(1), INF)},
+            ("mask",)),
+    Mistake("mask never applied", "mask the scores before the softmax: "
+            "scores.masked_fill(~mask, float('-inf'))", {"mask": lambda m, s, mask: s}, ("mask",)),
+    Mistake("masked scores set to 0 instead of -inf", "fill with float('-inf'): a score of 0 "
+            "still gets weight after the softmax",
+            {"mask": lambda m, s, mask: s.masked_fill(~mask, 0.0)}, ("mask",)),
+    Mistake("mask applied after the softmax (rows no longer sum to 1)", "mask the scores before "
+            "the softmax, so each row's weights sum to 1",
+            {"mask": lambda m, s, mask: s, "after softmax": lambda m, w, mask: w.masked_fill(
+                ~mask, 0.0)}, ("mask",)),
+    Mistake("a causal mask of its own, though none was asked for", "apply the mask you are "
+            "given; none means every query sees every key",
+            {"mask": lambda m, s, mask: s.masked_fill(~torch.ones(
+                s.shape[-2:], dtype=torch.bool).tril(), INF)}, ("no mask",)),
+    Mistake("K not transposed", "compare each query with each key: Q @ K.transpose(-2, -1)",
+            {"scores": lambda m, Q, K: Q @ K}, ("T = d_k",)),
+    Mistake("scores transposed (K @ Qᵀ)", "Q @ K.transpose(-2, -1): rows are queries, columns "
+            "keys", {"scores": lambda m, Q, K: K @ Q.transpose(-2, -1)}),
+    Mistake("Q in place of K (scores Q·Qᵀ)", "the scores are Q @ K.transpose(-2, -1)",
+            {"scores": lambda m, Q, K: Q @ Q.transpose(-2, -1)}),
+    Mistake("weights applied to K instead of V", "mix the values: context = weights @ V",
+            {"mix": lambda m, w, s, K, V: w @ K}),
+    Mistake("weights transposed before they mix V", "use the weights as the softmax gives them, "
+            "(…, query, key): context = weights @ V", {"mix": lambda m, w, s, K, V:
+                                                      w.transpose(-2, -1) @ V}),
+    Mistake("W_O missing", "project the merged heads with W_O: return W_o(context)",
+            {"output": lambda m, c, x: c}),
+    Mistake("a residual added inside attention (x + output)", "return the attention's output "
+            "alone: the residual connection belongs to the transformer block around it",
+            {"output": lambda m, c, x: F.linear(c, m.W_o.weight, m.W_o.bias) + x}),
+    Mistake("bias missing", "keep the projections' biases: x @ W.T + b (nn.Linear adds them)",
+            {"project": lambda m, x, layer: F.linear(x, layer.weight),
+             "output": lambda m, c, x: F.linear(c, m.W_o.weight)}, ("bias",)),
+    Mistake("RoPE applied to V too", "rotate Q and K only: V carries what a token says, not where "
+            "it is", {"rope": lambda m, Q, K, V: tuple(_rope(t, m.rope_base) for t in (Q, K, V))},
+            ("rope",)),
+    Mistake("RoPE applied to Q only", "rotate K too: only then does a score depend on the offset "
+            "between the two positions", {"rope": lambda m, Q, K, V: (_rope(Q, m.rope_base), K, V)},
+            ("rope",)),
+    Mistake("RoPE turned the wrong way (the sine's sign flipped)", "x·cos θ + rotate_half(x)·sin "
+            "θ, with rotate_half(x) = (-x₂, x₁)", {"rope": lambda m, Q, K, V: (
+                _rope(Q, m.rope_base, -1), _rope(K, m.rope_base, -1), V)}, ("rope",)),
+)
+BUGS = tuple(m.name for m in MISTAKES)
+FIXES = {m.name: m.fix for m in MISTAKES}
+
+
+def with_mistake(m: MultiHeadAttention, mistake: Mistake, q, k, v, mask):
+    """The lecture's forward, stage by stage, with the mistake's stages in place of its own."""
+    s = {**LECTURE, **mistake.stages}
+    Q, K, V = (s["split"](m, s["project"](m, x, layer)) for x, layer in zip((q, k, v), s["layers"](m)))
+    Q, K, V = s["rope"](m, Q, K, V)
+    scores = s["mask"](m, s["scale"](m, s["scores"](m, Q, K)), mask)
+    weights = s["after softmax"](m, s["softmax"](m, scores), mask)
+    context = s["mix"](m, weights, scores, K, V)
+    return s["output"](m, s["merge"](m, context), q), weights
+
+
+def _can_show(mistake: Mistake, reference, T: int, mask) -> bool:
+    return all({"mask": mask is not None, "no mask": mask is None, "rope": reference.rope,
+                "bias": reference.W_q.bias is not None, "T = d_k": T == reference.d_k}[n]
+               for n in mistake.needs)
 
 
 def diagnoses(reference: MultiHeadAttention, x, mask, output: torch.Tensor) -> list[str]:
@@ -82,19 +178,16 @@ def diagnoses(reference: MultiHeadAttention, x, mask, output: torch.Tensor) -> l
 
     x: the input (B, T, D), or the (q, k, v) tuple a config gives."""
     qkv = x if isinstance(x, tuple) else (x, x, x)
-    x, found = qkv[0], []
-    for bug in BUGS:
-        if bug.startswith("mask") and mask is None or bug.startswith("a causal") and mask is not None:
+    found = []
+    for mistake in MISTAKES:
+        if not _can_show(mistake, reference, qkv[0].size(1), mask):
             continue
-        if bug == "K not transposed" and x.size(1) != reference.d_k \
-                or bug.startswith("RoPE") and not reference.rope:
-            continue  # Q @ K needs T == d_k to run at all
         try:
             with torch.no_grad():
-                out, _ = _Variant(reference, bug).double()(*qkv, mask=mask)
+                out, _ = with_mistake(reference, mistake, *(t.double() for t in qkv), mask)
         except RuntimeError:
             continue
         if out.shape == output.shape and torch.allclose(out, output.double(), rtol=1e-6, atol=1e-9,
                                                         equal_nan=True):
-            found.append(bug)
+            found.append(mistake.name)
     return found

@@ -14,7 +14,7 @@ import torch
 
 from mha_trace.core.attention import MultiHeadAttention
 from mha_trace.errors import MhaError
-from mha_trace.analyses.mistakes import diagnoses
+from mha_trace.analyses.mistakes import FIXES, diagnoses
 from mha_trace.analyses.projections import (BY_ORDER, Mapping, copy_reference, find_projections,
                                    named_weights, other_orders, square_matrices)
 from mha_trace.records import Shows
@@ -38,6 +38,11 @@ class StudentReport(Shows):
     diagnosis: str | None = None
     candidates: list = field(default_factory=list)  # every known mistake that matched
     notes: list = field(default_factory=list)
+
+    @property
+    def fix(self) -> str | None:
+        """The diagnosed mistake's one-sentence fix."""
+        return FIXES.get(self.diagnosis)
 
     @property
     def passed(self) -> bool:
@@ -80,7 +85,7 @@ def check_on_config(run, reference_run) -> StudentReport:
         reference = reference_run.module
         _where_it_went_wrong(report, traced, trace_reference(reference, reference_run),
                              (reference, tuple(reference_run.args), reference_run.mask),
-                             output, expected)
+                             output, expected, run.module)
     return report
 
 
@@ -250,7 +255,7 @@ def _check_once(run, module, mapping: Mapping | None, sizes, way: Way,
     report.notes += way.notes(run.numpy)
     if not report.passed and explain:
         _where_it_went_wrong(report, traced, trace(reference, x, mask=mask, keep_values=True),
-                             (reference, x, mask), output, expected)
+                             (reference, x, mask), output, expected, module)
     return report
 
 
@@ -354,7 +359,8 @@ def _differences(output, weights, expected, expected_w) -> tuple:
     return diff, None
 
 
-def _where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output, expected) -> None:
+def _where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output, expected,
+                         module) -> None:
     """A wrong module's first wrong step, the reference's step beside it, and a diagnosis."""
     report.first_wrong, report.reference_step, report.missing = first_wrong_step(
         traced.steps, ref_trace.steps)
@@ -365,3 +371,34 @@ def _where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output
     if output.shape == expected.shape:
         report.candidates = diagnoses(*diagnose_args, output)
         report.diagnosis = report.candidates[0] if report.candidates else None
+    if report.first_wrong is None:
+        _returned_too_early(report, traced, ref_trace, module, output)
+
+
+def _returned_too_early(report, traced, ref_trace, module, output) -> None:
+    """Every step right, yet the output is not the lecture's: when it is what the lecture's
+    module holds part-way (W_O never applied), the return line in forward is named, beside the
+    lecture's step that comes next."""
+    import ast
+    import textwrap
+
+    known = [r for r in ref_trace.steps if r.value is not None and r.op != "input"]
+    held = [i for i, r in enumerate(known) if tuple(r.value.shape) == tuple(output.shape)
+            and torch.allclose(r.value.double(), output.double(), rtol=1e-6, atol=1e-9)]
+    if not held or held[-1] + 1 >= len(known) or not traced.steps:
+        return
+    forward = traced.steps[-1]
+    try:
+        lines, start = inspect.getsourcelines(type(module).forward)
+        returns = [n for n in ast.walk(ast.parse(textwrap.dedent("".join(lines))))
+                   if isinstance(n, ast.Return)]
+    except (TypeError, OSError, SyntaxError, AttributeError):
+        return
+    if returns:
+        line = start + returns[-1].lineno - 1
+        forward = replace(forward, line=line, source=lines[returns[-1].lineno - 1].strip(),
+                          called_from=())
+    nxt = known[held[-1] + 1]
+    report.first_wrong, report.reference_step = forward, nxt
+    report.missing = (f"yours returns what the lecture's module holds at attention.py:"
+                      f"{known[held[-1]].line}; it goes on to {nxt.source}")

@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from mha_trace.core.tracer import ForwardFailed, Step, Trace, _own_part, leaves, where
+from mha_trace.core.tracer import ForwardFailed, Step, Trace, _own_part, leaves, where, called_from
 
 _NUMPY_DIR = os.path.dirname(np.__file__)
 _THIS_FILE = __file__
@@ -88,7 +88,9 @@ def _record(op: str, inputs, result):
         contiguous=bool(result.flags.c_contiguous), is_view=is_view, dtype=str(result.dtype),
         device="cpu", bytes=0 if is_view else result.nbytes, itemsize=item,
         inputs=[tuple(i.shape) for i in ins], span=span,
-        value=_as_tensor(result) if recorder["keep_values"] else None))
+        value=_as_tensor(result) if recorder["keep_values"] else None,
+        called_from=called_from(recorder["watch"], sys._getframe(2), line)
+        if recorder["keep_values"] else ()))
     return result.view(_Recorded)
 
 

@@ -33,6 +33,8 @@ def tag(steps, seq: int) -> list[str]:
             role = "input"
         elif "bool" in s.dtype:
             role = None  # a mask being made
+        elif phase == "softmax" and op in LAYOUT_OPS:
+            role = "layout"  # V sliced for this head between the softmax and weights·V
         elif phase == "scores" and op in SOFTMAX or phase == "softmax" and op not in MATMULS:
             role, phase = ("mask" if op in MASKS[:3] else "softmax"), "softmax"
         elif phase == "scores" and op in SCALES + MASKS:
@@ -125,9 +127,18 @@ def first_wrong_step(student_steps, reference_steps) -> tuple:
         candidates = [r for r in known if ref_roles[r.index] in jobs]
         if not candidates and role == "rope":
             continue  # elementwise work the lecture's module has no counterpart for (Q scaled early)
-        if not _holds(step, candidates or known):
+        if not _holds(step, candidates or known) and not _fused(step, role, known, ref_roles):
             return step, counterpart(step, role, known, ref_roles), None
     return None, None, None
+
+
+def _fused(step, role, known, ref_roles) -> bool:
+    """A fused projection (one qkv layer): right when it holds the lecture's Q, K and V, side by
+    side in any order; its split parts are then checked one by one."""
+    if role != "projection":
+        return False
+    parts = [r.value.flatten() for r in known if ref_roles[r.index] == "projection"]
+    return bool(parts) and values_match(step.value, torch.cat(parts))
 
 
 def _chain_verdict(chain, ref_chain, roles, steps, ref_roles):

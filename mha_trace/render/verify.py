@@ -93,6 +93,8 @@ def student_renderables(r) -> list:
     lines += _first_wrong_lines(r)
     lines.append(f"Diagnosis: {r.diagnosis}." if r.diagnosis else
                  "Diagnosis: none of the known mistakes gives this output exactly.")
+    if r.fix:
+        lines.append(f"Fix: {r.fix}.")
     lines.append("Wrong (exit code 1).")
     return [table, Text("\n".join(lines))]
 
@@ -128,7 +130,7 @@ def student_data(r) -> dict:
                 "line": f.line, "source": f.source, "op": f.op, "shape": list(f.shape),
                 "called_from": f.called_from[0] if f.called_from else None,
                 "missing_after_it": r.missing},
-            "diagnosis": r.diagnosis, "notes": r.notes}
+            "diagnosis": r.diagnosis, "fix": r.fix, "notes": r.notes}
 
 
 @renderables.register(VerifyReport)

@@ -57,3 +57,57 @@ def test_the_line_named_is_the_students_own(cli, spec):
     assert data["diagnosis"] == mistake
     step = data["first_wrong_step"]
     assert marked_line(path.read_text()) in (step["line"], step["called_from"]), step
+
+
+EXPOSED = {  # right at the sizes given, wrong at the ones verify also tries
+    "merge_seq_first": (("--batch", "1"), "a batch of 3"),
+    "merge_no_transpose": (("--heads", "1"), "2 heads"),
+}
+
+
+@pytest.mark.parametrize("name", EXPOSED)
+def test_verify_varies_the_sizes_until_the_mistake_shows(cli, tmp_path, name):
+    args, exposed_by = EXPOSED[name]
+    path = tmp_path / f"{name}.py"
+    path.write_text(module(ZOO[name]))
+    data = json.loads(cli("verify", "--module", f"{path}:Attention", *args, "--format", "json").stdout)
+    assert not data["passed"] and data["diagnosis"] == ZOO[name].mistake
+    assert any(f"but not with {exposed_by}" in n for n in data["notes"]), data["notes"]
+
+
+def test_a_view_of_a_non_contiguous_input_is_found(cli, tmp_path):
+    """x.view(...) runs on a contiguous input and fails on a transposed one: verify feeds both."""
+    from zoo import Entry
+
+    path = tmp_path / "view_x.py"
+    path.write_text(module(Entry("", {"q": "self.W_q(x.view(B * T, -1)).view(B, T, self.h, self.d_k)"
+                                           ".transpose(1, 2)"}, "q")))
+    result = cli("verify", "--module", f"{path}:Attention")
+    assert result.exit_code == 1
+    assert "right with a contiguous input, but with a non-contiguous one" in result.stderr
+    assert "call .contiguous() first, or use .reshape()" in result.stderr
+
+
+@pytest.mark.parametrize("sizes", [("--d-model", "32", "--heads", "4"), ("--d-model", "48", "--heads", "6")])
+@pytest.mark.parametrize("style", list(__import__("zoo").CORRECT))
+def test_correct_styles_are_right_at_two_sizes(cli, tmp_path, style, sizes):
+    from zoo import correct_module
+
+    path = tmp_path / "mine.py"
+    path.write_text(correct_module(style))
+    result = cli("verify", "--module", f"{path}:Attention", *sizes, "--mask", "causal",
+                 "--format", "json")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert json.loads(result.stdout)["output_max_abs_diff"] < 1e-10
+
+
+def test_the_previews_show_the_values_around_the_first_difference(cli, tmp_path):
+    """For a merge mistake the first values are equal on both sides: the previews start one
+    before the first difference, so the two lines differ where it matters."""
+    path = tmp_path / "merge.py"
+    path.write_text(module(ZOO["merge_no_transpose"]))
+    text = cli("verify", "--module", f"{path}:Attention").stdout
+    yours = next(line for line in text.splitlines() if line.startswith("  yours:"))
+    theirs = next(line for line in text.splitlines() if line.startswith("  the lecture's:"))
+    first = lambda line: line.split("[…, ")[1].split(",")[:2]
+    assert first(yours)[0] == first(theirs)[0] and first(yours)[1] != first(theirs)[1]

@@ -8,46 +8,15 @@ or given with --map; the mapping used is always printed.
 
 import copy
 import inspect
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 
 from mha_trace.core.attention import MultiHeadAttention
 from mha_trace.errors import MhaError
-from mha_trace.analyses.mistakes import FIXES, diagnoses
 from mha_trace.analyses.projections import (BY_ORDER, Mapping, copy_reference, find_projections,
                                    named_weights, other_orders, square_matrices)
-from mha_trace.records import Shows
-from mha_trace.core.roles import first_wrong_step
-
-
-@dataclass
-class StudentReport(Shows):
-    """A student's module against the lecture's: Right or Wrong, the first wrong line, the
-    diagnosis. Prints as the terminal's verdict; in Jupyter, the same as HTML."""
-
-    label: str
-    mapping: str
-    fed: str
-    output_diff: float
-    weights_diff: float | None  # None: the module returns no per-head weights
-    tolerance: float
-    first_wrong: object = None  # tracer.Step of the student's first step no reference step holds
-    reference_step: object = None  # the lecture's step that does the same job
-    missing: str | None = None  # a job the lecture's module does after the first wrong step
-    diagnosis: str | None = None
-    candidates: list = field(default_factory=list)  # every known mistake that matched
-    notes: list = field(default_factory=list)
-
-    @property
-    def fix(self) -> str | None:
-        """The diagnosed mistake's one-sentence fix."""
-        return FIXES.get(self.diagnosis)
-
-    @property
-    def passed(self) -> bool:
-        return self.output_diff <= self.tolerance and (
-            self.weights_diff is None or self.weights_diff <= self.tolerance)
+from mha_trace.analyses.verdict import StudentReport, differences, where_it_went_wrong
 
 
 def check_student(runs, given_map: str | None = None, mask_means: str = "any") -> StudentReport:
@@ -77,13 +46,13 @@ def check_on_config(run, reference_run) -> StudentReport:
         expected, expected_w = reference_run.forward()
     output, weights = split_result(traced.output, run.args[0])
     report = StudentReport(run.label, f"(projections none: {run.how})", run.call,
-                           *_differences(output, weights, expected, expected_w), 1e-8)
+                           *differences(output, weights, expected, expected_w), 1e-8)
     if config.W_O is not None:
         report.notes.append("the config's W_O is the lecture side's only: your module's output "
                             "projection is its own")
     if not report.passed:
         reference = reference_run.module
-        _where_it_went_wrong(report, traced, trace_reference(reference, reference_run),
+        where_it_went_wrong(report, traced, trace_reference(reference, reference_run),
                              (reference, tuple(reference_run.args), reference_run.mask),
                              output, expected, run.module)
     return report
@@ -101,18 +70,52 @@ def check_module(runs, given_map: str | None, mask_means: str = "any") -> Studen
     which more of the computation is right is reported. With `sizes.rope` the lecture's module
     turns Q and K by RoPE, as the student's should."""
     sizes = runs.sizes
-    reports = _each_way(runs.at(sizes), sizes, given_map, mask_means)
-    report = max(reports, key=lambda r: (r.passed, r.first_wrong.index if r.first_wrong else 1e9,
-                                         -r.output_diff))
-    if report.candidates:
-        _confirm_at_a_second_size(report, runs, given_map, mask_means)
+    report = _best(_each_way(runs.at(sizes), sizes, given_map, mask_means))
+    if report.passed:
+        report = _exposed(runs, given_map, mask_means) or report
+    elif report.candidates:
+        _confirm_at_a_second_size(report, runs, sizes, given_map, mask_means)
     return report
 
 
-def _confirm_at_a_second_size(report, runs, given_map, mask_means) -> None:
+def _best(reports: list) -> StudentReport:
+    return max(reports, key=lambda r: (r.passed, r.first_wrong.index if r.first_wrong else 1e9,
+                                       -r.output_diff))
+
+
+def _exposed(runs, given_map, mask_means) -> StudentReport | None:
+    """Right at the sizes given: the sizes and layouts that hide some mistakes are tried too (a
+    batch of one hides a mixed-up batch, one head a merge without its transpose, a contiguous
+    input a .view of x). The first that shows a mistake is the verdict, saying which."""
+    s, tries = runs.sizes, []
+    if s.batch < 2:
+        tries.append((f"a batch of {s.batch}", "a batch of 3", replace(s, batch=3), False))
+    if s.heads < 2 and s.d_model % 2 == 0:
+        tries.append(("one head", "2 heads", replace(s, heads=2), False))
+    tries.append(("a contiguous input", "a non-contiguous one (a (T, B, d_model) tensor "
+                  "transposed to (B, T, d_model))", replace(s, batch=max(s.batch, 2)), True))
+    for was, now, sizes, strided in tries:
+        try:
+            run = runs.at(sizes)
+        except MhaError:  # --init fixes the sizes: these cannot be tried
+            continue
+        try:
+            report = _best(_each_way(run, sizes, given_map, mask_means, strided))
+        except MhaError as e:
+            raise MhaError(f"it is right with {was}, but with {now}: {e.message}",
+                           e.exit_code, e.quantity) from None
+        if not report.passed:
+            report.notes.insert(0, f"it is right with {was}, but not with {now}: the check "
+                                   f"tries both, and {now} shows the mistake")
+            if report.candidates:
+                _confirm_at_a_second_size(report, runs, sizes, given_map, mask_means)
+            return report
+    return None
+
+
+def _confirm_at_a_second_size(report, runs, sizes, given_map, mask_means) -> None:
     """Name a mistake only if it gives the student's numbers at twice the width too (d_k doubles,
     √d_model does not): one size can make two mistakes look the same."""
-    sizes = runs.sizes
     d_k = sizes.d_model // sizes.heads
     second = replace(sizes, d_model=2 * sizes.d_model,
                      seq=2 * sizes.seq if sizes.seq == d_k else sizes.seq)
@@ -139,6 +142,7 @@ class Way:
     transposed: bool = False
     mask_as: str = "bool"
     unbatched: bool = False
+    strided: bool = False  # fed a non-contiguous input
 
     def notes(self, numpy: bool = False) -> list:
         mask = {"0-1": "its mask is read as numbers, 1 where a query may attend and 0 where not",
@@ -159,7 +163,8 @@ MASK_WAYS = {"any": ("bool", "blocked", "0-1", "additive"), "keep": ("bool", "0-
              "blocked": ("blocked",)}
 
 
-def _each_way(run, sizes, given_map: str | None, mask_means: str = "any") -> list:
+def _each_way(run, sizes, given_map: str | None, mask_means: str = "any",
+              strided: bool = False) -> list:
     """The student's module checked the usual way and, when it is not right that way, the other
     ways a correct module may be written: a bare square matrix used as x @ W (not x @ W.T), a mask
     of numbers, one sequence rather than a batch. A way that does not run is left out; if none
@@ -170,8 +175,8 @@ def _each_way(run, sizes, given_map: str | None, mask_means: str = "any") -> lis
     turns = (False, True) if mapping is not None and square_matrices(mapping) else (False,)
     masks = ("bool",) if sizes.mask == "none" else MASK_WAYS[mask_means]
     batches = (True, False) if run.numpy else (False, True)  # NumPy: one sequence first
-    usual = [Way(t, masks[0], batches[0]) for t in turns]
-    others = [Way(t, m, u) for u in batches for m in masks for t in turns
+    usual = [Way(t, masks[0], batches[0], strided) for t in turns]
+    others = [Way(t, m, u, strided) for u in batches for m in masks for t in turns
               if (m, u) != (masks[0], batches[0])]
     reports, error = [], None
     for way in usual:
@@ -228,7 +233,9 @@ def _check_once(run, module, mapping: Mapping | None, sizes, way: Way,
 
     reference, mapping, biased = _reference_for(module, mapping, sizes, way.transposed)
     one = way.unbatched
-    x = torch.randn(1 if one else sizes.batch, sizes.seq, sizes.d_model, dtype=torch.float64)
+    shape = (1 if one else sizes.batch, sizes.seq, sizes.d_model)
+    x = torch.randn(shape[1], shape[0], shape[2], dtype=torch.float64).transpose(0, 1) \
+        if way.strided else torch.randn(shape, dtype=torch.float64)  # (T, B, D) in memory
     mask = make_mask(sizes.seq, sizes.mask)
     fed = x[0] if one else x
     fed = fed.numpy() if run.numpy else fed
@@ -241,7 +248,7 @@ def _check_once(run, module, mapping: Mapping | None, sizes, way: Way,
     traced = _traced_forward(run, module, args, kwargs)
     output, weights = split_result(traced.output, fed)
     report = StudentReport(run.label, mapping.describe(), call,
-                           *_differences(output, weights, expected, expected_w), 1e-8)
+                           *differences(output, weights, expected, expected_w), 1e-8)
     if not report.passed and sizes.rope:
         _other_rope_convention(report, reference, x, mask, output, weights)
     if not biased:
@@ -254,7 +261,7 @@ def _check_once(run, module, mapping: Mapping | None, sizes, way: Way,
                             f"{'x @ W' if way.transposed else 'x @ W.T'} (both ways round were tried)")
     report.notes += way.notes(run.numpy)
     if not report.passed and explain:
-        _where_it_went_wrong(report, traced, trace(reference, x, mask=mask, keep_values=True),
+        where_it_went_wrong(report, traced, trace(reference, x, mask=mask, keep_values=True),
                              (reference, x, mask), output, expected, module)
     return report
 
@@ -298,7 +305,7 @@ def _other_rope_convention(report, reference, x, mask, output, weights) -> None:
             lin.weight.copy_(lin.weight[order])
             lin.bias.copy_(lin.bias[order])
         expected, expected_w = twin(x, mask=mask)
-    diffs = _differences(output, weights, expected, expected_w)
+    diffs = differences(output, weights, expected, expected_w)
     if max(d for d in diffs if d is not None) <= report.tolerance:
         report.output_diff, report.weights_diff = diffs
         report.notes.append("its RoPE turns neighbouring pairs (x₀, x₁), (x₂, x₃), … as GPT-J and "
@@ -333,72 +340,3 @@ def _traced_forward(run, module, args: tuple, kwargs: dict):
         raise MhaError(f"{run.label}: forward raised {explain_exception(e)}", exit_code=1) from None
 
 
-def _as_expected(output, expected):
-    """The output in the reference's (B, T, d_model) shape when it is that or, for a batch of
-    one, unbatched (T, d_model), as a NumPy class returns; any other shape stays as it is (a
-    flattened output is wrong, whatever its values)."""
-    unbatched = expected.shape[0] == 1 and output.shape == expected.shape[1:]
-    return output.reshape(expected.shape) if unbatched else output
-
-
-def _differences(output, weights, expected, expected_w) -> tuple:
-    """(largest output difference, largest weights difference or None): an unbatched output or
-    weights are compared reshaped, weights averaged over heads against the average."""
-    output = _as_expected(output, expected)
-    diff = float((output.double() - expected).abs().max()) if output.shape == expected.shape \
-        else float("inf")
-    if weights is None:
-        return diff, None
-    w = weights.double()
-    if w.shape != expected_w.shape and w.numel() == expected_w.numel():
-        w = w.reshape(expected_w.shape)  # unbatched (H, T, T), as a NumPy class returns
-    if w.shape == expected_w.shape:
-        return diff, float((w - expected_w).abs().max())
-    if w.numel() == expected_w.mean(1).numel():  # a module that averages its heads
-        return diff, float((w.reshape(expected_w.mean(1).shape) - expected_w.mean(1)).abs().max())
-    return diff, None
-
-
-def _where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output, expected,
-                         module) -> None:
-    """A wrong module's first wrong step, the reference's step beside it, and a diagnosis."""
-    report.first_wrong, report.reference_step, report.missing = first_wrong_step(
-        traced.steps, ref_trace.steps)
-    output = _as_expected(output, expected)
-    if output.shape != expected.shape:
-        report.notes.append(f"its output has shape {list(output.shape)}; the lecture's has "
-                            f"{list(expected.shape)} (batch, seq, d_model)")
-    if output.shape == expected.shape:
-        report.candidates = diagnoses(*diagnose_args, output)
-        report.diagnosis = report.candidates[0] if report.candidates else None
-    if report.first_wrong is None:
-        _returned_too_early(report, traced, ref_trace, module, output)
-
-
-def _returned_too_early(report, traced, ref_trace, module, output) -> None:
-    """Every step right, yet the output is not the lecture's: when it is what the lecture's
-    module holds part-way (W_O never applied), the return line in forward is named, beside the
-    lecture's step that comes next."""
-    import ast
-    import textwrap
-
-    known = [r for r in ref_trace.steps if r.value is not None and r.op != "input"]
-    held = [i for i, r in enumerate(known) if tuple(r.value.shape) == tuple(output.shape)
-            and torch.allclose(r.value.double(), output.double(), rtol=1e-6, atol=1e-9)]
-    if not held or held[-1] + 1 >= len(known) or not traced.steps:
-        return
-    forward = traced.steps[-1]
-    try:
-        lines, start = inspect.getsourcelines(type(module).forward)
-        returns = [n for n in ast.walk(ast.parse(textwrap.dedent("".join(lines))))
-                   if isinstance(n, ast.Return)]
-    except (TypeError, OSError, SyntaxError, AttributeError):
-        return
-    if returns:
-        line = start + returns[-1].lineno - 1
-        forward = replace(forward, line=line, source=lines[returns[-1].lineno - 1].strip(),
-                          called_from=())
-    nxt = known[held[-1] + 1]
-    report.first_wrong, report.reference_step = forward, nxt
-    report.missing = (f"yours returns what the lecture's module holds at attention.py:"
-                      f"{known[held[-1]].line}; it goes on to {nxt.source}")

@@ -6,7 +6,7 @@ from rich.text import Text
 from mha_trace.io.output import new_table
 from mha_trace.records import data, renderables
 from mha_trace.analyses.references import VerifyReport
-from mha_trace.analyses.student import StudentReport
+from mha_trace.analyses.verdict import StudentReport
 
 
 def verify_renderables(report, width: int = 100) -> list:
@@ -45,23 +45,24 @@ def verify_data(report) -> dict:
                        for c in report.checks]}
 
 
-def _values(t) -> str:
+def _values(t, at: int = 0) -> str:
+    """Four values from flat position at - 1 (the first difference, with one before it)."""
     if t is None:
         return "—"
-    flat = t.detach().double().flatten()[:4].tolist()
-    return "[" + ", ".join(f"{x:.4f}" for x in flat) + (", …]" if t.numel() > 4 else "]")
+    flat = t.detach().double().flatten()
+    start = max(0, at - 1)
+    shown = ", ".join(f"{x:.4f}" for x in flat[start:start + 4].tolist())
+    return "[" + ("…, " if start else "") + shown + (", …]" if start + 4 < flat.numel() else "]")
 
 
-def _first_difference(yours, theirs) -> str:
-    """Where two tensors of one shape first differ, or "" (they differ only in shape)."""
+def _first_difference(yours, theirs) -> int | None:
+    """The flat position where two tensors of one shape first differ (None: they do not, or
+    their shapes differ)."""
     if yours is None or theirs is None or tuple(yours.shape) != tuple(theirs.shape):
-        return ""
-    a, b = yours.detach().double(), theirs.detach().double()
-    far = ~torch.isclose(a, b, rtol=1e-6, atol=1e-9, equal_nan=True)
-    if not far.any():
-        return ""
-    at = [int(i) for i in far.nonzero()[0]]
-    return f"  first different at {at}: yours {float(a[tuple(at)]):.4f}, the lecture's {float(b[tuple(at)]):.4f}"
+        return None
+    a, b = yours.detach().double().flatten(), theirs.detach().double().flatten()
+    far = (~torch.isclose(a, b, rtol=1e-6, atol=1e-9, equal_nan=True)).nonzero()
+    return int(far[0]) if len(far) else None
 
 
 def student_renderables(r) -> list:
@@ -110,12 +111,14 @@ def _first_wrong_lines(r) -> list:
     lines = [f"First wrong step: {display_path(f.file)}:{f.line}  {f.source}"]
     if f.called_from:
         lines.append(f"  called from line {f.called_from[0]}  {f.called_from[1]}")
-    lines += [f"  yours: {f.op} {list(f.shape)} {_values(f.value)}",
-              "  the lecture's: " + (f"{ref.op} {list(ref.shape)} {_values(ref.value)} "
+    at = _first_difference(f.value, ref.value if ref else None)
+    lines += [f"  yours: {f.op} {list(f.shape)} {_values(f.value, at or 0)}",
+              "  the lecture's: " + (f"{ref.op} {list(ref.shape)} {_values(ref.value, at or 0)} "
                                       f"(attention.py:{ref.line} {ref.source})" if ref else "—")]
-    difference = _first_difference(f.value, ref.value if ref else None)
-    if difference:
-        lines.append(difference)
+    if at is not None:
+        index = [int(i) for i in torch.unravel_index(torch.tensor(at), tuple(f.shape))]
+        lines.append(f"  first different at {index}: yours {float(f.value.flatten()[at]):.4f}, "
+                     f"the lecture's {float(ref.value.flatten()[at]):.4f}")
     if r.missing:
         lines.append(f"  {r.missing[0].upper()}{r.missing[1:]}.")
     return lines

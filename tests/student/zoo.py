@@ -167,3 +167,51 @@ def module(entry: Entry) -> str:
     else:
         lines[marked] = text + "  # <- the mistake"
     return TEMPLATE.format(**lines)
+
+
+# Correct modules written the ways students and libraries write them: each must be Right.
+FUSED = TEMPLATE.replace('''        self.W_q = nn.Linear(d_model, d_model)
+        self.W_k = nn.Linear(d_model, d_model)
+        self.W_v = nn.Linear(d_model, d_model)
+''', '''        self.qkv = nn.Linear(d_model, 3 * d_model)
+''')
+TIMM = "self.qkv(x).reshape(B, T, 3, self.h, self.d_k).permute(2, 0, 3, 1, 4).unbind(0)"
+CORRECT = {
+    "lecture": ({}, TEMPLATE),
+    "F.linear with biases": ({
+        "q": "F.linear(x, self.W_q.weight, self.W_q.bias).view(B, T, self.h, self.d_k).transpose(1, 2)",
+        "k": "F.linear(x, self.W_k.weight, self.W_k.bias).view(B, T, self.h, self.d_k).transpose(1, 2)",
+        "v": "F.linear(x, self.W_v.weight, self.W_v.bias).view(B, T, self.h, self.d_k).transpose(1, 2)",
+        "output": "F.linear(context, self.W_o.weight, self.W_o.bias)"}, TEMPLATE),
+    "einsum projections": ({
+        "q": "(torch.einsum('btd,ed->bte', x, self.W_q.weight) + self.W_q.bias).unflatten(-1, (self.h, self.d_k)).transpose(1, 2)",
+        "k": "(torch.einsum('btd,ed->bte', x, self.W_k.weight) + self.W_k.bias).unflatten(-1, (self.h, self.d_k)).transpose(1, 2)",
+        "v": "(torch.einsum('btd,ed->bte', x, self.W_v.weight) + self.W_v.bias).unflatten(-1, (self.h, self.d_k)).transpose(1, 2)",
+        "scores": "torch.einsum('bhqd,bhkd->bhqk', q, k)",
+        "mix": "torch.einsum('bhqk,bhkd->bhqd', weights, v)"}, TEMPLATE),
+    ".mT and permute": ({
+        "q": "self.W_q(x).reshape(B, T, self.h, self.d_k).permute(0, 2, 1, 3)",
+        "scores": "q @ k.mT",
+        "merge": "context.permute(0, 2, 1, 3).flatten(2)"}, TEMPLATE),
+    "pre-scaled Q": ({
+        "q": "(self.W_q(x) / math.sqrt(self.d_k)).view(B, T, self.h, self.d_k).transpose(1, 2)",
+        "scale": "scores"}, TEMPLATE),
+    "additive mask": ({
+        "mask": "scores + torch.zeros_like(scores).masked_fill(~mask, float('-inf'))"}, TEMPLATE),
+    "SDPA": ({
+        "scores": "None", "scale": "None", "mask": "None", "softmax": "None",
+        "mix": "F.scaled_dot_product_attention(q, k, v, attn_mask=mask)"}, TEMPLATE),
+    "timm reshape/permute/unbind": ({"q": TIMM.replace(".unbind(0)", "[0]"),
+                                     "k": TIMM.replace(".unbind(0)", "[1]"),
+                                     "v": TIMM.replace(".unbind(0)", "[2]")}, FUSED),
+    "fused split": ({"q": "self.qkv(x).chunk(3, dim=-1)[0].view(B, T, self.h, self.d_k).transpose(1, 2)",
+                     "k": "self.qkv(x).chunk(3, dim=-1)[1].view(B, T, self.h, self.d_k).transpose(1, 2)",
+                     "v": "self.qkv(x).chunk(3, dim=-1)[2].view(B, T, self.h, self.d_k).transpose(1, 2)"},
+                    FUSED),
+}
+
+
+def correct_module(style: str) -> str:
+    lines, template = CORRECT[style]
+    return template.replace("import torch.nn as nn", "import torch.nn as nn\nimport torch.nn.functional as F") \
+        .format(**{**LECTURE, **lines})

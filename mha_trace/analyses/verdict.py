@@ -1,0 +1,111 @@
+"""A student's verdict: Right or Wrong, how far the outputs differ, the first step that did its job
+wrong, and the known mistake that gives the same numbers (with its fix)."""
+
+import inspect
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from mha_trace.analyses.mistakes import FIXES, diagnoses
+from mha_trace.core.roles import first_wrong_step
+from mha_trace.records import Shows
+
+
+@dataclass
+class StudentReport(Shows):
+    """A student's module against the lecture's: Right or Wrong, the first wrong line, the
+    diagnosis. Prints as the terminal's verdict; in Jupyter, the same as HTML."""
+
+    label: str
+    mapping: str
+    fed: str
+    output_diff: float
+    weights_diff: float | None  # None: the module returns no per-head weights
+    tolerance: float
+    first_wrong: object = None  # tracer.Step of the student's first step no reference step holds
+    reference_step: object = None  # the lecture's step that does the same job
+    missing: str | None = None  # a job the lecture's module does after the first wrong step
+    diagnosis: str | None = None
+    candidates: list = field(default_factory=list)  # every known mistake that matched
+    notes: list = field(default_factory=list)
+
+    @property
+    def fix(self) -> str | None:
+        """The diagnosed mistake's one-sentence fix."""
+        return FIXES.get(self.diagnosis)
+
+    @property
+    def passed(self) -> bool:
+        return self.output_diff <= self.tolerance and (
+            self.weights_diff is None or self.weights_diff <= self.tolerance)
+
+
+def as_expected(output, expected):
+    """The output in the reference's (B, T, d_model) shape when it is that or, for a batch of
+    one, unbatched (T, d_model), as a NumPy class returns; any other shape stays as it is (a
+    flattened output is wrong, whatever its values)."""
+    unbatched = expected.shape[0] == 1 and output.shape == expected.shape[1:]
+    return output.reshape(expected.shape) if unbatched else output
+
+
+def differences(output, weights, expected, expected_w) -> tuple:
+    """(largest output difference, largest weights difference or None): an unbatched output or
+    weights are compared reshaped, weights averaged over heads against the average."""
+    output = as_expected(output, expected)
+    diff = float((output.double() - expected).abs().max()) if output.shape == expected.shape \
+        else float("inf")
+    if weights is None:
+        return diff, None
+    w = weights.double()
+    if w.shape != expected_w.shape and w.numel() == expected_w.numel():
+        w = w.reshape(expected_w.shape)  # unbatched (H, T, T), as a NumPy class returns
+    if w.shape == expected_w.shape:
+        return diff, float((w - expected_w).abs().max())
+    if w.numel() == expected_w.mean(1).numel():  # a module that averages its heads
+        return diff, float((w.reshape(expected_w.mean(1).shape) - expected_w.mean(1)).abs().max())
+    return diff, None
+
+
+def where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output, expected,
+                         module) -> None:
+    """A wrong module's first wrong step, the reference's step beside it, and a diagnosis."""
+    report.first_wrong, report.reference_step, report.missing = first_wrong_step(
+        traced.steps, ref_trace.steps)
+    output = as_expected(output, expected)
+    if output.shape != expected.shape:
+        report.notes.append(f"its output has shape {list(output.shape)}; the lecture's has "
+                            f"{list(expected.shape)} (batch, seq, d_model)")
+    if output.shape == expected.shape:
+        report.candidates = diagnoses(*diagnose_args, output)
+        report.diagnosis = report.candidates[0] if report.candidates else None
+    if report.first_wrong is None:
+        _returned_too_early(report, traced, ref_trace, module, output)
+
+
+def _returned_too_early(report, traced, ref_trace, module, output) -> None:
+    """Every step right, yet the output is not the lecture's: when it is what the lecture's
+    module holds part-way (W_O never applied), the return line in forward is named, beside the
+    lecture's step that comes next."""
+    import ast
+    import textwrap
+
+    known = [r for r in ref_trace.steps if r.value is not None and r.op != "input"]
+    held = [i for i, r in enumerate(known) if tuple(r.value.shape) == tuple(output.shape)
+            and torch.allclose(r.value.double(), output.double(), rtol=1e-6, atol=1e-9)]
+    if not held or held[-1] + 1 >= len(known) or not traced.steps:
+        return
+    forward = traced.steps[-1]
+    try:
+        lines, start = inspect.getsourcelines(type(module).forward)
+        returns = [n for n in ast.walk(ast.parse(textwrap.dedent("".join(lines))))
+                   if isinstance(n, ast.Return)]
+    except (TypeError, OSError, SyntaxError, AttributeError):
+        return
+    if returns:
+        line = start + returns[-1].lineno - 1
+        forward = replace(forward, line=line, source=lines[returns[-1].lineno - 1].strip(),
+                          called_from=())
+    nxt = known[held[-1] + 1]
+    report.first_wrong, report.reference_step = forward, nxt
+    report.missing = (f"yours returns what the lecture's module holds at attention.py:"
+                      f"{known[held[-1]].line}; it goes on to {nxt.source}")

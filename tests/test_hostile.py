@@ -138,10 +138,10 @@ def _malformed(rng: random.Random) -> bytes:
     return "\n".join(lines).encode()
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(2))
 def test_malformed_configs(cli, tmp_path, seed):
     rng = random.Random(seed)
-    for n in range(25):
+    for n in range(33):
         path = tmp_path / f"c{n}.toml"
         path.write_bytes(_malformed(rng))
         before = snapshot(tmp_path)

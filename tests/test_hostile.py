@@ -25,7 +25,7 @@ EXIT_CODES = {0, 1, 2}
 def check_clean(result, codes=EXIT_CODES):
     assert result.exit_code in codes, (result.exit_code, result.stderr)
     assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
-    lines = result.stderr.splitlines()
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("Wrote ")]
     assert lines == [] or (len(lines) == 1 and lines[0].startswith("Error: ")), result.stderr
     assert "\x1b" not in result.stderr
 

@@ -331,3 +331,33 @@ def test_sixteen_tokens_of_eight_letters_fit_one_table_at_100_columns(cli, tmp_p
     assert "keys 1–" not in out and max(len(line) for line in out.splitlines()) <= 100
     rows = [line for line in out.splitlines() if line.split()[:1] and line.split()[0] in words.split()]
     assert len(rows) == 16 and all(len(r.split()) == 17 for r in rows)  # every key in one row
+
+
+def test_every_file_written_is_announced_on_stderr(cli, tmp_path):
+    """--html, --png, --svg and train --save each say what they wrote and its size, on stderr:
+    stdout stays the data (or the text view)."""
+    import os
+
+    from mha_trace.io.units import human_bytes
+
+    for option, name in (("--html", "page.html"), ("--png", "heads.png"), ("--svg", "heads.svg")):
+        path = tmp_path / name
+        result = cli("heads", option, str(path))
+        assert result.exit_code == 0
+        assert result.stderr == f"Wrote {path} ({human_bytes(os.path.getsize(path))})\n"
+        assert "Wrote" not in result.stdout
+    both = cli("heads", "--png", str(tmp_path / "a.png"), "--svg", str(tmp_path / "b.svg"),
+               "--format", "json")
+    assert both.stderr.startswith(f"Wrote {tmp_path / 'a.png'}, {tmp_path / 'b.svg'} (")
+    assert both.stdout.lstrip().startswith("{")
+    run = tmp_path / "run.pt"
+    result = cli("train", "--task", "previous-token", "--steps", "2", "--snapshots", "2",
+                 "--save", str(run))
+    assert result.exit_code == 0 and f"Wrote {run} (" in result.stderr
+
+
+def test_a_set_of_files_is_announced_in_one_line():
+    from mha_trace.io.files import written_line
+
+    files = [(f"h-layer{i}.png", 1024) for i in range(1, 31)]
+    assert written_line(files) == "Wrote 30 files (30.0 KiB): h-layer1.png, h-layer2.png … h-layer30.png"

@@ -285,3 +285,16 @@ def test_induction_needs_a_causal_model(cli):
     refused = cli("survey", "--model", "minilm", "--induction")
     assert refused.exit_code == 2 and "needs a causal model" in refused.stderr
     assert cli("survey", "--model", "smollm2", "--induction", "--sentence", "x").exit_code == 2
+
+
+def test_induction_chance_is_what_an_even_head_scores():
+    """The survey's chance line: a head spreading its weight evenly over the keys it sees (the
+    causal mask's rows), scored by the same detector: 0.0136 for 50 tokens, not 1/(n + 1.5)."""
+    from mha_trace.core.detectors import induction_chance, induction_scores
+    from mha_trace.core.masks import allowed
+
+    for n in (5, 50):
+        seen = allowed(2 * n + 1, "causal").astype(float)
+        even = seen / seen.sum(-1, keepdims=True)
+        assert induction_scores(even, n) == pytest.approx(induction_chance(n), rel=1e-12)
+    assert round(induction_chance(50), 4) == 0.0136

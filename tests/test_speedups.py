@@ -10,8 +10,7 @@ import pytest
 COMMANDS = [
     ("shapes",),
     ("shapes", "--device", "meta", "--d-model", "12288", "--heads", "96", "--seq", "2048"),
-    ("heads", "--config", "chicken-road", "--head", "2"),
-    ("explain", "--token", "cat"),
+    ("explain", "--config", "chicken-road", "--token", "road", "--head", "2"),
     ("cost", "--preset", "gpt3-175b"),
     ("heads", "--model", "minilm", "--head", "1.3"),
     ("shapes", "--heads", "x"),  # an error line, through the option coercion

@@ -36,6 +36,7 @@ class _Group(TyperGroup):
         argv = list(sys.argv[1:] if args is None else args)
         _debug, _argv = "--debug" in argv, argv
         _room_for_torch(argv)
+        _written().clear()  # only this command's files are announced
         try:
             rv = super().main(args=argv, prog_name=prog_name, complete_var=complete_var,
                               standalone_mode=False, **extra)
@@ -73,9 +74,25 @@ class _Group(TyperGroup):
                   f"--debug shows the traceback)", 1)
         if rv == 130:  # typer turns Ctrl-C (and our SIGTERM) into a silent Exit(130)
             _interrupted()
+        _announce_files()
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _written() -> list:
+    from mha_trace.io.files import WRITTEN
+
+    return WRITTEN
+
+
+def _announce_files() -> None:
+    """Every file the command wrote, said on stderr (stdout may be the data)."""
+    from mha_trace.io.files import written_line
+
+    if _written():
+        sys.stderr.write(written_line(_written()) + "\n")
+        _written().clear()
 
 
 TORCH_FREE = ("configs", "examples", "cost")  # commands that never import torch

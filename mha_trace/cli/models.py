@@ -64,10 +64,8 @@ def _save_model_png(view, decimals: int, out: Output) -> None:
     from mha_trace.io.output import progress
 
     with progress(s.model.layers, "drawing one figure per layer") as advance:
-        written = save_model(out.png, f"{s.model.name}: \"{s.text}\"", tokens, weights,
-                             s.model.causal, decimals, out.theme, advance, out.scale)
-    sys.stderr.write(f"Wrote {written[0]} (every head) and {written[1]} to {written[-1]} "
-                     f"(one figure per layer)\n")
+        save_model(out.png, f"{s.model.name}: \"{s.text}\"", tokens, weights,
+                   s.model.causal, decimals, out.theme, advance, out.scale)
 
 
 def explain(o, head, token, position, decimals, out: Output):
@@ -262,4 +260,3 @@ def prune(o, out: Output):
 
         save_curve(out.png, f"{m.name}: the next-token loss as heads are removed", p.points,
                    len(p.order), p.base, RISES, out.theme)
-        print(f"Wrote {out.png}", file=sys.stderr)

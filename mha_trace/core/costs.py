@@ -7,6 +7,7 @@ multi-head, 1 for multi-query), d_k = D / H, L layers, s bytes per element.
 from dataclasses import dataclass
 
 from mha_trace.errors import MhaError
+from mha_trace.io.units import human_bytes  # noqa: F401 (the unit every byte count is shown in)
 from mha_trace.records import Shows
 
 DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
@@ -75,15 +76,6 @@ def forward_bytes(d: Dims) -> dict:
 def peak_bytes(d: Dims) -> int:
     """Parameters plus everything the forward pass allocates."""
     return sum(parameters(d).values()) * d.itemsize + sum(forward_bytes(d).values())
-
-
-def human_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB'; binary units, one decimal."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(n) < 1024 or unit == "PiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError  # unreachable
 
 
 # ---- the `cost` command: every figure with the formula that gives it ----

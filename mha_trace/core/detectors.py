@@ -106,6 +106,13 @@ def induction_scores(weights: np.ndarray, n: int, start: int = 1) -> np.ndarray:
     return weights[..., queries, queries - n + 1].mean(-1)
 
 
+def induction_chance(n: int, start: int = 1) -> float:
+    """The induction score of a head that spreads its weight evenly over the keys it sees: each
+    repeated query at position q (from 0) sees q + 1 keys under the causal mask."""
+    queries = np.arange(start + n, start + 2 * n)
+    return float(np.mean(1.0 / (queries + 1)))
+
+
 def previous_token_scores(weights: np.ndarray) -> np.ndarray:
     """(..., heads) mean weight from each token to the one before it (the first query left out)."""
     T = weights.shape[-1]

@@ -147,8 +147,12 @@ def _identity(path: str):
         return os.path.abspath(path)
 
 
+WRITTEN: list = []  # (path, bytes) of each file written, in order: the command line announces them
+
+
 def write_atomic(path: str, data: bytes | str, option: str) -> None:
-    """Write to a temporary file beside `path`, then rename: readers never see half a file."""
+    """Write to a temporary file beside `path`, then rename: readers never see half a file.
+    Each file written is kept in WRITTEN (the command line says so on stderr when it is done)."""
     payload = data.encode("utf-8") if isinstance(data, str) else data
     replaceable(path, option)  # checked again as it is written: never a device or a pipe
     folder = os.path.dirname(os.path.abspath(path))
@@ -159,9 +163,22 @@ def write_atomic(path: str, data: bytes | str, option: str) -> None:
                 f.write(payload)
             os.chmod(temporary, 0o644)
             os.replace(temporary, path)
+            WRITTEN.append((path, len(payload)))
         except BaseException:
             os.unlink(temporary)
             raise
     except OSError as e:
         raise MhaError(f"cannot write {printable(path)}: {e.strerror or e}", exit_code=1,
                        quantity=option) from None
+
+
+def written_line(files: list) -> str:
+    """`Wrote page.html (153 KB)`, or for a set: `Wrote 31 files (4.2 MB): a.png, ... c.png`."""
+    from mha_trace.io.units import human_bytes
+
+    total = human_bytes(sum(n for _, n in files))
+    if len(files) == 1:
+        return f"Wrote {files[0][0]} ({total})"
+    if len(files) <= 3:
+        return f"Wrote {', '.join(p for p, _ in files)} ({total})"
+    return f"Wrote {len(files)} files ({total}): {files[0][0]}, {files[1][0]} … {files[-1][0]}"

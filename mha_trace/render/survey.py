@@ -8,6 +8,7 @@ from mha_trace.render.matrices import shade
 from mha_trace.records import data, renderables
 from mha_trace.analyses.induction import Induction
 from mha_trace.analyses.model_analysis import Survey
+from mha_trace.core.detectors import induction_chance
 
 SPECIALISED = 0.9  # a head is called specialised when it holds on this share of the sentences
 
@@ -211,10 +212,11 @@ def induction_renderables(r, top: int) -> list:
         table.add_row(f"{layer}.{head}", Text(f"{score:.3f}", style=shade(score)),
                       _below(r.previous, layer))
     out.append(table)
-    chance = 1 / (r.n + 1.5)  # a query in the repeated half sees n + 1 .. 2n keys: ~1/(1.5 n)
+    chance = induction_chance(r.n)  # the mean of 1 / (keys seen) over the repeated half
     strong = int((r.induction > 0.5).sum())
     lines = [f"{strong} of {r.induction.size} heads score above 0.5; a head that spread its "
-             f"weight evenly over the keys it sees would score about {chance:.3f}.",
+             f"weight evenly over the keys it sees would score {chance:.4f} (the mean of 1 / keys "
+             f"seen over the repeated half).",
              f"Next-token loss, nats per token: first half {r.loss_first:.2f}, repeated half "
              f"{r.loss_repeated:.2f} (a uniform guess over the {m.vocab_size:,}-token vocabulary: "
              f"{np.log(m.vocab_size):.2f}). The repeated half is predicted by copying."]

@@ -70,3 +70,16 @@ def test_verify_refuses_flag_sizes_beside_a_config(cli):
     assert result.exit_code == 2
     assert result.stderr == ("Error: --seq goes with sizes from flags; a config fixes its tokens, "
                              "width and seed\n")
+
+
+def test_verify_json_states_what_ran_as_keys(cli):
+    """Scripts read the heads and the mask as keys, as for every other command, not from the
+    description sentence."""
+    data = json.loads(cli("verify", "--config", "cat-sat-on-mat", "--heads", "4", "--mask", "causal",
+                          "--format", "json").stdout)
+    assert (data["config"], data["heads"], data["mask"], data["d_model"], data["seq"]) == \
+        ("cat-sat-on-mat", 4, "causal", 4, 5)
+    sizes = json.loads(cli("verify", "--heads", "8", "--kv-heads", "2", "--seq", "6", "--format",
+                           "json").stdout)
+    assert (sizes["config"], sizes["heads"], sizes["kv_heads"], sizes["seq"], sizes["seed"]) == \
+        (None, 8, 2, 6, 0)

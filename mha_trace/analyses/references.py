@@ -38,6 +38,7 @@ class VerifyReport(Shows):
     dtype: str
     device: str
     checks: list[Check]
+    settings: dict = None  # what ran, as JSON keys: the config, sizes, heads, mask, ...
 
     @property
     def passed(self) -> bool:
@@ -203,7 +204,16 @@ def check_references(run: Run) -> VerifyReport:
     q, k, v = run.qkv
     with one_thread():
         checks = run_checks(run.module, q, k, v, run.mask, s.dtype)
-    return VerifyReport(desc, s.dtype, s.device, checks)
+    settings = {"config": c.name if c is not None else None, "batch": 1 if c is not None else s.batch,
+                "seq": len(c.tokens) if c is not None else s.seq,
+                "d_model": c.d_model if c is not None else s.d_model,
+                "heads": c.heads if c is not None else s.heads,
+                "kv_heads": (c.kv_heads if c is not None else s.kv_heads) or
+                            (c.heads if c is not None else s.heads),
+                "mask": c.mask if c is not None else s.mask, "pad": c.pad if c is not None else s.pad,
+                "seed": (None if c.explicit else c.seed) if c is not None else s.seed, "rope": s.rope,
+                "window": s.window, "impl": s.impl}
+    return VerifyReport(desc, s.dtype, s.device, checks, settings)
 
 
 

@@ -39,8 +39,8 @@ def cost_renderables(rows, d, layers: int, label: str, source: str | None, formu
     if formulas:
         table.add_column("formula", overflow="fold")
     table.add_column("bytes", justify="right")
-    table.add_column("GB", justify="right")
-    table.add_column("GiB", justify="right")
+    table.add_column("decimal", justify="right")
+    table.add_column("binary", justify="right")
     for r in (r for r in rows if r.section == "memory"):
         cells = [r.item] + ([f"{r.formula} = {r.numbers}"] if formulas else [])
         table.add_row(*cells, f"{r.total:,}", decimal_bytes(r.total), human_bytes(r.total))

@@ -38,8 +38,8 @@ def verify_renderables(report, width: int = 100) -> list:
 
 
 def verify_data(report) -> dict:
-    return {"command": "verify", "description": report.description, "dtype": report.dtype,
-            "device": report.device, "passed": report.passed,
+    return {"command": "verify", "description": report.description, **(report.settings or {}),
+            "dtype": report.dtype, "device": report.device, "passed": report.passed,
             "checks": [{"reference": c.reference, "compares": c.compares, "max_abs_diff": c.max_abs,
                         "tolerance": c.tolerance, "passed": c.passed, "note": c.note}
                        for c in report.checks]}

@@ -117,7 +117,7 @@ def _cell_text(cell) -> str:
 def table_markdown(table: Table) -> str:
     """A rich Table as a GitHub-flavoured markdown table (title as a heading, caption after)."""
     columns = table.columns
-    header = [_cell_text(c.header).replace("|", "\\|") for c in columns]
+    header = [" ".join(_cell_text(c.header).split()).replace("|", "\\|") for c in columns]
     rows = zip(*[[_cell_text(cell).replace("\n", " ").strip() for cell in c._cells] for c in columns])
     lines = [f"**{_cell_text(table.title)}**", ""] if table.title else []
     lines.append("| " + " | ".join(header) + " |")

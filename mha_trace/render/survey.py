@@ -24,13 +24,14 @@ def survey_renderables(result, top: int, width: int, grids: bool = False) -> lis
     out = [Text(f"survey: {m.name}, {m.layers} layers × {m.heads} heads, on {result.corpus}",
                 style="bold")]
     many = len(result.sentences) > 1
-    table = new_table(f"Top {top} heads per behaviour: the mean weight a query gives that key"
-                      + (", ± its spread over the sentences, and the share of sentences where "
-                         "it gets over half" if many else ""))
-    table.add_column("behaviour", style="bold", no_wrap=True)
-    table.add_column("chance", justify="right")
+    table = new_table(f"Top {top} per behaviour: mean weight to that key, ±sd over sentences, % "
+                      f"over ½" if many else f"Top {top} heads per behaviour: the mean weight a "
+                      f"query gives that key")
+    table.add_column("behaviour\n", style="bold", no_wrap=True)
+    table.add_column("chance\n", justify="right")
     for k in range(top):
-        table.add_column(f"#{k + 1}", justify="right", no_wrap=True)
+        table.add_column(f"#{k + 1}\nhead " + ("mean±sd >½" if many else "mean"), justify="right",
+                         no_wrap=True)
     for name, d in result.detectors.items():
         cells = [f"{l}.{h} {_num(d.mean[l - 1, h - 1])}" + (
             f"±{_num(d.spread[l - 1, h - 1])} {d.held[l - 1, h - 1]:.0%}" if many else "")

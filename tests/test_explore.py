@@ -108,6 +108,9 @@ def drive(keys=(), snapshot=None, **options):
         matrix = app.query_one("#matrix")
         app.cells = [[matrix.get_cell_at((i, j)).plain.strip() for j in range(1, len(matrix.columns))]
                      for i in range(matrix.row_count)]
+        app.labels = [c.label.plain for c in matrix.columns.values()]
+        app.row_labels = [matrix.get_cell_at((i, 0)).plain for i in range(matrix.row_count)]
+        app.fixed = matrix.fixed_columns
         app.row = app.query_one("#steps").cursor_row
         app.active = app.query_one("#panes").active
 
@@ -455,3 +458,12 @@ def test_every_pane_draws_in_a_fresh_process():
     assert out.returncode == 0, out.stderr
     assert "the query 'The' (position 0) through head 1" in out.stdout
     assert "output without head 1 (zeroed before W_O)" in out.stdout
+
+
+def test_a_models_special_tokens_are_labels_not_markup():
+    """[CLS] and [SEP] (and code like w[h]) are shown as they are: Textual would read them as
+    markup and print '' looks at ''. The row labels stay when the table scrolls right."""
+    app = drive(["2"], model="minilm")
+    assert app.texts["cell"].startswith("'[CLS]' looks at '[CLS]': ")
+    assert app.labels[1] == "[CLS]" and app.labels[-1] == "[SEP]"
+    assert app.row_labels[0] == "[CLS]" and app.fixed == 1

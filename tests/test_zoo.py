@@ -76,7 +76,9 @@ def test_verify_varies_the_sizes_until_the_mistake_shows(cli, tmp_path, name):
 
 
 def test_a_view_of_a_non_contiguous_input_is_found(cli, tmp_path):
-    """x.view(...) runs on a contiguous input and fails on a transposed one: verify feeds both."""
+    """x.view(...) runs on a contiguous input and fails on a transposed one: verify feeds both.
+    From "Multi-head attention module throwing RuntimeError: view size is not compatible with input
+    tensor's size and stride" (fairseq issue #2598)."""
     from zoo import Entry
 
     path = tmp_path / "view_x.py"

@@ -3,7 +3,8 @@ the mistake verify must name, the line it must point at, and where one exists th
 public bug report or forum question the mistake comes from.
 
 `module(entry)` writes the student's source: the template below with the entry's lines in place.
-The line the verdict must name is the one marked `# <- the mistake`.
+The line the verdict must name is the one marked `# <- the mistake`. Sources are titles of real
+threads (checked); a mistake without one has none rather than a made-up one.
 """
 
 from dataclasses import dataclass, field
@@ -76,16 +77,14 @@ class Entry:
 CAUSAL = ("--mask", "causal")
 ROPE_ARGS = ("--rope",)
 ZOO = {
-    "scaled_by_dk": Entry("scaled by d_k instead of √d_k", {"scale": "scores / self.d_k"}, "scale",
-                          source="Why is the attention in Transformers divided by sqrt(d_k)?"),
+    "scaled_by_dk": Entry("scaled by d_k instead of √d_k", {"scale": "scores / self.d_k"}, "scale"),
     "not_scaled": Entry("not scaled at all", {"scale": "scores"}, "scores"),
     "scaled_by_d_model": Entry("scaled by √d_model instead of √d_k",
                                {"scale": "scores / math.sqrt(self.d_model)"}, "scale"),
     "scaled_after_softmax": Entry("scaled after the softmax", {
         "scale": "scores", "after": "        weights = weights / math.sqrt(self.d_k)\n"}, "scores"),
     "softmax_queries": Entry("softmax over the queries instead of the keys",
-                             {"softmax": "torch.softmax(scores, dim=-2)"}, "softmax",
-                             source="Softmax over the wrong dimension in attention"),
+                             {"softmax": "torch.softmax(scores, dim=-2)"}, "softmax"),
     "softmax_heads": Entry("softmax over the heads instead of the keys",
                            {"softmax": "torch.softmax(scores, dim=1)"}, "softmax"),
     "softmax_batch": Entry("softmax over the batch instead of the keys",
@@ -96,12 +95,12 @@ ZOO = {
                             {"mix": "scores @ v"}, "mix"),
     "merge_no_transpose": Entry("heads merged without transposing back",
                                 {"merge": "context.reshape(B, T, self.d_model)"}, "merge",
-                                source="Multi-head attention: reshape without transpose gives wrong results"),
+                                source="Fix batch_first paths in DPMultiheadAttention (opacus pull "
+                                       "request #825: a .view without the transpose)"),
     "split_view_bhtd": Entry("heads split as view(B, H, T, d_k)", {
         "q": "self.W_q(x).view(B, self.h, T, self.d_k)",
         "k": "self.W_k(x).view(B, self.h, T, self.d_k)",
-        "v": "self.W_v(x).view(B, self.h, T, self.d_k)"}, "q",
-        source="Is x.view(B, H, T, d_k) the same as x.view(B, T, H, d_k).transpose(1, 2)?"),
+        "v": "self.W_v(x).view(B, self.h, T, self.d_k)"}, "q"),
     "split_and_merge_view": Entry(
         "heads split as view(B, H, T, d_k) and merged back with view(B, T, d_model)", {
             "q": "self.W_q(x).view(B, self.h, T, self.d_k)",
@@ -114,22 +113,27 @@ ZOO = {
     "merge_seq_first": Entry(
         "batch and sequence swapped in the merge ((T, B, d_model), as nn.MultiheadAttention "
         "without batch_first)", {"merge": "context.permute(2, 0, 1, 3).reshape(T, B, self.d_model).reshape(B, T, self.d_model)"},
-        "merge", source="nn.MultiheadAttention batch_first: (L, N, E) vs (N, L, E) inputs"),
+        "merge", source="Batched MultiHeadAttention (OmDet issue #19: batch_first "
+                                  "not set, wrong only in batch inference)"),
     "never_split": Entry("one head of width d_model: the heads never split", {
         "q": "self.W_q(x)[:, None]", "k": "self.W_k(x)[:, None]", "v": "self.W_v(x)[:, None]",
         "scale": "scores / math.sqrt(self.d_model)"}, "scores"),
     "mask_inverted": Entry("mask inverted", {"mask": "scores.masked_fill(mask, float('-inf'))"},
                            "mask", (*CAUSAL, "--mask-means", "keep"),
-                           source="Attention mask: True means masked or not masked?"),
+                           source="Attention mask definition. (GeMap issue #1: True means not "
+                                  "allowed to attend)"),
     "mask_transposed": Entry("mask transposed: queries see later keys, not earlier",
                              {"mask": "scores.masked_fill(~mask.T, float('-inf'))"}, "mask", CAUSAL),
     "mask_off_by_one": Entry("mask off by one (a query sees one key ahead)",
                              {"mask": "scores.masked_fill(~torch.ones_like(mask).tril(1), float('-inf'))"},
                              "mask", CAUSAL),
-    "mask_never_applied": Entry("mask never applied", {"mask": "scores"}, "scale", CAUSAL),
+    "mask_never_applied": Entry("mask never applied", {"mask": "scores"}, "scale", CAUSAL,
+                                source="`attn_mask` in nn.MultiheadAttention is additive (pytorch "
+                                       "issue #21518: a 0/1 causal mask added, not applied)"),
     "mask_zero": Entry("masked scores set to 0 instead of -inf",
                        {"mask": "scores.masked_fill(~mask, 0.0)"}, "mask", CAUSAL,
-                       source="masked_fill with 0 instead of -inf: the model still attends to padding"),
+                       source="How is the padding mask incorporated in the attention formula? "
+                              "(AI Stack Exchange)"),
     "mask_after_softmax": Entry("mask applied after the softmax (rows no longer sum to 1)", {
         "mask": "scores", "after": "        if mask is not None:\n            weights = weights.masked_fill(~mask, 0.0)\n"},
         "scale", CAUSAL),
@@ -152,7 +156,7 @@ ZOO = {
         "v": "(x @ self.W_v.weight.T).view(B, T, self.h, self.d_k).transpose(1, 2)",
         "output": "context @ self.W_o.weight.T"}, "q"),
     "rope_on_v": Entry("RoPE applied to V too", {"rope": "        q, k, v = rotate(q), rotate(k), rotate(v)\n"},
-                       "rope", ROPE_ARGS, source="RoPE: should rotary embeddings be applied to values?"),
+                       "rope", ROPE_ARGS),
     "rope_q_only": Entry("RoPE applied to Q only", {"rope": "        q = rotate(q)\n"}, "scores",
                          ROPE_ARGS),
 }

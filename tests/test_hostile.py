@@ -765,7 +765,7 @@ def test_edited_files_fail_their_sha256(built_cache, tmp_path):
 
 
 def test_a_zero_layer_cache_is_rebuilt_end_to_end(tmp_path, built_cache):
-    """The case seen live: meta.json with layers 0 made predict say '▁is' with exit 0."""
+    """The case seen live: meta.json with layers 0 made predict say '␣is' with exit 0."""
     from mha_trace.models import smollm2
     from mha_trace.models.cache import file_sha256
 
@@ -779,7 +779,7 @@ def test_a_zero_layer_cache_is_rebuilt_end_to_end(tmp_path, built_cache):
     (tmp_path / "verified.json").write_text("[1, 2]")
     again = _run("predict", "--top", "1", "--format", "json", env=env)
     assert again.returncode == 0 and again.stderr == ""
-    assert json.loads(again.stdout)["top"][0]["token"] == "▁Paris"
+    assert json.loads(again.stdout)["top"][0]["token"] == "␣Paris"
     assert json.loads(meta_file.read_text())["sizes"]["layers"] == 30
     assert not list(tmp_path.rglob("*.tmp"))
 
@@ -1129,7 +1129,7 @@ def test_a_read_only_model_cache_is_only_slower(tmp_path):
     env = {"HOME": "/proc", "MHA_TRACE_CACHE": "", "XDG_CACHE_HOME": ""}
     p = _run("predict", "--top", "1", "--format", "json", env=env)
     assert p.returncode == 0 and p.stderr == "", p.stderr
-    assert json.loads(p.stdout)["top"][0]["token"] == "▁Paris"
+    assert json.loads(p.stdout)["top"][0]["token"] == "␣Paris"
 
 
 def test_a_bad_flag_with_stderr_closed_still_exits_2():

@@ -225,3 +225,28 @@ def test_firefox_draws_the_same_pages(cli, tmp_path, args, colour):
     pixels = np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3).astype(int)
     near = np.abs(pixels - np.array(colour)).sum(1) < 60
     assert near.sum() > 50, f"{near.sum()} pixels of {colour}"
+
+
+def test_one_run_says_the_same_numbers_in_every_medium(cli, tmp_path, browser):
+    """One convention (docs/output.md): positions and trace rows from 0, dims as a 0-based
+    inclusive range, heads from 1, sizes in KiB from one function, a leading space as ␣. The
+    terminal, the JSON and the page agree on each."""
+    import json
+    import re
+
+    terminal = cli("explain", "--token", "cat").stdout
+    data = json.loads(cli("explain", "--token", "cat", "--format", "json").stdout)
+    page = Opened(browser, _written(cli, tmp_path, "explain", "--token", "cat")).page.inner_text("body")
+    position = data["position"]
+    assert f"(position {position})" in terminal and f"(position {position})" in page
+    first, last = data["heads"][0]["dims"][0], data["heads"][0]["dims"][1] - 1
+    assert f"dims {first}–{last}" in terminal and f"dims {first}–{last}" in page
+
+    terminal = cli("shapes").stdout
+    page = Opened(browser, _written(cli, tmp_path, "shapes")).page
+    rows = page.eval_on_selector_all("table.steps tr", "rs => rs.slice(1).map(r => "
+                                     "[...r.cells].map(c => c.textContent))")
+    printed = [line.split() for line in terminal.splitlines() if re.match(r"^\s*\d+\s+(in|\d+)\s", line)]
+    assert [r[0] for r in rows] == [p[0] for p in printed]  # the same row numbers, from 0
+    assert [r[-1] for r in rows] == [p[-2] + " " + p[-1] if p[-1].endswith("B") else p[-1]
+                                     for p in printed]  # the same allocation text: 6.2 KiB, view

@@ -108,8 +108,8 @@ def test_the_cache_is_keyed_by_hash_and_rebuilt_when_damaged(tmp_path, monkeypat
 def test_predict_and_generate(cli):
     data = json.loads(cli("predict", "--sentence", CAPITAL, "--top", "3", "--generate", "2",
                           "--format", "json").stdout)
-    assert data["top"][0]["token"] == "▁Paris" and data["top"][0]["probability"] > 0.7
-    assert data["generated"][0]["token"] == "▁Paris"
+    assert data["top"][0]["token"] == "␣Paris" and data["top"][0]["probability"] > 0.7
+    assert data["generated"][0]["token"] == "␣Paris"
     probs = torch.softmax(torch.from_numpy(REFERENCE["s0_logits"]).double(), -1)
     assert data["top"][0]["probability"] == pytest.approx(float(probs.max()), abs=1e-4)
 
@@ -137,7 +137,7 @@ def test_ablation_moves_the_prediction(model):
 
     s = model.encode(CAPITAL)
     a = ablate_model_heads(s, [(24, 5)])
-    assert model.token_text(a.top) == "▁Paris"
+    assert model.token_text(a.top) == "␣Paris"
     assert a.next_full[a.top] - a.next_ablated[a.top] > 0.3 and a.kl > 0.5
     r = rank_heads(s)
     assert len(r.heads) == 270 and list(r.effect) == sorted(r.effect, reverse=True)
@@ -150,7 +150,7 @@ def test_real_decoding_equals_the_full_pass(model):
     from mha_trace.analyses.shapes import trace_run
 
     ids = model.tokenize(CAPITAL)
-    ids = ids + [7042, 30]  # "▁Paris", "."
+    ids = ids + [7042, 30]  # "␣Paris", "."
     run = from_model_decode(model, ids, 5, 2, tuple(model.token_text(i) for i in ids))
     report = trace_run(run)
     cache = [s.shape for s in report.steps if s.text.startswith("torch.cat([self.")]  # the KV cache

@@ -14,6 +14,7 @@ import torch
 
 from mha_trace.runs.config import Config
 from mha_trace.errors import MhaError
+from mha_trace.io.units import WORD_START
 from mha_trace.analyses.ablated import Ablation
 from mha_trace.records import Shows
 from mha_trace.runs.run import Run, check_finite
@@ -187,8 +188,8 @@ def find_position(tokens, token: str | None, position: int | None) -> int:
     if token is None:
         return 0
     found = [i for i, t in enumerate(tokens) if t == token]
-    if not found:  # a byte-level token shows its leading space as ▁: "it" finds "▁it"
-        found = [i for i, t in enumerate(tokens) if t.removeprefix("▁") == token]
+    if not found:  # a byte-level token shows its leading space as ␣: "it" finds "␣it"
+        found = [i for i, t in enumerate(tokens) if t.removeprefix(WORD_START) == token]
     if not found:
         raise MhaError(f"token '{token}' is not in the sentence (tokens: {', '.join(tokens)})",
                        quantity="token")

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from mha_trace.errors import MhaError
+from mha_trace.io.units import WORD_START
 from mha_trace.analyses.ablated import Ablation
 from mha_trace.records import Shows
 
@@ -215,7 +216,7 @@ def _word_spans(sentence) -> dict:
         if i and sentence.words[i - 1] == word:
             current += tok.removeprefix("##")
         else:
-            current, start = tok.removeprefix("▁"), i
+            current, start = tok.removeprefix(WORD_START), i
         end_of_word = i + 1 == len(sentence.tokens) or sentence.words[i + 1] != word
         if end_of_word and current not in spans:
             spans[current] = list(range(start, i + 1))

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mha_trace.io.units import WORD_START
+
 HOLDS = 0.5  # a head does a thing on a sentence when it gives it more than half of the weight
 
 
@@ -24,7 +26,7 @@ class Found:
 
 
 def is_punctuation(token: str) -> bool:
-    token = token.removeprefix("▁").removeprefix("##")
+    token = token.removeprefix(WORD_START).removeprefix("##")
     return bool(token) and all(ch in string.punctuation for ch in token)
 
 

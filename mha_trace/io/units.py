@@ -1,4 +1,8 @@
-"""The one unit every size in bytes is shown in, in every medium: binary, one decimal."""
+"""What every medium shows alike: sizes in bytes (binary, one decimal) and a token's leading space.
+"""
+
+WORD_START = "␣"  # a byte-level token's leading space (SentencePiece writes ▁; a slide font draws
+# that as an underscore), the same in the terminal, the page, the slides and JSON
 
 
 def human_bytes(n: float) -> str:

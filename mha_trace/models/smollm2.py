@@ -28,6 +28,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from mha_trace.io.units import WORD_START
 from mha_trace.core.attention import KVCache, MultiHeadAttention
 from mha_trace.errors import MhaError
 from mha_trace.models.cache import cache_dir, file_sha256, write_cache_file
@@ -359,11 +360,11 @@ class Model:
         return ids, tuple(self.token_text(i) for i in ids), tuple(words)
 
     def token_text(self, i: int) -> str:
-        """How a token reads: its bytes decoded, a leading space shown as ▁."""
+        """How a token reads: its bytes decoded, a leading space shown as ␣ (units.WORD_START)."""
         from mha_trace.errors import printable
 
         text = printable(self.tokenizer.decode([i]))
-        return "▁" + text[1:] if text.startswith(" ") else text
+        return WORD_START + text[1:] if text.startswith(" ") else text
 
     def encode(self, text: str) -> Sentence:
         return encode_all(self, [text])[0]

@@ -205,7 +205,7 @@ def prediction_renderables(p) -> list:
 
         out.append(Text(f"Greedy, {len(p.generated)} tokens: "
                         + printable(p.text + m.tokenizer.decode(p.generated))))
-    out.append(Text("Plain text in, no chat template; ▁ marks a leading space."))
+    out.append(Text("Plain text in, no chat template; ␣ marks a leading space."))
     return out
 
 

@@ -10,6 +10,7 @@ import numpy as np
 from mha_trace.analyses.analysis import Heads, Walk
 from mha_trace.errors import MhaError
 from mha_trace.io.page import page_data
+from mha_trace.io.units import human_bytes
 from mha_trace.analyses.shapes import ShapesReport
 
 
@@ -70,6 +71,7 @@ def shapes_page(report) -> dict:
               "called_from": s.called_from[0] if s.called_from else None, "code": s.text or s.source,
               "op": s.op, "shape": list(s.shape), "stride": list(s.stride),
               "contiguous": s.contiguous, "view": s.is_view, "dtype": s.dtype, "bytes": s.bytes,
+              "alloc": "view" if s.is_view else human_bytes(s.bytes),  # as the terminal writes it
               "phase": s.phase} for s in report.steps]
     z = report.sizes
     title = (f"{type(report.run.module).__name__}.forward: batch {z.batch}, {z.seq} tokens, "

@@ -174,12 +174,6 @@ def grid(n: int, cols: int | None = None) -> tuple[int, int]:
     return shaped if side(shaped) >= 0.7 * side(best) else best
 
 
-def shown_token(token: str) -> str:
-    """A token as a slide shows it: SentencePiece's word mark ▁ (which a slide font draws as an
-    underscore) becomes the visible space sign ␣."""
-    return token.replace("▁", "␣")
-
-
 def _ticks(n: int, room_px: float) -> tuple[list[int], float]:
     """Which of n labels to write along room_px pixels, and their size in points: every label
     when each gets MIN_TICK_PT, else every k-th, never below it."""
@@ -251,8 +245,8 @@ def _panel(ax, panel, hi: float, decimals: int, fg: str, bg: str, room: float):
     rows, cols = matrix.shape
     xs, xsize = _ticks(cols, room)
     ys, ysize = _ticks(rows, room)
-    ax.set_xticks(xs, [shown_token(col_labels[j]) for j in xs], rotation=90, fontsize=xsize)
-    ax.set_yticks(ys, [shown_token(row_labels[i]) for i in ys], fontsize=ysize)
+    ax.set_xticks(xs, [col_labels[j] for j in xs], rotation=90, fontsize=xsize)
+    ax.set_yticks(ys, [row_labels[i] for i in ys], fontsize=ysize)
     ax.set_xlabel("key", fontsize=18)
     ax.set_ylabel("query", fontsize=18)
     if room / max(rows, cols) >= 60:
@@ -272,7 +266,7 @@ def save_walk(path: str, title: str, walk, theme: str = "light") -> None:
     import numpy as np
 
     fg, bg = _theme(theme)
-    heads, keys = walk.heads, [shown_token(t.token) for t in walk.heads[0].terms]
+    heads, keys = walk.heads, [t.token for t in walk.heads[0].terms]
     with plt.rc_context(_rc(fg)):
         fig, axes = plt.subplots(len(heads), 3, squeeze=False, sharex="col",
                                  figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI,

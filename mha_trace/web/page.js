@@ -219,7 +219,7 @@
 
   /* ---- explain: one token's walk through every head ---- */
   function explainView() {
-    root.append(el("p", {text: `The query is '${data.token}' (position ${data.position + 1}). ` +
+    root.append(el("p", {text: `The query is '${data.token}' (position ${data.position}). ` +
       `Each head: q·k for every key, ÷ √d_k = ${data.sqrt_dk}, softmax, then Σ w·v. ` +
       "Click a key's row for its products."}));
     data.heads.forEach((hw, n) => {
@@ -242,7 +242,7 @@
         table.append(row, products);
       });
       const details = el("details", {class: "head", "data-head": hw.head},
-        el("summary", {text: `head ${hw.head} (columns ${hw.dims[0] + 1}-${hw.dims[1]}` +
+        el("summary", {text: `head ${hw.head} (dims ${hw.dims[0]}–${hw.dims[1] - 1}` +
                               (hw.kv_head !== hw.head ? `, K/V head ${hw.kv_head}` : "") + ")"}),
         table, el("p", {class: "mono", text: `Σ w·v = [${hw.output.map((x) => fmt(x)).join(", ")}]`}));
       if (n === 0) details.setAttribute("open", "");
@@ -254,17 +254,9 @@
   }
 
   /* ---- shapes: the trace beside the module's source ---- */
-  function size(bytes) {  /* as the terminal's trace writes it: 8.0 KiB; a view allocates nothing */
-    if (!bytes) return "—";
-    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let i = 0;
-    while (bytes >= 1024 && i < units.length - 1) { bytes /= 1024; i++; }
-    return i ? `${bytes.toFixed(1)} ${units[i]}` : `${bytes} B`;
-  }
-
   function shapesView() {
     const table = el("table", {class: "steps"});
-    table.append(el("tr", {}, ...["#", "code", "op", "shape", "stride", "contig", "view", "dtype", "new memory"]
+    table.append(el("tr", {}, ...["#", "code", "op", "shape", "stride", "contig", "view", "dtype", "alloc"]
       .map((t) => el("th", {text: t}))));
     const source = el("div", {class: "source mono", id: "source"});
     const lines = data.source.map((text, i) => {
@@ -274,9 +266,9 @@
     });
     const rows = data.steps.map((s, i) => {
       const row = el("tr", {tabindex: 0, "data-step": i + 1, "data-line": s.line || ""},
-        ...[i + 1, s.code, s.op, `(${s.shape.join(",")})`, `(${s.stride.join(",")})`,
+        ...[i, s.code, s.op, `(${s.shape.join(",")})`, `(${s.stride.join(",")})`,
             s.contiguous ? "yes" : "no", s.view ? "view" : "copy",
-            s.dtype.replace("bfloat", "bf").replace("float", "f").replace("int", "i"), size(s.bytes)]
+            s.dtype.replace("bfloat", "bf").replace("float", "f").replace("int", "i"), s.alloc]
           .map((t, j) => el("td", {class: j === 1 ? "mono" : j > 2 ? "num" : "", text: t})));
       row.addEventListener("click", () => select(i));
       row.addEventListener("focus", () => select(i));

@@ -47,7 +47,8 @@ InitOpt = Annotated[str | None, typer.Option("--init", help="Constructor argumen
 _MODEL_PNG = "; with --model and no --layer or --head, FILE gets an overview grid and FILE-layerN.png one figure per layer"
 
 
-_PNG = {"ablate": "With --model M --prune: save the pruning curve (the loss against the heads removed) as a 1920×1080 PNG for slides"}
+_PNG = {"ablate": "With --model M --prune: save the pruning curve (the loss against the heads removed) as a 1920×1080 PNG for slides",
+        "train": "Save the loss and each head's detector scores over the steps (curves) as a 1920×1080 PNG for slides"}
 
 
 def _file_options(name: str) -> list:

@@ -370,19 +370,19 @@ def save_training(path: str, r, theme: str = "light") -> None:
         loss.axhline(r.chance, color="#5ec962", linestyle="--", linewidth=2, label=f"chance (ln {r.spec.vocab})")
         loss.set_ylabel("loss (nats)", fontsize=20)
         loss.legend(fontsize=16, frameon=False, labelcolor=fg)
-        colours = plt.get_cmap("tab10")
+        colours = plt.get_cmap("tab10")  # the colour says the head, the line the layer
         for ax, name in zip(axes[1:], names):
             for l in range(r.spec.layers):
                 for h in range(r.spec.heads):
                     ax.plot(steps, [s.scores[name][l, h] for s in r.snapshots], linewidth=2.5,
-                            color=colours(l * r.spec.heads + h), label=f"{l + 1}.{h + 1}")
+                            color=colours(h % 10), label=f"{l + 1}.{h + 1}",
+                            linestyle=("-", "--", ":", "-.")[l % 4])
             ax.set_ylim(0, 1)
             ax.set_ylabel(name, fontsize=20)
         axes[1].legend(fontsize=14, frameon=False, ncols=min(8, r.spec.layers * r.spec.heads),
                        labelcolor=fg, loc="upper left")
         axes[-1].set_xlabel("step", fontsize=20)
-        axes[-1].set_xscale("symlog", linthresh=10)
-        axes[-1].set_xlim(0, len(r.losses))
+        axes[-1].set_xlim(0, len(r.losses))  # linear: each step gets the same width
         for ax in axes:
             ax.set_facecolor(bg)
             ax.tick_params(labelsize=MIN_TICK_PT)

@@ -43,9 +43,10 @@ def identical_lines(r: Training) -> list[str]:
         parted = next((snap.step for snap, x in zip(r.snapshots, spread[:, l]) if x > 2 * start),
                       None)
         when = "" if parted is None else f"; twice as far apart as at the start by step {parted}"
-        lines.append(f"Layer {l + 1}'s heads put {start:.0%} of a query's weight in different places "
-                     f"at the start and {end:.0%} at the end (the two furthest apart){when}.")
-    return lines
+        lines.append(f"Layer {l + 1}: its two most different heads disagree on {start:.0%} of a "
+                     f"query's weight at the start and {end:.0%} at the end{when}.")
+    return lines + ["(Disagree: half the summed difference of two heads' weights in a query's row, "
+                    "averaged over the queries; 0% is two heads that look at the same places.)"]
 
 
 def training_renderables(r: Training) -> list:
@@ -67,6 +68,9 @@ def training_renderables(r: Training) -> list:
             cells.append(Text(f"{l}.{h} {x:.2f}", style=shade(x)))
         table.add_row(str(snap.step), f"{snap.loss:.3f}", *cells)
     out.append(table)
+    out.append(Text("Each detector's column: the head that gives that place the most weight, and "
+                    "the weight (previous token: the token just before the query; two back: the "
+                    "one before that; induction: the token after an earlier copy of the query)."))
     out.append(Text("\n".join(formed_lines(r) + identical_lines(r))))
     return out
 

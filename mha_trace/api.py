@@ -293,7 +293,19 @@ def train(task: str = "induction", *, resume=None, save: str | None = None, on_s
         from dataclasses import replace as changed
 
         spec = changed(before.spec, steps=spec.steps)
-    r = training.run_training(spec, on_step or (lambda loss: None), before)
+    from mha_trace.io.page import NotebookProgress
+
+    bar = []  # made at the first step, once the spec has been checked
+
+    def each_step(loss):
+        if not bar:
+            bar.append(NotebookProgress(spec.steps - (len(before.losses) if before else 0),
+                                        f"training ({spec.task})"))
+        bar[0].advance(f"loss {loss:.3f}")
+        if on_step is not None:
+            on_step(loss)
+
+    r = training.run_training(spec, each_step, before)
     if save is not None:
         training.save(r, os.fspath(save))
     return r

@@ -15,7 +15,7 @@ from rich.text import Text
 from mha_trace.errors import MhaError
 from mha_trace.io.notebook_html import WIDE, to_html
 from mha_trace.io.output import PLAIN_WIDTH, titled_parts, to_json
-from mha_trace.io.page import in_notebook
+from mha_trace.io.page import in_notebook, notebook_figure
 
 
 @singledispatch
@@ -57,12 +57,17 @@ class Shows:
         """Jupyter: the interactive view where the record has one (heads, a walk, a trace), then
         real HTML tables, laid out without a width limit (shown once: nothing here prints to the
         notebook)."""
-        tables = to_html(self.renderables(WIDE))
         try:
             view = in_notebook(self)
         except (TypeError, MhaError):  # no interactive view of this record, or one too large
-            return tables
-        return tables.replace(">", ">" + view, 1)
+            view = ""
+        if view and not getattr(self, "tables_in_notebook", True):
+            return f'<div class="mha-trace">{view}</div>'  # a model's overview: the view is all
+        shown = to_html(self.renderables(WIDE)).replace(">", ">" + view, 1)
+        try:
+            return shown + notebook_figure(self)
+        except TypeError:  # no figure for this record
+            return shown
 
     def _repr_pretty_(self, printer, cycle) -> None:
         """IPython's plain-text form: the terminal text, not the dataclass's fields."""

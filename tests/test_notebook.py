@@ -21,6 +21,7 @@ CELLS = [
     'try:\n    mha_trace.heads(mask="diagonal")\nexcept mha_trace.MhaError as e:\n'
     '    print(e.quantity, "|", e)',
     'r = mha_trace.trace_sizes(d_model=16, heads=4)\nr.largest.shape',
+    'mha_trace.train("previous-token", steps=20, snapshots=2)',
 ]
 
 
@@ -98,9 +99,24 @@ def test_a_model_head_is_one_whole_table(outputs):
     assert all(r[i].endswith("*") for i, r in enumerate(rows[1:], start=1))
 
 
-def test_the_overview_keeps_its_braille_grid(outputs):
+def test_the_overview_is_its_interactive_view_without_braille(outputs):
+    """A model's overview as text is a braille grid that HTML cannot line up: the notebook shows
+    the interactive view alone."""
     page = outputs[3][0].data["text/html"]
-    assert "<pre" in page and re.search("[\u2801-\u28ff]", page)
+    assert "<iframe" in page and not re.search("[\u2801-\u28ff]", page)
+
+
+def test_training_shows_its_progress_then_its_tables_and_figure(outputs):
+    """A bar while it trains (one display, updated in place), then the run: its tables and the
+    slide of its loss and head scores as an image."""
+    shown = outputs[7]
+    bar = [o for o in shown if o.output_type == "display_data"]
+    assert len(bar) == 1 and "<progress" in bar[0].data["text/html"]
+    final = [o for o in shown if o.output_type == "execute_result"]
+    assert len(final) == 1
+    page = final[0].data["text/html"]
+    assert "Snapshots" in page and '<img alt="the loss and each head' in page
+    assert 'src="data:image/png;base64,' in page
 
 
 def test_errors_name_the_quantity_and_numbers_come_back(outputs):

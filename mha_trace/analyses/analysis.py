@@ -125,6 +125,12 @@ class ModelHeads(Heads):
     def whole(self) -> bool:
         return self.picked is None
 
+    @property
+    def tables_in_notebook(self) -> bool:
+        """The overview shows in Jupyter as its interactive view alone (its text form is a
+        braille grid that HTML cannot line up)."""
+        return not self.whole
+
 
 def analyse(run: Run) -> LectureHeads:
     """Every head's weights, the projections, the concatenation and the output of one run of

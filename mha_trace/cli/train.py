@@ -76,7 +76,7 @@ def train(
         training.save(r, save_to)
     emit(out, r.renderables, r.data)
     if out.png:
-        from mha_trace.render.plots import save_training
+        from mha_trace.render.training_slide import save_training
 
         save_training(out.png, r, out.theme)
 

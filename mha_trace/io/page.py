@@ -37,3 +37,41 @@ def in_notebook(record, height: int = 560) -> str:
 @singledispatch
 def page_data(record) -> dict:
     raise TypeError(f"no interactive page for {type(record).__name__}")
+
+
+@singledispatch
+def notebook_figure(record) -> str:
+    """An <img> a record shows in Jupyter under its tables (a training run's curves), or a
+    TypeError when it has none (or matplotlib is not installed)."""
+    raise TypeError(f"no figure for {type(record).__name__}")
+
+
+def in_a_kernel() -> bool:
+    """Whether this runs in a Jupyter kernel (IPython is only looked at when already loaded)."""
+    import sys
+
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+class NotebookProgress:
+    """A progress bar in a Jupyter cell (one display, updated in place); nothing elsewhere."""
+
+    def __init__(self, total: int, what: str):
+        self.total, self.what, self.done, self.handle = total, what, 0, None
+        if in_a_kernel() and total > 0:
+            from IPython.display import HTML, display
+
+            self.handle = display(HTML(self._html("")), display_id=True)
+
+    def _html(self, note: str) -> str:
+        return (f'<div class="mha-trace"><progress value="{self.done}" max="{self.total}"></progress>'
+                f' {html.escape(self.what)} {self.done}/{self.total} {html.escape(note)}</div>')
+
+    def advance(self, note: str = "") -> None:
+        self.done += 1
+        if self.handle is not None and (self.done == self.total or self.done % max(1, self.total // 50) == 0):
+            from IPython.display import HTML
+
+            self.handle.update(HTML(self._html(note)))

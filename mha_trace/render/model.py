@@ -14,7 +14,7 @@ from rich.text import Text
 
 from mha_trace.errors import MhaError
 from mha_trace.core.masks import allowed
-from mha_trace.render.matrices import fmt, legend, shade, weights_table
+from mha_trace.render.matrices import legend, shade, weights_table
 from mha_trace.records import data, renderables
 from mha_trace.analyses.analysis import ModelHeads
 from mha_trace.analyses.model_analysis import HeadRanking, Prediction

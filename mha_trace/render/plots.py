@@ -15,10 +15,13 @@ WIDTH_PX, HEIGHT_PX, DPI = 1920, 1080, 100
 
 
 def _pyplot():
+    import sys
+
     try:
         import matplotlib
 
-        matplotlib.use("Agg")
+        if "matplotlib.pyplot" not in sys.modules:  # a notebook's own backend is left as it is
+            matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         raise MhaError('--png needs matplotlib (install it with: pip install matplotlib, or from a '
@@ -59,20 +62,25 @@ def written_together():
         _together = None
 
 
-def _save(plt, fig, path: str, bg: str) -> None:
+def _png(plt, fig, bg: str) -> bytes:
     import io
-
-    from mha_trace.io.files import write_atomic
 
     buffer = io.BytesIO()
     try:
         fig.savefig(buffer, format="png", dpi=DPI, facecolor=bg, metadata={"Software": None})
     finally:
         plt.close(fig)
+    return buffer.getvalue()
+
+
+def _save(plt, fig, path: str, bg: str) -> None:
+    from mha_trace.io.files import write_atomic
+
+    data = _png(plt, fig, bg)
     if _together is not None:
-        _together.append((path, buffer.getvalue()))
+        _together.append((path, data))
     else:
-        write_atomic(path, buffer.getvalue(), "png")
+        write_atomic(path, data, "png")
 
 
 def _fitted(title: str, limit: int) -> str:
@@ -347,47 +355,4 @@ def save_curve(path: str, title: str, points: list, total: int, base: float, ris
         ax.tick_params(labelsize=MIN_TICK_PT)
         ax.grid(alpha=0.3)
         fig.suptitle(_fitted(title, 95), fontsize=28, color=fg)
-    _save(plt, fig, path, bg)
-
-
-def save_training(path: str, r, theme: str = "light") -> None:
-    """A training run on one slide: the loss over the steps (every step's batch, and the held-out
-    loss at the snapshots), and under it each head's detector scores at the snapshots."""
-    plt = _pyplot()
-    import numpy as np
-
-    fg, bg = _theme(theme)
-    steps = [s.step for s in r.snapshots]
-    names = ("previous token", "induction")
-    with plt.rc_context(_rc(fg)):
-        fig, axes = plt.subplots(1 + len(names), 1, sharex=True, figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI),
-                                 dpi=DPI, facecolor=bg, constrained_layout=True,
-                                 gridspec_kw={"height_ratios": [2, 1, 1]})
-        loss = axes[0]
-        loss.plot(np.arange(len(r.losses)), r.losses, color="#888888", linewidth=1, label="each batch")
-        loss.plot(steps, [s.loss for s in r.snapshots], "o-", color="#3b528b", linewidth=3,
-                  markersize=8, label="held out, at the snapshots")
-        loss.axhline(r.chance, color="#5ec962", linestyle="--", linewidth=2, label=f"chance (ln {r.spec.vocab})")
-        loss.set_ylabel("loss (nats)", fontsize=20)
-        loss.legend(fontsize=16, frameon=False, labelcolor=fg)
-        colours = plt.get_cmap("tab10")  # the colour says the head, the line the layer
-        for ax, name in zip(axes[1:], names):
-            for l in range(r.spec.layers):
-                for h in range(r.spec.heads):
-                    ax.plot(steps, [s.scores[name][l, h] for s in r.snapshots], linewidth=2.5,
-                            color=colours(h % 10), label=f"{l + 1}.{h + 1}",
-                            linestyle=("-", "--", ":", "-.")[l % 4])
-            ax.set_ylim(0, 1)
-            ax.set_ylabel(name, fontsize=20)
-        axes[1].legend(fontsize=14, frameon=False, ncols=min(8, r.spec.layers * r.spec.heads),
-                       labelcolor=fg, loc="upper left")
-        axes[-1].set_xlabel("step", fontsize=20)
-        axes[-1].set_xlim(0, len(r.losses))  # linear: each step gets the same width
-        for ax in axes:
-            ax.set_facecolor(bg)
-            ax.tick_params(labelsize=MIN_TICK_PT)
-            ax.grid(alpha=0.3)
-        layers = f"{r.spec.layers} layer{'s' if r.spec.layers > 1 else ''}"
-        fig.suptitle(f"{r.spec.task}: {layers} × {r.spec.heads} heads, the loss and what each head "
-                     f"does", fontsize=28, color=fg)
     _save(plt, fig, path, bg)

@@ -4,6 +4,7 @@ import numpy as np
 from rich.text import Text
 
 from mha_trace.io.output import new_table
+from mha_trace.io.page import notebook_figure
 from mha_trace.records import data, renderables
 from mha_trace.render.matrices import shade
 from mha_trace.models.training import TASKS, Training
@@ -98,3 +99,19 @@ def _training(result, width: int, **_) -> list:
 @data.register(Training)
 def _training_data(result, **_) -> dict:
     return training_data(result)
+
+
+@notebook_figure.register(Training)
+def _training_figure(r) -> str:
+    """The run's slide as an image under its tables in Jupyter (when matplotlib is installed)."""
+    import base64
+
+    from mha_trace.errors import MhaError
+    from mha_trace.render.training_slide import training_png
+
+    try:
+        png = training_png(r)
+    except MhaError:  # no matplotlib: the tables alone
+        raise TypeError("no figure without matplotlib") from None
+    return (f'<img alt="the loss and each head\'s scores over the steps" style="max-width:100%" '
+            f'src="data:image/png;base64,{base64.b64encode(png).decode()}">')

@@ -9,12 +9,11 @@ import pytest
 
 COMMANDS = [
     ("shapes",),
-    ("shapes", "--device", "meta", "--d-model", "12288", "--heads", "96", "--seq", "2048"),
     ("explain", "--config", "chicken-road", "--token", "road", "--head", "2"),
     ("cost", "--preset", "gpt3-175b"),
     ("heads", "--model", "minilm", "--head", "1.3"),
     ("shapes", "--heads", "x"),  # an error line, through the option coercion
-    ("shapes", "--rope", "--rope-base", "500", "--seq", "4"),  # a float option
+    ("shapes", "--rope", "--rope-base", "500", "--seq", "4", "--device", "meta"),  # a float option; meta
     ("shapes", "--rope", "--rope-base", "x"),
 ]
 

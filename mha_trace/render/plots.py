@@ -288,13 +288,15 @@ def save_walk(path: str, title: str, walk, theme: str = "light") -> None:
             row[0].bar(x - 0.2, dots, 0.4, color="#3b528b", label="q·k")
             row[0].bar(x + 0.2, scaled, 0.4, color="#5ec962", label=f"q·k ÷ √d_k (÷ {walk.sqrt_dk:.2f})")
             row[1].bar(x, weights, 0.7, color=plt.get_cmap("viridis")(weights / max(weights.max(), 1e-9)))
-            if len(keys) <= 8 and len(heads) <= 4:  # room for the numbers themselves
-                row[1].set_ylim(0, weights.max() * 1.18)
-                for j, v in enumerate(weights):
-                    row[1].text(j, v, f"{v:.2f}", ha="center", va="bottom", fontsize=16, color=fg)
             row[1].bar(x[masked], np.full(masked.sum(), 0.02), 0.7, fill=False, hatch="///",
                        edgecolor="#888888")
             row[2].bar(np.arange(len(hw.output)), hw.output, 0.7, color="#21918c")
+            if len(keys) <= 8 and len(heads) <= 4:  # room for the numbers themselves (a 0 too)
+                _values_on(row[0], np.concatenate([x - 0.2, x + 0.2]), np.concatenate([dots, scaled]),
+                           fg, 13)
+                _values_on(row[1], x, weights, fg, 16)
+            if len(hw.output) <= 8 and len(heads) <= 4:
+                _values_on(row[2], np.arange(len(hw.output)), hw.output, fg, 16)
             row[0].set_ylabel(f"head {hw.head}", fontsize=18, rotation=0, ha="right", va="center")
             for ax in row:
                 ax.set_facecolor(bg)
@@ -315,6 +317,17 @@ def save_walk(path: str, title: str, walk, theme: str = "light") -> None:
         axes[-1][2].set_xlabel("dimension of the head", fontsize=18)
         fig.suptitle(_fitted(title, 95), fontsize=28, color=fg)
     _save(plt, fig, path, bg)
+
+
+def _values_on(ax, xs, values, fg: str, size: int) -> None:
+    """Each bar's value written at its end (above a positive bar, below a negative one; a 0 on
+    the axis, so a score of 0 reads as 0 rather than as nothing), with room made for the text."""
+    lo, hi = min(0.0, float(min(values))), max(0.0, float(max(values)))
+    pad = 0.18 * ((hi - lo) or 1.0)
+    ax.set_ylim(lo - (pad if lo < 0 else 0), hi + pad)
+    for x, v in zip(xs, values):
+        ax.text(x, v, f"{v:.2f}", ha="center", va="bottom" if v >= 0 else "top", fontsize=size,
+                color=fg)
 
 
 def _hatch(ax, hidden) -> None:

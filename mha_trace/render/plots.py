@@ -167,9 +167,10 @@ MIN_TICK_PT = 13  # 18 px at 100 dpi: the smallest label readable from the back 
 
 
 def grid(n: int, cols: int | None = None) -> tuple[int, int]:
-    """(rows, cols) for n square panels on a 16:9 slide: a grid with no empty slot, shaped
-    most like the slide (9 -> 3 × 3, 12 -> 3 × 4, 8 -> 2 × 4), unless its panels would be under
-    0.7 of the largest any grid gives (7 -> 2 × 4, not 1 × 7)."""
+    """(rows, cols) for n square panels on a 16:9 slide: the grid whose panels are largest, or
+    one with no empty slot shaped most like the slide when its panels are nearly as large (12 ->
+    3 × 4, 8 -> 2 × 4; 9 -> 2 × 5 with one slot empty, since 3 × 3 leaves half the width unused;
+    7 -> 2 × 4, not 1 × 7)."""
     import math
 
     if cols:
@@ -179,14 +180,14 @@ def grid(n: int, cols: int | None = None) -> tuple[int, int]:
     best = max(grids, key=side)
     full = [rc for rc in grids if rc[0] * rc[1] == n]
     shaped = min(full, key=lambda rc: abs(math.log(rc[1] / rc[0] / (16 / 9))))
-    return shaped if side(shaped) >= 0.7 * side(best) else best
+    return shaped if side(shaped) >= 0.9 * side(best) else best
 
 
 def _ticks(n: int, room_px: float) -> tuple[list[int], float]:
     """Which of n labels to write along room_px pixels, and their size in points: every label
     when each gets MIN_TICK_PT, else every k-th, never below it."""
-    size = min(18.0, room_px / max(n, 1) / 1.6 * 72 / DPI)
-    step = 1 if size >= MIN_TICK_PT else -(-n // int(room_px / (MIN_TICK_PT * 1.6 * DPI / 72)))
+    size = min(18.0, room_px / max(n, 1) / 1.3 * 72 / DPI)
+    step = 1 if size >= MIN_TICK_PT else -(-n // int(room_px / (MIN_TICK_PT * 1.3 * DPI / 72)))
     return list(range(0, n, step)), max(size, MIN_TICK_PT)
 
 
@@ -212,8 +213,11 @@ def save_heatmaps(path: str, title: str, panels: list, decimals: int = 4, theme:
         drawn = [(ax, panel) for ax, panel in zip(axes.flat, panels) if panel]
         for ax in set(axes.flat) - {ax for ax, _ in drawn}:  # a slot left empty
             ax.axis("off")
-        room = min(SLIDE_W / cols, SLIDE_H / rows) * 0.7  # the square a panel's cells get
+        shared = len({(tuple(p[1]), tuple(p[2])) for _, p in drawn}) == 1  # one sentence's heads
+        room = min(SLIDE_W / cols, SLIDE_H / rows) * (0.85 if shared else 0.7)  # a panel's cells
         images = [_panel(ax, panel, hi, decimals, fg, bg, room) for ax, panel in drawn]
+        if shared:
+            _label_edges(axes, [bool(p) for p in panels])
         if groups:
             _frame_groups([ax for ax, _ in drawn], groups, [p for _, p in drawn])
         bar = fig.colorbar(images[-1], ax=axes.ravel().tolist(), shrink=0.8)
@@ -221,6 +225,23 @@ def save_heatmaps(path: str, title: str, panels: list, decimals: int = 4, theme:
         bar.ax.tick_params(labelsize=16)
         fig.suptitle(_fitted(title, 95), fontsize=28, color=fg)
     _save(plt, fig, path, bg)
+
+
+def _label_edges(axes, drawn: list) -> None:
+    """Panels with the same tokens: queries named at the first panel of each row only, keys under
+    the lowest panel of each column only, so the cells get the room the labels took."""
+    rows, cols = axes.shape
+    at = lambda r, c: r * cols + c < len(drawn) and drawn[r * cols + c]
+    for r in range(rows):
+        for c in range(cols):
+            if not at(r, c):
+                continue
+            if any(at(r, k) for k in range(c)):
+                axes[r, c].tick_params(labelleft=False)
+                axes[r, c].set_ylabel("")
+            if any(at(k, c) for k in range(r + 1, rows)):
+                axes[r, c].tick_params(labelbottom=False)
+                axes[r, c].set_xlabel("")
 
 
 def _frame_groups(axes, groups: list, panels: list) -> None:

@@ -167,7 +167,8 @@ def test_heatmaps_scale_from_zero_fill_the_slide_and_label_readably(monkeypatch)
     assert twelve.axes[0].images[0].norm.vmax == 1.0
     assert nine.axes[0].get_subplotspec().get_gridspec().get_geometry() == (2, 5)
     assert twelve.axes[0].get_subplotspec().get_gridspec().get_geometry() == (3, 4)
-    assert "␣cat" in [t.get_text() for t in nine.axes[5].get_xticklabels()]  # the bottom row names the keys
+    keys = [t.get_text() for t in nine.axes[5].get_xticklabels()]  # the bottom row names the keys
+    assert len(keys) >= 10 and set(keys) <= set(tokens)  # every k-th of 30, never shrunk
     assert [ax.get_title() for ax in shared.axes[:4]] == [f"h · K/V head {g}" for g in (1, 1, 2, 2)]
 
 

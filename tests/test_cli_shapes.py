@@ -186,3 +186,21 @@ def test_numpy_traces_show_reshapes_count_weights_and_fold_loops(cli, tmp_path):
     assert "↻ rows 27–35 ran ×8 (a loop; 36–98 not shown)" in folded.stdout
     shown = [line.split()[0] for line in folded.stdout.splitlines() if line[:3].strip().isdigit()]
     assert shown == [str(i) for i in (0, 1, 2, 3, *range(27, 36), 99)]
+
+
+def test_the_notes_explain_every_change_of_layout_and_each_copy(cli, tmp_path):
+    """A module written with reshape, permute, .mT and flatten: each gets its plain words, and a
+    flatten that had to copy (its input not contiguous) says so and why."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent / "student"))
+    from zoo import correct_module
+
+    path = tmp_path / "mt.py"
+    path.write_text(correct_module(".mT and permute"))
+    text = cli("shapes", "--module", f"{path}:Attention", "--d-model", "32", "--heads", "4",
+               "--seq", "5", "--width", "300").stdout  # the temporary path on one line
+    notes = text.split("What the reshapes did here:")[1].split("forward returned")[0]
+    for op in ("view", "reshape", "transpose", "mT", "permute"):
+        assert f"  {op} " in notes
+    assert "flatten    row 16: copied 1.2 KiB: its input was not contiguous" in notes

@@ -25,6 +25,18 @@ def stride_text(t: tuple, compact: bool = False) -> str:
     return "(" + ("," if compact else ", ").join(map(str, t)) + ")"
 
 
+_LAYOUT = {  # a change of layout that moved no data, in plain words
+    "view": "new shape and strides over the same memory; no data moved, 0 bytes.",
+    "reshape": "a new shape over the same memory; no data moved, 0 bytes.",
+    "flatten": "dims merged over the same memory; no data moved, 0 bytes.",
+    "unflatten": "one dim split in several over the same memory; no data moved, 0 bytes.",
+    "transpose": "two strides swapped; no data moved, so the result is not contiguous.",
+    "swapaxes": "two strides swapped; no data moved, so the result is not contiguous.",
+    "mT": "the last two strides swapped; no data moved, so the result is not contiguous.",
+    "permute": "the strides reordered; no data moved, so the result is not contiguous.",
+}
+
+
 def _rows(steps, op) -> str:
     rows = [str(s.index) for s in steps if s.op == op]
     return ("row " if len(rows) == 1 else "rows ") + ", ".join(rows)
@@ -224,12 +236,14 @@ def shapes_notes(report: ShapesReport) -> Group:
     notes = Table.grid(padding=(0, 2))
     notes.add_column(no_wrap=True)
     notes.add_column()
-    if any(s.op == "view" for s in steps):
-        notes.add_row("  view", f"{_rows(steps, 'view')}: new shape and strides over the same "
-                                "memory; no data moved, 0 bytes.")
-    if any(s.op == "transpose" for s in steps):
-        notes.add_row("  transpose", f"{_rows(steps, 'transpose')}: two strides swapped; no data "
-                                     "moved, so the result is not contiguous.")
+    for op, words in _LAYOUT.items():  # every change of layout the run made, view or copy
+        views = [s for s in steps if s.op == op and s.is_view]
+        if views:
+            notes.add_row(f"  {op}", f"{_rows(views, op)}: {words}")
+        for s in (s for s in steps if s.op == op and not s.is_view):
+            notes.add_row(f"  {op}", f"row {s.index}: copied {human_bytes(s.bytes)}: its input was "
+                                     "not contiguous, so the new shape could not be read over the "
+                                     "same memory (a .view there would fail).")
     for s in steps:
         if s.op == "contiguous" and not s.is_view:
             notes.add_row("  contiguous", f"row {s.index}: copied {human_bytes(s.bytes)} into a "

@@ -362,3 +362,20 @@ def test_a_set_of_files_is_announced_in_one_line():
 
     files = [(f"h-layer{i}.png", 1024) for i in range(1, 31)]
     assert written_line(files) == "Wrote 30 files (30.0 KiB): h-layer1.png, h-layer2.png … h-layer30.png"
+
+
+def test_the_pruning_slide_zooms_on_the_rises_and_counts_the_heads(monkeypatch):
+    """The whole curve, and beside it the part up to a 25% rise: each rise's line says how many
+    heads go before the loss passes it (the last point under it before the first point over)."""
+    from mha_trace.render import pruning_slide
+
+    made = []
+    monkeypatch.setattr(pruning_slide, "_save", lambda plt, fig, path, bg: made.append(fig))
+    points = [(0, 4.0), (10, 4.0), (20, 4.1), (30, 4.3), (40, 4.5), (100, 9.0)]
+    pruning_slide.save_curve("p.png", "t", points, 100, 4.0, (0.05, 0.10))
+    (fig,) = made
+    whole, near = fig.axes
+    assert whole.get_xlim() == (0, 100) and near.get_xlim() == (0, 100)  # nothing over +25% before 100
+    assert near.get_ylim() == pytest.approx((3.88, 5.08))
+    labels = [t.get_text().strip() for t in near.texts]
+    assert labels == ["every head", "+5%: 20 heads go first", "+10%: 30 heads go first"]

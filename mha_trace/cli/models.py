@@ -255,7 +255,7 @@ def prune(o, out: Output):
         p = run_prune(m, c, advance)
     emit(out, p.renderables, p.data)
     if out.png:
-        from mha_trace.render.plots import save_curve
+        from mha_trace.render.pruning_slide import save_curve
         from mha_trace.render.pruning import RISES
 
         save_curve(out.png, f"{m.name}: the next-token loss as heads are removed", p.points,

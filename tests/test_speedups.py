@@ -9,8 +9,6 @@ import pytest
 
 COMMANDS = [
     ("shapes",),
-    ("explain", "--config", "chicken-road", "--token", "road", "--head", "2"),
-    ("cost", "--preset", "gpt3-175b"),
     ("heads", "--model", "minilm", "--head", "1.3"),
     ("shapes", "--heads", "x"),  # an error line, through the option coercion
     ("shapes", "--rope", "--rope-base", "500", "--seq", "4", "--device", "meta"),  # a float option; meta

@@ -67,8 +67,10 @@ def cell(s, i: int, j: int) -> str | None:
 def walk_pane(s) -> Group:
     """The picked token through the current head, as `explain` shows it."""
     import mha_trace.render.explain  # noqa: F401 (registers how its records show)
+    from mha_trace.io.output import titled_parts
 
-    return Group(*s.walk().renderables(decimals=4, head=s.head))
+    shown = s.walk().renderables(decimals=4, head=s.head)
+    return Group(*(part for r in shown for part in titled_parts(r)))  # titles and sums full width
 
 
 def split(s, width: int) -> Group:

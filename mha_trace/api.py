@@ -271,7 +271,7 @@ def train(task: str = "induction", *, resume=None, save: str | None = None, on_s
     identical_heads, snapshots. `resume` a saved path or a record; `save` a path for the run
     (then `mha_trace.model("run.pt")` is a model every view reads)."""
     import mha_trace.render.training  # noqa: F401 (registers how its records show)
-    from mha_trace.models import training
+    from mha_trace.models import checkpoints, training
 
     known = set(training.Spec.__dataclass_fields__) - {"task"}
     unknown = sorted(set(options) - known)
@@ -287,7 +287,7 @@ def train(task: str = "induction", *, resume=None, save: str | None = None, on_s
         raise MhaError(f"save={save!r} is not a path such as 'run.pt'", quantity="save")
     if save is not None:
         check_outputs({"save": os.fspath(save)}, [])  # before a step is trained
-    before = training.read_checkpoint(os.fspath(resume)) if isinstance(resume, (str, os.PathLike)) else resume
+    before = checkpoints.read_checkpoint(os.fspath(resume)) if isinstance(resume, (str, os.PathLike)) else resume
     spec = training.Spec.of(task, **options)
     if before is not None:
         from dataclasses import replace as changed
@@ -307,7 +307,7 @@ def train(task: str = "induction", *, resume=None, save: str | None = None, on_s
 
     r = training.run_training(spec, each_step, before)
     if save is not None:
-        training.save(r, os.fspath(save))
+        checkpoints.save(r, os.fspath(save))
     return r
 
 

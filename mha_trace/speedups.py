@@ -10,7 +10,8 @@ run both ways). None of them changes a number the tool prints.
 - `return_freed_memory()`: large blocks from mmap, so a model's temporaries go back to the OS;
 - `one_thread_for_models()`: a sentence through a small model is quicker on one thread, and
   `batch_work()` gives the cores back (and heap memory) for batches of sentences or copies;
-- `light_meta_kernels(device)`: a meta-device forward without importing torch._dynamo and sympy.
+- `light_meta_kernels(device)`: a meta-device forward without importing torch._dynamo and sympy;
+- `optimiser_without_dynamo()`: training without importing torch._dynamo.
 """
 
 import contextlib
@@ -200,7 +201,7 @@ def light_meta_kernels(device):
             _real(shapes), name)(*a)
 
     stand_ins = {
-        "torch._dynamo": {"disable": lambda fn, recursive=True, wrapping=True: fn},
+        "torch._dynamo": NOT_COMPILED,
         shapes: {**{name: concrete(name, lambda a: a) for name in (
                      "expect_true", "guard_or_false", "guard_or_true", "guard_size_oblivious",
                      "guard_int", "statically_known_true", "guarding_hint_or_throw")},
@@ -212,6 +213,30 @@ def light_meta_kernels(device):
                  _real(shapes).sym_eq(x, y)},
         "sympy": {"Basic": NoSympyExpression},
     }
+    with _standing_in(stand_ins):
+        yield
+
+
+NOT_COMPILED = {"disable": lambda fn, recursive=True, wrapping=True: fn}  # torch._dynamo's
+
+
+@contextlib.contextmanager
+def optimiser_without_dynamo():
+    """Training: the optimiser's methods are marked "do not compile" by `_disable_dynamo`, which
+    imports all of torch._dynamo (about 1 s of a 6 s run) at their first call, and `step` asks it
+    for a graph break. Nothing is compiled here, so a stand-in answers `disable` with the function
+    itself and `graph_break` with nothing."""
+    if not ENABLED:
+        yield
+        return
+    with _standing_in({"torch._dynamo": {**NOT_COMPILED, "graph_break": lambda: None}}):
+        yield
+
+
+@contextlib.contextmanager
+def _standing_in(stand_ins: dict):
+    """Stand-ins for modules not yet imported, each answering only the names given (any other
+    name loads the real module), removed afterwards."""
     placed = {name: _stand_in(name, names) for name, names in stand_ins.items()
               if name not in sys.modules}
     sys.modules.update(placed)

@@ -99,9 +99,9 @@ def test_every_help_example_runs(cli, name, example, tmp_path, monkeypatch):
     if any(f in example for f in ("my.txt", "--png", "run.pt")):  # the user's files, or written
         monkeypatch.chdir(tmp_path)
         (tmp_path / "my.txt").write_text("The cat sat on the mat.\nWhere did you leave the keys?\n")
-        from mha_trace.models import training
+        from mha_trace.models import checkpoints, training
 
-        training.save(training.run_training(training.Spec.of("previous-token", steps=5, snapshots=2)),
+        checkpoints.save(training.run_training(training.Spec.of("previous-token", steps=5, snapshots=2)),
                       "run.pt")
     if "--prune" in example:  # the whole corpus takes 1.5 minutes: tests/test_pruning.py runs it small
         from mha_trace.models import corpus

@@ -429,14 +429,14 @@ def test_a_trained_run_steps_through_its_saved_steps(tmp_path):
     """, and . move between a run's snapshots: the heads pane shows that step's weights."""
     import torch
 
-    from mha_trace.models import training
+    from mha_trace.models import checkpoints, training
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     run = training.run_training(training.Spec.of("previous-token", steps=30, snapshots=4))
     torch.set_num_threads(before)
     path = tmp_path / "run.pt"
-    training.save(run, str(path))
+    checkpoints.save(run, str(path))
     steps = [s.step for s in run.snapshots]
     app = drive(["comma", "comma"], model=f"{path}@{steps[-1]}", pane="heads")
     assert app.session.model.step == steps[-3] and app.sub_title == f"run.pt at step {steps[-3]}"

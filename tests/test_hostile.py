@@ -925,9 +925,9 @@ def test_a_full_disk_halfway_through_a_picture_set_leaves_none(tmp_path, monkeyp
 # 12. what train --save may replace --------------------------------------------------------------
 
 def _saved_run(path: Path) -> Path:
-    from mha_trace.models import training
+    from mha_trace.models import checkpoints, training
 
-    training.save(training.run_training(training.Spec.of("previous-token", steps=2, snapshots=2)), str(path))
+    checkpoints.save(training.run_training(training.Spec.of("previous-token", steps=2, snapshots=2)), str(path))
     return path
 
 

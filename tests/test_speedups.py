@@ -55,3 +55,18 @@ def test_tricks_live_in_one_module():
     found = {(p.name, t) for p in package.rglob("*.py") for t in tricks if t in p.read_text()}
     # runtime.one_thread is for determinism (verify's sums in one order), not speed
     assert found == {("speedups.py", t) for t in tricks} | {("runtime.py", "set_num_threads(1)")}
+
+
+def test_training_never_imports_dynamo_and_trains_the_same():
+    """The optimiser's "do not compile" marks cost an import of torch._dynamo (about 1 s); with
+    the speed-ups training never imports it, and every loss is the same to the last bit."""
+    code = ("import sys; from mha_trace.models.training import Spec, run_training; "
+            "r = run_training(Spec.of('previous-token', steps=12, snapshots=2)); "
+            "print('torch._dynamo' in sys.modules, r.losses)")
+    env = {k: v for k, v in os.environ.items() if k != "MHA_TRACE_NO_SPEEDUPS"}
+    fast = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=300)
+    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={**env, "MHA_TRACE_NO_SPEEDUPS": "1"}, timeout=300)
+    assert fast.stdout.startswith("False ") and plain.stdout.startswith("True "), fast.stderr
+    assert fast.stdout.split(" ", 1)[1] == plain.stdout.split(" ", 1)[1]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from mha_trace.models import training
+from mha_trace.models import checkpoints, training
 from mha_trace.models.training import Spec, run_training
 
 
@@ -71,8 +71,8 @@ def test_resumed_training_equals_uninterrupted(tmp_path):
     whole = run_training(spec)
     half = run_training(Spec.of("previous-token", steps=20, snapshots=5))
     path = tmp_path / "half.pt"
-    training.save(half, str(path))
-    resumed = run_training(spec, resume=training.read_checkpoint(str(path)))
+    checkpoints.save(half, str(path))
+    resumed = run_training(spec, resume=checkpoints.read_checkpoint(str(path)))
     assert resumed.losses == whole.losses
     for name, value in whole.state["model"].items():
         assert torch.equal(value, resumed.state["model"][name]), name
@@ -92,7 +92,7 @@ def test_the_command_saves_a_run_every_view_reads(cli, tmp_path):
     assert data["formed"]["previous_token"] and Image.open(png).size == (1920, 1080)
     again = cli("train", "--task", "previous-token", "--steps", "120", "--format", "json")
     assert again.stdout == result.stdout  # the same seed, the same bytes
-    loaded = training.read_checkpoint(str(run))
+    loaded = checkpoints.read_checkpoint(str(run))
     step = data["formed"]["previous_token"][0]["step"]
     heads = json.loads(cli("heads", "--checkpoint", str(run), "--at-step", "120", "--layer", "1",
                            "--format", "json").stdout)
@@ -117,7 +117,7 @@ def test_the_command_saves_a_run_every_view_reads(cli, tmp_path):
 ])
 def test_bad_runs_get_one_line(cli, tmp_path, args, message):
     run, junk = tmp_path / "run.pt", tmp_path / "junk.pt"
-    training.save(run_training(Spec.of("previous-token", steps=4, snapshots=2)), str(run))
+    checkpoints.save(run_training(Spec.of("previous-token", steps=4, snapshots=2)), str(run))
     torch.save({"something": "else"}, junk)
     result = cli(*(a.format(run=run, junk=junk) for a in args))
     assert result.exit_code == 2 and result.stderr.startswith("Error: ")

@@ -42,7 +42,7 @@ def train(
     """
     from dataclasses import replace
 
-    from mha_trace.models import training
+    from mha_trace.models import checkpoints, training
     import mha_trace.render.training  # noqa: F401 (registers how its records show)
     from mha_trace.io.output import progress
     from mha_trace.speedups import one_thread_for_models
@@ -53,7 +53,7 @@ def train(
              "lr": (lr, None), "seed": (seed, 0), "identical-heads": (identical_heads, False),
              "snapshots": (snapshots, 20)}
     _check_resume(resume, [flag for flag, (value, default) in given.items() if value != default])
-    before = training.read_checkpoint(resume, option="resume") if resume is not None else None
+    before = checkpoints.read_checkpoint(resume, option="resume") if resume is not None else None
     if before is not None:
         spec = replace(before.spec, steps=steps if steps is not None else before.spec.steps)
         if spec.steps <= len(before.losses):
@@ -73,7 +73,7 @@ def train(
         r = training.run_training(spec, lambda loss: advance(f"training ({spec.task}), loss {loss:.3f}"),
                            before)
     if save_to:
-        training.save(r, save_to)
+        checkpoints.save(r, save_to)
     emit(out, r.renderables, r.data)
     if out.png:
         from mha_trace.render.training_slide import save_training

@@ -21,7 +21,8 @@ class Trained:
     raised = False
 
     def __init__(self, path: str, step: int | None):
-        from mha_trace.models.training import Toy, read_checkpoint
+        from mha_trace.models.checkpoints import read_checkpoint
+        from mha_trace.models.training import Toy
 
         run = read_checkpoint(path)
         saved = [s.step for s in run.snapshots]

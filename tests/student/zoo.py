@@ -14,13 +14,13 @@ import torch
 import torch.nn as nn
 
 
-def rotate(x, base=10000.0):
+def rotate(x, base=10000.0, sign=1.0):
     """RoPE on (B, H, T, d): the two halves of each head turned by the token's position."""
     T, d = x.shape[-2], x.shape[-1]
     inv = base ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
     ang = torch.cat([torch.arange(T, dtype=x.dtype)[:, None] * inv] * 2, dim=-1)
     x1, x2 = x.chunk(2, dim=-1)
-    return x * ang.cos() + torch.cat((-x2, x1), dim=-1) * ang.sin()
+    return x * ang.cos() + sign * torch.cat((-x2, x1), dim=-1) * ang.sin()
 
 
 class Attention(nn.Module):
@@ -157,6 +157,9 @@ ZOO = {
         "output": "context @ self.W_o.weight.T"}, "q"),
     "rope_on_v": Entry("RoPE applied to V too", {"rope": "        q, k, v = rotate(q), rotate(k), rotate(v)\n"},
                        "rope", ROPE_ARGS),
+    "rope_wrong_way": Entry("RoPE turned the wrong way (the sine's sign flipped)",
+                            {"rope": "        q, k = rotate(q, sign=-1.0), rotate(k, sign=-1.0)\n"},
+                            "rope", ROPE_ARGS),
     "rope_q_only": Entry("RoPE applied to Q only", {"rope": "        q = rotate(q)\n"}, "scores",
                          ROPE_ARGS),
 }

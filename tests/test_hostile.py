@@ -689,13 +689,20 @@ def test_a_damaged_verified_record_only_means_hashing_again(tmp_path, monkeypatc
     assert record[str(weights)][2] == truth  # rewritten whole
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def built_cache(tmp_path_factory):
-    """A SmolLM2 cache folder built the normal way, in its own cache directory."""
+    """A SmolLM2 cache folder built the normal way, once for the whole run: the pytest-xdist
+    workers share it (the first builds it under a lock); every test copies it before touching it."""
+    import fcntl
+
     from mha_trace.models import smollm2
 
-    folder = tmp_path_factory.mktemp("cache") / "smollm2"
-    smollm2._build_cache(smollm2.gguf_path(), folder)
+    root = tmp_path_factory.getbasetemp().parent  # one folder for all the workers of this run
+    folder = root / "smollm2-cache" / "smollm2"
+    with open(root / "smollm2-cache.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / "meta.json").exists():
+            smollm2._build_cache(smollm2.gguf_path(), folder)
     assert smollm2._read_cache(folder, smollm2.gguf_path().stat().st_size) is not None  # sound
     return folder
 
@@ -771,7 +778,7 @@ def test_a_zero_layer_cache_is_rebuilt_end_to_end(tmp_path, built_cache):
 
     env = {**os.environ, "MHA_TRACE_CACHE": str(tmp_path)}
     folder = tmp_path / f"smollm2-{file_sha256(smollm2.gguf_path())[:16]}"
-    shutil.copytree(built_cache, folder)  # the cache a first run leaves (built once per worker)
+    shutil.copytree(built_cache, folder)  # the cache a first run leaves (built once per run)
     meta_file = folder / "meta.json"
     meta = json.loads(meta_file.read_text())
     meta["sizes"]["layers"] = 0

@@ -29,14 +29,9 @@ def test_error_in_a_real_process_is_one_line_without_traceback():
     assert "Traceback" not in p.stderr
 
 
-def test_debug_shows_the_traceback():
-    p = run("mha-trace", "shapes", "--d-model", "10", "--heads", "3", "--debug")
-    assert p.returncode != 0 and "Traceback" in p.stderr and "MhaError" in p.stderr
-
-
 def test_piped_output_is_plain_and_same_bytes_twice():
-    first = run("mha-trace", "shapes")
-    second = run("mha-trace", "shapes")
+    first = run("mha-trace", "shapes", "--seq", "6")
+    second = run("mha-trace", "shapes", "--seq", "6")
     assert first.returncode == 0 and first.stdout == second.stdout
     assert "\x1b[" not in first.stdout
 
@@ -68,7 +63,7 @@ def test_every_command_and_option_has_help_with_an_example(name):
 
 
 @pytest.mark.parametrize("where", ["before", "after"])
-def test_debug_works_wherever_it_stands(where):
+def test_debug_shows_the_traceback_wherever_it_stands(where):
     args = ["shapes", "--heads", "3", "--d-model", "10"]
     args = ["--debug", *args] if where == "before" else [*args, "--debug"]
     p = run("mha-trace", *args)

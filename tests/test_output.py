@@ -44,16 +44,12 @@ def in_pty(*args, env_extra=None) -> str:
 def test_colour_on_a_terminal_and_not_with_no_color():
     coloured = in_pty("shapes")
     assert COLOUR.search(coloured), "no colour codes on a terminal"
+    lines = ANY_ESCAPE.sub("", coloured).replace("\r", "").splitlines()
+    assert any("contiguous" in line for line in lines)
+    assert max(len(line) for line in lines) <= 100, "the default table fits 100 columns"
     plain = in_pty("shapes", env_extra={"NO_COLOR": "1"})
     assert not COLOUR.search(plain)
     assert "shapes: batch=2 seq=10" in plain
-
-
-def test_default_shapes_table_fits_100_columns_on_a_terminal():
-    text = ANY_ESCAPE.sub("", in_pty("shapes"))
-    lines = text.replace("\r", "").splitlines()
-    assert any("contiguous" in line for line in lines)
-    assert max(len(line) for line in lines) <= 100
 
 
 def test_no_color_flag_on_a_terminal():

@@ -84,24 +84,32 @@ def test_undoing_the_qk_permutation_is_what_makes_it_match(model):
     assert np.abs(s.weights[0] - ref[0]).max() < 1e-4 < np.abs(permuted.weights[0] - ref[0]).max()
 
 
-def test_the_cache_is_keyed_by_hash_and_rebuilt_when_damaged(tmp_path, monkeypatch):
+def test_the_cache_is_keyed_by_hash_and_rebuilt_when_damaged(tmp_path, monkeypatch, built_cache):
+    import shutil
+
     from mha_trace.models.cache import file_sha256
 
     monkeypatch.setenv("MHA_TRACE_CACHE", str(tmp_path))
     path = smollm2.gguf_path()
+    size = path.stat().st_size
     folder = tmp_path / f"smollm2-{file_sha256(path)[:16]}"
-    smollm2._build_cache(path, folder)
-    good = smollm2._read_cache(folder, path.stat().st_size)
+    shutil.copytree(built_cache, folder)  # as a first run leaves it (built once per test run)
+    good = smollm2._read_cache(folder, size)
     assert good is not None and good[0]["sizes"]["layers"] == 30
     kept = (folder / "meta.json").read_text()
     (folder / "meta.json").write_text(kept[:1000])  # truncated
-    assert smollm2._read_cache(folder, path.stat().st_size) is None
+    assert smollm2._read_cache(folder, size) is None
     (folder / "meta.json").write_text(kept)  # whole again: only the tokenizer is damaged next
     (folder / "tokenizer.json").write_bytes(b"\0garbage")
-    assert smollm2._read_cache(folder, path.stat().st_size) is None
+    assert smollm2._read_cache(folder, size) is None
+    (folder / "meta.json").unlink()  # and a folder stands where meta.json belongs
+    (folder / "meta.json").mkdir()
+    (folder / "meta.json" / "inside").write_text("x")
+    assert smollm2._read_cache(folder, size) is None
     monkeypatch.setattr(smollm2, "_loaded", None)
-    rebuilt = smollm2.load_smollm2()  # rebuilds, then reads it back
+    rebuilt = smollm2.load_smollm2()  # clears the folder, rebuilds, then reads it back
     assert rebuilt.tokenize(CAPITAL) == REFERENCE["s0_ids"].tolist()
+    assert (folder / "meta.json").is_file() and smollm2._read_cache(folder, size)[0]["sizes"]["layers"] == 30
     monkeypatch.setattr(smollm2, "_loaded", None)
 
 

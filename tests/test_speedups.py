@@ -7,8 +7,7 @@ import sys
 
 import pytest
 
-COMMANDS = [
-    ("shapes",),
+COMMANDS = [  # the plain `shapes` table is in the rope case too
     ("heads", "--model", "minilm", "--head", "1.3"),
     ("shapes", "--heads", "x"),  # an error line, through the option coercion
     ("shapes", "--rope", "--rope-base", "500", "--seq", "4", "--device", "meta"),  # a float option; meta

@@ -182,8 +182,12 @@ def test_numpy_traces_show_reshapes_count_weights_and_fold_loops(cli, tmp_path):
     steps = json.loads(cli("shapes", "--module", f"{chapter}:MultiHeadAttention", "--format",
                            "json").stdout)["steps"]
     assert len(steps) == 3 + 3 * 8 + 9 * 8 + 1  # JSON keeps every pass of the loops
-    assert "↻ row 3 ran ×24 (a loop; 4–26 not shown)" in folded.stdout
-    assert "↻ rows 27–35 ran ×8 (a loop; 36–98 not shown)" in folded.stdout
+    assert folded.stdout.count("↻ row 3 ran ×24 (rows 4–26 not shown)") == 1  # fits at 120
+    assert folded.stdout.count("↻ rows 27–35 ran ×8 (rows 36–98 not shown)") == 1
+    assert ("Loops: row 3 ran ×24 (rows 4–26 not shown); rows 27–35 ran ×8 (rows 36–98 not "
+            "shown); --format json keeps every pass.") in " ".join(folded.stdout.split())
+    narrow = cli("shapes", "--module", f"{chapter}:MultiHeadAttention", "--width", "80").stdout
+    assert "↻ ran ×24 (see Loops)" in narrow and "…" not in narrow.split("Source:")[1]
     shown = [line.split()[0] for line in folded.stdout.splitlines() if line[:3].strip().isdigit()]
     assert shown == [str(i) for i in (0, 1, 2, 3, *range(27, 36), 99)]
 

@@ -18,6 +18,7 @@ import time
 import xml.dom.minidom
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 EXIT_CODES = {0, 1, 2}
@@ -656,17 +657,30 @@ def test_text_views_of_long_sentences_point_to_png_and_json(cli, tmp_path):
     assert "The overview shows up to 128 tokens and this sentence has 162" in page.stderr
 
 
-@pytest.mark.parametrize("width", [80, 100, 120])
-def test_the_overview_fits_the_width_in_bands(cli, width):
-    """SmolLM2's 30 × 9 maps never fit side by side: heads go across in bands of equal size."""
-    result = cli("heads", "--model", "smollm2", "--sentence", "the cat sat on the mat and it ran to "
-                 "the dog because it was tired", "--width", str(width))
-    assert result.exit_code == 0
-    assert max(len(line) for line in result.stdout.splitlines()) <= width
-    headers = [line.split() for line in result.stdout.splitlines() if line.startswith("    H")]
-    assert [h for header in headers for h in header] == [f"H{i}" for i in range(1, 10)]
-    assert max(map(len, headers)) - min(map(len, headers)) <= 1
-    assert sum(line.startswith("L") for line in result.stdout.splitlines()) == 30 * len(headers)
+def test_a_tall_overview_is_one_cell_a_head_computed_from_the_weights(cli):
+    """SmolLM2's 30 × 9 braille maps ran 128 lines; past 64 the overview is a line a layer, each
+    head's cell its largest share (first, last, previous token, itself), over queries 1..T-1."""
+    args = ("heads", "--model", "smollm2", "--sentence", "the cat sat on the mat and it ran to the "
+            "dog because it was tired")
+    data = json.loads(cli(*args, "--format", "json").stdout)
+    T = len(data["tokens"])
+    w = np.zeros((30, 9, T, T))
+    for head in data["heads"]:
+        w[head["layer"] - 1, head["head"] - 1] = head["weights"]
+    q = np.arange(1, T)
+    shares = np.stack([w[..., q, 0].mean(-1), w[..., q, T - 1].mean(-1), w[..., q, q - 1].mean(-1),
+                       w[..., q, q].mean(-1)])
+    for width in (80, 100, 120):
+        lines = cli(*args, "--width", str(width)).stdout.splitlines()
+        assert max(map(len, lines)) <= width and len(lines) < 45
+        rows = [line.split() for line in lines if line[:1] == "L" and line[1:2].isdigit()]
+        assert [r[0] for r in rows] == [f"L{l}" for l in range(1, 31)]
+        for l, row in enumerate(rows):
+            for h, cell in enumerate(row[1:]):
+                k = int(shares[:, l, h].argmax())
+                value = round(float(shares[k, l, h]), 2)
+                assert cell[0] == ("FEPS"[k] if value >= 0.4 else "·"), (l, h, cell)
+                assert float(cell[1:]) == pytest.approx(value, abs=0.006), (l, h, cell)
 
 
 # 10. the model cache: every file checked by type and sha256, rebuilt when anything is off -------

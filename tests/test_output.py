@@ -375,3 +375,17 @@ def test_the_pruning_slide_zooms_on_the_rises_and_counts_the_heads(monkeypatch):
     assert near.get_ylim() == pytest.approx((3.88, 5.08))
     labels = [t.get_text().strip() for t in near.texts]
     assert labels == ["every head", "+5%: 20 heads go first", "+10%: 30 heads go first"]
+
+
+def test_compare_packs_head_counts_into_rows_not_a_staircase(cli, tmp_path, monkeypatch):
+    """--heads 1,2,4 is two rows of four (1 + 2, then 4), each panel a head of its count."""
+    from mha_trace.render import plots
+
+    assert plots.packed([[1], [2, 2], [4] * 4])[1] == 4
+    assert plots.packed([[1], [2, 2], [4] * 4])[0] == [1, 2, 2, None, 4, 4, 4, 4]
+    assert plots.packed([[2, 2], [4] * 4, [8] * 8])[0] == [2, 2, 4, 4, 4, 4, None, None, *[8] * 8]
+    made = _figures(monkeypatch)
+    assert cli("compare", "--heads", "1,2,4", "--png", str(tmp_path / "c.png")).exit_code == 0
+    titles = [ax.get_title() for ax in made[0].axes[:-1]]
+    assert titles == ["H=1 head 1", "H=2 head 1", "H=2 head 2", "",
+                      *[f"H=4 head {h}" for h in range(1, 5)]]

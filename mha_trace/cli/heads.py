@@ -165,16 +165,12 @@ def compare(
     c = runs[0].config
     views = analyse_splits(runs)
     if out.png:
-        from mha_trace.render.plots import save_heatmaps
+        from mha_trace.render.plots import packed, save_heatmaps
 
-        widest = max(v.heads for v in views)  # a row per head count
-        panels = []
-        for v in views:
-            panels += [(f"H={v.heads} head {h + 1}", v.tokens, v.tokens, v.weights[h], v.mask)
-                       for h in range(v.heads)]
-            panels += [None] * (widest - v.heads)
+        panels, cols = packed([[(f"H={v.heads} head {h + 1}", v.tokens, v.tokens, v.weights[h],
+                                 v.mask) for h in range(v.heads)] for v in views])
         save_heatmaps(out.png, f"{c.title}: heads {heads}", panels, decimals, out.theme,
-                      cols=widest, top=out.scale)
+                      cols=cols, top=out.scale)
     shown = Comparison(views)
     emit(out, lambda: shown.renderables(decimals=decimals), lambda: shown.data(decimals=decimals))
 

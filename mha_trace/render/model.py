@@ -54,8 +54,9 @@ def too_long(what: str, count: int, limit: int) -> MhaError:
 
 
 def overview(sentence, tokens, w: np.ndarray, width: int) -> list:
-    """Every layer.head of the model as a small braille map, laid out to fit `width`: layers
-    down and heads across, else the other way round, else heads across in bands.
+    """Every layer.head of the model as a small braille map: layers down and heads across, else
+    the other way round; where neither fits the width, or the maps would run past TALL_LINES,
+    one cell a head (`compact_overview`).
 
     tokens, w: the sentence's labels and (layers, heads, T, T) weights, or their words.
     """
@@ -70,35 +71,60 @@ def overview(sentence, tokens, w: np.ndarray, width: int) -> list:
         raise too_long("The overview", T, fits)
     out = [Text(f"{model.name}: every head on \"{sentence.text}\"  ({T} tokens, "
                 f"{model.layers} layers × {model.heads} heads)", style="bold")]
-    layers_down = model.heads <= across or model.layers > across
+    layers_down = model.heads <= across
     rows, cols = (model.layers, model.heads) if layers_down else (model.heads, model.layers)
-    name = lambda r, c: (r + 1, c + 1) if layers_down else (c + 1, r + 1)
-    bands = math.ceil(cols / across)
-    size = math.ceil(cols / bands)
-    grid = Text()
-    for band in range(0, cols, size):
-        grid.append("\n\n" if band else "")
-        grid.append(" " * label)
-        for c in range(band, min(band + size, cols)):
-            grid.append(f"{('H' if layers_down else 'L')}{c + 1}".ljust(cell + 1), style="bold")
-        for r in range(rows):
-            maps = [braille_map(w[name(r, c)[0] - 1, name(r, c)[1] - 1])
-                    for c in range(band, min(band + size, cols))]
-            grid.append("\n")  # the label starts each row of maps: no blank line needed
-            for k in range(tall):
-                if k:
-                    grid.append("\n")
-                grid.append(f"{'L' if layers_down else 'H'}{r + 1}".ljust(label) if k == 0
-                            else " " * label, style="bold")
-                for m in maps:
-                    grid.append_text(m[k])
-                    grid.append(" ")
+    if cols > across or rows * tall >= TALL_LINES:
+        return out + compact_overview(tokens, w)
+    name = lambda r, c: (r, c) if layers_down else (c, r)
+    grid = Text(" " * label)
+    for c in range(cols):
+        grid.append(f"{('H' if layers_down else 'L')}{c + 1}".ljust(cell + 1), style="bold")
+    for r in range(rows):
+        maps = [braille_map(w[name(r, c)]) for c in range(cols)]
+        for k in range(tall):  # the label starts each row of maps: no blank line needed
+            grid.append("\n")
+            grid.append(f"{'L' if layers_down else 'H'}{r + 1}".ljust(label) if k == 0
+                        else " " * label, style="bold")
+            for m in maps:
+                grid.append_text(m[k])
+                grid.append(" ")
     out.append(grid)
     out.append(Text(f"Tokens: {' '.join(tokens)}\n"
                     f"Each map: queries down, keys across, 4 × 2 per character; a dot is a key with "
                     f"at least half of its query's top weight. One head: --head L.H; a layer: "
                     f"--layer L."))
     return out
+
+
+TALL_LINES = 64  # braille maps taller than this (SmolLM2's 30 layers: 120 lines) give way to
+# one cell a head
+
+
+def compact_overview(tokens, w: np.ndarray) -> list:
+    """A line a layer and a cell a head: where the head's queries put most weight (the first
+    token, the last, the previous one, themselves), with that share averaged over every query
+    but the first (which can see only itself in a causal model)."""
+    layers, heads, T = w.shape[:3]
+    q = np.arange(1, T)
+    shares = {"F": w[:, :, q, 0], "E": w[:, :, q, T - 1], "P": w[:, :, q, q - 1],
+              "S": w[:, :, q, q]}
+    mean = np.stack([v.mean(-1) for v in shares.values()])  # (4, layers, heads)
+    grid = Text(" " * 4 + "".join(f"H{h + 1}".ljust(6) for h in range(heads)), style="bold")
+    for l in range(layers):
+        grid.append(f"\nL{l + 1}".ljust(5), style="bold")
+        for h in range(heads):
+            k = int(mean[:, l, h].argmax())
+            value = float(mean[k, l, h])
+            letter = list(shares)[k] if round(value, 2) >= 0.4 else "·"
+            grid.append(f"{letter}{value:.2f}".replace("0.", ".", 1).replace("1.00", "1.0").ljust(6),
+                        style=Style(color=shade(0.35 + 0.65 * value).bgcolor))
+    words = (f"Each head: where its queries put most weight, averaged over every query but the "
+             f"first: F the first token ({tokens[0]}), E the last ({tokens[-1]}), P the previous "
+             f"token, S itself; · when none takes 0.40; the number is that share (F.92 = 0.92). "
+             f"Tokens: {' '.join(tokens)}\n"
+             f"Each head's map: --layer L (one layer), --png FILE (every head); --format json has "
+             f"every weight.")
+    return [grid, Text(words)]
 
 
 def head_tables(title: str, tokens, weights, picked: list, layer: int, decimals: int,

@@ -183,6 +183,19 @@ def grid(n: int, cols: int | None = None) -> tuple[int, int]:
     return shaped if side(shaped) >= 0.9 * side(best) else best
 
 
+def packed(groups: list[list]) -> tuple[list, int]:
+    """(panels with None for empty slots, columns): groups of panels (one head count's heads) in
+    rows as wide as the widest group, a group joining the row it fits in whole, so 1, 2 and 4
+    heads take two rows (1 + 2, then 4), not a staircase of three."""
+    cols, rows = max(map(len, groups)), []
+    for group in groups:
+        if rows and len(rows[-1]) + len(group) <= cols:
+            rows[-1] += group
+        else:
+            rows.append(list(group))
+    return [p for row in rows for p in row + [None] * (cols - len(row))], cols
+
+
 def _ticks(n: int, room_px: float) -> tuple[list[int], float]:
     """Which of n labels to write along room_px pixels, and their size in points: every label
     when each gets MIN_TICK_PT, else every k-th, never below it."""

@@ -160,16 +160,23 @@ def _add_steps(table, report: ShapesReport, code: list, extra: list, cells: dict
         row += [cells[c][i] for c in extra if c != "alloc"]
         table.add_row(*row, alloc, style="bold" if s.op == "contiguous" and not s.is_view else None)
         start = next((j for j, (n, _) in folded.items() if j + n - 1 == i), None)
-        if start is not None:
-            note = _loop_note(report.steps, start, *folded[start])
-            table.add_row("", "", Text(elide(note, table.columns[2].width), style="cyan"), *blank)
+        if start is not None:  # whole where it fits, else short: the notes say it whole
+            note, width = "↻ " + _loop_note(report.steps, start, *folded[start]), table.columns[2].width
+            note = note if len(note) <= width else f"↻ ran ×{folded[start][1]} (see Loops)"
+            table.add_row("", "", Text(elide(note, width), style="cyan"), *blank)
 
 
 def _loop_note(steps, start: int, length: int, times: int) -> str:
     first, last = steps[start].index, steps[start + length - 1].index
     rows = f"row {first}" if length == 1 else f"rows {first}–{last}"
     again = steps[start + length].index, steps[start + length * times - 1].index
-    return f"↻ {rows} ran ×{times} (a loop; {again[0]}–{again[1]} not shown)"
+    return f"{rows} ran ×{times} (rows {again[0]}–{again[1]} not shown)"
+
+
+def loop_notes(steps) -> str:
+    """'Loops: row 3 ran ×24 (rows 4–26 not shown); ...', or '' when nothing repeats."""
+    notes = [_loop_note(steps, start, *block) for start, block in loops(steps).items()]
+    return ("Loops: " + "; ".join(notes) + "; --format json keeps every pass.") if notes else ""
 
 
 def phase_label(report: ShapesReport, phase: str) -> str:
@@ -274,9 +281,7 @@ def shapes_notes(report: ShapesReport) -> Group:
         lines.append("Device meta: shapes and strides are real, nothing was allocated.")
     if report.returned:
         lines.insert(0, f"forward returned {report.returned}.")
-    path = internal_path(steps)
-    if path:
-        lines.append(path)
+    lines += [line for line in (loop_notes(steps), internal_path(steps)) if line]
     return Group(Text(f"Source: {display_path(steps[-1].file)}. What the reshapes did here:"),
                  notes, Text(""), Text("\n".join(lines)))
 

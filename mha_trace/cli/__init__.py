@@ -6,7 +6,7 @@ One file per group of commands; torch is imported inside the commands that need 
 
 import inspect
 
-from mha_trace.cli import shapes, heads, catalogue, cost, verify, models, train, explore  # noqa: F401, I001 (registers commands, in this order)
+from mha_trace.cli import shapes, heads, catalogue, cost, verify, models, cache, train, explore  # noqa: F401, I001 (registers commands, in this order)
 from mha_trace.cli.app import app, main
 
 

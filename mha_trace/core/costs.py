@@ -207,11 +207,16 @@ def _memory_rows(add, d: Dims, L: int) -> None:
     cached, tokens = ("T", T) if d.window is None else ("min(T, W)", W)
     once("KV cache, batch × seq × layers" if d.window is None else
          f"KV cache, batch × layers × {W} tokens (window)", f"2·G·d_k·s·L·B·{cached}",
-         f"2·{G}·{k}·{s}·{L}·{B}·{tokens}", 2 * G * k * s * L * B * tokens)
+         f"2·{G}·{k}·{s}·{L}·{B}·{tokens}", kv_cache_bytes(d, L, tokens))
     if G != H:
         full = 2 * H * k * s * L * B * tokens
         once(f"KV cache saved vs {H} K/V heads", f"2·(H − G)·d_k·s·L·B·{cached}",
              f"2·({H} − {G})·{k}·{s}·{L}·{B}·{tokens}", full - 2 * G * k * s * L * B * tokens)
+
+
+def kv_cache_bytes(d: Dims, layers: int, tokens: int) -> int:
+    """2·G·d_k·s·L·B·tokens: keys and values of every K/V head, layer and sequence."""
+    return 2 * d.kv_heads * d.d_k * d.itemsize * layers * d.batch * tokens
 
 
 def decimal_bytes(n: float) -> str:

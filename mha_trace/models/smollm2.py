@@ -277,7 +277,7 @@ class Model:
         return self._tensor("token_embd.weight", flat).view(len(rows), len(rows[0]), self.d_model)
 
     def run(self, ids, batch: int = 1, caches=None, resume=None, grad: bool = False,
-            last: int | None = None):
+            last: int | None = None, mask=None):
         """Every layer in turn: (output (B, T, D), each layer's input, each layer's weights).
 
         ids: one sentence, or several of equal length (one row each). batch > 1 runs copies of
@@ -287,6 +287,8 @@ class Model:
         pass reaches it and let go after. caches: one KVCache per layer when generating; `ids`
         then come after the tokens they hold. grad: let gradients flow (to head gates).
         last: stop after that layer (counted from 1) and return its output, not normed.
+        mask: (T, T) bool, True where a query may look, in place of the causal mask (the KV-cache
+        lab's evictions that depend on positions alone).
         """
         rows = rows_of(ids)
         T, start = len(rows[0]), 0 if caches is None else len(caches[0])
@@ -294,7 +296,8 @@ class Model:
         x = x.expand(batch, T, self.d_model) if batch > 1 else x
         last = self.layers if last is None else last
         # causal: query start + i sees keys 0 .. start + i, no looking ahead
-        mask = torch.ones(T, start + T, dtype=torch.bool, device=self.device).tril(start)
+        if mask is None:
+            mask = torch.ones(T, start + T, dtype=torch.bool, device=self.device).tril(start)
         inputs, weights = [], []
         with torch.set_grad_enabled(grad):
             for i in range(first - 1, last):

@@ -1,0 +1,42 @@
+"""The KV-cache lab's slide (`cache --png`): perplexity against the cache's budget, a line per
+policy, the full cache as the line they approach."""
+
+from mha_trace.render.plots import DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc, _save, _theme
+
+COLOURS = {"window": "#d1495b", "sinks": "#00798c", "h2o": "#edae49"}
+
+
+def save_cache_slide(path: str, lab, theme: str = "light") -> None:
+    plt = _pyplot()
+
+    fg, bg = _theme(theme)
+    full = lab.full.perplexity
+    with plt.rc_context(_rc(fg)):
+        fig, ax = plt.subplots(figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI, facecolor=bg,
+                               constrained_layout=True)
+        ax.set_facecolor(bg)
+        for renumber, style in ((False, "o-"), (True, "s--")):
+            for policy, colour in COLOURS.items():
+                points = sorted((r.setting.budget, r.perplexity) for r in lab.results
+                                if r.setting.policy == policy and r.setting.renumber == renumber)
+                if points:
+                    label = policy + (" (renumbered)" if renumber else "")
+                    ax.plot(*zip(*points), style, color=colour, linewidth=4, markersize=14,
+                            label=label)
+        ax.axhline(full, color="#888888", linewidth=3, label=f"full ({len(lab.ids)} tokens)")
+        budgets = sorted({r.setting.budget for r in lab.results if r.setting.budget})
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(budgets, [str(b) for b in budgets])
+        ax.set_xlabel("cache budget B (tokens kept, the one being read included)", fontsize=22)
+        ax.set_yscale("log")  # equal steps are equal losses in nats: the small gaps stay visible
+        from matplotlib.ticker import ScalarFormatter
+
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(ScalarFormatter())
+        ax.set_ylabel("perplexity over the text (log scale)", fontsize=22)
+        ax.tick_params(labelsize=MIN_TICK_PT + 5)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=20, facecolor=bg, labelcolor=fg)
+        fig.suptitle(_fitted(f"{lab.model.name}: what a smaller KV cache costs "
+                             f"({lab.text_name})", 95), fontsize=28, color=fg)
+    _save(plt, fig, path, bg)

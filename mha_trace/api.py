@@ -15,6 +15,7 @@ the terminal text; `r.data()` and `r.to_json()` the JSON of `--format json`. Eve
 `resolve`, so bad input raises `MhaError` naming the quantity, as the CLI's `Error:` line does.
 """
 
+import contextlib
 import os
 from dataclasses import replace
 
@@ -247,6 +248,26 @@ class Model:
 
         return predict(self.model, _text(text), _whole_numbers([top], "top")[0],
                        _whole_numbers([generate], "generate", least=0)[0])
+
+    def cache(self, text: str | None = None, *, policies=("full", "window", "sinks", "h2o"),
+              budgets=(64, 128, 256), sinks: int = 4, tokens: int = 512, renumber: bool = False):
+        """The KV-cache lab (like `mha-trace cache`): the text (default: the bundled corpus) read
+        token by token under each eviction policy and cache budget."""
+        import mha_trace.render.kvcache  # noqa: F401 (registers how its records show)
+        from mha_trace.analyses.kvcache import bundled_text, cache_lab
+        from mha_trace.io.page import NotebookProgress
+
+        name, words = ("the text given", _text(text)) if text is not None else bundled_text()
+        bar = lambda total: _advancing(NotebookProgress(total, "reading the text under each cache"))
+        return cache_lab(self.model, name, words, _whole_numbers([tokens], "tokens", 2)[0],
+                         policies.split(",") if isinstance(policies, str) else list(policies),
+                         _whole_numbers(budgets, "budget", 2),
+                         _whole_numbers([sinks], "sinks")[0], bool(renumber), bar)
+
+
+@contextlib.contextmanager
+def _advancing(bar):
+    yield lambda *_: bar.advance()
 
 
 def model(name: str, device: str = "cpu", max_tokens: int | None = None) -> Model:

@@ -237,7 +237,7 @@ def text_ids(model, text: str, tokens: int) -> list:
     return ([model.bos] + model.tokenizer.encode(text, add_special_tokens=False).ids)[:tokens]
 
 
-def check_time(model, T: int, todo: list) -> float:
+def check_lab_time(model, T: int, todo: list) -> float:
     """The lab's estimate on 2 cores, refused past LIMIT_SECONDS unless --max-tokens was given."""
     from mha_trace.models.guards import seconds
 
@@ -261,3 +261,30 @@ def run_lab(model, text_name: str, ids: list, todo: list, on_token=lambda: None)
             for _ in ids:
                 on_token()
     return lab
+
+
+def bundled_text() -> tuple[str, str]:
+    """(its name, the text): the bundled corpus's sentences in file order, joined by spaces."""
+    from mha_trace.models import corpus
+
+    c = corpus.bundled()
+    return c.name, " ".join(c.sentences)
+
+
+def cache_lab(model, text_name: str, text: str, tokens: int, policies: list, budgets: list,
+              sinks: int = 4, renumber: bool = False, progress=None) -> CacheLab:
+    """The lab, as `cache` and `model(...).cache(...)` run it: settings checked and the time
+    estimated before anything runs; `progress(total)` gives the `advance` of a progress bar."""
+    if getattr(model, "key", None) != "smollm2":
+        raise MhaError(f"the KV-cache lab runs a causal model with RoPE and a KV cache: smollm2 "
+                       f"(not {model.name})", quantity="model")
+    check_settings(policies, budgets, sinks)
+    ids = text_ids(model, text, tokens)
+    if len(ids) < 2:
+        raise MhaError(f"{text_name} has no tokens to read", quantity="text")
+    todo = settings(policies, budgets, sinks, renumber)
+    check_lab_time(model, len(ids), todo)
+    if progress is None:
+        return run_lab(model, text_name, ids, todo)
+    with progress(len(todo) * len(ids)) as advance:
+        return run_lab(model, text_name, ids, todo, advance)

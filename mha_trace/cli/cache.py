@@ -15,17 +15,17 @@ def _list(text: str, what: str, cast=str) -> list:
     try:
         values = [cast(t) for t in items]
     except ValueError:
-        raise MhaError(f"--{what} takes a comma-separated list, e.g. --{what} "
+        raise MhaError(f"takes a comma-separated list, e.g. --{what} "
                        f"{'64,128,256' if cast is int else 'full,window'}", quantity=what) from None
     if not values or len(set(values)) != len(values):
-        raise MhaError(f"--{what} needs one or more different values", quantity=what)
+        raise MhaError("needs one or more different values, comma-separated", quantity=what)
     return values
 
 
 @app.command(short_help="The KV-cache lab: what evicting the cache costs a real model.")
 @output_options(png=True, scale=False)
 def cache(
-    model: Annotated[str, typer.Option("--model", help="A causal model with RoPE: smollm2. Example: --model smollm2", metavar="NAME")] = "smollm2",
+    model: Annotated[str, typer.Option("--model", help="A causal model with RoPE and a KV cache: smollm2. Example: --model smollm2", metavar="NAME")] = "smollm2",
     policy: Annotated[str, typer.Option("--policy", help="Eviction policies, comma-separated: full (keep everything), window (the last B tokens), sinks (the first --sinks and the last B - sinks), h2o (the sinks, the last B/2 and the keys that received the most attention). Example: --policy full,window,sinks")] = "full,window,sinks,h2o",
     budget: Annotated[str, typer.Option("--budget", help="Cache sizes B in tokens, the token being read included, comma-separated. Example: --budget 32,64")] = "64,128,256",
     sinks: Annotated[int, typer.Option("--sinks", min=1, max=64, help="How many first tokens the sinks and h2o policies always keep. Example: --sinks 4")] = 4,
@@ -44,30 +44,27 @@ def cache(
     first, the first 512 tokens. full, window and sinks run as one masked pass (exactly equal to
     decoding: keys keep their positions); h2o and --renumber decode token by token.
 
-    Example: mha-trace cache --model smollm2 --budget 64,128 --policy full,window,sinks
+    Example: mha-trace cache --model smollm2 --tokens 128 --budget 32,64 --policy full,window,sinks
     """
     from mha_trace.analyses import kvcache
     from mha_trace.io.output import progress
     import mha_trace.render.kvcache  # noqa: F401 (registers how its records show)
 
-    if model != "smollm2":
-        raise MhaError(f"cache runs a causal model that uses RoPE and a KV cache: smollm2 (not "
-                       f"'{model}')", quantity="model")
+    from mha_trace.models.guards import check_name
+
+    check_name(model)
     policies, budgets = _list(policy, "policy"), _list(budget, "budget", int)
     kvcache.check_settings(policies, budgets, sinks)
     if out.png:
         from mha_trace.io.files import check_outputs
 
         check_outputs({"png": out.png, "svg": out.svg, "html": out.html}, [text] if text else [])
-    name, words = _text(text)
+    name, words = _text(text) if text else kvcache.bundled_text()
     from mha_trace.models import load_model
 
-    loaded = load_model(model, device.value, max_tokens)
-    ids = kvcache.text_ids(loaded, words, tokens)
-    todo = kvcache.settings(policies, budgets, sinks, renumber)
-    kvcache.check_time(loaded, len(ids), todo)
-    with progress(len(todo) * len(ids), "reading the text under each cache") as advance:
-        lab = kvcache.run_lab(loaded, name, ids, todo, advance)
+    bar = lambda total: progress(total, "reading the text under each cache")  # noqa: E731
+    lab = kvcache.cache_lab(load_model(model, device.value, max_tokens), name, words, tokens,
+                            policies, budgets, sinks, renumber, bar)
     emit(out, lab.renderables, lab.data)
     if out.png:
         from mha_trace.render.cache_slide import save_cache_slide
@@ -75,16 +72,11 @@ def cache(
         save_cache_slide(out.png, lab, out.theme)
 
 
-def _text(path: str | None) -> tuple[str, str]:
-    from mha_trace.models import corpus
-
-    if path is None:
-        c = corpus.bundled()
-        return c.name, " ".join(c.sentences)
+def _text(path: str) -> tuple[str, str]:
     from pathlib import Path
 
     from mha_trace.errors import printable
     from mha_trace.io.files import read_text
+    from mha_trace.models.corpus import LIMIT_BYTES
 
-    return printable(path), read_text(Path(path), printable(path), "a text file", corpus.LIMIT_BYTES,
-                                      "text")
+    return printable(path), read_text(Path(path), printable(path), "a text file", LIMIT_BYTES, "text")

@@ -88,9 +88,12 @@ def explanation(lab: CacheLab) -> list[str]:
                      f"A window that drops it sends that weight elsewhere.")
     for b in budgets:
         w, s = found.get(("window", b)), found.get(("sinks", b))
-        if w and s and b < T:
+        if w and s and b < T and w.nll - base < 0.001:
+            lines.append(f"Budget {b}: the window alone loses nothing on this text "
+                         f"({w.nll - base:+.3f} nats), so the sinks have nothing to win back.")
+        elif w and s and b < T:
             gap = w.nll - base
-            won = (w.nll - s.nll) / gap if gap > 1e-9 else 0.0
+            won = (w.nll - s.nll) / gap
             lines.append(f"Budget {b}: the window alone costs {gap:+.3f} nats (perplexity "
                          f"{lab.full.perplexity:.2f} -> {w.perplexity:.2f}); keeping the first {S} "
                          f"tokens as well gives {s.nll - base:+.3f}, {won:.0%} of the loss back.")

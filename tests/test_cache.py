@@ -1,0 +1,149 @@
+"""The KV-cache lab: full equals transformers over the lab's default text; the masked pass equals
+real decoding; an evicting cache keeps what its policy says; bytes are cost's."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from mha_trace.analyses import kvcache
+from mha_trace.analyses.kvcache import PolicyCache, Setting
+from mha_trace.models.smollm2 import load_smollm2
+
+REFERENCE = np.load(Path(__file__).parent / "fixtures" / "cache_reference.npz")
+TEXT = "The cat sat on the mat. The dog sat on the log. The cat and the dog were friends."
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_smollm2()
+
+
+@pytest.fixture(scope="module")
+def ids(model):
+    return kvcache.text_ids(model, TEXT, 64)  # 24 tokens, BOS first
+
+
+def test_full_equals_transformers_over_the_default_text(model):
+    """The lab's text (the bundled corpus in file order, BOS first, 512 tokens) tokenized as
+    transformers does, and its loss equal to LlamaForCausalLM's from the same GGUF."""
+    ids = kvcache.text_ids(model, kvcache.bundled_text()[1], 512)
+    assert ids == REFERENCE["ids"].tolist()
+    full = kvcache.masked_pass(model, ids, Setting("full", None, 4))
+    assert full.nll == pytest.approx(float(REFERENCE["nll"].astype(np.float64).mean()), abs=1e-4)
+    assert torch.equal(kvcache.position_mask(Setting("full", None, 4), 9),
+                       torch.ones(9, 9, dtype=torch.bool).tril())  # one ordinary causal pass
+
+
+@pytest.mark.parametrize("policy", ["window", "sinks"])
+def test_the_masked_pass_equals_decoding_token_by_token(model, ids, policy):
+    s = Setting(policy, 8, 2)
+    fast, real = kvcache.masked_pass(model, ids, s), kvcache.decode(model, ids, s)
+    assert real.decoded and not fast.decoded
+    assert fast.nll == pytest.approx(real.nll, abs=1e-5)
+    assert np.allclose(fast.held, real.held)
+    expected = set(range(2)) | set(range(len(ids) - 6, len(ids))) if policy == "sinks" \
+        else set(range(len(ids) - 8, len(ids)))
+    assert set(np.flatnonzero(fast.held)) == expected
+
+
+def test_a_budget_as_long_as_the_text_is_full_for_every_policy(model, ids):
+    full = kvcache.masked_pass(model, ids, Setting("full", None, 2)).nll
+    for s in (Setting("window", len(ids), 2), Setting("sinks", 32, 2), Setting("h2o", 32, 2),
+              Setting("sinks", 32, 2, renumber=True), Setting("h2o", len(ids), 2, renumber=True)):
+        r = kvcache.decode(model, ids, s) if kvcache.decoded(s) else kvcache.masked_pass(model, ids, s)
+        assert r.nll == pytest.approx(full, abs=1e-5), s
+
+
+def test_renumbering_a_window_changes_nothing_but_renumbering_sinks_does(model, ids):
+    """RoPE depends on relative positions, and a window's are the same renumbered; the sinks'
+    are not (they move next to the recent tokens)."""
+    for policy, same in (("window", True), ("sinks", False)):
+        plain = kvcache.masked_pass(model, ids, Setting(policy, 8, 2)).nll
+        again = kvcache.decode(model, ids, Setting(policy, 8, 2, renumber=True)).nll
+        assert (abs(plain - again) < 1e-4) == same, (policy, plain, again)
+
+
+def _fed(cache: PolicyCache, received: list) -> PolicyCache:
+    """Feed a cache one token at a time: key = value = the position; `received[t]` is the weight
+    each held key gets from query t (the same for each of the group's query heads)."""
+    for t, weights in enumerate(received):
+        k = torch.full((1, 2, 1, 4), float(t))
+        keys, _ = cache.append(k, k)
+        n = keys.size(2)
+        w = torch.tensor(weights[:n], dtype=torch.float32).view(1, 1, 1, n).expand(1, 4, 1, n)
+        cache.observe(w)
+    return cache
+
+
+def test_h2o_keeps_the_sinks_the_recent_half_and_the_heaviest_keys():
+    """Budget 8, 2 sinks: after 12 tokens the cache holds 0, 1, the last 4 (B/2), and the two
+    middle keys that received the most attention (here 3 and 5), for both K/V heads."""
+    rng = np.random.default_rng(0)
+    received = [list(rng.random(8) * 0.01) for _ in range(12)]
+    for t in range(12):  # keys 3 and 5 get heavy weight while they are held
+        received[t][3:6] = [0.9, 0.01, 0.5]
+    cache = _fed(PolicyCache(Setting("h2o", 8, 2), group=2, rope_base=10000.0), received)
+    assert cache.positions.tolist() == [[0, 1, 3, 5, 8, 9, 10, 11]] * 2
+    assert torch.equal(cache.k[0, :, :, 0], cache.positions.float())  # keys moved with them
+    window = _fed(PolicyCache(Setting("sinks", 8, 2), group=2, rope_base=10000.0), received)
+    assert window.positions.tolist() == [[0, 1, 6, 7, 8, 9, 10, 11]] * 2
+
+
+def test_cache_bytes_are_costs_figure(cli):
+    data = json.loads(cli("cache", "--text", "tests/fixtures/make_cache_reference.py", "--tokens",
+                          "40", "--budget", "16,32", "--policy", "window", "--format",
+                          "json").stdout)
+    assert [r["budget"] for r in data["results"]] == [None, 16, 32]
+    for r in data["results"]:
+        kept = r["budget"] or data["tokens"]
+        for dtype in ("float32", "float16"):
+            cost = json.loads(cli("cost", "--preset", "smollm2-135m", "--seq", str(kept), "--dtype",
+                                  dtype, "--format", "json").stdout)
+            row = next(x for x in cost["rows"] if x["item"] == "KV cache, batch × seq × layers")
+            assert r["cache_bytes"][dtype] == row["total"]
+
+
+def test_the_command_table_strips_and_slide(cli, tmp_path):
+    from PIL import Image
+
+    text = tmp_path / "t.txt"
+    text.write_text(TEXT)
+    png = tmp_path / "cache.png"
+    result = cli("cache", "--text", str(text), "--budget", "8,16", "--sinks", "2", "--policy",
+                 "window,sinks", "--png", str(png), "--width", "100")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(map(len, lines)) <= 100
+    assert [line.split()[:2] for line in lines if line.split()[:1] in (["window"], ["sinks"])
+            and line.split()[1].isdigit() and "." in line][:4] == [
+        ["window", "8"], ["sinks", "8"], ["window", "16"], ["sinks", "16"]]
+    strip = next(line for line in lines if line.startswith("sinks 8"))
+    assert strip.split()[-1].startswith("█")  # the sinks held at the left
+    assert "Budget 8:" in result.stdout and "The formula is cost's" in result.stdout
+    assert result.stderr.startswith("Wrote ") and Image.open(png).size == (1920, 1080)
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--policy", "full,nope"), "--policy 'nope' is not one of full, window, sinks, h2o"),
+    (("--budget", "8,x"), "--budget: takes a comma-separated list, e.g. --budget 64,128,256"),
+    (("--budget", "8"), "--budget 8 leaves no room beside 4 sinks"),
+    (("--model", "minilm"), "the KV-cache lab runs a causal model with RoPE"),
+    (("--text", "no-such-file.txt"), "--text: no-such-file.txt: not found"),
+    (("--text", "README.md", "--tokens", "4000", "--renumber"), "the guard stops at 10 min"),
+])
+def test_bad_settings_are_one_line(cli, args, message):
+    result = cli("cache", *args)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith("Error: ") and result.stderr.count("\n") == 1
+    assert message in result.stderr, result.stderr
+
+
+def test_the_api_returns_the_same_record(ids):
+    import mha_trace
+
+    r = mha_trace.model("smollm2").cache(TEXT, policies="window", budgets=[8], sinks=2, tokens=64)
+    assert [x.setting.policy for x in r.results] == ["full", "window"]
+    assert r.data()["tokens"] == len(ids) and "Memory: budget 8" in str(r)

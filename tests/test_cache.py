@@ -147,3 +147,14 @@ def test_the_api_returns_the_same_record(ids):
     r = mha_trace.model("smollm2").cache(TEXT, policies="window", budgets=[8], sinks=2, tokens=64)
     assert [x.setting.policy for x in r.results] == ["full", "window"]
     assert r.data()["tokens"] == len(ids) and "Memory: budget 8" in str(r)
+
+
+def test_what_a_long_text_would_hold_is_refused_before_it_runs(cli, monkeypatch):
+    from mha_trace.core import runtime
+
+    monkeypatch.setattr(runtime, "available_bytes", lambda device: 10_000_000)
+    result = cli("cache", "--text", "README.md", "--tokens", "200", "--policy", "window",
+                 "--budget", "64")
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.startswith("Error: --tokens: 200 tokens through SmolLM2-135M-Instruct "
+                                    "would hold about") and result.stderr.endswith("fewer --tokens\n")

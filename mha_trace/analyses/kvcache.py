@@ -284,6 +284,10 @@ def cache_lab(model, text_name: str, text: str, tokens: int, policies: list, bud
         raise MhaError(f"{text_name} has no tokens to read", quantity="text")
     todo = settings(policies, budgets, sinks, renumber)
     check_lab_time(model, len(ids), todo)
+    from mha_trace.models.guards import check_memory
+
+    T = len(ids)  # a masked pass keeps every layer's weights, twice
+    check_memory(model, T, 2 * model.layers * model.heads * T * T * 4, "tokens", "fewer --tokens")
     if progress is None:
         return run_lab(model, text_name, ids, todo)
     with progress(len(todo) * len(ids)) as advance:

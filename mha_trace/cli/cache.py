@@ -66,6 +66,12 @@ def cache(
     lab = kvcache.cache_lab(load_model(model, device.value, max_tokens), name, words, tokens,
                             policies, budgets, sinks, renumber, bar)
     emit(out, lab.renderables, lab.data)
+    import sys
+
+    if sys.stderr.isatty():
+        from mha_trace.render.kvcache import timing
+
+        print(timing(lab), file=sys.stderr)
     if out.png:
         from mha_trace.render.cache_slide import save_cache_slide
 

@@ -55,10 +55,11 @@ def check_tokens(model, count: int, counted: str = "") -> None:
                        f"{model.heads} heads' T × T weights, about {human_bytes(held)} at this "
                        f"length, so the limit here is {model.max_tokens} (--max-tokens {count} goes "
                        f"on anyway)", quantity="sentence")
-    _check_memory(model, count, held)
+    check_memory(model, count, held)
 
 
-def _check_memory(model, count: int, held: int) -> None:
+def check_memory(model, count: int, held: int, quantity: str = "sentence",
+                 advice: str = "shorten the sentence") -> None:
     """--max-tokens lifts the token limit, never the memory guard: what the views would hold must
     fit in the memory that is free (exit 1, before the model runs)."""
     import torch
@@ -69,8 +70,8 @@ def _check_memory(model, count: int, held: int) -> None:
     free = available_bytes(getattr(model, "device", None) or torch.device("cpu"))
     if free is not None and held > free:
         raise MhaError(f"{count} tokens through {model.name} would hold about {human_bytes(held)} "
-                       f"of attention weights, and {human_bytes(free)} is free: shorten the "
-                       f"sentence", exit_code=1, quantity="sentence")
+                       f"of attention weights, and {human_bytes(free)} is free: {advice}",
+                       exit_code=1, quantity=quantity)
 
 
 def check_sentence(text: str) -> str:

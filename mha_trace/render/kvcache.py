@@ -49,7 +49,6 @@ def _table(lab: CacheLab):
         table.add_column("renumbered", justify="right")
     table.add_column("float32", justify="right")
     table.add_column("fp16", justify="right")
-    table.add_column("time", justify="right")
     for policy, budget, r, again in _rows(lab):
         kept = _size(lab, budget)
         cells = [policy, "all" if budget is None else str(budget), f"{r.nll:.3f}",
@@ -57,8 +56,7 @@ def _table(lab: CacheLab):
         if renumber:
             cells.append("" if again is None else f"{again.nll:.3f}")
         cells += [human_bytes(cache_bytes(lab, kept, "float32")),
-                  human_bytes(cache_bytes(lab, kept, "float16")),
-                  f"{r.seconds + (again.seconds if again else 0):.1f} s"]
+                  human_bytes(cache_bytes(lab, kept, "float16"))]
         table.add_row(*cells)
     return table
 
@@ -113,6 +111,19 @@ def cache_renderables(lab: CacheLab) -> list:
                 f"with a KV cache of at most B tokens", style="bold"), _table(lab), _strips(lab)]
     out.append(Text("\n".join(explanation(lab))))
     return out
+
+
+def timing(lab: CacheLab) -> str:
+    """The wall time of each way the lab ran (on stderr at a terminal: stdout stays the same bytes
+    from run to run; JSON has each setting's seconds)."""
+    masked = [r.seconds for r in lab.results if not r.decoded]
+    real = [r.seconds for r in lab.results if r.decoded]
+    parts = [f"{len(masked)} masked pass{'es' if len(masked) > 1 else ''} "
+             f"{sum(masked):.1f} s"] if masked else []
+    if real:
+        parts.append(f"{len(real)} token-by-token decode{'s' if len(real) > 1 else ''} "
+                     f"{sum(real):.1f} s ({sum(real) / len(real) / len(lab.ids) * 1000:.0f} ms a token)")
+    return f"Took {sum(masked) + sum(real):.1f} s: {', '.join(parts)}."
 
 
 def _result_data(lab: CacheLab, r: CacheResult) -> dict:

@@ -257,7 +257,7 @@ class Model:
         from mha_trace.analyses.kvcache import bundled_text, cache_lab
         from mha_trace.io.page import NotebookProgress
 
-        name, words = ("the text given", _text(text)) if text is not None else bundled_text()
+        name, words = ("the text given", _text(text)) if text is not None else bundled_text(self.model)
         bar = lambda total: _advancing(NotebookProgress(total, "reading the text under each cache"))
         return cache_lab(self.model, name, words, _whole_numbers([tokens], "tokens", 2)[0],
                          policies.split(",") if isinstance(policies, str) else list(policies),

@@ -130,7 +130,7 @@ def test_the_command_table_strips_and_slide(cli, tmp_path):
     (("--policy", "full,nope"), "--policy 'nope' is not one of full, window, sinks, h2o"),
     (("--budget", "8,x"), "--budget: takes a comma-separated list, e.g. --budget 64,128,256"),
     (("--budget", "8"), "--budget 8 leaves no room beside 4 sinks"),
-    (("--model", "minilm"), "the KV-cache lab runs a causal model with RoPE"),
+    (("--model", "minilm"), "the KV-cache lab needs a model that decodes with a KV cache"),
     (("--text", "no-such-file.txt"), "--text: no-such-file.txt: not found"),
     (("--text", "README.md", "--tokens", "4000", "--renumber"), "the guard stops at 10 min"),
 ])
@@ -158,3 +158,28 @@ def test_what_a_long_text_would_hold_is_refused_before_it_runs(cli, monkeypatch)
     assert result.exit_code == 1 and result.stdout == ""
     assert result.stderr.startswith("Error: --tokens: 200 tokens through SmolLM2-135M-Instruct "
                                     "would hold about") and result.stderr.endswith("fewer --tokens\n")
+
+
+def test_a_trained_run_reads_its_probe_and_decodes_like_its_masked_pass(cli, tmp_path):
+    """A run saved by train (learned positions, no RoPE): its probe sequence by default; the
+    masked pass equals decoding (positions go on from the cache), full equals its own forward."""
+    import mha_trace
+    from mha_trace.models import load_model
+
+    path = tmp_path / "run.pt"
+    mha_trace.train("induction", steps=20, snapshots=2, save=str(path))
+    m = load_model(str(path))
+    name, text = kvcache.bundled_text(m)
+    ids = kvcache.text_ids(m, text, 512)
+    assert name == "the run's probe sequence" and len(ids) == m.spec.seq
+    with torch.no_grad():
+        logits = m.toy(torch.tensor([ids]))[0][0, :-1].double()
+    reference = torch.nn.functional.cross_entropy(logits, torch.tensor(ids[1:])).item()
+    assert kvcache.masked_pass(m, ids, Setting("full", None, 2)).nll == pytest.approx(reference, abs=1e-6)
+    for s in (Setting("window", 8, 2), Setting("sinks", 8, 2)):
+        assert kvcache.decode(m, ids, s).nll == pytest.approx(kvcache.masked_pass(m, ids, s).nll, abs=1e-5)
+    assert kvcache.decode(m, ids, Setting("h2o", len(ids), 2)).nll == pytest.approx(reference, abs=1e-5)
+    result = cli("cache", "--checkpoint", str(path), "--budget", "8", "--sinks", "2", "--format", "json")
+    assert json.loads(result.stdout)["text"] == "the run's probe sequence"
+    refused = cli("cache", "--checkpoint", str(path), "--renumber")
+    assert refused.exit_code == 2 and "adds learned positions at its input" in refused.stderr

@@ -180,7 +180,8 @@ def decode(model, ids: list, s: Setting, on_token=lambda: None) -> CacheResult:
     """Token by token through every layer, each layer with its own PolicyCache; a query sees
     every key its cache returns (a (1, 1) mask of True)."""
     start = time.perf_counter()
-    caches = [PolicyCache(s, model.heads // model.kv_heads, model.rope_base)
+    caches = [PolicyCache(s, model.heads // (model.kv_heads or model.heads),
+                          getattr(model, "rope_base", None))
               for _ in range(model.layers)]
     see_all = torch.ones(1, 1, dtype=torch.bool, device=model.device)
     outputs = []
@@ -222,7 +223,8 @@ def check_settings(policies: list, budgets: list, sinks: int) -> None:
                            f"(at least {2 * sinks + 2}, or fewer --sinks)", quantity="budget")
 
 
-DECODE_SECONDS = 0.08  # a token through SmolLM2 with a cache, 2 cores (bench/cache.py)
+DECODE_SECONDS = 0.08  # a token through SmolLM2 with a cache, 2 cores (bench/cache.py); a
+TRAINED_DECODE_SECONDS = 0.002  # trained run's few small layers
 LIMIT_SECONDS = 600  # the lab's time guard
 
 
@@ -233,7 +235,10 @@ def decoded(s: Setting) -> bool:
 
 
 def text_ids(model, text: str, tokens: int) -> list:
-    """BOS, then the text's tokens without special tokens, the first `tokens` in all."""
+    """BOS, then the text's tokens without special tokens, the first `tokens` in all; a trained
+    run's text is its token ids written out."""
+    if not hasattr(model, "tokenizer"):
+        return model.tokenize(text)[:tokens]
     return ([model.bos] + model.tokenizer.encode(text, add_special_tokens=False).ids)[:tokens]
 
 
@@ -241,7 +246,8 @@ def check_lab_time(model, T: int, todo: list) -> float:
     """The lab's estimate on 2 cores, refused past LIMIT_SECONDS unless --max-tokens was given."""
     from mha_trace.models.guards import seconds
 
-    estimate = sum(T * DECODE_SECONDS if decoded(s) else seconds(model, T) for s in todo)
+    per_token = DECODE_SECONDS if hasattr(model, "tokenizer") else TRAINED_DECODE_SECONDS
+    estimate = sum(T * per_token if decoded(s) else seconds(model, T) for s in todo)
     if estimate > LIMIT_SECONDS and not model.raised:
         raise MhaError(f"cache would run {len(todo)} settings over {T} tokens: about "
                        f"{estimate / 60:.0f} min on 2 cores, and the guard stops at "
@@ -263,10 +269,13 @@ def run_lab(model, text_name: str, ids: list, todo: list, on_token=lambda: None)
     return lab
 
 
-def bundled_text() -> tuple[str, str]:
-    """(its name, the text): the bundled corpus's sentences in file order, joined by spaces."""
+def bundled_text(model=None) -> tuple[str, str]:
+    """(its name, the text): the bundled corpus's sentences in file order, joined by spaces; for
+    a trained run, its first probe sequence (random tokens, the second half repeating the first)."""
     from mha_trace.models import corpus
 
+    if model is not None and not hasattr(model, "tokenizer"):
+        return "the run's probe sequence", model.default_text
     c = corpus.bundled()
     return c.name, " ".join(c.sentences)
 
@@ -275,9 +284,12 @@ def cache_lab(model, text_name: str, text: str, tokens: int, policies: list, bud
               sinks: int = 4, renumber: bool = False, progress=None) -> CacheLab:
     """The lab, as `cache` and `model(...).cache(...)` run it: settings checked and the time
     estimated before anything runs; `progress(total)` gives the `advance` of a progress bar."""
-    if getattr(model, "key", None) != "smollm2":
-        raise MhaError(f"the KV-cache lab runs a causal model with RoPE and a KV cache: smollm2 "
-                       f"(not {model.name})", quantity="model")
+    if not model.causal:
+        raise MhaError(f"the KV-cache lab needs a model that decodes with a KV cache: smollm2 or a "
+                       f"run saved by mha-trace train ({model.name} is an encoder)", quantity="model")
+    if renumber and getattr(model, "rope_base", None) is None:
+        raise MhaError(f"numbers RoPE positions inside the cache, and {model.name} adds "
+                       f"learned positions at its input instead", quantity="renumber")
     check_settings(policies, budgets, sinks)
     ids = text_ids(model, text, tokens)
     if len(ids) < 2:

@@ -25,7 +25,9 @@ def _list(text: str, what: str, cast=str) -> list:
 @app.command(short_help="The KV-cache lab: what evicting the cache costs a real model.")
 @output_options(png=True, scale=False)
 def cache(
-    model: Annotated[str, typer.Option("--model", help="A causal model with RoPE and a KV cache: smollm2. Example: --model smollm2", metavar="NAME")] = "smollm2",
+    model: Annotated[str, typer.Option("--model", help="A causal model that decodes with a KV cache: smollm2. Example: --model smollm2", metavar="NAME")] = "smollm2",
+    checkpoint: CheckpointOpt = None,
+    at_step: AtStepOpt = None,
     policy: Annotated[str, typer.Option("--policy", help="Eviction policies, comma-separated: full (keep everything), window (the last B tokens), sinks (the first --sinks and the last B - sinks), h2o (the sinks, the last B/2 and the keys that received the most attention). Example: --policy full,window,sinks")] = "full,window,sinks,h2o",
     budget: Annotated[str, typer.Option("--budget", help="Cache sizes B in tokens, the token being read included, comma-separated. Example: --budget 32,64")] = "64,128,256",
     sinks: Annotated[int, typer.Option("--sinks", min=1, max=64, help="How many first tokens the sinks and h2o policies always keep. Example: --sinks 4")] = 4,
@@ -41,7 +43,7 @@ def cache(
     formula), the time, and which positions each cache holds at the end.
 
     The default text is the bundled corpus (its 120 sentences in order, joined by spaces), BOS
-    first, the first 512 tokens. full, window and sinks run as one masked pass (exactly equal to
+    first, the first 512 tokens; for a trained run (--checkpoint run.pt), its probe sequence. full, window and sinks run as one masked pass (exactly equal to
     decoding: keys keep their positions); h2o and --renumber decode token by token.
 
     Example: mha-trace cache --model smollm2 --tokens 128 --budget 32,64 --policy full,window,sinks
@@ -50,21 +52,22 @@ def cache(
     from mha_trace.io.output import progress
     import mha_trace.render.kvcache  # noqa: F401 (registers how its records show)
 
-    from mha_trace.models.guards import check_name
+    from mha_trace.runs.resolve import RunOptions, with_checkpoint
 
-    check_name(model)
+    model = with_checkpoint(RunOptions(model=None if checkpoint else model, checkpoint=checkpoint,
+                                       at_step=at_step)).model
     policies, budgets = _list(policy, "policy"), _list(budget, "budget", int)
     kvcache.check_settings(policies, budgets, sinks)
     if out.png:
         from mha_trace.io.files import check_outputs
 
         check_outputs({"png": out.png, "svg": out.svg, "html": out.html}, [text] if text else [])
-    name, words = _text(text) if text else kvcache.bundled_text()
     from mha_trace.models import load_model
 
+    loaded = load_model(model, device.value, max_tokens)
+    name, words = _text(text) if text else kvcache.bundled_text(loaded)
     bar = lambda total: progress(total, "reading the text under each cache")  # noqa: E731
-    lab = kvcache.cache_lab(load_model(model, device.value, max_tokens), name, words, tokens,
-                            policies, budgets, sinks, renumber, bar)
+    lab = kvcache.cache_lab(loaded, name, words, tokens, policies, budgets, sinks, renumber, bar)
     emit(out, lab.renderables, lab.data)
     import sys
 

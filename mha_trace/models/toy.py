@@ -73,13 +73,22 @@ class Trained:
     def token_text(self, i: int) -> str:
         return str(i)
 
-    def run(self, ids, batch: int = 1, resume=None, grad: bool = False, last: int | None = None):
+    def run(self, ids, batch: int = 1, resume=None, grad: bool = False, last: int | None = None,
+            mask=None, caches=None):
+        """As SmolLM2's: `mask` in place of the causal one; `caches` (one per layer) when decoding,
+        `ids` then coming after the tokens they have seen (their positions go on from there)."""
         rows = rows_of(ids)
         with torch.set_grad_enabled(grad):
-            first, x = (1, self.toy.embedded(torch.tensor(rows, device=self.device))) \
-                if resume is None else resume
+            if resume is not None:
+                first, x = resume
+            elif caches is not None:
+                start = caches[0].seen
+                first, x = 1, self.toy.embed(torch.tensor(rows, device=self.device)) + \
+                    self.toy.position.weight[start:start + len(rows[0])]
+            else:
+                first, x = 1, self.toy.embedded(torch.tensor(rows, device=self.device))
             x = x.expand(batch, *x.shape[1:]) if batch > 1 else x
-            return self.toy.layers_from(x, first, last, len(rows))
+            return self.toy.layers_from(x, first, last, len(rows), mask, caches)
 
     def encode(self, text: str) -> Sentence:
         return encode_all(self, [text])[0]

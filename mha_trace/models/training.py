@@ -143,15 +143,18 @@ class Toy(nn.Module):
         """(B, T, D): the token's vector plus its position's."""
         return self.embed(ids) + self.position.weight[:ids.size(1)]
 
-    def layers_from(self, x, first: int = 1, last: int | None = None, keep: int | None = None):
+    def layers_from(self, x, first: int = 1, last: int | None = None, keep: int | None = None,
+                    mask=None, caches=None):
         """Layers `first` to `last` (from 1) on x, layer `first`'s input: (the residual stream after
-        them, each one's input and weights, for the first `keep` rows)."""
+        them, each one's input and weights, for the first `keep` rows). mask: in place of the
+        causal one; caches: one per layer when decoding (the KV-cache lab)."""
         T = x.size(1)
-        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # causal
+        if mask is None:
+            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # causal
         inputs, weights = [], []
-        for block in self.blocks[first - 1:last]:
+        for i, block in enumerate(self.blocks[first - 1:last]):
             inputs.append(x[:keep])
-            attended, w = block(x, mask=mask)
+            attended, w = block(x, mask=mask, cache=None if caches is None else caches[i])
             x = x + attended
             weights.append(w[:keep])
         return x, inputs, weights

@@ -79,11 +79,14 @@ def explanation(lab: CacheLab) -> list[str]:
     lines = [f"full keeps all {T} tokens; window the last B; sinks the first {S} and the last "
              f"B - {S}; h2o the first {S}, the last B/2 and the rest by the attention they have "
              f"received so far (per K/V head). B counts the token being read."]
-    if lab.first_share is not None:
-        lines.append(f"Why the first tokens matter: averaged over every layer, head and query "
-                     f"after it, the first token gets {lab.first_share:.0%} of the weight in the "
-                     f"full pass, where weight spread evenly would give it {lab.even_share:.1%}. "
-                     f"A window that drops it sends that weight elsewhere.")
+    share = (f"averaged over every layer, head and query after it, the first token gets "
+             f"{lab.first_share:.0%} of the weight in the full pass, where weight spread evenly "
+             f"would give it {lab.even_share:.1%}.")
+    if lab.first_share > 2 * lab.even_share:
+        lines.append(f"Why the first tokens matter: {share} It is an attention sink: a window "
+                     f"that drops it sends that weight elsewhere.")
+    else:
+        lines.append(f"Here the first token is no sink: {share} Keeping it can win little back.")
     for b in budgets:
         w, s = found.get(("window", b)), found.get(("sinks", b))
         if w and s and b < T and w.nll - base < 0.001:

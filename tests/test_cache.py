@@ -2,6 +2,7 @@
 real decoding; an evicting cache keeps what its policy says; bytes are cost's."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -156,6 +157,9 @@ def test_the_api_returns_the_same_record(ids):
     r = mha_trace.model("smollm2").cache(TEXT, policies="window", budgets=[8], sinks=2, tokens=64)
     assert [x.setting.policy for x in r.results] == ["full", "window"]
     assert r.data()["tokens"] == len(ids) and "Memory: budget 8" in str(r)
+    from mha_trace.render.kvcache import timing
+
+    assert re.fullmatch(r"Took [0-9.]+ s: 2 masked passes [0-9.]+ s\.", timing(r))  # at a terminal
 
 
 def test_what_a_long_text_would_hold_is_refused_before_it_runs(cli, monkeypatch):

@@ -104,7 +104,8 @@ class PolicyCache:
         if self.s.budget is None or n < self.s.budget:
             return
         keep = self._keep(n, self.s.budget - 1)  # (Hkv, B - 1) indices, in order
-        take = lambda x: torch.gather(x, 2, keep[None, :, :, None].expand(-1, -1, -1, x.size(3)))
+        on = keep.to(self.k.device)  # the bookkeeping stays on the CPU, the keys where they run
+        take = lambda x: torch.gather(x, 2, on[None, :, :, None].expand(-1, -1, -1, x.size(3)))
         self.k, self.v = take(self.k), take(self.v)
         self.positions = torch.gather(self.positions, 1, keep)
         self.score = torch.gather(self.score, 1, keep)

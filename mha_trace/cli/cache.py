@@ -40,11 +40,13 @@ def cache(
 ):
     """The KV-cache lab: a text read token by token with a cache of at most B tokens, under each
     eviction policy and budget: the next-token loss and perplexity, the cache's bytes (cost's
-    formula), the time, and which positions each cache holds at the end.
+    formula), and which positions each cache holds at the end (the time follows on stderr at a
+    terminal; --format json has it).
 
     The default text is the bundled corpus (its 120 sentences in order, joined by spaces), BOS
-    first, the first 512 tokens; for a trained run (--checkpoint run.pt), its probe sequence. full, window and sinks run as one masked pass (exactly equal to
-    decoding: keys keep their positions); h2o and --renumber decode token by token.
+    first, the first 512 tokens; for a trained run (--checkpoint run.pt), its probe sequence.
+    full, window and sinks run as one masked pass (exactly equal to decoding: keys keep their
+    positions); h2o and --renumber decode token by token.
 
     Example: mha-trace cache --model smollm2 --tokens 128 --budget 32,64 --policy full,window,sinks
     """

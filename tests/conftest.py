@@ -51,7 +51,7 @@ def in_repo_root(monkeypatch):
 
 # the quick tier (`pytest -m "not slow"`) leaves out the files that load the real models, train,
 # open browsers, a Jupyter kernel or many processes; the README's command and CI run everything
-SLOW = {"test_smollm2.py", "test_minilm.py", "test_survey.py", "test_pruning.py", "test_train.py",
+SLOW = {"test_smollm2.py", "test_cache.py", "test_minilm.py", "test_survey.py", "test_pruning.py", "test_train.py",
         "test_page.py", "test_notebook.py", "test_demos.py", "test_speedups.py", "test_readme.py",
         "test_cli_process.py", "test_screens.py"}
 
@@ -64,7 +64,7 @@ def pytest_collection_modifyitems(config, items):
 
     for item in items:
         source = inspect.getsource(item.function) if hasattr(item, "function") else ""
-        if item.path.name in SLOW or any(sign in source for sign in SLOW_SIGNS):
+        if item.path.name in SLOW or any(sign in source or sign in item.name for sign in SLOW_SIGNS):
             item.add_marker(pytest.mark.slow)
 
 

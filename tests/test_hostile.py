@@ -447,7 +447,7 @@ def test_an_address_space_too_small_for_torch_is_one_line(command):
 
 def test_verify_prints_the_same_whatever_the_thread_count():
     outputs = {_run("verify", "--seq", "64", "--d-model", "256", env={"OMP_NUM_THREADS": t}).stdout
-               for t in ("1", "2", "4")}
+               for t in ("1", "4")}
     assert len(outputs) == 1
 
 

@@ -53,9 +53,10 @@ def trace_sizes(**options):
     return trace_run(resolve(_options(options), "sizes"))
 
 
-def heads(config=None, *, head: int | None = None, **options):
+def heads(config=None, *, head: int | None = None, effect: bool = False, **options):
     """Every head's weights for a config (a bundled name, a TOML path or a Config; default the
-    chapter's), re-split with heads=, masked with mask=/pad=/window=, or on your module=.
+    chapter's), re-split with heads=, masked with mask=/pad=/window=, or on your module=;
+    effect=True adds the effect weights (weight × ‖v·W_O‖, renormalised).
 
     >>> heads("cat-sat-on-mat").weights.shape
     (2, 5, 5)
@@ -64,19 +65,20 @@ def heads(config=None, *, head: int | None = None, **options):
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
     from mha_trace.analyses.analysis import run_heads
 
-    return run_heads(resolve(_options(options, config=config)), head)
+    return run_heads(resolve(_options(options, config=config)), head, effect)
 
 
 def explain(config=None, token: str | None = None, position: int | None = None, *,
-            head: int | None = None, **options):
-    """One token through every head (or just `head`), every product written out.
+            head: int | None = None, effect: bool = False, **options):
+    """One token through every head (or just `head`), every product written out; effect=True
+    adds each key's ‖v·W_O‖ and effect weight.
 
     >>> explain("cat-sat-on-mat", token="cat", head=1).heads[0].terms[1].weight
     0.2509...
     """
     import mha_trace.render.explain  # noqa: F401 (registers how its records show)
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
-    from mha_trace.analyses.analysis import Heads, LectureHeads, find_position, walk
+    from mha_trace.analyses.analysis import Heads, LectureHeads, find_position, walk, with_effect
 
     if position is not None:
         position = _whole_numbers([position], "position", least=0)[0]
@@ -84,6 +86,8 @@ def explain(config=None, token: str | None = None, position: int | None = None, 
     if not isinstance(view, LectureHeads):
         raise MhaError("explain walks the lecture's module (its heads' q, k and v); for your "
                        "module use heads(module=...)", quantity="module")
+    if effect and view.effect is None:
+        view = with_effect(view)
     return replace(walk(view, find_position(view.tokens, token, position)), only=head)
 
 
@@ -172,23 +176,27 @@ class Model:
                                   device=self.device, max_tokens=self.max_tokens))
 
     def heads(self, text: str | None = None, *, layer: int | None = None,
-              head: str | None = None, words: bool = False, hide_special: bool = False):
-        """Every head (an overview), one layer's (`layer=4`), or one (`head="4.2"`)."""
+              head: str | None = None, words: bool = False, hide_special: bool = False,
+              effect: bool = False):
+        """Every head (an overview), one layer's (`layer=4`), or one (`head="4.2"`); effect=True
+        adds the effect weights."""
         import mha_trace.render.model  # noqa: F401 (registers how its records show)
         import mha_trace.render.page  # noqa: F401 (registers how its records show)
         from mha_trace.analyses.model_heads import model_heads
 
-        return model_heads(self.run(text), layer, _head(head), words, hide_special)
+        return model_heads(self.run(text), layer, _head(head), words, hide_special, effect)
 
     def explain(self, text: str | None = None, *, token: str | None = None,
-                position: int | None = None, head: str | None = None, layer: int | None = None):
-        """One token through a layer's heads (`head="6.12"` picks the layer and the head)."""
+                position: int | None = None, head: str | None = None, layer: int | None = None,
+                effect: bool = False):
+        """One token through a layer's heads (`head="6.12"` picks the layer and the head);
+        effect=True adds each key's ‖v·W_O‖ and effect weight."""
         import mha_trace.render.explain  # noqa: F401 (registers how its records show)
         import mha_trace.render.page  # noqa: F401 (registers how its records show)
         from mha_trace.analyses.model_heads import head_in_layer, model_walk
 
         layer, only = head_in_layer(layer, _head(head))
-        return replace(model_walk(self.run(text, layer), only, token, position), only=only)
+        return replace(model_walk(self.run(text, layer), only, token, position, effect), only=only)
 
     def trace(self, text: str | None = None, layer: int = 1):
         """One layer's attention on the text's hidden states, traced op by op."""
@@ -199,9 +207,10 @@ class Model:
         return trace_run(self.run(text, layer))
 
     def survey(self, text: str | None = None, *, sentences=None, source: str | None = None,
-               targets=None):
+               targets=None, effect: bool = False):
         """Which layer.head does what, over the bundled corpus (default), one text, or
-        `sentences`: a list of texts or the path of a file with one a line."""
+        `sentences`: a list of texts or the path of a file with one a line; effect=True adds
+        the sinks' share of the effect beside their share of the weight."""
         from mha_trace.models import corpus
         import mha_trace.render.survey  # noqa: F401 (registers how its records show)
         from mha_trace.analyses.model_analysis import survey
@@ -220,7 +229,7 @@ class Model:
         else:
             chosen = corpus.bundled()
         to = [targets] if isinstance(targets, str) else targets
-        return survey(self.model, chosen, source, to and [t.lower() for t in to])
+        return survey(self.model, chosen, source, to and [t.lower() for t in to], effect=effect)
 
     def ablate(self, text: str | None = None, *, heads=()):
         """The model's output with these heads ("4.2", ...) zeroed before W_O."""

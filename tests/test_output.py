@@ -132,10 +132,11 @@ def test_every_png_is_one_slide(cli, tmp_path, args):
 
 def _figures(monkeypatch):
     """The figures save_heatmaps and save_walk make, kept instead of written."""
-    from mha_trace.render import plots
+    from mha_trace.render import plots, walk_slide
 
     made = []
-    monkeypatch.setattr(plots, "_save", lambda plt, fig, path, bg: made.append(fig))
+    for module in (plots, walk_slide):
+        monkeypatch.setattr(module, "_save", lambda plt, fig, path, bg: made.append(fig))
     return made
 
 

@@ -154,6 +154,49 @@ def test_explain_walk_shows_every_product(cli, tmp_path, browser):
     assert p.clean()
 
 
+def test_the_effect_toggle_redraws_lines_readout_and_tiles(cli, tmp_path, browser):
+    """--effect: "e" (or the button) switches every line and tile from the weights to the effect
+    weights, checked against transformers' (tests/fixtures/effect_reference.npz)."""
+    import json
+
+    reference = np.load(Path(__file__).parent / "fixtures" / "effect_reference.npz")
+    text = json.loads(str(reference["meta"]))["sentence"]
+    s = mha_trace.model("minilm").heads(text).sentence
+    p = Opened(browser, _written(cli, tmp_path, "heads", "--model", "minilm", "--sentence", text,
+                                 "--effect"))
+    page = p.page
+    page.click("#model-view button[data-layer='3'][data-head='1']")
+    tile = "#model-view button[data-layer='3'][data-head='1'] canvas"
+    before = page.eval_on_selector(tile, "c => c.toDataURL()")
+    for (h, q, k), shown in p.line_weights().items():
+        assert shown == pytest.approx(s.weights[2, h - 1, q, k], abs=6e-5)
+    page.keyboard.press("e")
+    assert page.get_attribute("#effect", "aria-pressed") == "true"
+    lines = p.line_weights()
+    assert lines
+    for (h, q, k), shown in lines.items():
+        assert shown == pytest.approx(reference["minilm_sentence_effect"][2, h - 1, q, k], abs=1e-4)
+    assert page.eval_on_selector(tile, "c => c.toDataURL()") != before
+    page.hover("text.q[data-index='1']")
+    assert "(effect weights)" in page.text_content("#readout")
+    page.click("#effect")
+    assert page.get_attribute("#effect", "aria-pressed") == "false"
+    assert page.eval_on_selector(tile, "c => c.toDataURL()") == before
+    plain = Opened(browser, _written(cli, tmp_path, "heads", "--model", "minilm"))
+    assert plain.page.locator("#effect").count() == 0  # no toggle without effect weights
+    assert p.clean() and plain.clean()
+
+
+def test_the_explain_page_shows_each_keys_effect(cli, tmp_path, browser):
+    w = mha_trace.explain("chicken-road", token="it", effect=True)
+    p = Opened(browser, _written(cli, tmp_path, "explain", "--config", "chicken-road", "--token",
+                                 "it", "--effect"))
+    shown = p.page.eval_on_selector_all("details[data-head='3'] td.effect", "ts => ts.map(t => +t.textContent)")
+    np.testing.assert_allclose(shown, [t.effect for t in w.heads[2].terms], atol=5e-5)
+    assert p.page.locator("details[data-head='3'] span.bar.effect").count() == len(shown)
+    assert p.clean()
+
+
 def test_shapes_rows_light_their_source_line(cli, tmp_path, browser):
     report = mha_trace.trace_sizes()
     p = Opened(browser, _written(cli, tmp_path, "shapes"))

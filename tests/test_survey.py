@@ -24,14 +24,14 @@ META = json.loads(str(REFERENCE["meta"]))
 def minilm_survey():
     import mha_trace
 
-    return mha_trace.model("minilm").survey()
+    return mha_trace.model("minilm").survey(effect=True)
 
 
 @pytest.fixture(scope="session")
 def smollm2_survey():
     import mha_trace
 
-    return mha_trace.model("smollm2").survey()
+    return mha_trace.model("smollm2").survey(effect=True)
 
 
 @pytest.fixture(scope="session")
@@ -208,6 +208,40 @@ def test_the_literature_verdicts_follow_the_numbers(minilm_survey, smollm2_surve
     assert (f"Llama-2 but the first two. Here too: layers 1-2 give it {first[0]:.2f} and "
             f"{first[1]:.2f}; the others {first[2:].mean():.2f} on average, and "
             f"{(first[2:] > 0.5).sum()} of 28 give it more than half" in _text(smollm2_survey))
+
+
+EFFECT = np.load(Path(__file__).parent / "fixtures" / "effect_reference.npz")
+
+
+@pytest.mark.parametrize("name,sinks", [("minilm", ("[CLS]", "[SEP]")), ("smollm2", ("first token",))])
+def test_sink_shares_of_weight_and_effect_equal_transformers(name, sinks, request):
+    """Over the bundled corpus, each sentence alone in transformers (make_effect_reference.py)."""
+    result = request.getfixturevalue(f"{name}_survey")
+    data = request.getfixturevalue(f"{name}_corpus")
+    for sink in sinks:
+        np.testing.assert_allclose(result.sinks[sink], EFFECT[f"{name}_{sink}_weight"], atol=2e-5)
+        np.testing.assert_allclose(result.effect_sinks[sink], EFFECT[f"{name}_{sink}_effect"],
+                                   atol=2e-5)
+        assert data["sinks_effect_by_layer"][sink] == pytest.approx(result.effect_sinks[sink], abs=1e-6)
+
+
+def test_the_effect_verdict_follows_the_numbers(minilm_survey, smollm2_survey):
+    from mha_trace.render.survey import effect_verdict
+
+    w, e = minilm_survey.sinks, minilm_survey.effect_sinks
+    total_w, total_e = sum(w.values()), sum(e.values())
+    assert (f"the [CLS] and [SEP] get {total_w.mean():.2f} of the weight and {total_e.mean():.2f} "
+            f"of the effect on average" in _text(minilm_survey))
+    assert "Most of the weight they get moves little" in _text(minilm_survey)
+    assert total_e.mean() < 0.5 * total_w.mean()  # the numbers behind the words
+    first = smollm2_survey.effect_sinks["first token"]
+    assert f"get {smollm2_survey.sinks['first token'].mean():.2f} of the weight" not in _text(smollm2_survey)
+    assert f"gets {smollm2_survey.sinks['first token'].mean():.2f} of the weight and {first.mean():.2f}" in _text(smollm2_survey)
+    one = lambda *v: {"first token": np.array(v)}
+    assert "moves little" in effect_verdict(one(0.8, 0.6), one(0.2, 0.2))
+    assert "by less than half" in effect_verdict(one(0.8, 0.6), one(0.5, 0.5))
+    assert "the weight reads as the effect" in effect_verdict(one(0.8, 0.6), one(0.7, 0.6))
+    assert "widest gap is layer 2 (0.90" in effect_verdict(one(0.5, 0.9), one(0.4, 0.3))
 
 
 # ---- sources: --sentences FILE, --sentence, the API ----------------------------------------------

@@ -32,6 +32,7 @@ class Heads(Shows):
     mask: np.ndarray | None  # (T, T) bool, True where a query may look; None when unmasked
     output: np.ndarray | None = None  # (T, D) the layer's output (None for a whole model)
     picked: list | None = None  # [(layer, head)] from 1 to show; None: every head
+    effect: np.ndarray | None = None  # like `layers`: the effect weights, when asked for
 
     @property
     def weights(self) -> np.ndarray:
@@ -159,10 +160,14 @@ def analyse(run: Run) -> LectureHeads:
         b_O=None if module.W_o.bias is None else module.W_o.bias.detach().double().cpu().numpy())
 
 
-def run_heads(run: Run, head: int | None = None) -> Heads:
+def run_heads(run: Run, head: int | None = None, effect: bool = False) -> Heads:
     """Every head's weights of a run of the lecture's module or of the user's; `head` (from 1,
-    checked against the heads there are) is the one shown."""
+    checked against the heads there are) is the one shown; `effect`: the effect weights too."""
+    if effect and not run.builtin:
+        raise MhaError(NO_EFFECT, quantity="effect")
     view = analyse(run) if run.builtin else module_heads(run)
+    if effect:
+        view = with_effect(view)
     if head is None:
         return view
     if not (isinstance(head, int) and 1 <= head <= view.heads):
@@ -170,6 +175,21 @@ def run_heads(run: Run, head: int | None = None) -> Heads:
         raise MhaError(f"head {head!r} is out of range ({what} heads 1 to {view.heads})",
                        quantity="head")
     return replace(view, picked=[(1, head)])
+
+
+NO_EFFECT = ("needs each head's value vectors and W_O, which a module of your own does not "
+             "return; run it on a config or a --model")
+
+
+def with_effect(view: Heads) -> LectureHeads:
+    """The view with its effect weights: each weight times the length of what its value moves
+    through W_O, renormalised (`core.effect`)."""
+    from mha_trace.core.effect import effect_weights, value_norms
+
+    if not isinstance(view, LectureHeads):
+        raise MhaError(NO_EFFECT, quantity="effect")
+    norms = value_norms(view.v, view.W_O, view.heads, view.kv_heads)
+    return replace(view, effect=effect_weights(view.layers, norms[None]))
 
 
 def _rotated(t, module):
@@ -213,6 +233,8 @@ class KeyTerm:
     scaled: float
     masked: bool
     weight: float
+    moved: float | None = None  # with --effect: ‖f_h(x_j)‖, the key's value through W_O
+    effect: float | None = None  # with --effect: weight × moved, renormalised
 
 
 @dataclass
@@ -262,13 +284,25 @@ def walk(view: LectureHeads, position: int) -> Walk:
         if allowed.any():
             e = np.exp(scaled[allowed] - scaled[allowed].max())
             weights[allowed] = e / e.sum()
+        moved, effect = _moved(view, h, vs, weights)
         terms = [KeyTerm(t, list(zip(qs.tolist(), ks[j].tolist())), float(dots[j]),
-                         float(scaled[j]), not allowed[j], float(weights[j]))
+                         float(scaled[j]), not allowed[j], float(weights[j]),
+                         *((None, None) if moved is None else (float(moved[j]), float(effect[j]))))
                  for j, t in enumerate(view.tokens)]
         heads.append(HeadWalk(h + 1, (h * d_k, (h + 1) * d_k), g + 1, qs, terms, vs, weights @ vs))
     concat = np.concatenate([hw.output for hw in heads])
     output = concat @ view.W_O + (0 if view.b_O is None else view.b_O)
     return Walk(view, i, sqrt_dk, heads, concat, output)
+
+
+def _moved(view: LectureHeads, h: int, vs: np.ndarray, weights: np.ndarray):
+    """With the view's effect weights asked for: each key's ‖v_j · W_O block of head h‖ and the
+    query's effect weights, by hand; (None, None) otherwise."""
+    if view.effect is None:
+        return None, None
+    moved = np.linalg.norm(vs @ view.W_O[h * view.d_k:(h + 1) * view.d_k], axis=1)
+    total = (weights * moved).sum()
+    return moved, weights * moved / total if total > 0 else np.zeros_like(weights)
 
 
 def ablate_heads(run: Run, removed: list[int]) -> Ablation:

@@ -124,6 +124,7 @@ class Survey(Shows):
     detectors: dict  # detector name -> detectors.Detector over the sentences it applies to
     antecedents: list  # [Antecedents], one per role, when the corpus knows them
     probe: dict | None = None  # --from/--to: {"from": token, "to": [...], "scores": {to: (L, H)}}
+    effect_detectors: dict | None = None  # --effect: the detectors on the effect weights
 
     @property
     def scores(self) -> dict:
@@ -135,20 +136,30 @@ class Survey(Shows):
         """Sink name -> (layers,) the share of attention a layer's heads give it, averaged over
         heads, queries and sentences: the first token for a causal model (its first query, which
         has no other key, left out), [CLS] and [SEP] for an encoder."""
-        return {n: d.mean.mean(-1) for n, d in self.detectors.items()
-                if n in ("first token", "[CLS]", "[SEP]")}
+        return _sinks(self.detectors)
+
+    @property
+    def effect_sinks(self) -> dict | None:
+        """As `sinks`, for the effect weights (--effect); None without them."""
+        return None if self.effect_detectors is None else _sinks(self.effect_detectors)
+
+
+def _sinks(detectors: dict) -> dict:
+    return {n: d.mean.mean(-1) for n, d in detectors.items() if n in ("first token", "[CLS]", "[SEP]")}
 
 
 def survey(model, corpus, source: str | None = None, targets: list[str] | None = None,
-           on_sentence=lambda: None) -> Survey:
+           on_sentence=lambda: None, effect: bool = False) -> Survey:
     """Score every head on every sentence of a corpus.Corpus (batched by length); with a probe,
-    also the weight from `source` to each target."""
+    also the weight from `source` to each target; with `effect`, the detectors on the effect
+    weights too."""
     from mha_trace.core.detectors import detect, gather
     from mha_trace.models.sentence import encode_all
     from mha_trace.speedups import batch_work
 
     with model.resident(), batch_work():  # SmolLM2: dequantised once for all the sentences
-        runs = encode_all(model, corpus.sentences, keep_inputs=False, on_sentence=on_sentence)
+        runs = encode_all(model, corpus.sentences, keep_inputs=False, effect=effect,
+                          on_sentence=on_sentence)
     short = next((r for r in runs if len(r.tokens) < 3), None)
     if short is not None:
         n = len(short.tokens)
@@ -162,8 +173,9 @@ def survey(model, corpus, source: str | None = None, targets: list[str] | None =
             raise MhaError("the coreference probe needs the candidate tokens too, e.g. "
                            "animal,street", quantity="to")
         probe = coreference(runs, source, targets)
+    moved = gather([detect(r.effect, r.tokens, r.ids, model.causal) for r in runs]) if effect else None
     return Survey(model, corpus.name, runs, detectors, antecedents(runs, corpus.antecedents),
-                  probe)
+                  probe, moved)
 
 
 def antecedents(runs, probes: list) -> list:

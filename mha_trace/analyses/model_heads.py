@@ -8,9 +8,10 @@ from mha_trace.errors import MhaError
 
 
 def model_heads(run, layer: int | None = None, head: str | None = None, words: bool = False,
-                hide_special: bool = False) -> ModelHeads:
+                hide_special: bool = False, effect: bool = False) -> ModelHeads:
     """The heads of a model's run (`resolve` with a model): head "L.H", layer L, or all (the
-    overview: `picked` is None)."""
+    overview: `picked` is None); `effect`: every head's effect weights too, grouped and hidden
+    as the weights are."""
     from mha_trace.models.guards import parse_head
     from mha_trace.analyses.model_analysis import check_heads
     from mha_trace.core.masks import allowed
@@ -18,6 +19,10 @@ def model_heads(run, layer: int | None = None, head: str | None = None, words: b
 
     s = run.sentence
     tokens, weights = list(s.labels), s.weights
+    if effect:
+        from mha_trace.models.sentence import effects
+
+        weights = np.stack([weights, effects(s.model, s.inputs, weights[None])[0]])
     if words:
         tokens, weights = word_weights(s, weights)
     if hide_special:
@@ -26,6 +31,7 @@ def model_heads(run, layer: int | None = None, head: str | None = None, words: b
             raise MhaError("--hide-special leaves nothing: the sentence is only [CLS] and [SEP]",
                            quantity="hide_special")
         tokens, weights = [tokens[i] for i in keep], weights[..., keep, :][..., :, keep]
+    weights, moved = (weights[0], weights[1]) if effect else (weights, None)
     if head is not None:
         picked = [parse_head(head)]
         check_heads(s.model, picked)
@@ -34,8 +40,8 @@ def model_heads(run, layer: int | None = None, head: str | None = None, words: b
     else:
         picked = None
     mask = allowed(len(tokens), "causal") if s.model.causal else None
-    return ModelHeads(tuple(tokens), weights, mask, picked=picked, sentence=s, words=words,
-                 hide_special=hide_special)
+    return ModelHeads(tuple(tokens), weights, mask, picked=picked, effect=moved, sentence=s,
+                      words=words, hide_special=hide_special)
 
 
 def check_not_overview(view: ModelHeads, overview: bool) -> None:
@@ -59,15 +65,17 @@ def head_in_layer(layer: int | None, head: str | None) -> tuple[int | None, int 
     return picked, only
 
 
-def model_walk(run, head: int | None, token: str | None, position: int | None):
+def model_walk(run, head: int | None, token: str | None, position: int | None,
+               effect: bool = False):
     """One token of a model's run through its layer's heads (`explain --model`)."""
-    from mha_trace.analyses.analysis import analyse, find_position, walk
+    from mha_trace.analyses.analysis import analyse, find_position, walk, with_effect
     from mha_trace.analyses.model_analysis import check_heads
 
     s = run.sentence
     if head is not None:
         check_heads(s.model, [(run.layer, head)])
-    return walk(analyse(run), find_position(s.tokens, token, position))
+    view = with_effect(analyse(run)) if effect else analyse(run)
+    return walk(view, find_position(s.tokens, token, position))
 
 
 def word_weights(sentence, weights: np.ndarray) -> tuple[list, np.ndarray]:

@@ -35,6 +35,7 @@ def heads(
     hide_special: Annotated[bool, typer.Option("--hide-special", help="With --model: leave out the [CLS] and [SEP] rows and columns. Example: --hide-special")] = False,
     include_inputs: IncludeInputsOpt = False,
     concat: Annotated[bool, typer.Option("--concat", help="With --head N: also the concatenation of every head and the output after W_O (shown without --head). Example: --head 2 --concat")] = False,
+    effect: EffectOpt = False,
     o=None,
     out: Output = None,
 ):
@@ -53,24 +54,26 @@ def heads(
     if o.model:
         from mha_trace.cli import models
 
-        return models.heads(o, head, overview, words, hide_special, decimals, out)
+        return models.heads(o, head, overview, words, hide_special, decimals, out, effect)
     needs_model(None, None, overview=overview, words=words, hide_special=hide_special)
     head = _head_number(head)
     if concat and head is None:
         raise MhaError("--concat goes with --head N (without --head every head, the "
                        "concatenation and the output are shown)", quantity="concat")
     run = resolve(o)
-    view = run_heads(run, head)
+    view = run_heads(run, head, effect)
     if out.png:
-        from mha_trace.render.plots import save_heatmaps
+        from mha_trace.render.plots import effect_panels, save_heatmaps
 
         picked = [head - 1] if head else range(len(view.weights))
         name = "averaged over heads" if getattr(view, "averaged", False) else "head {}"
         shared = view.kv_heads != view.heads
-        save_heatmaps(out.png, view.title,
-                      [(name.format(h + 1), view.tokens, view.tokens, view.weights[h], view.mask)
-                       for h in picked], decimals, out.theme, top=out.scale,
-                      groups=[view.kv_head_of(h) for h in picked] if shared else None)
+        panels = [(name.format(h + 1), view.tokens, view.tokens, view.weights[h], view.mask)
+                  for h in picked]
+        groups = [view.kv_head_of(h) for h in picked] if shared else None
+        panels, groups = effect_panels(panels, view.effect, [(0, h) for h in picked], groups)
+        save_heatmaps(out.png, view.title, panels, decimals, out.theme, top=out.scale,
+                      groups=groups)
     emit(out, lambda: view.renderables(decimals=decimals, head=head, concat=concat),
          lambda: with_inputs(view.data(decimals=decimals, head=head), run, include_inputs),
          page=view)
@@ -85,6 +88,7 @@ def explain(
     head: HeadOpt = None,
     decimals: DecimalsOpt = 4,
     include_inputs: IncludeInputsOpt = False,
+    effect: EffectOpt = False,
     o=None,
     out: Output = None,
 ):
@@ -104,11 +108,11 @@ def explain(
         from mha_trace.runs.resolve import refuse_with_model
 
         refuse_with_model(include_inputs=include_inputs or None)
-        return models.explain(o, head, token, position, decimals, out)
+        return models.explain(o, head, token, position, decimals, out, effect)
     check_include(include_inputs, None, out)
     head = _head_number(head)
     run = resolve(o)
-    view = run_heads(run, head)
+    view = run_heads(run, head, effect)
     if o.module:
         from mha_trace.render.explain import module_explain_data, module_explain_renderables
 
@@ -118,7 +122,7 @@ def explain(
         return
     w = walk(view, find_position(view.tokens, token, position))
     if out.png:
-        from mha_trace.render.plots import save_walk
+        from mha_trace.render.walk_slide import save_walk
 
         save_walk(out.png, f"{view.config.title}: the query '{w.token}' through every head", w,
                   out.theme)

@@ -12,7 +12,7 @@ from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
 from mha_trace.errors import MhaError
 from mha_trace.io.output import Format, Output, emit, make_console
 
-def heads(o, head, overview, words, hide_special, decimals, out: Output):
+def heads(o, head, overview, words, hide_special, decimals, out: Output, effect: bool = False):
     from dataclasses import replace
 
     from mha_trace.io.files import write_atomic
@@ -22,7 +22,7 @@ def heads(o, head, overview, words, hide_special, decimals, out: Output):
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
     from mha_trace.runs.resolve import resolve
 
-    view = model_heads(resolve(o), o.layer, head, words, hide_special)
+    view = model_heads(resolve(o), o.layer, head, words, hide_special, effect)
     check_not_overview(view, overview)
     built, path = (page(view), out.html) if out.html else (None, None)  # before anything shows
     out = replace(out, html=None)
@@ -47,15 +47,19 @@ def heads(o, head, overview, words, hide_special, decimals, out: Output):
 def _save_model_png(view, decimals: int, out: Output) -> None:
     s, tokens, weights = view.sentence, view.tokens, view.layers
     if not view.whole:
-        from mha_trace.render.plots import save_heatmaps
+        from mha_trace.render.plots import effect_panels, save_heatmaps
 
         from mha_trace.core.masks import allowed
 
         mask = allowed(len(tokens), "causal") if s.model.causal else None
-        save_heatmaps(out.png, f"{s.model.name}: {s.text}",
-                      [(f"head {l}.{h}", tokens, tokens, weights[l - 1, h - 1], mask)
-                       for l, h in view.picked], decimals, out.theme, top=out.scale)
+        panels, _ = effect_panels([(f"head {l}.{h}", tokens, tokens, weights[l - 1, h - 1], mask)
+                                   for l, h in view.picked], view.effect,
+                                  [(l - 1, h - 1) for l, h in view.picked])
+        save_heatmaps(out.png, f"{s.model.name}: {s.text}", panels, decimals, out.theme,
+                      top=out.scale)
         return
+    if view.effect is not None:  # the overview's figures draw the effect weights
+        weights = view.effect
     from mha_trace.io.files import check_outputs
     from mha_trace.render.plots import layer_paths, save_model
 
@@ -64,11 +68,12 @@ def _save_model_png(view, decimals: int, out: Output) -> None:
     from mha_trace.io.output import progress
 
     with progress(s.model.layers, "drawing one figure per layer") as advance:
-        save_model(out.png, f"{s.model.name}: \"{s.text}\"", tokens, weights,
+        effect = ", effect weights" if view.effect is not None else ""
+        save_model(out.png, f"{s.model.name}: \"{s.text}\"{effect}", tokens, weights,
                    s.model.causal, decimals, out.theme, advance, out.scale)
 
 
-def explain(o, head, token, position, decimals, out: Output):
+def explain(o, head, token, position, decimals, out: Output, effect: bool = False):
     from dataclasses import replace
 
     from mha_trace.analyses.model_heads import head_in_layer, model_walk
@@ -78,9 +83,9 @@ def explain(o, head, token, position, decimals, out: Output):
 
     layer, only = head_in_layer(o.layer, head)
     run = resolve(replace(o, layer=layer))
-    w = model_walk(run, only, token, position)
+    w = model_walk(run, only, token, position, effect)
     if out.png:
-        from mha_trace.render.plots import save_walk
+        from mha_trace.render.walk_slide import save_walk
 
         save_walk(out.png, f"{run.sentence.model.name}: '{w.token}' through every head of "
                   f"layer {layer or 1}", w, out.theme)
@@ -137,6 +142,7 @@ def survey(
     grids: Annotated[bool, typer.Option("--grids", help="Also every behaviour's layer × head grid of mean scores (--format json always has them, with the spread and the share held). Example: --grids")] = False,
     induction: Annotated[bool, typer.Option("--induction", help="With a causal model: 50 random whole-word tokens repeated twice (three seeds); each head's induction score, the previous-token heads below, and the loss on both halves. Example: --model smollm2 --induction")] = False,
     ablate_top: Annotated[int, typer.Option("--ablate-top", min=0, max=50, help="With --induction: also the repeated half's loss with the K best induction heads removed. Example: --ablate-top 5")] = 0,
+    effect: Annotated[bool, typer.Option("--effect", help="Also, per layer, the share of weight and the share of effect (weight × the length of what the key's value moves through W_O, renormalised) that go to the sinks, and what that says. Example: --effect")] = False,
     max_tokens: MaxTokensOpt = None,
     device: ComputeDeviceOpt = Device.cpu,
     out: Output = None,
@@ -150,6 +156,7 @@ def survey(
     Example: mha-trace survey --model minilm
     Example: mha-trace survey --model smollm2 --sentences my.txt
     Example: mha-trace survey --model minilm --sentence "The animal didn't cross the street because it was too tired." --from it --to animal,street
+    Example: mha-trace survey --model smollm2 --effect
     Example: mha-trace survey --model smollm2 --induction
     Example: mha-trace survey --checkpoint run.pt
     """
@@ -158,6 +165,8 @@ def survey(
     model = with_checkpoint(RunOptions(model=None if checkpoint else model, checkpoint=checkpoint,
                                        at_step=at_step)).model
     if induction or ablate_top:
+        if effect:
+            raise MhaError("--effect goes with the corpus survey, not --induction", quantity="effect")
         return _induction(model, sentence or sentences, source, ablate_top, top, max_tokens, device, out)
     from mha_trace.models import corpus as corpora
     from mha_trace.models import load_model
@@ -179,7 +188,7 @@ def survey(
               else getattr(m, "probe_corpus", None) or corpora.bundled())
     with progress(len(chosen.sentences) if len(chosen.sentences) > 1 else 0,
                   "encoding the sentences") as advance:
-        result = run_survey(m, chosen, source.lower() if source else None, to, advance)
+        result = run_survey(m, chosen, source.lower() if source else None, to, advance, effect)
     console = make_console(out)
     emit(out, lambda: result.renderables(console.width, top=top, grids=grids),
          lambda: result.data(top=top), console)

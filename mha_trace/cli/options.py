@@ -102,6 +102,7 @@ ResplitOpt = Annotated[int | None, typer.Option("--heads", "-H", help="Re-split 
 ConfigMaskOpt = Annotated[Mask | None, typer.Option("--mask", help="Override the config's mask: none or causal. Example: --mask causal")]
 ConfigPadOpt = Annotated[int | None, typer.Option("--pad", help="Mask the last N tokens as padding keys. Example: --pad 1")]
 IncludeInputsOpt = Annotated[bool, typer.Option("--include-inputs", help="With --format json: also the run's inputs and weights at full precision (forward's arguments and every parameter), so anyone can recompute it. Example: --format json --include-inputs")]
+EffectOpt = Annotated[bool, typer.Option("--effect", help="Also each weight times the length of what its key's value moves through W_O, renormalised (Kobayashi et al. 2020): a big weight on a token that moves nothing shrinks. Example: --effect")]
 DecimalsOpt = Annotated[int, typer.Option("--decimals", min=0, max=12, help="Decimals shown in tables (JSON always keeps full precision). Example: --decimals 6")]
 
 

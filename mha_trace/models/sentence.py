@@ -19,6 +19,7 @@ class Sentence:
     inputs: list | None  # per layer: the residual stream entering it (1, T, D); None when not kept
     weights: np.ndarray  # (layers, heads, T, T)
     output: np.ndarray  # (T, D): the final hidden states
+    effect: np.ndarray | None = None  # (layers, heads, T, T) effect weights, when asked for
 
     def __post_init__(self):
         # what a sentence shows comes from a user or a model: never raw control characters
@@ -52,13 +53,13 @@ def equal_lengths(lengths: list[int], tokens: int = BATCH_TOKENS) -> list[list[i
     return chunks
 
 
-def encode_all(model, texts: list[str], keep_inputs: bool = True,
+def encode_all(model, texts: list[str], keep_inputs: bool = True, effect: bool = False,
                on_sentence=lambda: None) -> list[Sentence]:
     """Each text through the model, as one Sentence each. Texts of equal token length run
     together in batches (no padding, so each sentence's numbers are those it gets alone);
     `on_sentence()` once for each sentence of a batch when the batch is done. keep_inputs=False
     drops every layer's input (a survey reads only the weights: SmolLM2 keeps 69 KB a token
-    otherwise)."""
+    otherwise); effect=True keeps every layer's effect weights (`effects`)."""
     import torch
 
     pieces = [model.pieces(t) for t in texts]
@@ -66,10 +67,29 @@ def encode_all(model, texts: list[str], keep_inputs: bool = True,
     for chunk in equal_lengths([len(ids) for ids, _, _ in pieces]):
         out, inputs, weights = model.run([pieces[i][0] for i in chunk])
         weights = torch.stack(weights, 1).cpu().numpy()  # (B, layers, heads, T, T)
+        moved = effects(model, inputs, weights) if effect else [None] * len(chunk)
         for row, i in enumerate(chunk):
             ids, tokens, words = pieces[i]
             kept = [x[row:row + 1] for x in inputs] if keep_inputs else None
             found[i] = Sentence(model, texts[i], tuple(ids), tokens, words, kept,
-                                weights[row], out[row].cpu().numpy())
+                                weights[row], out[row].cpu().numpy(), moved[row])
             on_sentence()
     return found
+
+
+def effects(model, inputs: list, weights: np.ndarray) -> np.ndarray:
+    """(B, layers, heads, T, T): the effect weights of a batch (`core.effect`), from each layer's
+    input (B, T, D) and its weights (B, layers, heads, T, T): every head's value vectors, bias
+    included, through its block of W_O."""
+    import torch
+
+    from mha_trace.core.effect import effect_weights, value_norms
+
+    norms = []
+    with torch.no_grad():
+        for layer in range(1, model.layers + 1):
+            a = model.attention_module(layer)
+            v = a.W_v(model.attention_input(inputs, layer)).double().cpu().numpy()
+            W_O = a.W_o.weight.detach().double().cpu().numpy().T  # output = concat @ W_O
+            norms.append(value_norms(v, W_O, model.heads, model.kv_heads or model.heads))
+    return effect_weights(weights, np.stack(norms, 1))

@@ -40,6 +40,8 @@ def explain_renderables(w, decimals: int, only_head: int | None) -> list:
     if view.kv_heads != view.heads:
         out.append(sharing_table(view))
     out += [_head_table(w, hw, decimals) for hw in w.heads if not only_head or hw.head == only_head]
+    if w.heads[0].terms[0].effect is not None:
+        out.append(Text(EFFECT_WORDS))
     return out + _after_heads(w, decimals)
 
 
@@ -54,14 +56,25 @@ def _head_table(w, hw, decimals: int):
     table.add_column("q·k", overflow="fold")
     table.add_column("÷√d_k", justify="right")
     table.add_column("softmax", justify="right")
+    effect = hw.terms[0].effect is not None
+    if effect:
+        table.add_column("‖v·W_O‖", justify="right")
+        table.add_column("effect", justify="right")
     for t in hw.terms:
         weight = Text(MASKED + " masked") if t.masked else Text(fmt(t.weight, decimals),
                                                                  style=shade(t.weight))
+        moved = [fmt(t.moved, decimals), Text(fmt(t.effect, decimals), style=shade(t.effect))
+                 ] if effect else []
         table.add_row(t.token, _dot_text(t.products, t.dot, decimals),
-                      fmt(t.scaled, decimals), weight, style="dim" if t.masked else None)
+                      fmt(t.scaled, decimals), weight, *moved, style="dim" if t.masked else None)
     table.caption = weighted_sum(hw, decimals)
     table.caption_justify = "left"
     return table
+
+
+EFFECT_WORDS = ("‖v·W_O‖: the length of what the key's value adds to the output through this "
+                "head's block of W_O; effect: softmax × ‖v·W_O‖, renormalised (Kobayashi et al. "
+                "2020).")
 
 
 def _after_heads(w, decimals: int) -> list:
@@ -115,7 +128,10 @@ def explain_data(w, decimals: int, only_head: int | None) -> dict:
                    "query": [r(x) for x in hw.query],
                    "keys": [{"token": t.token, "products": [[r(q), r(k)] for q, k in t.products],
                              "dot": r(t.dot), "scaled": r(t.scaled), "masked": t.masked,
-                             "weight": r(t.weight)} for t in hw.terms],
+                             "weight": r(t.weight),
+                             **({} if t.effect is None else {"moved": r(t.moved),
+                                                             "effect": r(t.effect)})}
+                            for t in hw.terms],
                    "output": [r(x) for x in hw.output]}
                   for hw in w.heads if not only_head or hw.head == only_head],
         "concat": [r(x) for x in w.concat],

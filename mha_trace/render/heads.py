@@ -8,7 +8,8 @@ from mha_trace.records import data, renderables
 
 from mha_trace.render.matrices import (matrix_table, rounded, weights_table, config_data,
                                        describe, head_entry, head_title, heads_json, legend,
-                                       sharing_table, side_by_side)
+                                       sharing_table, side_by_side, EFFECT_NOTE,
+                                       with_effect_tables)
 
 
 @renderables.register(LectureHeads)
@@ -38,8 +39,11 @@ def heads_renderables(view, decimals: int, only_head: int | None, concat: bool =
     c = view.config
     out = [Text(f"{c.title}  ({describe(view)})", style="bold")]
     heads = [only_head - 1] if only_head else range(view.heads)
-    out.append(side_by_side([weights_table(head_title(view, h), view.tokens, view.weights[h],
-                                           view.mask, decimals) for h in heads]))
+    tables = [weights_table(head_title(view, h), view.tokens, view.weights[h], view.mask, decimals)
+              for h in heads]
+    out.append(side_by_side(with_effect_tables(view, tables, list(heads), decimals)))
+    if view.effect is not None:
+        out.append(Text(EFFECT_NOTE))
     if view.kv_heads != view.heads:
         out.append(sharing_table(view))
     after = []
@@ -68,7 +72,8 @@ def heads_data(view, decimals: int, only_head: int | None) -> dict:
                 "d_k": c.d_k, "mask": c.mask, "pad": c.pad, "window": c.window, "rope": c.rope,
                 "rope_base": c.rope_base}
     return heads_json(source, settings, view.tokens, view.mask,
-                      [{**head_entry(1, h + 1, view.kv_head_of(h) + 1, view.weights[h], decimals),
+                      [{**head_entry(1, h + 1, view.kv_head_of(h) + 1, view.weights[h], decimals,
+                                     None if view.effect is None else view.effect[0][h]),
                         "dims": [h * view.d_k, (h + 1) * view.d_k]} for h in heads],
                       view.weights.mean(0), view.output, decimals)
 

@@ -369,6 +369,27 @@ def heads_json(source: dict, settings: dict, tokens, mask, heads: list, average,
             "heads": heads, "average": matrix(average), "output": matrix(output)}
 
 
-def head_entry(layer: int, head: int, kv_head: int | None, weights, decimals: int) -> dict:
-    """One head's weights (queries × keys), layer and head counted from 1."""
-    return {"layer": layer, "head": head, "kv_head": kv_head, "weights": rounded(weights, decimals)}
+def head_entry(layer: int, head: int, kv_head: int | None, weights, decimals: int,
+               effect=None) -> dict:
+    """One head's weights (queries × keys), layer and head counted from 1; with --effect, its
+    effect weights beside them."""
+    entry = {"layer": layer, "head": head, "kv_head": kv_head, "weights": rounded(weights, decimals)}
+    return entry if effect is None else {**entry, "effect": rounded(effect, decimals)}
+
+
+EFFECT_NOTE = ("Effect: each weight times the length of what that key's value moves through the "
+               "head's block of W_O (‖v_j·W_O‖, bias included), renormalised per query: where "
+               "the head's output really comes from (Kobayashi et al. 2020, \"Attention is not "
+               "only a weight\").")
+
+
+def with_effect_tables(view, tables: list, picked: list, decimals: int, layer: int = 0) -> list:
+    """Each head's weights table followed by its effect table (heads from 0), when the view has
+    effect weights; the tables alone otherwise."""
+    if view.effect is None:
+        return tables
+    out = []
+    for table, h in zip(tables, picked):
+        out += [table, weights_table(f"{table.title.split(':')[0]}: effect", view.tokens,
+                                     view.effect[layer][h], view.mask, decimals)]
+    return out

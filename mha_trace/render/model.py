@@ -14,7 +14,7 @@ from rich.text import Text
 
 from mha_trace.errors import MhaError
 from mha_trace.core.masks import allowed
-from mha_trace.render.matrices import legend, shade, weights_table
+from mha_trace.render.matrices import EFFECT_NOTE, legend, shade, weights_table, with_effect_tables
 from mha_trace.records import data, renderables
 from mha_trace.analyses.analysis import ModelHeads
 from mha_trace.analyses.model_analysis import HeadRanking, Prediction
@@ -53,7 +53,7 @@ def too_long(what: str, count: int, limit: int) -> MhaError:
                     f"sentence", quantity="sentence")
 
 
-def overview(sentence, tokens, w: np.ndarray, width: int) -> list:
+def overview(sentence, tokens, w: np.ndarray, width: int, what: str = "every head") -> list:
     """Every layer.head of the model as a small braille map: layers down and heads across, else
     the other way round; where neither fits the width, or the maps would run past TALL_LINES,
     one cell a head (`compact_overview`).
@@ -69,7 +69,7 @@ def overview(sentence, tokens, w: np.ndarray, width: int) -> list:
             raise MhaError(f"the overview needs at least {label + 2} columns and the output has "
                            f"{width} (try --width 100)", quantity="width")
         raise too_long("The overview", T, fits)
-    out = [Text(f"{model.name}: every head on \"{sentence.text}\"  ({T} tokens, "
+    out = [Text(f"{model.name}: {what} on \"{sentence.text}\"  ({T} tokens, "
                 f"{model.layers} layers × {model.heads} heads)", style="bold")]
     layers_down = model.heads <= across
     rows, cols = (model.layers, model.heads) if layers_down else (model.heads, model.layers)
@@ -127,19 +127,20 @@ def compact_overview(tokens, w: np.ndarray) -> list:
     return [grid, Text(words)]
 
 
-def head_tables(title: str, tokens, weights, picked: list, layer: int, decimals: int,
-                words: bool, causal: bool = False) -> list:
-    """One weights table per (layer, head) picked, heads counted from 1; a causal model's
-    future keys show as masked."""
+def head_tables(view, title: str, picked: list, layer: int, decimals: int) -> list:
+    """One weights table per head picked (from 1) of the layer, each followed by its effect
+    table with --effect; a causal model's future keys show as masked."""
+    tokens = view.tokens
     if len(tokens) > TABLE_TOKENS:
         raise too_long("A weights table", len(tokens), TABLE_TOKENS)
     out = [Text(title, style="bold")]
-    mask = allowed(len(tokens), "causal") if causal else None
-    for h in picked:
-        out.append(weights_table(f"Head {layer}.{h}", tokens, weights[h - 1], mask, decimals))
+    mask = allowed(len(tokens), "causal") if view.sentence.model.causal else None
+    tables = [weights_table(f"Head {layer}.{h}", tokens, view.layers[layer - 1][h - 1], mask,
+                            decimals) for h in picked]
+    out += with_effect_tables(view, tables, [h - 1 for h in picked], decimals, layer - 1)
     note = (" Rows and columns are words: to a word is the sum over its pieces, from a word the "
-            "mean." if words else "")
-    out.append(Text(legend().plain + note))
+            "mean." if view.words else "")
+    out.append(Text(legend().plain + note + ("\n" + EFFECT_NOTE if view.effect is not None else "")))
     return out
 
 
@@ -147,6 +148,9 @@ def head_tables(title: str, tokens, weights, picked: list, layer: int, decimals:
 def model_heads_renderables(view, width: int, decimals: int = 4, **_) -> list:
     """A model's `Heads`: the overview, one layer's tables or one head's."""
     s = view.sentence
+    if view.whole and view.effect is not None:
+        return overview(s, view.tokens, view.effect, width, "every head's effect weights") + [
+            Text(EFFECT_NOTE)]
     if view.whole:
         return overview(s, view.tokens, view.layers, width)
     layer = view.picked[0][0]
@@ -154,8 +158,7 @@ def model_heads_renderables(view, width: int, decimals: int = 4, **_) -> list:
     title = f"{s.model.name}, {where}: \"{s.text}\""
     if view.hide_special:
         title += "  ([CLS] and [SEP] hidden: rows no longer sum to 1)"
-    return head_tables(title, view.tokens, view.layers[layer - 1], [h for _, h in view.picked],
-                       layer, decimals, view.words, s.model.causal)
+    return head_tables(view, title, [h for _, h in view.picked], layer, decimals)
 
 
 @data.register(ModelHeads)
@@ -173,7 +176,8 @@ def model_heads_data(view, decimals: int = 4, **_) -> dict:
                 "mask": "causal" if m.causal else "none", "pad": 0, "window": None,
                 "rope": attention.rope, "rope_base": attention.rope_base if attention.rope else None}
     return heads_json(source, settings, tokens, view.mask,
-                      [head_entry(l, h, (h - 1) // group + 1, weights[l - 1, h - 1], decimals)
+                      [head_entry(l, h, (h - 1) // group + 1, weights[l - 1, h - 1], decimals,
+                                  None if view.effect is None else view.effect[l - 1, h - 1])
                        for l, h in picked], None, None, decimals)
 
 

@@ -42,6 +42,8 @@ def heads_page(view) -> dict:
             "kv_heads": view.kv_heads,
             "picked": [list(p) for p in view.picked] if view.picked else None,
             "weights": _weights(weights),
+            "effect": None if view.effect is None else _weights(
+                view.effect[[n - 1 for n in numbers]]),
             "mask": None if view.mask is None else np.asarray(view.mask, dtype=int).tolist()}
 
 
@@ -55,7 +57,9 @@ def walk_page(w) -> dict:
                        "query": _round(hw.query), "output": _round(hw.output),
                        "terms": [{"token": t.token, "products": _round(t.products), "dot": round(t.dot, 4),
                                   "scaled": round(t.scaled, 4), "masked": t.masked,
-                                  "weight": round(t.weight, 4)} for t in hw.terms]}
+                                  "weight": round(t.weight, 4),
+                                  "effect": None if t.effect is None else round(t.effect, 4)}
+                                 for t in hw.terms]}
                       for hw in w.heads if w.only is None or hw.head == w.only],
             "concat": _round(w.concat), "output": _round(w.output)}
 

@@ -301,56 +301,15 @@ def _panel(ax, panel, hi: float, decimals: int, fg: str, bg: str, room: float):
     return image
 
 
-def save_walk(path: str, title: str, walk, theme: str = "light") -> None:
-    """The explain walk on one slide: for the chosen query, a row per head with its q·k beside
-    q·k / √d_k for every key, the softmax weights, and the head's output Σ w·v (d_k numbers)."""
-    plt = _pyplot()
-    import numpy as np
-
-    fg, bg = _theme(theme)
-    heads, keys = walk.heads, [t.token for t in walk.heads[0].terms]
-    with plt.rc_context(_rc(fg)):
-        fig, axes = plt.subplots(len(heads), 3, squeeze=False, sharex="col",
-                                 figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI,
-                                 facecolor=bg, constrained_layout=True)
-        x = np.arange(len(keys))
-        for row, hw in zip(axes, heads):
-            masked = np.array([t.masked for t in hw.terms])
-            dots = np.array([0.0 if t.masked else t.dot for t in hw.terms])
-            scaled = np.array([0.0 if t.masked else t.scaled for t in hw.terms])
-            weights = np.array([t.weight for t in hw.terms])
-            row[0].bar(x - 0.2, dots, 0.4, color="#3b528b", label="q·k")
-            row[0].bar(x + 0.2, scaled, 0.4, color="#5ec962", label=f"q·k ÷ √d_k (÷ {walk.sqrt_dk:.2f})")
-            row[1].bar(x, weights, 0.7, color=plt.get_cmap("viridis")(weights / max(weights.max(), 1e-9)))
-            row[1].bar(x[masked], np.full(masked.sum(), 0.02), 0.7, fill=False, hatch="///",
-                       edgecolor="#888888")
-            row[2].bar(np.arange(len(hw.output)), hw.output, 0.7, color="#21918c")
-            if len(keys) <= 8 and len(heads) <= 4:  # room for the numbers themselves (a 0 too)
-                _values_on(row[0], np.concatenate([x - 0.2, x + 0.2]), np.concatenate([dots, scaled]),
-                           fg, 13)
-                _values_on(row[1], x, weights, fg, 16)
-            if len(hw.output) <= 8 and len(heads) <= 4:
-                _values_on(row[2], np.arange(len(hw.output)), hw.output, fg, 16)
-            row[0].set_ylabel(f"head {hw.head}", fontsize=18, rotation=0, ha="right", va="center")
-            for ax in row:
-                ax.set_facecolor(bg)
-                ax.axhline(0, color=fg, linewidth=0.8)
-                ax.tick_params(labelsize=MIN_TICK_PT)
-                ax.locator_params(axis="y", nbins=3)
-        top = axes[0]
-        for ax, name in zip(top, ("scores for every key", "softmax: the weights",
-                                  "Σ w·v: this head's output")):
-            ax.set_title(name, fontsize=22, color=fg)
-        fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower left", ncols=2,
-                   fontsize=16, facecolor=bg, labelcolor=fg, frameon=False)
-        xs, size = _ticks(len(keys), SLIDE_W / 3 * 0.8)
-        for ax in axes[-1][:2]:
-            ax.set_xticks(xs, [keys[j] for j in xs], rotation=90, fontsize=size)
-        dims = np.arange(len(heads[0].output))
-        axes[-1][2].set_xticks(dims[::max(1, len(dims) // 16)])
-        axes[-1][2].set_xlabel("dimension of the head", fontsize=18)
-        fig.suptitle(_fitted(title, 95), fontsize=28, color=fg)
-    _save(plt, fig, path, bg)
+def effect_panels(panels: list, effect, where: list, groups: list | None = None) -> tuple:
+    """With effect weights (layers, heads, T, T): each heatmap panel followed by its head's
+    effect weights (`where`: each panel's (layer, head), from 0), and each K/V group doubled."""
+    if effect is None:
+        return panels, groups
+    out = []
+    for (name, rows, cols, _, mask), (l, h) in zip(panels, where):
+        out += [(name, rows, cols, _, mask), (f"{name} effect", rows, cols, effect[l][h], mask)]
+    return out, None if groups is None else [g for g in groups for _ in (0, 1)]
 
 
 def _values_on(ax, xs, values, fg: str, size: int) -> None:

@@ -42,10 +42,13 @@
   /* ---- heads: the head view and the model view ---- */
   function headsView() {
     const T = data.tokens.length, H = data.heads, layers = data.layer_numbers;
-    const raw = atob(data.weights);
-    const bytes = new Uint8Array(raw.length);
-    for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
-    const w16 = new Uint16Array(bytes.buffer);
+    const decode = (b64) => {
+      const raw = atob(b64), bytes = new Uint8Array(raw.length);
+      for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
+      return new Uint16Array(bytes.buffer);
+    };
+    const shown = {weight: decode(data.weights), effect: data.effect ? decode(data.effect) : null};
+    let w16 = shown.weight;  // the effect weights instead, toggled with "e"
     const weight = (l, h, q, k) => w16[((l * H + h) * T + q) * T + k] / 65535;
     const group = H / data.kv_heads;
     const picked = data.picked && data.picked.length === 1 ? data.picked[0][1] - 1 : null;
@@ -73,6 +76,15 @@
     controls.append(...headButtons,
       el("button", {id: "all", text: "all", onclick: () => { state.heads = new Set([...Array(H).keys()]); draw(); }}),
       el("button", {id: "none", text: "none", onclick: () => { state.heads.clear(); draw(); }}));
+    let paintTiles = () => {};
+    const effectButton = shown.effect && el("button", {id: "effect", "aria-pressed": "false",
+      title: "effect: each weight × the length of what its key's value moves through W_O, renormalised (Kobayashi et al. 2020)",
+      text: "weight / effect (e)", onclick: () => {
+        w16 = w16 === shown.effect ? shown.weight : shown.effect;
+        effectButton.setAttribute("aria-pressed", w16 === shown.effect);
+        draw(); paintTiles();
+      }});
+    if (effectButton) controls.append(effectButton);
     const readout = el("div", {class: "readout", id: "readout", "aria-live": "polite"});
     const rowH = 26, width = 560, left = 150, right = 410;
     const picture = svg("svg", {id: "head-view", width, height: T * rowH + 30, role: "img",
@@ -80,7 +92,8 @@
     root.append(el("h2", {text: "Head view"}), controls,
                 el("p", {class: "hint", text: "Hover or click a token: on the left, what it attends " +
                   "to; on the right, what attends to it. Keys: ↑ ↓ move, ← → layer, 1-9 a head, " +
-                  "Esc clears." + (many ? ` With ${T} tokens, one token's lines show at a time.` : "")}),
+                  "Esc clears." + (shown.effect ? " e: the effect weights (weight × ‖v·W_O‖, renormalised) or the weights." : "") +
+                  (many ? ` With ${T} tokens, one token's lines show at a time.` : "")}),
                 picture, readout);
 
     function focus(side, index, pin) {
@@ -129,7 +142,8 @@
                                       "stroke-opacity": Math.min(1, 0.15 + v),
                                       "data-head": h + 1, "data-q": q, "data-k": k});
             const title = svg("title");
-            title.textContent = `head ${h + 1}: ${data.tokens[q]} → ${data.tokens[k]} ${fmt(v)}`;
+            const what = w16 === shown.effect ? " effect" : "";
+            title.textContent = `head ${h + 1}${what}: ${data.tokens[q]} → ${data.tokens[k]} ${fmt(v)}`;
             line.append(title);
             lines.append(line);
           }
@@ -156,7 +170,8 @@
         return `head ${h + 1}: ${f.side === "q" ? "→ " + other : other + " →"} ${fmt(best)}`;
       });
       const who = data.tokens[f.index];
-      return `${f.side === "q" ? who + " attends most to" : "attending most to " + who}: ` + parts.join("; ");
+      const what = w16 === shown.effect ? " (effect weights)" : "";
+      return `${f.side === "q" ? who + " attends most to" : "attending most to " + who}${what}: ` + parts.join("; ");
     }
     document.addEventListener("keydown", (e) => {
       if (e.target.closest("select")) return;
@@ -172,11 +187,13 @@
         draw();
       } else if (/^[1-9]$/.test(e.key) && +e.key <= H) {
         headButtons[+e.key - 1].click();
+      } else if (e.key === "e" && effectButton) {
+        effectButton.click();
       } else if (e.key === "Escape") {
         state.pinned = false; focus("q", null);
       }
     });
-    if (layers.length * H > 1) modelView(weight, (l, h) => {
+    if (layers.length * H > 1) paintTiles = modelView(weight, (l, h) => {
       state.layer = l; state.heads = new Set([h]);
       if (layers.length > 1) document.getElementById("layer").value = l;
       draw();
@@ -191,10 +208,20 @@
     const grid = el("div", {class: "tiles", id: "model-view",
                             style: `grid-template-columns: auto repeat(${H}, auto)`});
     grid.append(el("span"), ...[...Array(H).keys()].map((h) => el("span", {class: "label", text: h + 1})));
+    const tiles = [];
     layers.forEach((n, l) => {
       grid.append(el("span", {class: "label", text: `layer ${n}`}));
       for (let h = 0; h < H; h++) {
         const canvas = el("canvas", {width: T, height: T, style: `width:${size}px;height:${size}px`});
+        tiles.push([canvas, l, h]);
+        grid.append(el("button", {class: "tile", "data-layer": n, "data-head": h + 1,
+                                  "aria-label": `layer ${n} head ${h + 1}`,
+                                  title: `layer ${n}, head ${h + 1}: click to open it above`,
+                                  onclick: () => open(l, h)}, canvas));
+      }
+    });
+    function paint() {  /* every tile, from what `weight` reads now (weights or effect) */
+      tiles.forEach(([canvas, l, h]) => {
         const ctx = canvas.getContext("2d"), img = ctx.createImageData(T, T);
         let top = 0;
         for (let q = 0; q < T; q++) for (let k = 0; k < T; k++) top = Math.max(top, weight(l, h, q, k));
@@ -203,13 +230,11 @@
           img.data[o] = r; img.data[o + 1] = g; img.data[o + 2] = b; img.data[o + 3] = 255;
         }
         ctx.putImageData(img, 0, 0);
-        grid.append(el("button", {class: "tile", "data-layer": n, "data-head": h + 1,
-                                  "aria-label": `layer ${n} head ${h + 1}`,
-                                  title: `layer ${n}, head ${h + 1}: click to open it above`,
-                                  onclick: () => open(l, h)}, canvas));
-      }
-    });
+      });
+    }
+    paint();
     root.append(el("h2", {text: "Model view: every head (click one to open it above)"}), grid);
+    return paint;
   }
   function ramp(x) { /* viridis, five stops */
     const stops = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
@@ -221,21 +246,27 @@
   function explainView() {
     root.append(el("p", {text: `The query is '${data.token}' (position ${data.position}). ` +
       `Each head: q·k for every key, ÷ √d_k = ${data.sqrt_dk}, softmax, then Σ w·v. ` +
-      "Click a key's row for its products."}));
+      "Click a key's row for its products." +
+      (data.heads[0].terms[0].effect != null ? " Effect (orange bar): the weight × the length of " +
+        "what the key's value moves through W_O, renormalised (Kobayashi et al. 2020)." : "")}));
     data.heads.forEach((hw, n) => {
       const table = el("table", {class: "walk"});
-      table.append(el("tr", {}, ...["key", "q·k", "÷ √d_k", "weight", ""].map((t, i) =>
-        el("th", {class: i && i < 4 ? "num" : "", text: t}))));
+      const effect = hw.terms[0].effect !== null && hw.terms[0].effect !== undefined;
+      const names = ["key", "q·k", "÷ √d_k", "weight", ...(effect ? ["effect"] : []), ""];
+      table.append(el("tr", {}, ...names.map((t, i) =>
+        el("th", {class: i && i < names.length - 1 ? "num" : "", text: t}))));
       hw.terms.forEach((t) => {
         const products = el("tr", {class: "products", hidden: ""},
-          el("td", {colspan: 5, text: t.products.map(([a, b]) => `${fmt(a)}×${fmt(b)}`).join(" + ") +
+          el("td", {colspan: names.length, text: t.products.map(([a, b]) => `${fmt(a)}×${fmt(b)}`).join(" + ") +
                                       ` = ${fmt(t.dot)}`}));
         const row = el("tr", {class: t.masked ? "term masked" : "term", tabindex: 0,
                               "data-token": t.token},
           el("td", {class: "tok", text: t.token}), el("td", {class: "num", text: fmt(t.dot)}),
           el("td", {class: "num", text: t.masked ? "masked" : fmt(t.scaled)}),
           el("td", {class: "num weight", text: fmt(t.weight)}),
-          el("td", {}, el("span", {class: "bar", style: `width:${Math.round(120 * t.weight)}px`})));
+          ...(effect ? [el("td", {class: "num effect", text: fmt(t.effect)})] : []),
+          el("td", {}, el("span", {class: "bar", style: `width:${Math.round(120 * t.weight)}px`}),
+             ...(effect ? [el("span", {class: "bar effect", style: `width:${Math.round(120 * t.effect)}px`})] : [])));
         const flip = () => products.toggleAttribute("hidden");
         row.addEventListener("click", flip);
         row.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { flip(); e.preventDefault(); } });

@@ -1,0 +1,73 @@
+"""The explain walk's slide (`explain --png`): a row per head, its scores, its weights (beside
+their effect with --effect) and its output."""
+
+from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, SLIDE_W, WIDTH_PX, _fitted,
+                                    _pyplot, _rc, _save, _theme, _ticks, _values_on)
+
+
+def save_walk(path: str, title: str, walk, theme: str = "light") -> None:
+    """The explain walk on one slide: for the chosen query, a row per head with its q·k beside
+    q·k / √d_k for every key, the softmax weights (beside their effect with --effect), and the
+    head's output Σ w·v (d_k numbers)."""
+    plt = _pyplot()
+    import numpy as np
+
+    fg, bg = _theme(theme)
+    heads, keys = walk.heads, [t.token for t in walk.heads[0].terms]
+    effect = heads[0].terms[0].effect is not None
+    with plt.rc_context(_rc(fg)):
+        fig, axes = plt.subplots(len(heads), 3, squeeze=False, sharex="col",
+                                 figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI,
+                                 facecolor=bg, constrained_layout=True)
+        for row, hw in zip(axes, heads):
+            _walk_row(plt, row, hw, walk.sqrt_dk, len(heads) <= 4, fg, bg)
+        for ax, name in zip(axes[0], ("scores for every key", "softmax: the weights" + (
+                                      " and their effect" if effect else ""),
+                                      "Σ w·v: this head's output")):
+            ax.set_title(name, fontsize=22, color=fg)
+        handles = [h for ax in axes[0][:2] for h in zip(*ax.get_legend_handles_labels())]
+        fig.legend(*zip(*handles), loc="outside lower left", ncols=len(handles),
+                   fontsize=16, facecolor=bg, labelcolor=fg, frameon=False)
+        xs, size = _ticks(len(keys), SLIDE_W / 3 * 0.8)
+        for ax in axes[-1][:2]:
+            ax.set_xticks(xs, [keys[j] for j in xs], rotation=90, fontsize=size)
+        dims = np.arange(len(heads[0].output))
+        axes[-1][2].set_xticks(dims[::max(1, len(dims) // 16)])
+        axes[-1][2].set_xlabel("dimension of the head", fontsize=18)
+        fig.suptitle(_fitted(title, 95), fontsize=28, color=fg)
+    _save(plt, fig, path, bg)
+
+
+def _walk_row(plt, row, hw, sqrt_dk: float, few: bool, fg: str, bg: str) -> None:
+    """One head of the walk's slide: its scores, its weights (and effect), its output."""
+    import numpy as np
+
+    x = np.arange(len(hw.terms))
+    effect = hw.terms[0].effect is not None
+    masked = np.array([t.masked for t in hw.terms])
+    dots = np.array([0.0 if t.masked else t.dot for t in hw.terms])
+    scaled = np.array([0.0 if t.masked else t.scaled for t in hw.terms])
+    weights = np.array([t.weight for t in hw.terms])
+    row[0].bar(x - 0.2, dots, 0.4, color="#3b528b", label="q·k")
+    row[0].bar(x + 0.2, scaled, 0.4, color="#5ec962", label=f"q·k ÷ √d_k (÷ {sqrt_dk:.2f})")
+    if effect:  # the weights beside the effect weights (--effect)
+        row[1].bar(x - 0.2, weights, 0.4, color="#9b5fc0", label="weight")
+        row[1].bar(x + 0.2, [t.effect for t in hw.terms], 0.4, color="#f58231",
+                   label="effect: weight × ‖v·W_O‖, renormalised")
+    else:
+        row[1].bar(x, weights, 0.7, color=plt.get_cmap("viridis")(weights / max(weights.max(), 1e-9)))
+    row[1].bar(x[masked], np.full(masked.sum(), 0.02), 0.7, fill=False, hatch="///",
+               edgecolor="#888888")
+    row[2].bar(np.arange(len(hw.output)), hw.output, 0.7, color="#21918c")
+    if len(x) <= 8 and few:  # room for the numbers themselves (a 0 too)
+        _values_on(row[0], np.concatenate([x - 0.2, x + 0.2]), np.concatenate([dots, scaled]), fg, 13)
+        if not effect:
+            _values_on(row[1], x, weights, fg, 16)
+    if len(hw.output) <= 8 and few:
+        _values_on(row[2], np.arange(len(hw.output)), hw.output, fg, 16)
+    row[0].set_ylabel(f"head {hw.head}", fontsize=18, rotation=0, ha="right", va="center")
+    for ax in row:
+        ax.set_facecolor(bg)
+        ax.axhline(0, color=fg, linewidth=0.8)
+        ax.tick_params(labelsize=MIN_TICK_PT)
+        ax.locator_params(axis="y", nbins=3)

@@ -15,6 +15,8 @@ GOLDEN_RUNS = {
     "explain_cat.txt": ("explain", "--token", "cat"),
     "explain_the.txt": ("explain", "--token", "The"),
     "explain_chicken_it.txt": ("explain", "--config", "chicken-road", "--token", "it", "--head", "1"),
+    "explain_cat_effect.txt": ("explain", "--token", "cat", "--effect"),
+    "heads_chicken_effect.txt": ("heads", "--config", "chicken-road", "--head", "3", "--effect"),
     "configs.txt": ("configs",),
 }
 

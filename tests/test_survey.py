@@ -244,6 +244,39 @@ def test_the_effect_verdict_follows_the_numbers(minilm_survey, smollm2_survey):
     assert "widest gap is layer 2 (0.90" in effect_verdict(one(0.5, 0.9), one(0.4, 0.3))
 
 
+def test_the_effect_guide_shows_the_surveys_numbers(minilm_survey, smollm2_survey):
+    """docs/effect.md's tables, quotes and reading are these runs' numbers."""
+    import re
+
+    from mha_trace.render.survey import effect_verdict
+
+    text = (Path(__file__).parent.parent / "docs" / "effect.md").read_text()
+    tables = re.findall(r"```text\n(.*?)```", text, re.S)[1:]
+    for result, table in zip((minilm_survey, smollm2_survey), tables):
+        rows = {}
+        for line in table.splitlines():
+            cells = line.split()
+            if not cells[0].isdigit():
+                continue  # a header
+            for k in range(0, len(cells), 1 + 2 * len(result.sinks)):
+                rows[int(cells[k])] = cells[k + 1:k + 1 + 2 * len(result.sinks)]
+        expected = {l + 1: [f"{v[l]:.2f}" for n in result.sinks
+                            for v in (result.sinks[n], result.effect_sinks[n])]
+                    for l in range(result.model.layers)}
+        assert rows == expected
+        quoted = " ".join(effect_verdict(result.sinks, result.effect_sinks).split())
+        assert quoted in " ".join(text.replace("> ", "").split())
+    cls, moved = minilm_survey.sinks["[CLS]"][1:5], minilm_survey.effect_sinks["[CLS]"][1:5]
+    flat = " ".join(text.split())
+    assert f"{cls.mean():.2f} of the weight of layers 2 to 5 and {moved.mean():.2f}" in flat
+    first = smollm2_survey.effect_sinks["first token"].mean() / smollm2_survey.sinks["first token"].mean()
+    assert 0.7 < first < 0.8 and "three quarters of its share as effect" in flat
+    cls = minilm_survey.effect_sinks["[CLS]"].mean() / minilm_survey.sinks["[CLS]"].mean()
+    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    assert 0.17 < cls < 0.25 and "[CLS] sink keeps a fifth of its weight as effect" in readme
+    assert "first token keeps three quarters" in readme
+
+
 # ---- sources: --sentences FILE, --sentence, the API ----------------------------------------------
 
 def test_sentences_from_a_file(cli, tmp_path):

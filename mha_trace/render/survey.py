@@ -183,7 +183,7 @@ def effect_verdict(weight: dict, effect: dict) -> str:
     w, e = sum(weight.values()), sum(effect.values())  # (layers,) every sink together
     names = " and ".join(weight)
     gap = int(np.argmax(w - e))
-    verb, they = ("get", "they") if len(weight) > 1 else ("gets", "it")
+    verb, they, move = ("get", "they", "move") if len(weight) > 1 else ("gets", "it", "moves")
     said = (f"Over the layers, the {names} {verb} {w.mean():.2f} of the weight and {e.mean():.2f} of "
             f"the effect on average; the widest gap is layer {gap + 1} ({w[gap]:.2f} of the weight, "
             f"{e[gap]:.2f} of the effect). ")
@@ -193,8 +193,8 @@ def effect_verdict(weight: dict, effect: dict) -> str:
                        f"nothing to fetch (Kobayashi et al. 2020; Xiao et al. 2023).")
     if e.mean() <= 0.8 * w.mean():
         return said + (f"The effect is smaller than the weight, but by less than half: the weight "
-                       f"overstates what {they} move, not by much.")
-    return said + f"What {they} {verb}, {they} move: here the weight reads as the effect."
+                       f"overstates what {they} {move}, not by much.")
+    return said + f"What {they} {verb}, {they} {move}: here the weight reads as the effect."
 
 
 def survey_data(result, top: int) -> dict:

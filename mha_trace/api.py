@@ -69,9 +69,9 @@ def heads(config=None, *, head: int | None = None, effect: bool = False, **optio
 
 
 def explain(config=None, token: str | None = None, position: int | None = None, *,
-            head: int | None = None, effect: bool = False, **options):
+            head: int | None = None, effect: bool = False, why: bool = False, **options):
     """One token through every head (or just `head`), every product written out; effect=True
-    adds each key's ‖v·W_O‖ and effect weight.
+    adds each key's ‖v·W_O‖ and effect weight; why=True splits each score into the head's dims.
 
     >>> explain("cat-sat-on-mat", token="cat", head=1).heads[0].terms[1].weight
     0.2509...
@@ -88,7 +88,12 @@ def explain(config=None, token: str | None = None, position: int | None = None, 
                        "module use heads(module=...)", quantity="module")
     if effect and view.effect is None:
         view = with_effect(view)
-    return replace(walk(view, find_position(view.tokens, token, position)), only=head)
+    w = replace(walk(view, find_position(view.tokens, token, position)), only=head)
+    if why:
+        from mha_trace.analyses.why import config_why
+
+        w = replace(w, why=config_why(view, w.position, [head] if head else range(1, view.heads + 1)))
+    return w
 
 
 def ablate(config=None, removed=(2,), **options):
@@ -188,15 +193,22 @@ class Model:
 
     def explain(self, text: str | None = None, *, token: str | None = None,
                 position: int | None = None, head: str | None = None, layer: int | None = None,
-                effect: bool = False):
+                effect: bool = False, why: bool = False, by_head: bool = False):
         """One token through a layer's heads (`head="6.12"` picks the layer and the head);
-        effect=True adds each key's ‖v·W_O‖ and effect weight."""
+        effect=True adds each key's ‖v·W_O‖ and effect weight; why=True splits each score by
+        source (by_head=True: each earlier head a source of its own)."""
         import mha_trace.render.explain  # noqa: F401 (registers how its records show)
         import mha_trace.render.page  # noqa: F401 (registers how its records show)
         from mha_trace.analyses.model_heads import head_in_layer, model_walk
 
         layer, only = head_in_layer(layer, _head(head))
-        return replace(model_walk(self.run(text, layer), only, token, position, effect), only=only)
+        run = self.run(text, layer)
+        w = replace(model_walk(run, only, token, position, effect), only=only)
+        if why or by_head:
+            from mha_trace.analyses.why import with_why
+
+            w = with_why(w, run, only, by_head)
+        return w
 
     def trace(self, text: str | None = None, layer: int = 1):
         """One layer's attention on the text's hidden states, traced op by op."""

@@ -141,13 +141,13 @@ def built_cache(tmp_path_factory):
     workers share it (the first builds it under a lock); every test copies it before touching it."""
     import fcntl
 
-    from mha_trace.models import smollm2
+    from mha_trace.models import gguf_meta, smollm2
 
     root = tmp_path_factory.getbasetemp().parent  # one folder for all the workers of this run
     folder = root / "smollm2-cache" / "smollm2"
     with open(root / "smollm2-cache.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (folder / "meta.json").exists():
-            smollm2._build_cache(smollm2.gguf_path(), folder)
-    assert smollm2._read_cache(folder, smollm2.gguf_path().stat().st_size) is not None  # sound
+            gguf_meta.build_meta(smollm2.gguf_path(), folder, smollm2.INSTALL)
+    assert gguf_meta.read_meta(folder, smollm2.gguf_path().stat().st_size) is not None  # sound
     return folder

@@ -722,7 +722,7 @@ def test_every_damaged_cache_is_rebuilt_never_trusted(built_cache, tmp_path, nam
     """Refused by its sha256, and by its types even when the sha256 is made to match."""
     import shutil
 
-    from mha_trace.models import smollm2
+    from mha_trace.models import gguf_meta, smollm2
 
     folder = tmp_path / "smollm2"
     shutil.copytree(built_cache, folder)  # sound as built (checked once, in the fixture)
@@ -730,17 +730,17 @@ def test_every_damaged_cache_is_rebuilt_never_trusted(built_cache, tmp_path, nam
     meta = json.loads((folder / "meta.json").read_text())
     damage(meta)
     (folder / "meta.json").write_text(json.dumps(meta))
-    assert smollm2._read_cache(folder, size) is None, name
+    assert gguf_meta.read_meta(folder, size) is None, name
     if not name.startswith("sha256"):
-        meta["sha256"] = smollm2._digest(meta, (folder / "tokenizer.json").read_text())
+        meta["sha256"] = gguf_meta.digest(meta, (folder / "tokenizer.json").read_text())
         (folder / "meta.json").write_text(json.dumps(meta))
-        assert smollm2._read_cache(folder, size) is None, f"{name}, resealed"
+        assert gguf_meta.read_meta(folder, size) is None, f"{name}, resealed"
 
 
 def test_edited_files_fail_their_sha256(built_cache, tmp_path):
     import shutil
 
-    from mha_trace.models import smollm2
+    from mha_trace.models import gguf_meta, smollm2
 
     size = smollm2.gguf_path().stat().st_size
     for name, edit in (("meta.json", lambda t: t.replace('"layers": 30', '"layers": 29')),
@@ -749,7 +749,7 @@ def test_edited_files_fail_their_sha256(built_cache, tmp_path):
         folder = tmp_path / f"copy-{len(list(tmp_path.iterdir()))}"
         shutil.copytree(built_cache, folder)
         (folder / name).write_text(edit((folder / name).read_text()))
-        assert smollm2._read_cache(folder, size) is None, name
+        assert gguf_meta.read_meta(folder, size) is None, name
 
 
 def test_a_zero_layer_cache_is_rebuilt_end_to_end(tmp_path, built_cache):

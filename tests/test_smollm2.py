@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from mha_trace.models import smollm2
+from mha_trace.models import gguf_meta, smollm2
 
 REFERENCE = np.load(Path(__file__).parent / "fixtures" / "smollm2_reference.npz")
 META = json.loads(str(REFERENCE["meta"]))
@@ -94,22 +94,22 @@ def test_the_cache_is_keyed_by_hash_and_rebuilt_when_damaged(tmp_path, monkeypat
     size = path.stat().st_size
     folder = tmp_path / f"smollm2-{file_sha256(path)[:16]}"
     shutil.copytree(built_cache, folder)  # as a first run leaves it (built once per test run)
-    good = smollm2._read_cache(folder, size)
+    good = gguf_meta.read_meta(folder, size)
     assert good is not None and good[0]["sizes"]["layers"] == 30
     kept = (folder / "meta.json").read_text()
     (folder / "meta.json").write_text(kept[:1000])  # truncated
-    assert smollm2._read_cache(folder, size) is None
+    assert gguf_meta.read_meta(folder, size) is None
     (folder / "meta.json").write_text(kept)  # whole again: only the tokenizer is damaged next
     (folder / "tokenizer.json").write_bytes(b"\0garbage")
-    assert smollm2._read_cache(folder, size) is None
+    assert gguf_meta.read_meta(folder, size) is None
     (folder / "meta.json").unlink()  # and a folder stands where meta.json belongs
     (folder / "meta.json").mkdir()
     (folder / "meta.json" / "inside").write_text("x")
-    assert smollm2._read_cache(folder, size) is None
+    assert gguf_meta.read_meta(folder, size) is None
     monkeypatch.setattr(smollm2, "_loaded", None)
     rebuilt = smollm2.load_smollm2()  # clears the folder, rebuilds, then reads it back
     assert rebuilt.tokenize(CAPITAL) == REFERENCE["s0_ids"].tolist()
-    assert (folder / "meta.json").is_file() and smollm2._read_cache(folder, size)[0]["sizes"]["layers"] == 30
+    assert (folder / "meta.json").is_file() and gguf_meta.read_meta(folder, size)[0]["sizes"]["layers"] == 30
     monkeypatch.setattr(smollm2, "_loaded", None)
 
 

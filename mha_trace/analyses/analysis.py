@@ -257,6 +257,7 @@ class Walk(Shows):
     concat: np.ndarray  # (D,)
     output: np.ndarray  # (D,)
     only: int | None = None  # the head shown when none is asked for (None: every head)
+    why: list | None = None  # --why: each head's scores split by source (analyses.why.Why)
 
     @property
     def token(self) -> str:

@@ -89,6 +89,8 @@ def explain(
     decimals: DecimalsOpt = 4,
     include_inputs: IncludeInputsOpt = False,
     effect: EffectOpt = False,
+    why: Annotated[bool, typer.Option("--why", help="Split each key's score by where q and k come from: a config's d_k products; a model's token and position embeddings, each earlier layer's attention and MLP output, and biases (norms frozen, so the parts add up); the weights again without each source. Example: --why --head 2")] = False,
+    by_head: Annotated[bool, typer.Option("--by-head", help="With --why on a model: each earlier layer's heads as sources of their own. Example: --why --by-head")] = False,
     o=None,
     out: Output = None,
 ):
@@ -97,6 +99,7 @@ def explain(
     With --model, through a real layer's heads (--head L.H for one, --layer L for all; layer 1 by default).
     Example: mha-trace explain --token cat
     Example: mha-trace explain --model minilm --token it --head 6.12
+    Example: mha-trace explain --model minilm --token it --head 3.1 --why
     """
     from mha_trace.analyses.analysis import find_position, run_heads, walk
     import mha_trace.render.explain  # noqa: F401 (registers how its records show)
@@ -108,12 +111,18 @@ def explain(
         from mha_trace.runs.resolve import refuse_with_model
 
         refuse_with_model(include_inputs=include_inputs or None)
-        return models.explain(o, head, token, position, decimals, out, effect)
+        return models.explain(o, head, token, position, decimals, out, effect, (why, by_head))
     check_include(include_inputs, None, out)
     head = _head_number(head)
     run = resolve(o)
     view = run_heads(run, head, effect)
+    if by_head and not why:
+        raise MhaError("--by-head goes with --why", quantity="by_head")
     if o.module:
+        if why:
+            raise MhaError("needs your module's q and k, which it does not return (heads and "
+                           "explain see only its weights); run it on a config or a --model",
+                           quantity="why")
         from mha_trace.render.explain import module_explain_data, module_explain_renderables
 
         i = find_position(view.tokens, token, position)
@@ -121,11 +130,16 @@ def explain(
              lambda: with_inputs(module_explain_data(view, i, decimals, head), run, include_inputs))
         return
     w = walk(view, find_position(view.tokens, token, position))
+    if why:
+        from mha_trace.analyses.why import with_why
+
+        w = with_why(w, run, head, by_head)
     if out.png:
         from mha_trace.render.walk_slide import save_walk
+        from mha_trace.render.why_slide import save_why
 
-        save_walk(out.png, f"{view.config.title}: the query '{w.token}' through every head", w,
-                  out.theme)
+        (save_why if w.why else save_walk)(
+            out.png, f"{view.config.title}: the query '{w.token}' through every head", w, out.theme)
     emit(out, lambda: w.renderables(decimals=decimals, head=head),
          lambda: with_inputs(w.data(decimals=decimals, head=head), run, include_inputs), page=w)
 

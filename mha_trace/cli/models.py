@@ -73,7 +73,9 @@ def _save_model_png(view, decimals: int, out: Output) -> None:
                    s.model.causal, decimals, out.theme, advance, out.scale)
 
 
-def explain(o, head, token, position, decimals, out: Output, effect: bool = False):
+def explain(o, head, token, position, decimals, out: Output, effect: bool = False,
+            why: tuple = (False, False)):
+    """explain --model; why: (--why, --by-head)."""
     from dataclasses import replace
 
     from mha_trace.analyses.model_heads import head_in_layer, model_walk
@@ -83,11 +85,18 @@ def explain(o, head, token, position, decimals, out: Output, effect: bool = Fals
 
     layer, only = head_in_layer(o.layer, head)
     run = resolve(replace(o, layer=layer))
+    if why[1] and not why[0]:
+        raise MhaError("--by-head goes with --why", quantity="by_head")
     w = model_walk(run, only, token, position, effect)
+    if why[0]:
+        from mha_trace.analyses.why import with_why
+
+        w = with_why(w, run, only, why[1])
     if out.png:
         from mha_trace.render.walk_slide import save_walk
+        from mha_trace.render.why_slide import save_why
 
-        save_walk(out.png, f"{run.sentence.model.name}: '{w.token}' through every head of "
+        (save_why if w.why else save_walk)(out.png, f"{run.sentence.model.name}: '{w.token}' through every head of "
                   f"layer {layer or 1}", w, out.theme)
     emit(out, lambda: w.renderables(decimals=decimals, head=only),
          lambda: w.data(decimals=decimals, head=only), page=w)

@@ -185,6 +185,24 @@ class Model:
         """What layer `layer`'s attention reads, from a run's inputs (BERT: the layer's input)."""
         return inputs[layer - 1]
 
+    # the residual stream by source (models.stream, `explain --why`)
+    def embedding_parts(self, ids) -> dict:
+        """The first layer's input before its LayerNorm: (T, D) per source."""
+        T = len(ids)
+        return {"token": self.word_vectors([list(ids)])[0],
+                "position": self.encoder.positions.weight[:T],
+                "biases": self.encoder.segments.weight[0].expand(T, -1)}  # segment 0: a constant
+
+    def stream_steps(self, layer: int) -> list:
+        """What changes the stream in `layer` (0: after the embeddings), in order."""
+        if layer == 0:
+            return [self.encoder.embed_norm]
+        l = self.encoder.layers[layer - 1]
+        return [l.attention, l.attention_norm, l.ff_out, l.ff_norm]
+
+    def attention_norm_of(self, layer: int):
+        return None  # BERT's attention reads the stream itself
+
 
 def _names(layers: int) -> dict:
     """Our parameter names -> the file's (HF BertModel's)."""

@@ -103,6 +103,18 @@ class Trained:
     def attention_module(self, layer: int):
         return self.toy.blocks[layer - 1]
 
+    # the residual stream by source (models.stream, `explain --why`)
+    def embedding_parts(self, ids) -> dict:
+        T = len(ids)
+        return {"token": self.toy.embed(torch.tensor(list(ids), device=self.device)),
+                "position": self.toy.position.weight[:T]}
+
+    def stream_steps(self, layer: int) -> list:
+        return [] if layer == 0 else [self.toy.blocks[layer - 1]]
+
+    def attention_norm_of(self, layer: int):
+        return None
+
     def attention_input(self, inputs: list, layer: int):
         """What layer `layer`'s attention reads: the residual stream entering it."""
         return inputs[layer - 1]

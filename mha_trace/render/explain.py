@@ -39,6 +39,13 @@ def explain_renderables(w, decimals: int, only_head: int | None) -> list:
                         f"{c.seed}); the walk starts from those projections."))
     if view.kv_heads != view.heads:
         out.append(sharing_table(view))
+    if w.why:
+        from mha_trace.render.why import why_renderables, why_words
+
+        out.append(why_words(view, w.why[0]))
+        for why in w.why:
+            out += why_renderables(w, why, decimals)
+        return out + _after_heads(w, decimals)
     out += [_head_table(w, hw, decimals) for hw in w.heads if not only_head or hw.head == only_head]
     if w.heads[0].terms[0].effect is not None:
         out.append(Text(EFFECT_WORDS))
@@ -116,6 +123,8 @@ def weighted_sum(hw, decimals: int) -> str:
 
 
 def explain_data(w, decimals: int, only_head: int | None) -> dict:
+    from mha_trace.render.why import why_data
+
     r = lambda x: float(x)  # JSON keeps full precision
     return {
         "command": "explain",
@@ -137,6 +146,8 @@ def explain_data(w, decimals: int, only_head: int | None) -> dict:
         "concat": [r(x) for x in w.concat],
         "output": [r(x) for x in w.output],
         "W_O_identity": w.view.wo_identity,
+        **({} if not w.why else {"why": [{"head": y.head, **why_data(y, w.view.tokens)}
+                                         for y in w.why]}),
     }
 
 

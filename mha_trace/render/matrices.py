@@ -133,9 +133,11 @@ class _WeightsTable:
     2; 2 with long key labels shortened (a line below names them); 2 without leading zeros. Only
     when none fits does it split its key columns into several tables, numbers never cut."""
 
-    def __init__(self, title: str, tokens, weights, mask, decimals: int):
+    def __init__(self, title: str, tokens, weights, mask, decimals: int, rows=None,
+                 corner: str = "q \\ k"):
         self.title, self.tokens, self.weights = title, list(tokens), weights
         self.mask, self.decimals = mask, decimals
+        self.rows, self.corner = list(tokens if rows is None else rows), corner  # the row labels
         self.fit = None  # the columns it may take when it shares a row (set by SideBySide)
         self._widths = {}  # Layout -> printed width
         self._cells = {}  # (decimals, lead) -> the shaded cells
@@ -177,7 +179,7 @@ class _WeightsTable:
         layout = layout or Layout(self.decimals)
         keys = range(len(self.tokens)) if keys is None else keys
         table = new_table(padding=(0, 1) if layout.lead else 0)  # tight: the divider alone
-        table.add_column("q \\ k", style="bold", no_wrap=True)
+        table.add_column(self.corner, style="bold", no_wrap=True)
         labels = self.labels(layout)
         for j in keys:
             table.add_column(labels[j], justify="right", no_wrap=True)
@@ -186,11 +188,11 @@ class _WeightsTable:
             self._cells[key] = weight_cells(self.weights, self.mask, layout.decimals, layout.lead)
         cells = self._cells[key]
         for i, row in enumerate(cells):
-            table.add_row(self.tokens[i], *(row[j] for j in keys))
+            table.add_row(self.rows[i], *(row[j] for j in keys))
         return table
 
     def _chunks(self, width: int) -> list[range]:
-        label = max(len("q \\ k"), *(len(t) for t in self.tokens))
+        label = max(len(self.corner), *(len(t) for t in self.rows))
         widths = [max(self.decimals + 3, len(t)) for t in self.tokens]  # 0.1234 and the marker
         room, chunks, start, used = width - label, [], 0, 0
         for j, w in enumerate(widths):
@@ -241,9 +243,11 @@ class _WeightsTable:
         return table_markdown(table)
 
 
-def weights_table(title: str, tokens, weights, mask, decimals: int) -> _WeightsTable:
-    """A weight matrix that fits the console's width (or its share of a row: SideBySide)."""
-    return _WeightsTable(title, tokens, weights, mask, decimals)
+def weights_table(title: str, tokens, weights, mask, decimals: int, rows=None,
+                  corner: str = "q \\ k") -> _WeightsTable:
+    """A weight matrix that fits the console's width (or its share of a row: SideBySide); its
+    rows are the queries unless `rows` names them (`corner` heads their column)."""
+    return _WeightsTable(title, tokens, weights, mask, decimals, rows, corner)
 
 
 GAP = 3  # columns between tables side by side

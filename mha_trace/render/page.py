@@ -47,9 +47,25 @@ def heads_page(view) -> dict:
             "mask": None if view.mask is None else np.asarray(view.mask, dtype=int).tolist()}
 
 
+def _why_page(why) -> dict:
+    """--why on the page: each key's largest source parts (they sum to its score with the rest)
+    and the weights without each of the sources that move them most."""
+    from mha_trace.render.why import TOP_SOURCES, moving_sources
+
+    parts = why.parts
+    top = lambda j: sorted(range(len(why.sources)), key=lambda s: -abs(parts[s, j]))[:6]
+    return {"keys": [{"score": round(float(why.score[j]), 4),
+                      "parts": [[why.sources[s], round(float(parts[s, j]), 4)] for s in top(j)]}
+                     for j in range(len(why.score))],
+            "sources": len(why.sources),
+            "without": [[why.sources[s], _round(why.without(s))]
+                        for s in moving_sources(why, TOP_SOURCES)]}
+
+
 @page_data.register(Walk)
 def walk_page(w) -> dict:
     view = w.view
+    why = {y.head: y for y in w.why or []}
     return {"kind": "explain", "title": f"{view.title}: '{w.token}' through every head",
             "token": w.token,
             "position": w.position, "tokens": list(view.tokens), "sqrt_dk": round(w.sqrt_dk, 4),
@@ -59,8 +75,10 @@ def walk_page(w) -> dict:
                                   "scaled": round(t.scaled, 4), "masked": t.masked,
                                   "weight": round(t.weight, 4),
                                   "effect": None if t.effect is None else round(t.effect, 4)}
-                                 for t in hw.terms]}
-                      for hw in w.heads if w.only is None or hw.head == w.only],
+                                 for t in hw.terms],
+                       "why": _why_page(why[hw.head]) if hw.head in why else None}
+                      for hw in w.heads if (w.only is None or hw.head == w.only)
+                      and (not why or hw.head in why)],
             "concat": _round(w.concat), "output": _round(w.output)}
 
 

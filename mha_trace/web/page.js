@@ -247,6 +247,8 @@
     root.append(el("p", {text: `The query is '${data.token}' (position ${data.position}). ` +
       `Each head: q·k for every key, ÷ √d_k = ${data.sqrt_dk}, softmax, then Σ w·v. ` +
       "Click a key's row for its products." +
+      (data.heads[0].why ? " Hover a key for its score split by source (--why); below each head, " +
+        "the weights again without each source." : "") +
       (data.heads[0].terms[0].effect != null ? " Effect (orange bar): the weight × the length of " +
         "what the key's value moves through W_O, renormalised (Kobayashi et al. 2020)." : "")}));
     data.heads.forEach((hw, n) => {
@@ -255,7 +257,8 @@
       const names = ["key", "q·k", "÷ √d_k", "weight", ...(effect ? ["effect"] : []), ""];
       table.append(el("tr", {}, ...names.map((t, i) =>
         el("th", {class: i && i < names.length - 1 ? "num" : "", text: t}))));
-      hw.terms.forEach((t) => {
+      const readout = el("p", {class: "readout mono why", "aria-live": "polite"});
+      hw.terms.forEach((t, j) => {
         const products = el("tr", {class: "products", hidden: ""},
           el("td", {colspan: names.length, text: t.products.map(([a, b]) => `${fmt(a)}×${fmt(b)}`).join(" + ") +
                                       ` = ${fmt(t.dot)}`}));
@@ -268,6 +271,7 @@
           el("td", {}, el("span", {class: "bar", style: `width:${Math.round(120 * t.weight)}px`}),
              ...(effect ? [el("span", {class: "bar effect", style: `width:${Math.round(120 * t.effect)}px`})] : [])));
         const flip = () => products.toggleAttribute("hidden");
+        if (hw.why) row.addEventListener("mouseenter", () => { readout.textContent = whyText(hw.why, t.token, j); });
         row.addEventListener("click", flip);
         row.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { flip(); e.preventDefault(); } });
         table.append(row, products);
@@ -275,13 +279,27 @@
       const details = el("details", {class: "head", "data-head": hw.head},
         el("summary", {text: `head ${hw.head} (dims ${hw.dims[0]}–${hw.dims[1] - 1}` +
                               (hw.kv_head !== hw.head ? `, K/V head ${hw.kv_head}` : "") + ")"}),
-        table, el("p", {class: "mono", text: `Σ w·v = [${hw.output.map((x) => fmt(x)).join(", ")}]`}));
+        table, ...(hw.why ? [readout, withoutTable(hw.why)] : []),
+        el("p", {class: "mono", text: `Σ w·v = [${hw.output.map((x) => fmt(x)).join(", ")}]`}));
       if (n === 0) details.setAttribute("open", "");
       root.append(details);
     });
     root.append(el("h2", {text: "The heads side by side, then W_O"}),
       el("p", {class: "mono", id: "concat", text: `concat = [${data.concat.map((x) => fmt(x)).join(", ")}]`}),
       el("p", {class: "mono", id: "output", text: `output = [${data.output.map((x) => fmt(x)).join(", ")}]`}));
+  }
+
+  function whyText(why, token, j) {  /* --why: a hovered key's score, by source */
+    const k = why.keys[j], shown = k.parts.map(([n, v]) => `${n} ${v >= 0 ? "+" : "−"}${fmt(Math.abs(v), 3)}`);
+    const rest = why.sources > k.parts.length ? ` + ${why.sources - k.parts.length} smaller sources` : "";
+    return `${token}: score ${fmt(k.score)} = ${shown.join(", ")}${rest}`;
+  }
+  function withoutTable(why) {  /* --why: the weights without each source that moves them most */
+    const table = el("table", {class: "walk without"});
+    table.append(el("tr", {}, el("th", {text: "without"}), ...data.tokens.map((t) => el("th", {class: "num", text: t}))));
+    why.without.forEach(([name, weights]) => table.append(el("tr", {"data-source": name},
+      el("td", {class: "tok", text: name}), ...weights.map((x) => el("td", {class: "num", text: fmt(x)})))));
+    return table;
   }
 
   /* ---- shapes: the trace beside the module's source ---- */

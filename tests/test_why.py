@@ -1,0 +1,150 @@
+"""explain --why: every score split by source, on a config, MiniLM, SmolLM2 and a trained run.
+
+The parts must add up to the score the walk computed (to 1e-4 in float32 models); "without it"
+must equal the scores recomputed by the attention's own projections on the input with that
+source's part taken out of it (an independent route: the module, not the pairs); and the split
+stream must equal transformers' hidden states (tests/fixtures/minilm_reference.npz).
+"""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import mha_trace
+from mha_trace.analyses.why import with_why
+from mha_trace.models.stream import stream_parts
+
+SENTENCE = "The animal didn't cross the street because it was too tired."
+
+
+def softmax(score, allowed):
+    out = np.zeros_like(score)
+    e = np.exp(score[allowed] - score[allowed].max())
+    out[allowed] = e / e.sum()
+    return out
+
+
+def test_a_configs_parts_are_the_chapters_products():
+    w = mha_trace.explain("chicken-road", token="it", why=True)
+    for hw, why in zip(w.heads, w.why):
+        products = np.array([[q * k for q, k in t.products] for t in hw.terms]).T / w.sqrt_dk
+        np.testing.assert_allclose(why.parts, products, atol=1e-12)
+        np.testing.assert_allclose(why.parts.sum(0), [t.scaled for t in hw.terms], atol=1e-12)
+        d = 3  # without dim d: the softmax of the scores less that product, by hand
+        np.testing.assert_allclose(why.without(d), softmax(why.score - products[d], why.allowed))
+
+
+def test_the_chapters_head_1_without_its_second_dim_spreads_evenly():
+    """'cat''s query is [0, 2] in head 1: every score comes from dim 1, and without it the five
+    keys get 0.2 each; without dim 0 nothing moves."""
+    w = mha_trace.explain("cat-sat-on-mat", token="cat", head=1, why=True)
+    why = w.why[0]
+    assert why.sources == ["dim 0", "dim 1"]
+    np.testing.assert_allclose(why.without(1), 0.2)
+    np.testing.assert_allclose(why.without(0), why.weights())
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    path = tmp_path_factory.mktemp("why") / "run.pt"
+    mha_trace.train("induction", steps=20, snapshots=2, save=str(path))
+    return mha_trace.model(str(path))
+
+
+def _independent_without(run, why, position: int, parts: dict, name: str) -> np.ndarray:
+    """The head's weights recomputed by the module's own W_q, W_k (and RoPE) on the attention
+    input less one source's part."""
+    from mha_trace.core.attention import rope
+
+    a, h = run.module, why.head - 1
+    d = a.d_k
+    g = h // (a.heads // a.kv_heads)
+    x = sum(parts.values()) - parts[name]
+    with torch.no_grad():
+        q = torch.nn.functional.linear(x, a.W_q.weight.double(), None if a.W_q.bias is None else a.W_q.bias.double())
+        k = torch.nn.functional.linear(x, a.W_k.weight.double(), None if a.W_k.bias is None else a.W_k.bias.double())
+        q = q.view(len(x), a.heads, d).transpose(0, 1)[None]
+        k = k.view(len(x), a.kv_heads, d).transpose(0, 1)[None]
+        if a.rope:
+            q, k = rope(q, 0, a.rope_base), rope(k, 0, a.rope_base)
+        score = (k[0, g] @ q[0, h, position]) / math.sqrt(d)
+    return softmax(score.numpy(), why.allowed)
+
+
+@pytest.mark.parametrize("name,layer,by_head", [
+    ("minilm", 1, False), ("minilm", 4, True), ("minilm", 6, False),
+    ("smollm2", 1, False), ("smollm2", 3, True), ("smollm2", 30, False),
+    ("trained", 2, True)])
+def test_parts_add_up_and_without_equals_the_module_on_the_input_less_that_part(
+        name, layer, by_head, request, trained):
+    m = trained if name == "trained" else mha_trace.model(name)
+    text = None if name == "trained" else SENTENCE
+    run = m.run(text, layer)
+    position = 8 if name != "trained" else 12
+    w = m.explain(text, position=position, layer=layer, why=True, by_head=by_head)
+    parts = stream_parts(run.sentence.model, run.sentence.ids, layer, by_head)
+    real = run.sentence.model.attention_input(run.sentence.inputs, layer)[0].double()
+    assert float((sum(parts.values()) - real).abs().max()) < 1e-4
+    assert len(w.why) == run.module.heads
+    for why, hw in zip(w.why, w.heads):
+        scaled = np.array([t.scaled for t in hw.terms])
+        np.testing.assert_allclose(why.pairs.sum((0, 1)), scaled, atol=1e-4)
+        np.testing.assert_allclose(why.parts.sum(0), scaled, atol=1e-4)
+        for source in [s for s in why.sources if s != "biases"][:4]:
+            np.testing.assert_allclose(why.without(why.sources.index(source)),
+                                       _independent_without(run, why, position, parts, source),
+                                       atol=2e-4)
+    expected = {"minilm": {"token", "position", "biases"}, "smollm2": {"token"},
+                "trained": {"token", "position", "biases"}}[name]
+    assert expected <= set(w.why[0].sources)
+    assert any(s.startswith(f"L{layer - 1}.H") for s in w.why[0].sources) == (by_head and layer > 1)
+
+
+def test_minilms_split_stream_sums_to_transformers_hidden_states():
+    ref = np.load(Path(__file__).parent / "fixtures" / "minilm_reference.npz")
+    meta = json.loads(str(ref["meta"]))
+    model = mha_trace.model("minilm").model
+    s = model.encode(meta["sentences"][0])
+    for k, layer in enumerate(meta["hidden_layers"]):
+        if layer < model.layers:  # hidden_states[layer] is what layer + 1 reads
+            parts = stream_parts(model, s.ids, layer + 1)
+            np.testing.assert_allclose(sum(parts.values()).numpy(), ref["s0_hidden"][k], atol=2e-5)
+
+
+def test_json_page_and_errors(cli):
+    data = json.loads(cli("explain", "--token", "it", "--config", "chicken-road", "--why",
+                          "--head", "2", "--format", "json").stdout)
+    assert [y["head"] for y in data["why"]] == [2]
+    for key, walked in zip(data["why"][0]["keys"], data["heads"][0]["keys"]):  # head 2 alone
+        assert sum(key["parts"].values()) == pytest.approx(walked["scaled"], abs=1e-12)
+    assert set(data["why"][0]["without"]) == set(data["why"][0]["sources"])
+    for args, message in [
+        (("explain", "--by-head"), "Error: --by-head: --by-head goes with --why"),
+        (("explain", "--why", "--by-head"), "Error: --by-head: --by-head splits a model's earlier"),
+        (("explain", "--module", "example:chapter_torch", "--why"), "Error: --why: needs your module's q and k"),
+    ]:
+        result = cli(*args)
+        assert result.exit_code == 2 and result.stderr.startswith(message), result.stderr
+
+
+def test_the_terminal_names_the_largest_parts_and_the_sources(cli):
+    out = cli("explain", "--model", "minilm", "--token", "it", "--head", "3.1", "--why",
+              "--width", "100").stdout
+    assert "Sources: the token embedding, the position embedding" in out
+    assert "Head 1 without each source" in out and "without position" in out
+    smollm2 = cli("explain", "--model", "smollm2", "--token", "it", "--head", "2.3", "--why").stdout
+    assert "no position embedding (RoPE turns q and k" in smollm2
+
+
+def test_the_slide_colours_each_source_once(cli, monkeypatch):
+    from mha_trace.render import why_slide
+
+    made = []
+    monkeypatch.setattr(why_slide, "_save", lambda plt, fig, path, bg: made.append(fig))
+    assert cli("explain", "--token", "cat", "--why", "--png", "x.png").exit_code == 0
+    labels = [t.get_text() for t in made[-1].legends[0].get_texts()]
+    assert sorted(labels) == ["dim 1", "dim 3", "score"]  # dims 0 and 2 are all zero: no colour

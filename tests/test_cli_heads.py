@@ -16,6 +16,7 @@ GOLDEN_RUNS = {
     "explain_the.txt": ("explain", "--token", "The"),
     "explain_chicken_it.txt": ("explain", "--config", "chicken-road", "--token", "it", "--head", "1"),
     "explain_cat_effect.txt": ("explain", "--token", "cat", "--effect"),
+    "explain_chicken_why.txt": ("explain", "--config", "chicken-road", "--token", "it", "--head", "3", "--why"),
     "heads_chicken_effect.txt": ("heads", "--config", "chicken-road", "--head", "3", "--effect"),
     "configs.txt": ("configs",),
 }

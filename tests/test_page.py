@@ -197,6 +197,28 @@ def test_the_explain_page_shows_each_keys_effect(cli, tmp_path, browser):
     assert p.clean()
 
 
+def test_the_explain_page_splits_a_hovered_score_by_source(cli, tmp_path, browser):
+    text = "The animal didn't cross the street because it was too tired."
+    w = mha_trace.model("minilm").explain(text, token="it", head="3.1", why=True)
+    why = w.why[0]
+    p = Opened(browser, _written(cli, tmp_path, "explain", "--model", "minilm", "--sentence", text,
+                                 "--token", "it", "--head", "3.1", "--why"))
+    page = p.page
+    j = w.view.tokens.index("because")
+    page.hover(f"details[data-head='1'] tr.term >> nth={j}")
+    shown = page.text_content("details[data-head='1'] p.why")
+    assert shown.startswith(f"because: score {why.score[j]:.4f} = ")
+    biggest = int(np.argmax(np.abs(why.parts[:, j])))
+    value = why.parts[biggest, j]
+    assert f"{why.sources[biggest]} {'+' if value >= 0 else '−'}{abs(value):.3f}" in shown
+    rows = page.eval_on_selector_all("details[data-head='1'] table.without tr[data-source]",
+                                     "rs => rs.map(r => [r.dataset.source, [...r.querySelectorAll('td.num')].map(t => +t.textContent)])")
+    assert len(rows) == 5
+    for name, weights in rows:
+        np.testing.assert_allclose(weights, why.without(why.sources.index(name)), atol=5e-5)
+    assert p.clean()
+
+
 def test_shapes_rows_light_their_source_line(cli, tmp_path, browser):
     report = mha_trace.trace_sizes()
     p = Opened(browser, _written(cli, tmp_path, "shapes"))

@@ -125,7 +125,6 @@ def test_json_page_and_errors(cli):
     for args, message in [
         (("explain", "--by-head"), "Error: --by-head: --by-head goes with --why"),
         (("explain", "--why", "--by-head"), "Error: --by-head: --by-head splits a model's earlier"),
-        (("explain", "--module", "example:chapter_torch", "--why"), "Error: --why: needs your module's q and k"),
     ]:
         result = cli(*args)
         assert result.exit_code == 2 and result.stderr.startswith(message), result.stderr
@@ -148,3 +147,18 @@ def test_the_slide_colours_each_source_once(cli, monkeypatch):
     assert cli("explain", "--token", "cat", "--why", "--png", "x.png").exit_code == 0
     labels = [t.get_text() for t in made[-1].legends[0].get_texts()]
     assert sorted(labels) == ["dim 1", "dim 3", "score"]  # dims 0 and 2 are all zero: no colour
+
+
+def test_a_users_module_is_split_from_its_own_product_as_it_runs(cli):
+    """The chapter's PyTorch code, fed the chapter's Q, K, V: its caught q·k splits as the
+    config's does; a module whose weights are not softmax(q·k/√d_k) of that product is refused."""
+    data = json.loads(cli("explain", "--module", "example:chapter_torch", "--token", "cat",
+                          "--why", "--format", "json").stdout)
+    config = mha_trace.explain("cat-sat-on-mat", token="cat", why=True)
+    for got, why in zip(data["why"], config.why):
+        for key, j in zip(got["keys"], range(5)):
+            assert list(key["parts"].values()) == pytest.approx(list(why.parts[:, j]), abs=1e-6)
+    for module, message in [("tests/student/student_bugs.py:NotScaled", "is not where its head 1 weights come from"),
+                            ("example:chapter_numpy", "which a NumPy module does not show")]:
+        result = cli("explain", "--module", module, "--why")
+        assert result.exit_code == 2 and message in result.stderr, result.stderr

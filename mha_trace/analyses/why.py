@@ -92,6 +92,60 @@ def model_why(run, view, position: int, heads: list, by_head: bool = False) -> l
     return out
 
 
+def module_why(run, view, position: int, heads: list) -> list[Why]:
+    """A module of your own: the first product in its forward whose result is (..., T, T) is
+    taken for its scores, q·k, and split into the head's dims, once its softmax (÷ √d_k, masked)
+    is seen to give the weights the module returned."""
+    if run.numpy or view.averaged:
+        what = "a NumPy module" if run.numpy else "a module that averages its heads' weights"
+        raise MhaError(f"needs each head's q and k, which {what} does not show; explain --why "
+                       f"runs on a config or a --model", quantity="why")
+    Q, KT = _scores_operands(run, len(view.tokens))
+    d_k, out = Q.shape[-1], []
+    for h in heads:
+        pairs = np.zeros((d_k, d_k, KT.shape[-1]))
+        pairs[np.arange(d_k), np.arange(d_k)] = Q[h - 1, position][:, None] * KT[h - 1] / math.sqrt(d_k)
+        score = pairs.sum((0, 1))
+        allowed = np.ones(len(score), bool) if view.mask is None else np.asarray(view.mask[position], bool)
+        why = Why(h, [f"dim {(h - 1) * d_k + d}" for d in range(d_k)], pairs, score, allowed)
+        off = float(np.abs(why.weights() - view.weights[h - 1, position]).max())
+        if off > 1e-4:
+            raise MhaError(f"the first T×T product in {run.label}'s forward is not where its head "
+                           f"{h} weights come from (its softmax ÷ √{d_k} differs from them by "
+                           f"{off:.2g}), so --why cannot split them; verify --module compares "
+                           f"it with the lecture's module", quantity="why")
+        out.append(why)
+    return out
+
+
+def _scores_operands(run, T: int) -> tuple:
+    """(Q (heads, T, d_k), Kᵀ (heads, d_k, T)) of the first batch item, from the first matrix
+    product of the module's forward whose result is (..., T, T)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    from mha_trace.runs import usermodule
+
+    products = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm}
+    found = []
+
+    class Scores(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if (not found and func in products and len(args) == 2 and isinstance(out, torch.Tensor)
+                    and out.dim() >= 2 and tuple(out.shape[-2:]) == (T, T)):
+                found.append([a.detach().double().cpu() for a in args])
+            return out
+
+    with usermodule.user_code(f"{run.label}: forward"), Scores():
+        run.forward()
+    if not found:
+        raise MhaError(f"{run.label}'s forward computes no T×T product of two tensors (its q·k), "
+                       f"so --why cannot split its scores", quantity="why")
+    a, b = found[0]
+    return a.reshape(-1, T, a.shape[-1]).numpy(), b.reshape(-1, b.shape[-2], T).numpy()
+
+
 def _projected(W, X, rows: slice, names: list):
     """(S, T, d_k): each source's part through these rows of W; the bias goes to "biases"."""
     out = X @ W.weight.double()[rows].T

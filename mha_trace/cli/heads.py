@@ -119,15 +119,17 @@ def explain(
     if by_head and not why:
         raise MhaError("--by-head goes with --why", quantity="by_head")
     if o.module:
-        if why:
-            raise MhaError("needs your module's q and k, which it does not return (heads and "
-                           "explain see only its weights); run it on a config or a --model",
-                           quantity="why")
         from mha_trace.render.explain import module_explain_data, module_explain_renderables
 
         i = find_position(view.tokens, token, position)
-        emit(out, lambda: module_explain_renderables(view, i, decimals, head),
-             lambda: with_inputs(module_explain_data(view, i, decimals, head), run, include_inputs))
+        found = None
+        if why:
+            from mha_trace.analyses.why import module_why
+
+            found = module_why(run, view, i, [head] if head else range(1, view.heads + 1))
+        emit(out, lambda: module_explain_renderables(view, i, decimals, head, found),
+             lambda: with_inputs(module_explain_data(view, i, decimals, head, found), run,
+                                 include_inputs))
         return
     w = walk(view, find_position(view.tokens, token, position))
     if why:

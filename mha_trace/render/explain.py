@@ -42,9 +42,9 @@ def explain_renderables(w, decimals: int, only_head: int | None) -> list:
     if w.why:
         from mha_trace.render.why import why_renderables, why_words
 
-        out.append(why_words(view, w.why[0]))
+        out.append(why_words(w.why[0]))
         for why in w.why:
-            out += why_renderables(w, why, decimals)
+            out += why_renderables(view.tokens, w.token, why, decimals)
         return out + _after_heads(w, decimals)
     out += [_head_table(w, hw, decimals) for hw in w.heads if not only_head or hw.head == only_head]
     if w.heads[0].terms[0].effect is not None:
@@ -151,11 +151,14 @@ def explain_data(w, decimals: int, only_head: int | None) -> dict:
     }
 
 
-def module_explain_renderables(m, i: int, decimals: int, only_head: int | None) -> list:
-    """A foreign module exposes its weights, not its projections: its walk starts at the softmax."""
+def module_explain_renderables(m, i: int, decimals: int, only_head: int | None,
+                               why: list | None = None) -> list:
+    """A foreign module exposes its weights, not its projections: its walk starts at the softmax
+    (with --why, its scores caught as they are computed, split into their dims)."""
     out = [Text(f"{m.label}, {m.call}: the query '{m.tokens[i]}' (position {i})", style="bold"),
            Text("Your module returns its attention weights but not its Q, K and V, so the dot "
-                "products cannot be written out; here is what it computed for this query.")]
+                "products cannot be written out" + (" from them; --why caught them as it ran "
+                "(below)." if why else "; here is what it computed for this query."))]
     names = ["weights as returned (averaged over heads)"] if m.averaged else [
         f"head {h + 1}" for h in range(len(m.weights))]
     table = new_table(f"Weights of the query '{m.tokens[i]}'")
@@ -168,16 +171,28 @@ def module_explain_renderables(m, i: int, decimals: int, only_head: int | None) 
         table.add_row(t, *(MASKED if masked else fmt(m.weights[h][i][j], decimals) for h in picked))
     out.append(table)
     out.append(Text(f"Output for '{m.tokens[i]}': {vector(m.output[i], decimals)}"))
+    if why:
+        from mha_trace.render.why import why_renderables
+
+        out.append(Text("--why: the first T×T product in your forward is taken for q·k (its "
+                        "softmax ÷ √d_k gives back the weights your module returned), split into "
+                        "the head's d_k products."))
+        for y in why:
+            out += why_renderables(m.tokens, m.tokens[i], y, decimals)
     return out
 
 
-def module_explain_data(m, i: int, decimals: int, only_head: int | None) -> dict:
+def module_explain_data(m, i: int, decimals: int, only_head: int | None,
+                        why: list | None = None) -> dict:
+    from mha_trace.render.why import why_data
+
     picked = [only_head - 1] if only_head else range(len(m.weights))
     return {"command": "explain", "module": m.label, "call": m.call, "token": m.tokens[i],
             "position": i, "decimals": decimals, "averaged": m.averaged,
             "heads": [{"head": h + 1, "weights": [float(x) for x in m.weights[h][i]]}
                       for h in picked],
-            "output": [float(x) for x in m.output[i]]}
+            "output": [float(x) for x in m.output[i]],
+            **({"why": [{"head": y.head, **why_data(y, m.tokens)} for y in why]} if why else {})}
 
 
 @renderables.register(Walk)

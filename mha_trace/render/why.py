@@ -26,9 +26,8 @@ def moving_sources(why, n: int | None = None) -> list[int]:
     return order if n is None else order[:n]
 
 
-def why_renderables(w, why, decimals: int) -> list:
-    tokens = w.view.tokens
-    table = new_table(f"Head {why.head}, query '{w.token}': each score q·k/√d_k split by where q "
+def why_renderables(tokens, token: str, why, decimals: int) -> list:
+    table = new_table(f"Head {why.head}, query '{token}': each score q·k/√d_k split by where q "
                       f"and k come from")
     table.add_column("key")
     table.add_column("score", justify="right")
@@ -54,9 +53,10 @@ def why_renderables(w, why, decimals: int) -> list:
     return [table, without]
 
 
-def why_words(view, why) -> Text:
-    """What the sources are, from the sources there are."""
-    if not view.config.origin:
+def why_words(why, given: bool = True) -> Text:
+    """What the sources are, from the sources there are (`given`: a config's or a module's q and
+    k, split into their dims)."""
+    if why.sources[0].startswith("dim "):
         return Text("A config's q and k are given (or generated) vectors: each score is the sum of "
                     "the head's d_k products q_d·k_d (÷ √d_k), one source per dim.")
     names = set(why.sources)

@@ -151,6 +151,7 @@ def survey(
     grids: Annotated[bool, typer.Option("--grids", help="Also every behaviour's layer × head grid of mean scores (--format json always has them, with the spread and the share held). Example: --grids")] = False,
     induction: Annotated[bool, typer.Option("--induction", help="With a causal model: 50 random whole-word tokens repeated twice (three seeds); each head's induction score, the previous-token heads below, and the loss on both halves. Example: --model smollm2 --induction")] = False,
     ablate_top: Annotated[int, typer.Option("--ablate-top", min=0, max=50, help="With --induction: also the repeated half's loss with the K best induction heads removed. Example: --ablate-top 5")] = 0,
+    composition: Annotated[bool, typer.Option("--composition", help="With a decoder (smollm2, --checkpoint): Q-, K- and V-composition of every head with every head of an earlier layer, from the weights, beside random matrices of the same shapes; for a trained run, whom its induction heads read. Example: --model smollm2 --composition")] = False,
     effect: Annotated[bool, typer.Option("--effect", help="Also, per layer, the share of weight and the share of effect (weight × the length of what the key's value moves through W_O, renormalised) that go to the sinks, and what that says. Example: --effect")] = False,
     max_tokens: MaxTokensOpt = None,
     device: ComputeDeviceOpt = Device.cpu,
@@ -166,6 +167,7 @@ def survey(
     Example: mha-trace survey --model smollm2 --sentences my.txt
     Example: mha-trace survey --model minilm --sentence "The animal didn't cross the street because it was too tired." --from it --to animal,street
     Example: mha-trace survey --model smollm2 --effect
+    Example: mha-trace survey --checkpoint run.pt --composition
     Example: mha-trace survey --model smollm2 --induction
     Example: mha-trace survey --checkpoint run.pt
     """
@@ -173,6 +175,11 @@ def survey(
 
     model = with_checkpoint(RunOptions(model=None if checkpoint else model, checkpoint=checkpoint,
                                        at_step=at_step)).model
+    if composition:
+        if induction or ablate_top or effect or any(x is not None for x in (sentence, sentences, source)) or corpus:
+            raise MhaError("--composition reads the weights alone: it goes with no sentence, "
+                           "corpus, probe, --induction or --effect", quantity="composition")
+        return _composition(model, top, max_tokens, device, out)
     if induction or ablate_top:
         if effect:
             raise MhaError("--effect goes with the corpus survey, not --induction", quantity="effect")
@@ -201,6 +208,19 @@ def survey(
     console = make_console(out)
     emit(out, lambda: result.renderables(console.width, top=top, grids=grids),
          lambda: result.data(top=top), console)
+
+
+def _composition(model, top: int, max_tokens, device, out):
+    """survey --composition: every head of a decoder against every head of an earlier layer."""
+    from mha_trace.analyses.composition import composition
+    import mha_trace.render.composition  # noqa: F401 (registers how its records show)
+    from mha_trace.models import load_model
+    from mha_trace.io.output import progress
+
+    m = load_model(model, device.value, max_tokens)
+    with progress(m.layers - 1 if m.causal else 0, "every later layer's heads") as advance:
+        result = composition(m, advance)
+    emit(out, lambda: result.renderables(top=max(top, 5)), result.data)
 
 
 def _induction(model, sentence, source, ablate_top: int, top: int, max_tokens, device, out):

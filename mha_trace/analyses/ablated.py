@@ -17,6 +17,7 @@ class Ablation(Shows):
     output: np.ndarray  # (T, D) with the removed heads zeroed before W_O
     next_full: np.ndarray | None = None  # causal models: next-token probabilities, every head
     next_ablated: np.ndarray | None = None  # ... and with the heads removed
+    induction: tuple | None = None  # a trained run: (layers, heads) induction scores on its probe, (every head, without)
 
     @property
     def distance(self) -> np.ndarray:

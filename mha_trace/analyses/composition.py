@@ -64,15 +64,18 @@ def composition(model, on_layer=lambda: None) -> Composition:
                        probe_roles(model))
 
 
-def probe_roles(model) -> dict | None:
+def probe_roles(model, removed: dict | None = None) -> dict | None:
     """A trained run: each head's previous-token and induction scores on its probe sequences
-    (their second half repeats the first); None for other models."""
+    (their second half repeats the first), with `removed` heads zeroed ({layer: [(None, head)]});
+    None for other models."""
     if not hasattr(model, "probe_corpus"):
         return None
+    from mha_trace.core.ablation import heads_zeroed
     from mha_trace.core.detectors import induction_scores, previous_token_scores
 
     ids = [model.tokenize(t) for t in model.probe_corpus.sentences]
-    _, _, weights = model.run(ids)
+    with heads_zeroed({model.attention_module(l): t for l, t in (removed or {}).items()}):
+        _, _, weights = model.run(ids)
     w = np.stack([x.detach().double().cpu().numpy() for x in weights], 1).mean(0)  # (L, H, T, T)
     return {"previous token": previous_token_scores(w),
             "induction": induction_scores(w, w.shape[-1] // 2, start=0)}

@@ -46,8 +46,13 @@ def ablate_model_heads(sentence, removed: list[tuple[int, int]]) -> Ablation:
     full = sentence.output
     nexts = (next_token_probabilities(model, torch.from_numpy(full)[None].to(model.device))[0],
              next_token_probabilities(model, out)[0]) if model.causal else (None, None)
+    induction = None
+    if hasattr(model, "probe_corpus"):  # a trained run: what removing them does to its induction heads
+        from mha_trace.analyses.composition import probe_roles
+
+        induction = (probe_roles(model)["induction"], probe_roles(model, plan)["induction"])
     return Ablation(sentence, tuple(sentence.labels), sorted(removed), full,
-                    out[0].cpu().numpy(), *nexts)
+                    out[0].cpu().numpy(), *nexts, induction)
 
 
 @dataclass

@@ -258,6 +258,23 @@ class Training(Shows):
                 found.setdefault((int(l) + 1, int(h) + 1), snap.step)
         return found
 
+    def k_partners(self) -> dict:
+        """Each induction head (layer, head), as `formed` finds them -> at every snapshot (step,
+        the earlier head whose output its keys read most, that K-composition score)."""
+        from mha_trace.core.composition import factors, readers, scores, writers
+
+        H, found = self.spec.heads, {head: [] for head in self.formed("induction") if head[0] > 1}
+        for snap in self.snapshots if found else []:
+            model = Toy(self.spec)
+            model.load_state_dict(snap.state)
+            per_layer = [factors(block) for block in model.blocks]
+            for (l, h), trail in found.items():
+                written = np.concatenate([writers(f) for f in per_layer[:l - 1]])
+                s = scores(written, readers(per_layer[l - 1])["K"][h - 1:h])[:, 0]
+                best = int(np.argmax(s))
+                trail.append((snap.step, (best // H + 1, best % H + 1), float(s[best])))
+        return found
+
     def spread(self) -> np.ndarray:
         """(snapshots, layers): how far apart a layer's heads attend on the probe: for the two
         heads furthest apart, the share of a query's weight they put in different places (total

@@ -75,11 +75,25 @@ def model_renderables(a, decimals: int) -> list:
                         f"{100 * (a.next_ablated[top] - a.next_full[top]):+.1f} points); KL(full ‖ ablated) = "
                         f"{a.kl:.4f} nats. Top 5 without: "
                         + ", ".join(f"{m.token_text(int(i))!r} {a.next_ablated[i]:.1%}" for i in order)))
+    if a.induction is not None:
+        out.append(Text(induction_line(a)))
     out.append(Text(f"Largest move: {a.tokens[int(np.argmax(a.relative))]} "
                     f"({float(np.max(a.relative)):.1%} of its vector's norm). Relative = L2 "
                     f"distance ÷ the norm of the full model's vector; cosine 1 means the "
                     f"direction is unchanged."))
     return out
+
+
+def induction_line(a) -> str:
+    """A trained run: the induction heads' scores on its probe, with every head and without."""
+    before, after = a.induction
+    heads = [(l, h) for l, h in zip(*np.nonzero(before > 0.5))]
+    if not heads:
+        return ("No head gives over half its weight to the token after an earlier copy on the "
+                "run's probe, with every head.")
+    said = ", ".join(f"{l + 1}.{h + 1} {before[l, h]:.2f} → {after[l, h]:.2f}" for l, h in heads)
+    return (f"Induction scores on the run's probe (the weight on the token after an earlier copy), "
+            f"with every head → without: {said}.")
 
 
 def model_data(a, decimals: int) -> dict:
@@ -90,6 +104,9 @@ def model_data(a, decimals: int) -> dict:
             "removed": [{"layer": l, "head": h} for l, h in a.removed],
             "l2_distance": r(a.distance), "relative": r(a.relative), "cosine": r(a.cosine),
             "decimals": decimals}
+    if a.induction is not None:
+        grid = lambda g: [[float(x) for x in row] for row in g]
+        data["induction"] = {"every_head": grid(a.induction[0]), "without": grid(a.induction[1])}
     if a.next_full is not None:
         data["next_token"] = {"token": s.model.token_text(a.top), "id": a.top,
                               "p_full": float(a.next_full[a.top]),

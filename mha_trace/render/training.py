@@ -72,8 +72,34 @@ def training_renderables(r: Training) -> list:
     out.append(Text("Each detector's column: the head that gives that place the most weight, and "
                     "the weight (previous token: the token just before the query; two back: the "
                     "one before that; induction: the token after an earlier copy of the query)."))
-    out.append(Text("\n".join(formed_lines(r) + identical_lines(r))))
+    out.append(Text("\n".join(formed_lines(r) + partner_lines(r) + identical_lines(r))))
     return out
+
+
+def partner_lines(r: Training) -> list[str]:
+    """Each induction head's strongest K-composition partner (Elhage et al. 2021), snapshot by
+    snapshot: the earlier head whose output its keys read most."""
+    from mha_trace.core.composition import random_baseline
+
+    partners = r.k_partners()
+    if not partners:
+        return []
+    base = float(random_baseline(r.spec.d_model, r.spec.d_model // r.spec.heads).mean())
+    previous = r.formed("previous token")
+    lines = []
+    for (l, h), trail in partners.items():
+        runs = []  # (partner, first step) each time the partner changes
+        for step, partner, _ in trail:
+            if not runs or runs[-1][0] != partner:
+                runs.append((partner, step))
+        said = ", ".join(f"{a}.{b} from step {step}" for (a, b), step in runs)
+        (a, b), score = trail[-1][1], trail[-1][2]
+        kind = "a previous-token head" if (a, b) in previous else "not a previous-token head"
+        lines.append(f"Induction head {l}.{h}'s strongest K-composition partner (the earlier "
+                     f"head its keys read most): {said}; at the end {score:.3f}, "
+                     f"{score / base:.1f}× random matrices, {kind}.")
+    return lines + ["(ablate --checkpoint RUN --head L.H shows how far the induction scores fall "
+                    "without a partner.)"]
 
 
 def training_data(r: Training) -> dict:
@@ -87,6 +113,10 @@ def training_data(r: Training) -> dict:
             "formed": {name.replace(" ", "_"): [{"layer": l, "head": h, "step": step}
                                                 for (l, h), step in sorted(r.formed(name).items())]
                        for name in DETECTORS},
+            "k_partners": [{"head": [l, h], "snapshots": [{"step": step, "partner": list(p),
+                                                           "k_composition": round(x, 6)}
+                                                          for step, p, x in trail]}
+                           for (l, h), trail in r.k_partners().items()],
             "heads_identical": r.identical(),
             "spread": grid(r.spread())}
 

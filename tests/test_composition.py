@@ -1,0 +1,113 @@
+"""survey --composition, train's K-composition partners and ablate on a trained run's induction
+heads: every score against the full d_model × d_model products of the weights, written here in
+NumPy from the modules' own tensors (Elhage et al. 2021's definitions, the row-vector convention)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import mha_trace
+from mha_trace.analyses.composition import composition
+
+
+def direct(model, writer, reader) -> dict:
+    """kind -> score, from full products of the two heads' matrices."""
+    def mats(layer, h):
+        a = model.attention_module(layer)
+        norm = model.attention_norm_of(layer)
+        w = np.ones(a.d_model) if norm is None else norm.weight.detach().double().numpy()
+        d, g = a.d_k, (h - 1) // (a.heads // a.kv_heads)
+        W = lambda lin, rows: lin.weight.detach().double().numpy()[rows].T * w[:, None]
+        WQ = W(a.W_q, slice((h - 1) * d, h * d))
+        WK, WV = (W(lin, slice(g * d, (g + 1) * d)) for lin in (a.W_k, a.W_v))
+        WO = a.W_o.weight.detach().double().numpy()[:, (h - 1) * d:h * d].T
+        return WQ @ WK.T, WV @ WO
+    (_, OVa), (QKb, OVb) = mats(*writer), mats(*reader)
+    n = np.linalg.norm
+    return {"Q": n(OVa @ QKb) / (n(OVa) * n(QKb)), "K": n(OVa @ QKb.T) / (n(OVa) * n(QKb)),
+            "V": n(OVa @ OVb) / (n(OVa) * n(OVb))}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    path = tmp_path_factory.mktemp("composition") / "run.pt"
+    trained = mha_trace.train("induction", save=str(path))  # the default run: its heads form by step 600
+    return path, trained
+
+
+def test_smollm2_scores_equal_full_products_under_gqa_and_rmsnorm():
+    model = mha_trace.model("smollm2").model
+    c = composition(model)
+    for writer, reader in [((1, 1), (2, 9)), ((3, 4), (4, 1)), ((18, 9), (19, 8)), ((17, 2), (30, 5))]:
+        found = direct(model, writer, reader)
+        for kind, value in found.items():
+            got = c.scores[kind][c.heads.index(writer), c.heads.index(reader)]
+            assert got == pytest.approx(value, rel=1e-5), (kind, writer, reader)
+    assert np.isnan(c.scores["K"][c.heads.index((5, 1)), c.heads.index((5, 2))])  # same layer
+    assert np.isnan(c.scores["K"][c.heads.index((6, 1)), c.heads.index((5, 2))])  # later writer
+    assert c.baseline.mean() == pytest.approx(1 / np.sqrt(576), rel=0.03)  # random: about 1/√d_model
+
+
+def test_random_baseline_equals_random_full_products():
+    from mha_trace.core.composition import random_baseline
+
+    g = np.random.default_rng(1)
+    n = np.linalg.norm
+    full = []
+    for _ in range(40):
+        A = g.standard_normal((64, 16)) @ g.standard_normal((16, 64))
+        B = g.standard_normal((64, 16)) @ g.standard_normal((16, 64))
+        full.append(n(A @ B) / (n(A) * n(B)))
+    assert random_baseline(64, 16).mean() == pytest.approx(np.mean(full), rel=0.05)
+
+
+def test_a_trained_runs_induction_heads_read_its_previous_token_head(cli, run):
+    path, trained = run
+    data = json.loads(cli("survey", "--checkpoint", str(path), "--composition", "--format", "json").stdout)
+    model = mha_trace.model(str(path)).model
+    heads = [tuple(h) for h in data["heads"]]
+    for kind in "QKV":
+        for writer, reader in [((1, 1), (2, 1)), ((1, 4), (2, 3))]:
+            value = data["scores"][kind][heads.index(writer)][heads.index(reader)]
+            assert value == pytest.approx(direct(model, writer, reader)[kind], rel=1e-5)
+    assert data["induction_heads"] and all(h["partner_is_previous_token"] for h in data["induction_heads"])
+    final = {tuple(p["head"]): p["snapshots"][-1] for p in
+             json.loads(trained.to_json())["k_partners"]}
+    for h in data["induction_heads"]:  # train's last snapshot is the saved run
+        assert final[tuple(h["head"])]["partner"] == h["k_partner"]
+        assert final[tuple(h["head"])]["k_composition"] == pytest.approx(h["k_score"], abs=1e-5)
+
+
+def test_ablating_the_partner_lowers_the_induction_score_as_zeroing_its_w_o_columns_does(cli, run):
+    path, _ = run
+    survey = json.loads(cli("survey", "--checkpoint", str(path), "--composition", "--format", "json").stdout)
+    l, h = survey["induction_heads"][0]["k_partner"]
+    result = json.loads(cli("ablate", "--checkpoint", str(path), "--head", f"{l}.{h}", "--format",
+                            "json").stdout)
+    model = mha_trace.model(str(path)).model
+    ids = torch.tensor([model.tokenize(t) for t in model.probe_corpus.sentences])
+    import copy
+
+    toy = copy.deepcopy(model.toy)  # the loaded model stays as it is
+    d = toy.blocks[0].d_k
+    with torch.no_grad():
+        toy.blocks[l - 1].W_o.weight[:, (h - 1) * d:h * d] = 0  # the head gone, another way
+        _, _, weights = toy(ids)
+    w = torch.stack(weights, 1).double().mean(0).numpy()
+    n = w.shape[-1] // 2  # query n + j, the repeat of token j, looks at token j + 1
+    by_hand = np.array([[np.mean([w[a, b, n + j, j + 1] for j in range(n)])
+                         for b in range(w.shape[1])] for a in range(w.shape[0])])
+    np.testing.assert_allclose(result["induction"]["without"], by_hand, atol=1e-9)
+    before, after = np.array(result["induction"]["every_head"]), np.array(result["induction"]["without"])
+    reader = survey["induction_heads"][0]["head"]
+    assert after[reader[0] - 1, reader[1] - 1] < before[reader[0] - 1, reader[1] - 1] - 0.1
+
+
+def test_an_encoder_and_mixed_flags_are_refused(cli):
+    for args, message in [(("survey", "--model", "minilm", "--composition"), "post-norm"),
+                          (("survey", "--model", "smollm2", "--composition", "--effect"),
+                           "reads the weights alone")]:
+        result = cli(*args)
+        assert result.exit_code == 2 and message in result.stderr, result.stderr

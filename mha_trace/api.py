@@ -243,6 +243,14 @@ class Model:
         to = [targets] if isinstance(targets, str) else targets
         return survey(self.model, chosen, source, to and [t.lower() for t in to], effect=effect)
 
+    def composition(self):
+        """Q-, K- and V-composition of every head with every head of an earlier layer, from the
+        weights (a decoder: smollm2 or a trained run), beside random matrices."""
+        import mha_trace.render.composition  # noqa: F401 (registers how its records show)
+        from mha_trace.analyses.composition import composition
+
+        return composition(self.model)
+
     def ablate(self, text: str | None = None, *, heads=()):
         """The model's output with these heads ("4.2", ...) zeroed before W_O."""
         from mha_trace.models.guards import parse_head

@@ -3,13 +3,14 @@ heads: every score against the full d_model × d_model products of the weights, 
 NumPy from the modules' own tensors (Elhage et al. 2021's definitions, the row-vector convention)."""
 
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 import mha_trace
-from mha_trace.analyses.composition import composition
 
 
 def direct(model, writer, reader) -> dict:
@@ -30,6 +31,12 @@ def direct(model, writer, reader) -> dict:
             "V": n(OVa @ OVb) / (n(OVa) * n(OVb))}
 
 
+def _guide_blocks() -> list[str]:
+    """docs/why.md's two composition surveys (text blocks: a saved run, and SmolLM2)."""
+    text = (Path(__file__).parent.parent / "docs" / "why.md").read_text()
+    return [b for b in re.findall(r"```text\n(.*?)```", text, re.S) if "--composition" in b]
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     path = tmp_path_factory.mktemp("composition") / "run.pt"
@@ -39,7 +46,7 @@ def run(tmp_path_factory):
 
 def test_smollm2_scores_equal_full_products_under_gqa_and_rmsnorm():
     model = mha_trace.model("smollm2").model
-    c = composition(model)
+    c = mha_trace.model("smollm2").composition()
     for writer, reader in [((1, 1), (2, 9)), ((3, 4), (4, 1)), ((18, 9), (19, 8)), ((17, 2), (30, 5))]:
         found = direct(model, writer, reader)
         for kind, value in found.items():
@@ -48,6 +55,7 @@ def test_smollm2_scores_equal_full_products_under_gqa_and_rmsnorm():
     assert np.isnan(c.scores["K"][c.heads.index((5, 1)), c.heads.index((5, 2))])  # same layer
     assert np.isnan(c.scores["K"][c.heads.index((6, 1)), c.heads.index((5, 2))])  # later writer
     assert c.baseline.mean() == pytest.approx(1 / np.sqrt(576), rel=0.03)  # random: about 1/√d_model
+    assert str(c) == _guide_blocks()[1]  # the guide shows this survey as it prints
 
 
 def test_random_baseline_equals_random_full_products():
@@ -66,6 +74,7 @@ def test_random_baseline_equals_random_full_products():
 def test_a_trained_runs_induction_heads_read_its_previous_token_head(cli, run):
     path, trained = run
     data = json.loads(cli("survey", "--checkpoint", str(path), "--composition", "--format", "json").stdout)
+    assert cli("survey", "--checkpoint", str(path), "--composition").stdout == _guide_blocks()[0]
     model = mha_trace.model(str(path)).model
     heads = [tuple(h) for h in data["heads"]]
     for kind in "QKV":

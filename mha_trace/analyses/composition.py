@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mha_trace.core.composition import KINDS, factors, random_baseline, readers, scores, writers
+from mha_trace.core.composition import KINDS, factors, pair_scores, random_baseline, readers, writers
 from mha_trace.errors import MhaError
 from mha_trace.records import Shows
 
@@ -57,7 +57,7 @@ def composition(model, on_layer=lambda: None) -> Composition:
     for l, f in enumerate(per_layer[1:], start=1):  # readers in layer l + 1
         read = readers(f)
         for kind in KINDS:
-            found[kind][:l * H, l * H:(l + 1) * H] = scores(written[:l * H], read[kind])
+            found[kind][:l * H, l * H:(l + 1) * H] = pair_scores(written[:l * H], read[kind])
         on_layer()
     d_k = model.d_model // model.heads
     return Composition(model, heads, found, random_baseline(model.d_model, d_k),

@@ -10,7 +10,7 @@ W_OV = W_V W_O (each d_model × d_model, of rank d_k). Head b composes with an e
 
 with Frobenius norms. A product with a rank-d_k matrix L Rᵀ keeps its norm when L and R give
 way to d_k × d_k square roots of their Gram matrices (R with RᵀR = LᵀL), so every score is the
-norm of a d_k × d_k block of one product (`scores`). Under grouped-query attention a head reads
+norm of a d_k × d_k block of one product (`pair_scores`). Under grouped-query attention a head reads
 its K/V head's W_K and W_V; the norm a layer reads through (RMSNorm's weight) is folded into its
 W_Q, W_K and W_V. RoPE turns q and k by position, not by content, and is left out, as the framework leaves it out.
 """
@@ -52,7 +52,7 @@ def readers(f: dict) -> dict:
     return {kind: near @ _root(far).transpose(0, 2, 1) for kind, (near, far) in pairs.items()}
 
 
-def scores(written: np.ndarray, read: np.ndarray) -> np.ndarray:
+def pair_scores(written: np.ndarray, read: np.ndarray) -> np.ndarray:
     """(writers, readers): ‖W_OV(a) M(b)‖ / (‖W_OV(a)‖ ‖M(b)‖) for every pair."""
     (a, d, D), b = written.shape, len(read)
     # one BLAS product, in float32 (the scores to about 1e-6: far below any difference read off them)

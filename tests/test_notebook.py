@@ -22,6 +22,9 @@ CELLS = [
     '    print(e.quantity, "|", e)',
     'r = mha_trace.trace_sizes(d_model=16, heads=4)\nr.largest.shape',
     'mha_trace.train("previous-token", steps=20, snapshots=2)',
+    'mha_trace.explain("cat-sat-on-mat", token="cat", head=1, effect=True, why=True)',
+    'm.explain(token="it", head="3.1", why=True)',
+    'm.heads(head="3.1", effect=True)',
 ]
 
 
@@ -123,3 +126,16 @@ def test_errors_name_the_quantity_and_numbers_come_back(outputs):
     assert outputs[5][0].text == "mask | mask 'diagonal' is not one of none, causal\n"
     assert outputs[6][0].data["text/plain"] == "(2, 4, 10, 10)"  # B, H, T, T: 800 > 2·10·16
     assert "Parameters" in outputs[4][0].data["text/html"]
+
+
+def test_effect_and_why_show_in_the_notebook_as_on_the_terminal(outputs):
+    """The chapter's 'cat' in head 1: the walk with its effect column, then its score split into
+    dims (without dim 1 every key gets 0.2); a model's split has its sources; MiniLM's head 3.1
+    has its effect table."""
+    walk = outputs[8][0].data["text/html"]
+    rows = cells_of(walk)
+    assert ["sat", "0.0×1.0 + 2.0×1.0 = 2.0000", "1.4142", "0.3664", "0.0000", "0.0000"] in rows
+    assert ["without dim 1", "0.2000", "0.2000", "0.2000", "0.2000", "0.2000"] in rows
+    model = outputs[9][0].data["text/html"]
+    assert "without position" in model and "largest parts" in model
+    assert "Head 3.1: effect" in outputs[10][0].data["text/html"]

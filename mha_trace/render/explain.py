@@ -44,6 +44,9 @@ def explain_renderables(w, decimals: int, only_head: int | None) -> list:
 
         out.append(why_words(w.why[0]))
         for why in w.why:
+            hw = w.heads[why.head - 1]
+            if hw.terms[0].effect is not None:  # --effect too: the walk's table, then the split
+                out.append(_head_table(w, hw, decimals))
             out += why_renderables(view.tokens, w.token, why, decimals)
         return out + _after_heads(w, decimals)
     out += [_head_table(w, hw, decimals) for hw in w.heads if not only_head or hw.head == only_head]

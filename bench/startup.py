@@ -58,6 +58,10 @@ def commands(slow: bool = False) -> dict:
     if subprocess.run(cli + ["heads", "--model", "minilm", "--head", "1.1"], capture_output=True).returncode == 0:
         cmds["mha-trace heads --model minilm"] = cli + ["heads", "--model", "minilm", "--sentence", sentence]
         cmds["mha-trace survey --model minilm"] = cli + ["survey", "--model", "minilm"]
+        explain = cli + ["explain", "--model", "minilm", "--sentence", sentence, "--token", "it", "--layer", "6"]
+        cmds["mha-trace explain --model minilm (layer 6)"] = explain
+        cmds["mha-trace explain --model minilm (layer 6) --why"] = explain + ["--why"]
+        cmds["mha-trace survey --model minilm --effect"] = cli + ["survey", "--model", "minilm", "--effect"]
     if subprocess.run(cli + ["predict", "--top", "1"], capture_output=True).returncode == 0:
         heads = cli + ["heads", "--model", "smollm2", "--sentence", sentence]
         # the first run parses the GGUF and fills an empty cache (a fresh folder every time)
@@ -66,6 +70,9 @@ def commands(slow: bool = False) -> dict:
         cmds["mha-trace survey --model smollm2 --induction"] = cli + ["survey", "--model", "smollm2",
                                                                       "--induction"]
         cmds["mha-trace survey --model smollm2"] = cli + ["survey", "--model", "smollm2"]
+        cmds["mha-trace survey --model smollm2 --effect"] = cli + ["survey", "--model", "smollm2", "--effect"]
+        cmds["mha-trace survey --model smollm2 --composition"] = cli + ["survey", "--model", "smollm2",
+                                                                       "--composition"]
         cmds["mha-trace ablate --model smollm2 --rank"] = cli + ["ablate", "--model", "smollm2",
                                                                  "--sentence", sentence, "--rank"]
         if slow:

@@ -120,3 +120,22 @@ def test_an_encoder_and_mixed_flags_are_refused(cli):
                            "reads the weights alone")]:
         result = cli(*args)
         assert result.exit_code == 2 and message in result.stderr, result.stderr
+
+
+def test_the_slide_shows_each_kind_as_a_multiple_of_random(cli, run, monkeypatch):
+    from mha_trace.render import composition_slide
+
+    path, _ = run
+    made = []
+    monkeypatch.setattr(composition_slide, "_save", lambda plt, fig, p, bg: made.append(fig))
+    assert cli("survey", "--checkpoint", str(path), "--composition", "--png", "c.png").exit_code == 0
+    axes = [ax for ax in made[-1].axes if ax.get_title()]
+    assert [ax.get_title() for ax in axes] == ["Q-composition", "K-composition", "V-composition"]
+    assert [t.get_text() for t in axes[1].get_xticklabels()] == ["2.1", "2.2", "2.3", "2.4"]
+    data = json.loads(cli("survey", "--checkpoint", str(path), "--composition", "--format", "json").stdout)
+    shown = axes[1].get_images()[0].get_array()  # K: rows 1.x write, columns 2.x read, × random
+    heads = [tuple(h) for h in data["heads"]]
+    assert shown[0, 2] == pytest.approx(data["scores"]["K"][heads.index((1, 1))][heads.index((2, 3))]
+                                        / data["random"]["mean"], rel=1e-5)
+    refused = cli("survey", "--model", "minilm", "--png", "x.png")
+    assert refused.exit_code == 2 and "goes with --composition" in refused.stderr

@@ -137,7 +137,7 @@ def ablate(o, head, decimals, out: Output, rank: bool = False, top: int = 20):
 
 
 @app.command(short_help="Which layer.head of a model does what, ranked.")
-@output_options()
+@output_options(png=True, scale=False)
 def survey(
     model: Annotated[str, typer.Option("--model", help="The pretrained model: minilm. Example: --model minilm", metavar="NAME")] = "minilm",
     sentence: Annotated[str | None, typer.Option("--sentence", "-s", help="Score heads on this one text instead of the bundled corpus. Example: --sentence \"The cat sat on the mat.\"")] = None,
@@ -167,7 +167,7 @@ def survey(
     Example: mha-trace survey --model smollm2 --sentences my.txt
     Example: mha-trace survey --model minilm --sentence "The animal didn't cross the street because it was too tired." --from it --to animal,street
     Example: mha-trace survey --model smollm2 --effect
-    Example: mha-trace survey --checkpoint run.pt --composition
+    Example: mha-trace survey --checkpoint run.pt --composition --png composition.png
     Example: mha-trace survey --model smollm2 --induction
     Example: mha-trace survey --checkpoint run.pt
     """
@@ -175,6 +175,8 @@ def survey(
 
     model = with_checkpoint(RunOptions(model=None if checkpoint else model, checkpoint=checkpoint,
                                        at_step=at_step)).model
+    if out.png and not composition:
+        raise MhaError("draws the composition slide: it goes with --composition", quantity="png")
     if composition:
         if induction or ablate_top or effect or any(x is not None for x in (sentence, sentences, source)) or corpus:
             raise MhaError("--composition reads the weights alone: it goes with no sentence, "
@@ -221,6 +223,10 @@ def _composition(model, top: int, max_tokens, device, out):
     with progress(m.layers - 1 if m.causal else 0, "every later layer's heads") as advance:
         result = composition(m, advance)
     emit(out, lambda: result.renderables(top=max(top, 5)), result.data)
+    if out.png:
+        from mha_trace.render.composition_slide import save_composition
+
+        save_composition(out.png, result, out.theme)
 
 
 def _induction(model, sentence, source, ablate_top: int, top: int, max_tokens, device, out):

@@ -20,9 +20,10 @@ def value_norms(v: np.ndarray, W_O: np.ndarray, heads: int, kv_heads: int) -> np
     d_k = W_O.shape[0] // heads
     V = v.reshape(*v.shape[:-1], kv_heads, d_k)  # (..., T, kv_heads, d_k)
     V = np.repeat(V, heads // kv_heads, axis=-2)  # (..., T, heads, d_k)
+    V = np.moveaxis(V, -2, -3)  # (..., heads, T, d_k)
     blocks = W_O.reshape(heads, d_k, W_O.shape[1])  # (heads, d_k, D): head h's rows of W_O
-    f = np.einsum("...thd,hdo->...hto", V, blocks)  # (..., heads, T, D)
-    return np.linalg.norm(f, axis=-1)
+    gram = blocks @ blocks.transpose(0, 2, 1)  # (heads, d_k, d_k): ‖v W‖² = v (W Wᵀ) vᵀ
+    return np.sqrt(np.clip(((V @ gram) * V).sum(-1), 0, None))
 
 
 def effect_weights(weights: np.ndarray, norms: np.ndarray) -> np.ndarray:

@@ -1,0 +1,51 @@
+"""`survey --composition --png`: Q-, K- and V-composition side by side, each an earlier head (rows)
+against a later head (columns), as a multiple of random matrices' score (1 = random)."""
+
+import numpy as np
+
+from mha_trace.core.composition import KINDS
+from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc,
+                                    _save, _theme)
+
+LABELLED = 24  # every head named on the axes up to this many; layers only beyond
+
+
+def save_composition(path: str, c, theme: str = "light") -> None:
+    plt = _pyplot()
+    fg, bg = _theme(theme)
+    base = float(c.baseline.mean())
+    writers = [i for i, (l, _) in enumerate(c.heads) if l < c.model.layers]
+    readers = [i for i, (l, _) in enumerate(c.heads) if l > 1]
+    grids = {kind: c.scores[kind][np.ix_(writers, readers)] / base for kind in KINDS}
+    top = max(float(np.nanmax(g)) for g in grids.values())
+    with plt.rc_context(_rc(fg)):
+        fig, axes = plt.subplots(1, 3, figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI,
+                                 facecolor=bg, constrained_layout=True)
+        for ax, kind in zip(axes, KINDS):
+            image = ax.imshow(np.ma.masked_invalid(grids[kind]), cmap="viridis", vmin=0, vmax=top,
+                              aspect="auto", interpolation="nearest")
+            ax.set_facecolor(bg)
+            ax.set_title(f"{kind}-composition", fontsize=24, color=fg)
+            _label(ax, [c.heads[i] for i in readers], "x")
+            _label(ax, [c.heads[i] for i in writers], "y")
+            ax.set_xlabel("the later head (reads)", fontsize=18)
+            ax.tick_params(labelsize=MIN_TICK_PT)
+        axes[0].set_ylabel("the earlier head (writes)", fontsize=18)
+        bar = fig.colorbar(image, ax=list(axes), shrink=0.8)
+        bar.set_label(f"× random matrices of the same shapes ({base:.3f})", fontsize=18)
+        bar.ax.tick_params(labelsize=MIN_TICK_PT)
+        fig.suptitle(_fitted(f"{c.model.name}: which earlier head each head reads (blank: not an "
+                             f"earlier layer)", 95), fontsize=28, color=fg)
+    _save(plt, fig, path, bg)
+
+
+def _label(ax, heads: list, axis: str) -> None:
+    """Every head's name when there are few; otherwise a tick at each layer's first head."""
+    if len(heads) <= LABELLED:
+        ticks, names = range(len(heads)), [f"{l}.{h}" for l, h in heads]
+    else:
+        firsts = [i for i, (l, h) in enumerate(heads) if h == 1]
+        step = max(1, len(firsts) // 15)
+        ticks, names = firsts[::step], [f"L{heads[i][0]}" for i in firsts[::step]]
+    (ax.set_xticks if axis == "x" else ax.set_yticks)(list(ticks), names,
+                                                      **({"rotation": 90} if axis == "x" else {}))

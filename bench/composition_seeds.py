@@ -2,7 +2,8 @@
 
     python bench/composition_seeds.py
 
-For each seed: `mha-trace train` with its defaults (saved to a temporary file), then on the saved
+For each seed: `mha-trace train` with its defaults (one thread, as the command runs; saved to
+a temporary file), then on the saved
 run, as `survey --checkpoint RUN --composition` and `ablate --checkpoint RUN --head L.H` compute
 them: the induction heads (over half their weight on the token after an earlier copy, on the run's
 probe), each one's strongest K-composition partner, whether that partner is a previous-token head,
@@ -13,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import torch
 
 import mha_trace
 from mha_trace.analyses.composition import composition, probe_roles
@@ -39,6 +41,7 @@ def one(seed: int, folder: Path) -> list[str]:
 
 if __name__ == "__main__":
     np.set_printoptions(precision=3)
+    torch.set_num_threads(1)  # as `mha-trace train` runs: the same weights to the last bit
     print("| seed | induction head | strongest K partner | K-composition | previous-token head? "
           "| induction score → without the partner |")
     print("|---|---|---|---|---|---|")

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from snapshots import differences
 
 import mha_trace
 
@@ -31,16 +32,22 @@ def direct(model, writer, reader) -> dict:
             "V": n(OVa @ OVb) / (n(OVa) * n(OVb))}
 
 
-def _guide_blocks() -> list[str]:
-    """docs/why.md's two composition surveys (text blocks: a saved run, and SmolLM2)."""
+def _guide_blocks(holding: str = "--composition") -> list[str]:
+    """docs/why.md's text blocks that hold this: its two composition surveys (a saved run, and
+    SmolLM2) by default."""
     text = (Path(__file__).parent.parent / "docs" / "why.md").read_text()
-    return [b for b in re.findall(r"```text\n(.*?)```", text, re.S) if "--composition" in b]
+    return [b for b in re.findall(r"```text\n(.*?)```", text, re.S) if holding in b]
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     path = tmp_path_factory.mktemp("composition") / "run.pt"
-    trained = mha_trace.train("induction", save=str(path))  # the default run: its heads form by step 600
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # as `mha-trace train` runs: the guide's numbers to the last digit
+    try:
+        trained = mha_trace.train("induction", save=str(path))  # its heads form by step 600
+    finally:
+        torch.set_num_threads(before)
     return path, trained
 
 
@@ -75,6 +82,10 @@ def test_a_trained_runs_induction_heads_read_its_previous_token_head(cli, run):
     path, trained = run
     data = json.loads(cli("survey", "--checkpoint", str(path), "--composition", "--format", "json").stdout)
     assert cli("survey", "--checkpoint", str(path), "--composition").stdout == _guide_blocks()[0]
+    why = cli("explain", "--checkpoint", str(path), "--position", "20", "--head", "2.3", "--why").stdout
+    guide = _guide_blocks("Head 3, query")[0]  # the guide's induction score, split
+    shown = why[why.index("Head 3, query"):]
+    assert differences("\n".join(shown.splitlines()[:len(guide.splitlines())]) + "\n", guide) == []
     model = mha_trace.model(str(path)).model
     heads = [tuple(h) for h in data["heads"]]
     for kind in "QKV":

@@ -242,6 +242,7 @@ def test_the_effect_verdict_follows_the_numbers(minilm_survey, smollm2_survey):
     assert "by less than half" in effect_verdict(one(0.8, 0.6), one(0.5, 0.5))
     assert "the weight reads as the effect" in effect_verdict(one(0.8, 0.6), one(0.7, 0.6))
     assert "widest gap is layer 2 (0.90" in effect_verdict(one(0.5, 0.9), one(0.4, 0.3))
+    assert "no sink to speak of" in effect_verdict(one(0.05, 0.04), one(0.05, 0.05))
 
 
 def test_the_effect_guide_shows_the_surveys_numbers(minilm_survey, smollm2_survey):

@@ -177,6 +177,9 @@ def effect_renderables(result) -> list:
     return [table, Text(effect_verdict(weight, effect))]
 
 
+SINKLESS = 0.1  # sinks with less weight than this on average are no sinks
+
+
 def effect_verdict(weight: dict, effect: dict) -> str:
     """What the sinks' weight and effect say, from the numbers: the mean over layers of the
     sinks' total share, and the layer where the two differ most."""
@@ -187,6 +190,9 @@ def effect_verdict(weight: dict, effect: dict) -> str:
     said = (f"Over the layers, the {names} {verb} {w.mean():.2f} of the weight and {e.mean():.2f} of "
             f"the effect on average; the widest gap is layer {gap + 1} ({w[gap]:.2f} of the weight, "
             f"{e[gap]:.2f} of the effect). ")
+    if w.mean() < SINKLESS:
+        return said + (f"That is little weight to begin with: no sink to speak of, whatever "
+                       f"{they} {move}.")
     if e.mean() < 0.5 * w.mean():
         return said + (f"Most of the weight {they} {verb} moves little: the value vectors there are "
                        f"short through W_O, so a head parks its attention there when it has "

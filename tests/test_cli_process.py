@@ -96,8 +96,8 @@ def test_every_help_example_runs(cli, name, example, tmp_path, monkeypatch):
         (tmp_path / "my.txt").write_text("The cat sat on the mat.\nWhere did you leave the keys?\n")
         from mha_trace.models import checkpoints, training
 
-        checkpoints.save(training.run_training(training.Spec.of("previous-token", steps=5, snapshots=2)),
-                      "run.pt")
+        checkpoints.save(training.run_training(training.Spec.of("induction", steps=5, snapshots=2)),
+                      "run.pt")  # two layers: composition has a later layer to read the first
     if "--prune" in example:  # the whole corpus takes 1.5 minutes: tests/test_pruning.py runs it small
         from mha_trace.models import corpus
 

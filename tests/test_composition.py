@@ -125,8 +125,10 @@ def test_ablating_the_partner_lowers_the_induction_score_as_zeroing_its_w_o_colu
     assert after[reader[0] - 1, reader[1] - 1] < before[reader[0] - 1, reader[1] - 1] - 0.1
 
 
-def test_an_encoder_and_mixed_flags_are_refused(cli):
-    for args, message in [(("survey", "--model", "minilm", "--composition"), "post-norm"),
+def test_an_encoder_a_single_layer_and_mixed_flags_are_refused(cli, tmp_path):
+    one = tmp_path / "one.pt"
+    mha_trace.train("previous-token", steps=5, snapshots=2, save=str(one))
+    for args, message in [(("survey", "--checkpoint", str(one), "--composition"), "has one layer"),(("survey", "--model", "minilm", "--composition"), "post-norm"),
                           (("survey", "--model", "smollm2", "--composition", "--effect"),
                            "reads the weights alone")]:
         result = cli(*args)

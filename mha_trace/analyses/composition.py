@@ -48,6 +48,9 @@ def composition(model, on_layer=lambda: None) -> Composition:
         raise MhaError(f"{model.name} normalises its stream after every layer (BERT's post-norm), "
                        f"so no head reads another's output as it was written; composition needs a "
                        f"decoder: --model smollm2 or --checkpoint run.pt", quantity="composition")
+    if model.layers < 2:
+        raise MhaError(f"{model.name} has one layer: no head has an earlier head to read "
+                       f"(train one with --layers 2)", quantity="composition")
     per_layer = [head_factors(model, l) for l in range(1, model.layers + 1)]
     written = np.concatenate([writers(f) for f in per_layer])
     written = written.astype(np.float32)  # the products' precision (`scores`)

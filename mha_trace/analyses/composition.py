@@ -53,14 +53,15 @@ def composition(model, on_layer=lambda: None) -> Composition:
                        f"(train one with --layers 2)", quantity="composition")
     per_layer = [head_factors(model, l) for l in range(1, model.layers + 1)]
     written = np.concatenate([writers(f) for f in per_layer])
-    written = written.astype(np.float32)  # the products' precision (`scores`)
+    norms = np.linalg.norm(written, axis=(1, 2))
+    written = written.astype(np.float32)  # the products' precision (`pair_scores`)
     heads = [(l, h) for l in range(1, model.layers + 1) for h in range(1, model.heads + 1)]
     found = {kind: np.full((len(heads), len(heads)), np.nan) for kind in KINDS}
     H = model.heads
     for l, f in enumerate(per_layer[1:], start=1):  # readers in layer l + 1
         read = readers(f)
         for kind in KINDS:
-            found[kind][:l * H, l * H:(l + 1) * H] = pair_scores(written[:l * H], read[kind])
+            found[kind][:l * H, l * H:(l + 1) * H] = pair_scores(written[:l * H], read[kind], norms[:l * H])
         on_layer()
     d_k = model.d_model // model.heads
     return Composition(model, heads, found, random_baseline(model.d_model, d_k),

@@ -261,7 +261,7 @@ class Training(Shows):
     def k_partners(self) -> dict:
         """Each induction head (layer, head), as `formed` finds them -> at every snapshot (step,
         the earlier head whose output its keys read most, that K-composition score)."""
-        from mha_trace.core.composition import factors, pair_scores, readers, writers
+        from mha_trace.core.composition import factors, one_reader, pair_scores, readers, writers
 
         H, found = self.spec.heads, {head: [] for head in self.formed("induction") if head[0] > 1}
         for snap in self.snapshots if found else []:
@@ -270,7 +270,7 @@ class Training(Shows):
             per_layer = [factors(block) for block in model.blocks]
             for (l, h), trail in found.items():
                 written = np.concatenate([writers(f) for f in per_layer[:l - 1]])
-                s = pair_scores(written, readers(per_layer[l - 1])["K"][h - 1:h])[:, 0]
+                s = pair_scores(written, one_reader(readers(per_layer[l - 1])["K"], h - 1))[:, 0]
                 best = int(np.argmax(s))
                 trail.append((snap.step, (best // H + 1, best % H + 1), float(s[best])))
         return found

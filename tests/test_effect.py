@@ -160,6 +160,10 @@ def test_slides_put_each_heads_effect_beside_its_weights(cli, monkeypatch):
     assert cli("heads", "--config", "chicken-road", "--head", "2", "--effect", "--png", "x.png").exit_code == 0
     titles = [ax.get_title() for ax in made[-1].axes if ax.get_title()]
     assert titles == ["head 2", "head 2 effect"]
+    assert cli("heads", "--model", "minilm", "--head", "3.1", "--effect", "--sentence", "The cat sat.",
+               "--png", "x.png").exit_code == 0
+    titles = [ax.get_title() for ax in made[-1].axes if ax.get_title()]
+    assert titles == ["head 3.1", "head 3.1 effect"]
     assert cli("explain", "--token", "cat", "--effect", "--png", "x.png").exit_code == 0
     legend = [t.get_text() for t in made[-1].legends[0].get_texts()]
     assert "weight" in legend and any(t.startswith("effect") for t in legend)

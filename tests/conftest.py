@@ -53,7 +53,8 @@ def in_repo_root(monkeypatch):
 # open browsers, a Jupyter kernel or many processes; the README's command and CI run everything
 SLOW = {"test_smollm2.py", "test_cache.py", "test_minilm.py", "test_survey.py", "test_pruning.py", "test_train.py",
         "test_page.py", "test_notebook.py", "test_demos.py", "test_speedups.py", "test_readme.py",
-        "test_cli_process.py", "test_screens.py"}
+        "test_cli_process.py", "test_screens.py", "test_why.py", "test_composition.py",
+        "test_effect.py"}
 
 
 SLOW_SIGNS = ("_run(", "subprocess.", "in_pty(", "smollm2", "Popen")  # processes, the larger model

@@ -53,9 +53,9 @@ def why_renderables(tokens, token: str, why, decimals: int) -> list:
     return [table, without]
 
 
-def why_words(why, given: bool = True) -> Text:
-    """What the sources are, from the sources there are (`given`: a config's or a module's q and
-    k, split into their dims)."""
+def why_words(why) -> Text:
+    """What the sources are, from the sources there are (a config's or a module's q and k split
+    into their dims, or a model's stream)."""
     if why.sources[0].startswith("dim "):
         return Text("A config's q and k are given (or generated) vectors: each score is the sum of "
                     "the head's d_k products q_d·k_d (÷ √d_k), one source per dim.")
@@ -73,7 +73,7 @@ def why_words(why, given: bool = True) -> Text:
                 f"times B's part of k; one name means both came from it.")
 
 
-def why_data(why, tokens, decimals: int | None = None) -> dict:
+def why_data(why, tokens) -> dict:
     r = lambda x: float(x)
     parts = why.parts
     return {"sources": list(why.sources),

@@ -43,6 +43,28 @@ def code_under_test(tmp_path_factory):
             os.environ[key] = value
 
 
+@pytest.fixture(scope="session")
+def kept_weights():
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        yield stack
+
+
+@pytest.fixture(autouse=True)
+def smollm2_dequantised_once(kept_weights):
+    """Once a test has loaded SmolLM2 in this worker, its weights stay dequantised for the rest
+    of the session, as they do inside one command that runs many passes (`Model.resident`):
+    otherwise each pass of each test dequantises the 4-bit blocks again (about 1 s). The path
+    that dequantises on every pass is still what each subprocess runs, and test_smollm2 checks
+    that both give the same numbers."""
+    yield
+    module = sys.modules.get("mha_trace.models.smollm2")
+    model = getattr(module, "_loaded", None)
+    if model is not None and model._kept is None:
+        kept_weights.enter_context(model.resident())
+
+
 @pytest.fixture(autouse=True)
 def in_repo_root(monkeypatch):
     """Relative paths in tests (examples/, configs/) mean the checkout's, wherever pytest started."""
@@ -69,10 +91,22 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+def build_each_app_once():
+    """typer's CliRunner builds the click command from the app on every invoke (15 ms for this
+    app, about 2,500 times a run: a tenth of the suite). A click command is built to be invoked
+    many times, as the real `mha-trace` would be if it ran twice: build each app once."""
+    import functools
+
+    import typer.testing
+
+    typer.testing._get_command = functools.cache(typer.testing._get_command)
+
+
 def pytest_configure(config):
     """Under pytest-xdist each worker gets its own share of the cores (and torch as many threads),
     so two workers never run four busy threads on two cores; subprocesses inherit the share."""
     config.addinivalue_line("markers", "slow: left out of the quick tier (pytest -m 'not slow')")
+    build_each_app_once()
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if not worker or not count or not hasattr(os, "sched_setaffinity"):
         return

@@ -69,6 +69,19 @@ def test_dequantisation_equals_gguf_bit_for_bit(model):
             model._tensor(name, slice(0, 64)).shape))
 
 
+def test_weights_kept_between_passes_are_the_weights_read_on_each_pass(model, built_cache):
+    """`resident` (which the suite keeps on once SmolLM2 is loaded, as a long command does) and
+    a model that dequantises every weight and embedding row on each pass give the same bits."""
+    every_pass = smollm2.Model(smollm2.gguf_path(), *gguf_meta.read_meta(
+        built_cache, smollm2.gguf_path().stat().st_size))
+    ids = model.tokenize(CAPITAL)
+    out, _, weights = every_pass.run(ids)
+    assert every_pass._kept is None
+    with model.resident():
+        kept_out, _, kept_weights = model.run(ids)
+    assert torch.equal(out, kept_out) and all(torch.equal(a, b) for a, b in zip(weights, kept_weights))
+
+
 def test_undoing_the_qk_permutation_is_what_makes_it_match(model):
     """Without the un-permutation, RoPE turns the wrong pairs and the weights disagree."""
     s = model.encode(CAPITAL)

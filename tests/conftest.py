@@ -170,19 +170,51 @@ def golden_run(cli, golden):
     return check
 
 
-@pytest.fixture(scope="session")
-def built_cache(tmp_path_factory):
-    """A SmolLM2 cache folder built the normal way, once for the whole run: the pytest-xdist
-    workers share it (the first builds it under a lock); every test copies it before touching it."""
+def once_per_run(tmp_path_factory, name: str, make) -> Path:
+    """A folder that `make(folder)` fills once for the whole run: the pytest-xdist workers share
+    it (the first fills it under a lock; a folder is only ever seen full)."""
     import fcntl
-
-    from mha_trace.models import gguf_meta, smollm2
+    import shutil
 
     root = tmp_path_factory.getbasetemp().parent  # one folder for all the workers of this run
-    folder = root / "smollm2-cache" / "smollm2"
-    with open(root / "smollm2-cache.lock", "w") as lock:
+    folder = root / name
+    with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (folder / "meta.json").exists():
-            gguf_meta.build_meta(smollm2.gguf_path(), folder, smollm2.INSTALL)
+        if not folder.exists():
+            partial = root / f"{name}.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir()
+            make(partial)
+            partial.rename(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def built_cache(tmp_path_factory):
+    """A SmolLM2 cache folder built the normal way, once for the whole run; every test copies it
+    before touching it."""
+    from mha_trace.models import gguf_meta, smollm2
+
+    folder = once_per_run(tmp_path_factory, "smollm2-cache", lambda f: gguf_meta.build_meta(
+        smollm2.gguf_path(), f / "smollm2", smollm2.INSTALL)) / "smollm2"
     assert gguf_meta.read_meta(folder, smollm2.gguf_path().stat().st_size) is not None  # sound
     return folder
+
+
+@pytest.fixture(scope="session")
+def default_run(tmp_path_factory) -> Path:
+    """`mha-trace train`'s default run (induction, 600 steps), saved, trained once for the whole
+    run: one thread, as the command trains, so its numbers are the guide's to the last digit."""
+    import torch
+
+    import mha_trace
+
+    def make(folder):
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            mha_trace.train("induction", save=str(folder / "run.pt"))
+        finally:
+            torch.set_num_threads(before)
+
+    return once_per_run(tmp_path_factory, "default-run", make) / "run.pt"

@@ -40,15 +40,11 @@ def _guide_blocks(holding: str = "--composition") -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    path = tmp_path_factory.mktemp("composition") / "run.pt"
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # as `mha-trace train` runs: the guide's numbers to the last digit
-    try:
-        trained = mha_trace.train("induction", save=str(path))  # its heads form by step 600
-    finally:
-        torch.set_num_threads(before)
-    return path, trained
+def run(default_run):
+    """The default run (its heads form by step 600), as saved and as `train` returned it."""
+    from mha_trace.models import checkpoints
+
+    return default_run, checkpoints.read_checkpoint(str(default_run))
 
 
 def test_smollm2_scores_equal_full_products_under_gqa_and_rmsnorm():

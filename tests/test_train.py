@@ -24,8 +24,8 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def induction_run():
-    return run_training(Spec.of("induction", steps=450))
+def induction_run(default_run):
+    return checkpoints.read_checkpoint(str(default_run))  # `mha-trace train`: induction, 600 steps
 
 
 def test_induction_heads_form_in_layer_two_and_the_loss_falls_far_below_chance(induction_run):

@@ -62,12 +62,13 @@ def test_every_command_and_option_has_help_with_an_example(name):
             assert "Example:" in (param.help or ""), f"{name} {param.name}"
 
 
-@pytest.mark.parametrize("where", ["before", "after"])
-def test_debug_shows_the_traceback_wherever_it_stands(where):
-    args = ["shapes", "--heads", "3", "--d-model", "10"]
-    args = ["--debug", *args] if where == "before" else [*args, "--debug"]
-    p = run("mha-trace", *args)
+def test_debug_shows_the_traceback_wherever_it_stands(cli):
+    from mha_trace.errors import MhaError
+
+    p = run("mha-trace", "--debug", "shapes", "--heads", "3", "--d-model", "10")
     assert p.returncode != 0 and "Traceback" in p.stderr and "MhaError" in p.stderr
+    with pytest.raises(MhaError):  # after the command's options too: raised, not one line
+        cli("shapes", "--heads", "3", "--d-model", "10", "--debug")
 
 
 def test_meta_trace_imports_neither_sympy_nor_dynamo_and_leaves_no_stand_ins():

@@ -176,7 +176,9 @@ def once_per_run(tmp_path_factory, name: str, make) -> Path:
     import fcntl
     import shutil
 
-    root = tmp_path_factory.getbasetemp().parent  # one folder for all the workers of this run
+    root = tmp_path_factory.getbasetemp()  # this run's, or, under pytest-xdist, this worker's:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the folder of all the workers of this run
     folder = root / name
     with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

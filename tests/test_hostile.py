@@ -391,11 +391,17 @@ def test_non_python_module_paths(cli, tmp_path):
     assert cli("shapes", "--module", f"{text}:X").stderr == f"Error: --module {text}: expected a .py file\n"
 
 
+def ctrl_c_as_a_terminal_sends_it():
+    """In the child: SIGINT as a shell in a terminal leaves it. A suite started in the
+    background (`pytest &`) has it ignored, and a child would inherit that: no Ctrl-C to test."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_prints_one_line_and_exits_130(odd, tmp_path):
     mark = tmp_path / "mark"
     p = subprocess.Popen(["mha-trace", "shapes", "--module", f"{odd}:Sleeper", "--d-model", "8",
                           "--heads", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "MARK": str(mark)})
+                         env={**os.environ, "MARK": str(mark)}, preexec_fn=ctrl_c_as_a_terminal_sends_it)
     for _ in range(600):
         if mark.exists():
             break
@@ -879,7 +885,8 @@ def test_a_model_picture_set_stopped_halfway_leaves_nothing(tmp_path, sig, code,
     """SmolLM2's 31 figures take about half a minute on 2 cores: stopped once drawing has begun
     (matplotlib's font renderer is loaded), none of them (and no temporary file) is left."""
     run = subprocess.Popen(["mha-trace", "heads", "--model", "smollm2", "--png", str(tmp_path / "h.png")],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=ctrl_c_as_a_terminal_sends_it)
     maps, deadline = Path(f"/proc/{run.pid}/maps"), time.monotonic() + 60
     while run.poll() is None and time.monotonic() < deadline and "ft2font" not in maps.read_text():
         time.sleep(0.05)  # polled, not a fixed wait: the signal comes as drawing starts

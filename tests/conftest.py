@@ -5,6 +5,7 @@ in the repository's root, and a subprocess's `mha-trace` is a shim for `python -
 this checkout first on PYTHONPATH, never whatever `mha-trace` comes first on PATH.
 """
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -191,14 +192,54 @@ def once_per_run(tmp_path_factory, name: str, make) -> Path:
     return folder
 
 
+PARSED = {}  # (path, size, time) -> gguf's reader, for this worker's session
+
+
+@contextlib.contextmanager
+def gguf_read_once():
+    """While it lasts, gguf's reader parses each GGUF file once for the worker's session (about
+    2.5 s for SmolLM2's, most of it the 49,152-token vocabulary): the cache's tests rebuild the
+    cache from a file that no test changes. What is built from the parse is built again each
+    time; a file changed on disk (another size or time) is parsed again."""
+    import gguf
+
+    reader = gguf.GGUFReader
+
+    def read(path, mode="r"):
+        stat = os.stat(path)
+        key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+        if mode != "r":
+            return reader(path, mode)
+        if key not in PARSED:
+            PARSED[key] = reader(path, mode)
+        return PARSED[key]
+
+    gguf.GGUFReader = read
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = reader
+
+
+@pytest.fixture
+def gguf_parsed_once():
+    """A test that rebuilds the SmolLM2 cache (or reads the file's metadata as its reference)
+    from the parse shared by the worker (`gguf_read_once`)."""
+    with gguf_read_once():
+        yield
+
+
 @pytest.fixture(scope="session")
 def built_cache(tmp_path_factory):
     """A SmolLM2 cache folder built the normal way, once for the whole run; every test copies it
     before touching it."""
     from mha_trace.models import gguf_meta, smollm2
 
-    folder = once_per_run(tmp_path_factory, "smollm2-cache", lambda f: gguf_meta.build_meta(
-        smollm2.gguf_path(), f / "smollm2", smollm2.INSTALL)) / "smollm2"
+    def make(folder):
+        with gguf_read_once():
+            gguf_meta.build_meta(smollm2.gguf_path(), folder / "smollm2", smollm2.INSTALL)
+
+    folder = once_per_run(tmp_path_factory, "smollm2-cache", make) / "smollm2"
     assert gguf_meta.read_meta(folder, smollm2.gguf_path().stat().st_size) is not None  # sound
     return folder
 

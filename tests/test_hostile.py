@@ -758,7 +758,8 @@ def test_edited_files_fail_their_sha256(built_cache, tmp_path):
         assert gguf_meta.read_meta(folder, size) is None, name
 
 
-def test_a_zero_layer_cache_is_rebuilt_end_to_end(cli, tmp_path, built_cache, monkeypatch):
+def test_a_zero_layer_cache_is_rebuilt_end_to_end(cli, tmp_path, built_cache, monkeypatch,
+                                                 gguf_parsed_once):
     """The case seen live: meta.json with layers 0 made predict say '␣is' with exit 0."""
     from mha_trace.models import smollm2
     from mha_trace.models.cache import file_sha256
@@ -1129,7 +1130,7 @@ def test_max_tokens_lifts_the_token_limit_never_the_memory_guard(cli, monkeypatc
     assert "of attention weights, and 100.0 MiB is free: shorten the sentence" in result.stderr
 
 
-def test_a_read_only_model_cache_is_only_slower(cli, monkeypatch):
+def test_a_read_only_model_cache_is_only_slower(cli, monkeypatch, gguf_parsed_once):
     """HOME=/proc: no cache can be written, and SmolLM2 (loaded afresh) runs all the same."""
     from mha_trace.models import smollm2
 

@@ -45,7 +45,7 @@ def test_digits_are_split_one_by_one(model):
     assert [model.token_text(i) for i in ids] == list("1234567890")
 
 
-def test_sizes_come_from_the_files_metadata(model):
+def test_sizes_come_from_the_files_metadata(model, gguf_parsed_once):
     import gguf
 
     reader_fields = gguf.GGUFReader(smollm2.gguf_path()).fields
@@ -97,7 +97,8 @@ def test_undoing_the_qk_permutation_is_what_makes_it_match(model):
     assert np.abs(s.weights[0] - ref[0]).max() < 1e-4 < np.abs(permuted.weights[0] - ref[0]).max()
 
 
-def test_the_cache_is_keyed_by_hash_and_rebuilt_when_damaged(tmp_path, monkeypatch, built_cache):
+def test_the_cache_is_keyed_by_hash_and_rebuilt_when_damaged(tmp_path, monkeypatch, built_cache,
+                                                            gguf_parsed_once):
     import shutil
 
     from mha_trace.models.cache import file_sha256

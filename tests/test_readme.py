@@ -47,8 +47,23 @@ def test_every_relative_link_in_the_guide_leads_to_a_file():
             assert (page.parent / target).exists(), f"{page.name}: {target}"
 
 
+@pytest.fixture
+def trained_once(default_run, monkeypatch):
+    """`mha-trace train`'s default run is trained once for the whole run (conftest's
+    `default_run`, which test_train and test_composition read): a block that trains that very
+    run reads it back; the command does everything else as it would (any other run trains)."""
+    from mha_trace.models import checkpoints, training
+
+    saved, train = checkpoints.read_checkpoint(str(default_run)), training.run_training
+
+    def run_training(spec, on_step=lambda loss: None, resume=None):
+        return saved if (spec, resume) == (saved.spec, None) else train(spec, on_step, resume)
+
+    monkeypatch.setattr(training, "run_training", run_training)
+
+
 @pytest.mark.parametrize("page,command,body", BLOCKS, ids=[f"{p}: {c}" for p, c, _ in BLOCKS])
-def test_readme_block_is_real_output(page, command, body):
+def test_readme_block_is_real_output(page, command, body, trained_once):
     found = differences(readme.output(command), body)
     assert found == [], "python docs/readme.py refreshes the README\n" + "\n".join(found)
 

@@ -32,7 +32,7 @@ def ids(model):
 
 @pytest.fixture(scope="module")
 def short(ids):
-    return ids[:14]  # for decoding token by token (30 layers a token)
+    return ids[:10]  # for decoding token by token (30 layers a token)
 
 
 def test_full_equals_transformers_over_the_default_text(model):

@@ -47,11 +47,25 @@ _patches: dict = {}  # what the user's code set on torch: (owner, name) -> value
 
 
 def _torch_state() -> dict:
-    """torch's functions as they stand: what a user's module may patch (torch.softmax = ...)."""
+    """torch's namespaces as they stand (owner -> a copy of its attributes): what a user's
+    module may patch (torch.softmax = ...)."""
     import torch.nn.functional as F
 
-    return {(owner, name): value for owner in (torch, F, torch.Tensor, nn.Module)
-            for name, value in list(vars(owner).items()) if not isinstance(value, types.ModuleType)}
+    return {owner: dict(vars(owner)) for owner in (torch, F, torch.Tensor, nn.Module)}
+
+
+def _changed(before: dict, after: dict):
+    """(owner, name, value) for each attribute the user's code set (a submodule imported meanwhile
+    is not a patch)."""
+    for owner, names in after.items():
+        try:
+            if names == before[owner]:  # compared in C, each value by identity first
+                continue
+        except Exception:  # a value whose == misbehaves: compared one by one below
+            pass
+        for name, value in names.items():
+            if before[owner].get(name, _patches) is not value and not isinstance(value, types.ModuleType):
+                yield owner, name, value
 
 
 @contextlib.contextmanager
@@ -64,14 +78,12 @@ def _own_torch():
     try:
         yield
     finally:
-        after = _torch_state()
-        for key, value in after.items():
-            if before.get(key, _patches) is not value:
-                _patches[key] = value
-                if key in before:
-                    setattr(*key, before[key])
-                else:
-                    delattr(*key)
+        for owner, name, value in list(_changed(before, _torch_state())):
+            _patches[owner, name] = value
+            if name in before[owner]:
+                setattr(owner, name, before[owner][name])
+            else:
+                delattr(owner, name)
 
 
 @contextlib.contextmanager

@@ -66,6 +66,26 @@ def smollm2_dequantised_once(kept_weights):
         kept_weights.enter_context(model.resident())
 
 
+@pytest.fixture(scope="session", autouse=True)
+def each_induction_survey_once():
+    """`survey --induction --ablate-top 5` on SmolLM2 (eight passes of the model) is asked for by
+    a test's fixture, the guide's block and the command's --help example: the analysis runs
+    once a worker for each model object and settings; each caller renders it its own way."""
+    from mha_trace.analyses import induction as module
+
+    real, found = module.induction, {}
+
+    def induction(model, n=50, seeds=(0, 1, 2), ablate_top=0, on_pass=lambda: None):
+        key = (model, n, tuple(seeds), ablate_top)  # the model itself: never another's id
+        if key not in found:
+            found[key] = real(model, n, seeds, ablate_top, on_pass)
+        return found[key]
+
+    module.induction = induction
+    yield
+    module.induction = real
+
+
 @pytest.fixture(autouse=True)
 def in_repo_root(monkeypatch):
     """Relative paths in tests (examples/, configs/) mean the checkout's, wherever pytest started."""

@@ -168,7 +168,7 @@ def survey(
     Example: mha-trace survey --model minilm --sentence "The animal didn't cross the street because it was too tired." --from it --to animal,street
     Example: mha-trace survey --model minilm --effect
     Example: mha-trace survey --checkpoint run.pt --composition --png composition.png
-    Example: mha-trace survey --model smollm2 --induction
+    Example: mha-trace survey --model smollm2 --induction --ablate-top 5
     Example: mha-trace survey --checkpoint run.pt
     """
     from mha_trace.runs.resolve import RunOptions, with_checkpoint

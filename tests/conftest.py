@@ -226,10 +226,10 @@ def gguf_read_once():
     reader = gguf.GGUFReader
 
     def read(path, mode="r"):
-        stat = os.stat(path)
-        key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
         if mode != "r":
             return reader(path, mode)
+        stat = os.stat(path)
+        key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
         if key not in PARSED:
             PARSED[key] = reader(path, mode)
         return PARSED[key]

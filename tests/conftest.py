@@ -66,24 +66,40 @@ def smollm2_dequantised_once(kept_weights):
         kept_weights.enter_context(model.resident())
 
 
+SHARED = [  # (module, analysis, what makes two calls the same): each asked for from several places
+    ("mha_trace.analyses.induction", "induction",  # a test's fixture, the guide, --help's example
+     lambda a: (a["model"], a["n"], tuple(a["seeds"]), a["ablate_top"])),
+    ("mha_trace.analyses.model_analysis", "rank_heads",  # the guide, a golden screen, a test
+     lambda a: (a["sentence"].model, tuple(a["sentence"].ids))),
+]
+
+
 @pytest.fixture(scope="session", autouse=True)
-def each_induction_survey_once():
-    """`survey --induction --ablate-top 5` on SmolLM2 (eight passes of the model) is asked for by
-    a test's fixture, the guide's block and the command's --help example: the analysis runs
-    once a worker for each model object and settings; each caller renders it its own way."""
-    from mha_trace.analyses import induction as module
+def each_shared_analysis_once():
+    """SmolLM2's induction survey (eight passes of the model) and its ranking of all 270 heads
+    are each asked for by several tests: each runs once a worker for the same model object (the
+    object itself, never another's id) and the same settings; each caller renders it its own way."""
+    import importlib
+    import inspect
 
-    real, found = module.induction, {}
+    saved = []
+    for name, function, same in SHARED:
+        module = importlib.import_module(name)
+        real, found = getattr(module, function), {}
 
-    def induction(model, n=50, seeds=(0, 1, 2), ablate_top=0, on_pass=lambda: None):
-        key = (model, n, tuple(seeds), ablate_top)  # the model itself: never another's id
-        if key not in found:
-            found[key] = real(model, n, seeds, ablate_top, on_pass)
-        return found[key]
+        def shared(*args, real=real, found=found, same=same, **kwargs):
+            bound = inspect.signature(real).bind(*args, **kwargs)
+            bound.apply_defaults()
+            key = same(bound.arguments)
+            if key not in found:
+                found[key] = real(*args, **kwargs)
+            return found[key]
 
-    module.induction = induction
+        saved.append((module, function, real))
+        setattr(module, function, shared)
     yield
-    module.induction = real
+    for module, function, real in saved:
+        setattr(module, function, real)
 
 
 @pytest.fixture(autouse=True)

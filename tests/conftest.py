@@ -71,13 +71,16 @@ SHARED = [  # (module, analysis, what makes two calls the same): each asked for 
      lambda a: (a["model"], a["n"], tuple(a["seeds"]), a["ablate_top"])),
     ("mha_trace.analyses.model_analysis", "rank_heads",  # the guide, a golden screen, a test
      lambda a: (a["sentence"].model, tuple(a["sentence"].ids))),
+    ("mha_trace.analyses.pruning", "prune",  # a test's JSON and text of one small corpus
+     lambda a: (a["model"], tuple(a["corpus"].sentences),
+                sys.modules["mha_trace.analyses.pruning"].FRACTIONS)),  # as a test may set them
 ]
 
 
 @pytest.fixture(scope="session", autouse=True)
 def each_shared_analysis_once():
-    """SmolLM2's induction survey (eight passes of the model) and its ranking of all 270 heads
-    are each asked for by several tests: each runs once a worker for the same model object (the
+    """SmolLM2's induction survey (eight passes of the model), its ranking of all 270 heads and
+    its pruning curve are each asked for from several places: each runs once a worker for the same model object (the
     object itself, never another's id) and the same settings; each caller renders it its own way."""
     import importlib
     import inspect

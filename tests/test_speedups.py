@@ -1,5 +1,6 @@
 """The start-up speed-ups live in one module behind one switch, and change no printed byte."""
 
+import json
 import os
 import pathlib
 import subprocess
@@ -15,24 +16,46 @@ COMMANDS = [  # the plain `shapes` table is in the rope case too
 ]
 
 
-def run(args, speedups: bool):
+def run(args):
+    """`mha-trace ARGS` as a user runs it, with every speed-up (the fast exit included)."""
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "MHA_TRACE_NO_SPEEDUPS")}
-    if not speedups:
-        env["MHA_TRACE_NO_SPEEDUPS"] = "1"
     return subprocess.run([sys.executable, "-m", "mha_trace", *args], capture_output=True,
                           text=True, env=env, timeout=300)
 
 
+TRAINING = ("import sys; from mha_trace.models.training import Spec, run_training; "
+            "losses = run_training(Spec.of('previous-token', steps=12, snapshots=2)).losses; "
+            "dynamo = 'torch._dynamo' in sys.modules; ")
+
+
+@pytest.fixture(scope="module")
+def without_speedups():
+    """One process with every speed-up off: the training run first (it must import dynamo
+    there), then each command through the CLI's own entry, as `python -m mha_trace` would run
+    it; one process, so that the slow imports the speed-ups avoid (dynamo, sympy) are paid once."""
+    code = TRAINING + (
+        "import json; from typer.testing import CliRunner; from mha_trace.cli import app; "
+        f"runs = [CliRunner().invoke(app, list(a)) for a in {COMMANDS!r}]; "
+        "print(json.dumps({'dynamo': dynamo, 'losses': losses, "
+        "'runs': [[r.exit_code, r.stdout, r.stderr] for r in runs]}))")
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**env, "MHA_TRACE_NO_SPEEDUPS": "1"})
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
 @pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
-def test_the_same_output_with_and_without_the_speedups(args):
-    fast, plain = run(args, True), run(args, False)
-    assert (fast.returncode, fast.stdout) == (plain.returncode, plain.stdout)
+def test_the_same_output_with_and_without_the_speedups(args, without_speedups):
+    fast = run(args)
+    code, stdout, stderr = without_speedups["runs"][COMMANDS.index(args)]
+    assert (fast.returncode, fast.stdout) == (code, stdout)
     assert fast.stdout or fast.stderr.startswith("Error:")
     if args[-1] == "x":  # typer's own coercion words it differently: still one Error line
-        assert plain.stderr.startswith("Error:") and plain.stderr.count("\n") == 1
+        assert stderr.startswith("Error:") and stderr.count("\n") == 1
         assert fast.stderr.startswith("Error:") and "'x'" in fast.stderr
     else:
-        assert fast.stderr == plain.stderr
+        assert fast.stderr == stderr
 
 
 def test_the_switch_turns_every_speedup_off():
@@ -56,16 +79,12 @@ def test_tricks_live_in_one_module():
     assert found == {("speedups.py", t) for t in tricks} | {("runtime.py", "set_num_threads(1)")}
 
 
-def test_training_never_imports_dynamo_and_trains_the_same():
+def test_training_never_imports_dynamo_and_trains_the_same(without_speedups):
     """The optimiser's "do not compile" marks cost an import of torch._dynamo (about 1 s); with
     the speed-ups training never imports it, and every loss is the same to the last bit."""
-    code = ("import sys; from mha_trace.models.training import Spec, run_training; "
-            "r = run_training(Spec.of('previous-token', steps=12, snapshots=2)); "
-            "print('torch._dynamo' in sys.modules, r.losses)")
     env = {k: v for k, v in os.environ.items() if k != "MHA_TRACE_NO_SPEEDUPS"}
+    code = TRAINING + "import json; print(json.dumps([dynamo, losses]))"
     fast = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           timeout=300)
-    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           env={**env, "MHA_TRACE_NO_SPEEDUPS": "1"}, timeout=300)
-    assert fast.stdout.startswith("False ") and plain.stdout.startswith("True "), fast.stderr
-    assert fast.stdout.split(" ", 1)[1] == plain.stdout.split(" ", 1)[1]
+    assert json.loads(fast.stdout) == [False, without_speedups["losses"]], fast.stderr
+    assert without_speedups["dynamo"]

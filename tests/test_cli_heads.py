@@ -58,16 +58,22 @@ def test_configs_json_lists_every_bundled_config(cli):
 
 
 def test_installed_package_finds_bundled_configs_from_another_directory(tmp_path):
-    """The installed wheel (not this checkout) carries configs/: run it from an empty directory."""
+    """The installed wheel (not this checkout) carries configs/ and examples/: run it from an
+    empty directory, the listings as commands and the runs that read them in one process."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    run = lambda *a: subprocess.run([sys.executable, "-m", "mha_trace", *a], cwd=tmp_path,
-                                    capture_output=True, text=True, env=env, timeout=120)
-    listing = run("configs")
+    run = lambda *a: subprocess.run([sys.executable, *a], cwd=tmp_path, capture_output=True,
+                                    text=True, env=env, timeout=120)
+    listing = run("-m", "mha_trace", "configs")
     assert listing.returncode == 0 and "chicken-road" in listing.stdout
-    heads = run("heads", "--config", "chicken-road", "--head", "1")
-    assert heads.returncode == 0, heads.stderr
-    assert "The chicken didn't cross the road" in heads.stdout
-    assert run("explain", "--token", "cat").returncode == 0
-    listing = run("examples")  # the examples ship inside the package too
+    listing = run("-m", "mha_trace", "examples")  # the examples ship inside the package too
     assert listing.returncode == 0 and "example:l04" in listing.stdout
-    assert run("shapes", "--module", "example:l04", "--d-model", "64", "--heads", "4").returncode == 0
+    commands = [["heads", "--config", "chicken-road", "--head", "1"], ["explain", "--token", "cat"],
+                ["shapes", "--module", "example:l04", "--d-model", "64", "--heads", "4"]]
+    code = ("import json; from typer.testing import CliRunner; from mha_trace.cli import app; "
+            f"print(json.dumps([[r.exit_code, r.output] for r in "
+            f"(CliRunner().invoke(app, a) for a in {commands!r})]))")
+    found = run("-c", code)
+    assert found.returncode == 0, found.stderr
+    results = json.loads(found.stdout)
+    assert [code for code, _ in results] == [0, 0, 0], results
+    assert "The chicken didn't cross the road" in results[0][1]

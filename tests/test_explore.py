@@ -91,6 +91,18 @@ def test_prepare_for_a_config_imports_neither_torch_nor_textual():
 
 
 # the app, driven by Textual's headless pilot
+@pytest.fixture(autouse=True)
+def quicker_idle_checks(monkeypatch):
+    """The pilot waits after each key until the process has been idle for a moment: Textual
+    looks in windows of 20 ms, and the waits were a third of this file's time. Windows of 5 ms
+    with the same rule (under 5% of a window busy) see the same idle app (a Textual without
+    these names simply waits as it always did)."""
+    import textual._wait
+
+    monkeypatch.setattr(textual._wait, "SLEEP_GRANULARITY", 0.005, raising=False)
+    monkeypatch.setattr(textual._wait, "SLEEP_IDLE", 0.005 / 20, raising=False)
+
+
 def drive(keys=(), snapshot=None, **options):
     """Open the explorer on `options`, press `keys`, return the app with what it showed:
     texts (each Static's), cells (the heads table), row (the trace's), active (the pane)."""

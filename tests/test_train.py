@@ -66,6 +66,56 @@ def test_identical_heads_stay_identical_to_the_last_bit():
     assert np.all(same.spread() == 0) and distinct.spread().min() > 0
 
 
+TRAIN_40_STEPS = """
+import sys, torch
+from mha_trace.models import training
+torch.set_num_threads(1)
+run = training.run_training(training.Spec.of("induction", steps=40, snapshots=2))
+torch.save(run.state["model"], sys.argv[1])
+"""
+
+
+def test_a_run_is_the_same_on_another_cpus_kernels(tmp_path):
+    """torch picks its float32 kernels by CPU (AVX-512, AVX2, plain): the same run trained with
+    the plain kernels and with this CPU's must agree to float32 noise, every weight, the key
+    biases included. They once drifted apart by ~1e-3 in 40 steps (AdamW turned the rounding noise
+    that is a key bias's whole gradient into steps), and a trained run's scores in the guide
+    differed by CPU."""
+    import os
+    import subprocess
+    import sys
+
+    runs = {}
+    for kernels in ("default", None):  # the plain kernels, then this CPU's own
+        env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+        env |= {"ATEN_CPU_CAPABILITY": kernels} if kernels else {}
+        runs[kernels] = (tmp_path / f"{kernels}.pt", subprocess.Popen(
+            [sys.executable, "-c", TRAIN_40_STEPS, str(tmp_path / f"{kernels}.pt")], env=env))
+    assert all(p.wait(timeout=120) == 0 for _, p in runs.values())
+    plain, own = (torch.load(path) for path, _ in runs.values())
+    far = {k: float((plain[k] - own[k]).abs().max()) for k in plain if
+           float((plain[k] - own[k]).abs().max()) > 5e-5}
+    assert far == {}
+
+
+def test_key_biases_stay_as_initialised_and_the_weights_do_not_depend_on_them():
+    run = run_training(Spec.of("induction", steps=5, snapshots=2))
+    torch.manual_seed(0)
+    start = training.Toy(run.spec).state_dict()
+    trained = run.state["model"]
+    assert all(torch.equal(trained[k], start[k]) for k in trained if k.endswith("W_k.bias"))
+    assert not torch.equal(trained["blocks.0.W_q.bias"], start["blocks.0.W_q.bias"])  # others learn
+    model = training.Toy(run.spec)
+    model.load_state_dict(trained)
+    ids = training.probe_batch(run.spec)
+    _, _, before = model(ids)
+    with torch.no_grad():
+        for block in model.blocks:
+            block.W_k.bias.add_(torch.randn_like(block.W_k.bias))  # the softmax is blind to it
+    _, _, after = model(ids)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(before, after))
+
+
 def test_resumed_training_equals_uninterrupted(tmp_path):
     spec = Spec.of("previous-token", steps=40, snapshots=5)
     whole = run_training(spec)

@@ -174,6 +174,17 @@ def make_identical(model: Toy) -> None:
                 block.W_o.weight[:, rows] = block.W_o.weight[:, :d]
 
 
+def untrained_key_biases(model: Toy) -> None:
+    """The key biases are not trained. q·b_k adds the same number to every key's score of a
+    query, and the softmax is blind to that: the true gradient of b_k is zero, and what reaches it
+    is rounding noise that AdamW (dividing by the gradient's own size) would turn into steps of
+    the learning rate's size, different on every CPU. The weights never depend on b_k; the scores
+    shown would, by a CPU's rounding."""
+    for block in model.blocks:
+        if block.W_k.bias is not None:
+            block.W_k.bias.grad = None  # AdamW leaves a parameter without a gradient as it is
+
+
 def batch(s: Spec, generator: torch.Generator, size: int | None = None):
     """(input ids (B, T), targets (B, T), scored (B, T) bool): one batch of the task."""
     B, T, V, n = size or s.batch, s.seq, s.vocab, s.seq // 2
@@ -338,6 +349,7 @@ def _train(s: Spec, on_step, resume) -> Training:
         losses.append(loss.item())
         optimiser.zero_grad()
         loss.backward()
+        untrained_key_biases(model)
         optimiser.step()
         on_step(losses[-1])
     state = {"model": {k: v.detach().clone() for k, v in model.state_dict().items()},

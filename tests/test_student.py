@@ -63,10 +63,18 @@ def test_each_bug_is_caught_and_named(cli, cls, args, diagnosis, line):
     assert (wrong["line"] if wrong else None) == line
 
 
-def test_a_causal_module_checked_without_a_mask_is_told_so(cli):
+@pytest.mark.parametrize("mask", [(), ("--mask", "causal")])
+def test_a_module_that_masks_by_itself_is_a_decoder_and_right_with_or_without_mask_causal(cli, mask):
+    """nanoGPT's forward(x) takes no mask and is always causal: it is compared with the lecture's
+    causal module, said so, and never told to make a decoder non-causal; no padding for it."""
     data = json.loads(cli("verify", "--module", "example:nanogpt", "--d-model", "32", "--heads", "4",
-                          "--format", "json").stdout)
-    assert data["diagnosis"] == "a causal mask of its own, though none was asked for"
+                          *mask, "--format", "json").stdout)
+    assert data["passed"] and data["diagnosis"] is None
+    assert any(n.startswith("it masks causally by itself") for n in data["notes"])
+    refused = cli("verify", "--module", "example:nanogpt", "--pad", "2")
+    assert refused.exit_code == 2 and refused.stderr == (
+        "Error: --pad: CausalSelfAttention.forward takes no mask argument, so no padding mask can be "
+        "applied\n")
 
 
 def test_the_mapping_is_printed_and_can_be_given(cli, tmp_path):

@@ -79,7 +79,7 @@ def test_init_for_other_parameter_names(cli, tmp_path):
     result = cli("shapes", "--module", f"{path}:Odd", "--d-model", "8", "--heads", "2")
     assert result.exit_code == 2
     assert result.stderr == ("Error: cannot build Odd(width, count, dropout): no value for 'width', "
-                             "'count', 'dropout' (give every argument with --init 'name=value, ...')\n")
+                             "'count' (give every argument with --init 'name=value, ...')\n")  # dropout: 0.1
     ok = cli("shapes", "--module", f"{path}:Odd", "--d-model", "8", "--heads", "2",
              "--init", "width=8, count=2, dropout=0.1")
     assert ok.exit_code == 0 and "self.p(x)" in ok.stdout
@@ -113,7 +113,7 @@ def test_shape_mismatch_names_both_inputs(cli):
     ("examples/l04_mha.py:Nope", "--module examples/l04_mha.py:Nope: no class 'Nope' in "
                                  "examples/l04_mha.py (nn.Module classes there: MultiHeadAttention)"),
     ("examples/l04_mha.py:math", "--module examples/l04_mha.py:math: math is neither a torch.nn.Module "
-                                 "subclass nor a class with a forward method (a NumPy implementation)"),
+                                 "subclass nor a class with a forward or __call__ method (a NumPy implementation)"),
     ("examples/l04_mha.py", "--module examples/l04_mha.py: expected FILE.py:ClassName or "
                             "package.module:ClassName"),
     ("no_such_package_xyz:Thing", "--module no_such_package_xyz: cannot import it (No module named "

@@ -72,7 +72,7 @@ def check_module(runs, given_map: str | None, mask_means: str = "any") -> Studen
     sizes = runs.sizes
     report = _best(_each_way(runs.at(sizes), sizes, given_map, mask_means))
     if report.passed:
-        report = _exposed(runs, given_map, mask_means) or report
+        report = _exposed(runs, given_map, mask_means, report) or report
     elif report.candidates:
         _confirm_at_a_second_size(report, runs, sizes, given_map, mask_means)
     return report
@@ -83,7 +83,7 @@ def _best(reports: list) -> StudentReport:
                                        -r.output_diff))
 
 
-def _exposed(runs, given_map, mask_means) -> StudentReport | None:
+def _exposed(runs, given_map, mask_means, right: StudentReport) -> StudentReport | None:
     """Right at the sizes given: the sizes and layouts that hide some mistakes are tried too (a
     batch of one hides a mixed-up batch, one head a merge without its transpose, a contiguous
     input a .view of x). The first that shows a mistake is the verdict, saying which."""
@@ -102,6 +102,9 @@ def _exposed(runs, given_map, mask_means) -> StudentReport | None:
         try:
             report = _best(_each_way(run, sizes, given_map, mask_means, strided))
         except MhaError as e:
+            if strided and "forward raised" in e.message:  # loud, not wrong: a caveat
+                right.notes.append(_needs_contiguous(e.message, now))
+                continue
             raise MhaError(f"it is right with {was}, but with {now}: {e.message}",
                            e.exit_code, e.quantity) from None
         if not report.passed:
@@ -111,6 +114,16 @@ def _exposed(runs, given_map, mask_means) -> StudentReport | None:
                 _confirm_at_a_second_size(report, runs, sizes, given_map, mask_means)
             return report
     return None
+
+
+def _needs_contiguous(message: str, fed: str) -> str:
+    """A module that raises on a non-contiguous input (a .view of x) computes nothing wrong: it
+    says so loudly, and a model feeds it a LayerNorm's contiguous output."""
+    where = message.split(": forward raised", 1)[-1].split("): ", 1)[0]
+    where = f"{where})" if where.startswith(" at ") else ""
+    return (f"it needs a contiguous input: fed {fed}, its forward raises{where}; right as a model "
+            f"feeds it (a LayerNorm's output is contiguous), but use .reshape() or .contiguous() "
+            f"if it may be fed a transposed tensor")
 
 
 def _confirm_at_a_second_size(report, runs, sizes, given_map, mask_means) -> None:
@@ -143,9 +156,14 @@ class Way:
     mask_as: str = "bool"
     unbatched: bool = False
     strided: bool = False  # fed a non-contiguous input
+    head_by_head: bool = False  # a fused qkv's rows go head by head
+    seq_first: bool = False  # fed (T, B, d_model), as fairseq and nn.MultiheadAttention take it
 
     def notes(self, numpy: bool = False) -> list:
-        mask = {"0-1": "its mask is read as numbers, 1 where a query may attend and 0 where not",
+        mask = {"own causal": "it masks causally by itself (its forward takes no mask), so it was "
+                              "compared with the lecture's module under a causal mask: right for "
+                              "a decoder; it cannot be given a padding mask",
+                "0-1": "its mask is read as numbers, 1 where a query may attend and 0 where not",
                 "additive": "its mask is added to the scores: 0 where a query may attend, -inf "
                             "where not",
                 "blocked": "its mask means True where a query may NOT attend (the convention of "
@@ -156,7 +174,13 @@ class Way:
         fed = ("it takes a batch (B, T, d_model), so it was fed one" if numpy and not self.unbatched
                else "it takes one sequence (T, d_model), so it was fed one, unbatched"
                if self.unbatched and not numpy else None)
-        return [n for n in (mask, fed) if n]
+        layout = ("its fused qkv holds each head's q, k and v side by side (its rows go head by "
+                  "head, as a reshape to (B, T, H, 3·d_k) reads them: the UvA tutorials' layout), "
+                  "so the lecture's weights were laid out so") if self.head_by_head else None
+        if self.seq_first:
+            fed = ("it takes (T, B, d_model), sequence first (fairseq's layout, and "
+                   "nn.MultiheadAttention's without batch_first), so it was fed so")
+        return [n for n in (mask, fed, layout) if n]
 
 
 MASK_WAYS = {"any": ("bool", "blocked", "0-1", "additive"), "keep": ("bool", "0-1", "additive"),
@@ -169,30 +193,113 @@ def _each_way(run, sizes, given_map: str | None, mask_means: str = "any",
     ways a correct module may be written: a bare square matrix used as x @ W (not x @ W.T), a mask
     of numbers, one sequence rather than a batch. A way that does not run is left out; if none
     runs, the usual way's error is the one given."""
-    module = run.module if run.numpy else run.module.double()
-    mapping = find_projections(module, sizes.d_model, given_map) if named_weights(module) or given_map \
-        else None
+    module = run.module if run.numpy else run.module.double().eval()
+    _not_a_block(module, run.label, sizes.d_model)
+    sizes, grouped = _grouped(module, sizes)
+    kv_rows = sizes.kv_heads * (sizes.d_model // sizes.heads) if sizes.kv_heads else None
+    mapping = find_projections(module, sizes.d_model, given_map, kv_rows) \
+        if named_weights(module) or given_map else None
     turns = (False, True) if mapping is not None and square_matrices(mapping) else (False,)
-    masks = ("bool",) if sizes.mask == "none" else MASK_WAYS[mask_means]
+    masks = _mask_ways(run, sizes, mask_means)
     batches = (True, False) if run.numpy else (False, True)  # NumPy: one sequence first
-    usual = [Way(t, masks[0], batches[0], strided) for t in turns]
-    others = [Way(t, m, u, strided) for u in batches for m in masks for t in turns
-              if (m, u) != (masks[0], batches[0])]
+    layouts = (False, True) if mapping is not None and "qkv" in mapping.layers \
+        and not sizes.kv_heads else (False,)
+    # each of these is explained when wrong, and the one right the longest is the verdict's
+    first = masks if masks[0] == "own" else masks[:1]
+    usual = [Way(t, m, batches[0], strided, h) for h in layouts for m in first for t in turns]
+    others = [Way(t, m, u, strided, h) for h in layouts for u in batches for m in masks
+              for t in turns if Way(t, m, u, strided, h) not in usual]
+    if not run.numpy:  # sequence first: only ever a way to be right, never a way to explain
+        others += [Way(t, m, False, strided, h, True) for h in layouts for m in masks for t in turns]
     reports, error = [], None
     for way in usual:
         try:
             reports.append(_check_once(run, module, mapping, sizes, way))
         except MhaError as e:
             error = error or e
-    if any(r.passed for r in reports):
-        return reports
-    for way in others:
-        report = _try(run, module, mapping, sizes, way)
-        if report is not None and report.passed:
-            return [report]
+    if not any(r.passed for r in reports):
+        passed = (r for r in (_try(run, module, mapping, sizes, way) for way in others)
+                  if r is not None and r.passed)
+        reports = [r for r in [next(passed, None)] if r] or reports
     if not reports:
         raise error
-    return _in_another_order(run, module, mapping, sizes, usual) or reports
+    if not any(r.passed for r in reports):
+        reports = _in_another_order(run, module, mapping, sizes, usual) or reports
+    for r in reports:
+        r.notes[:0] = grouped
+    return reports
+
+
+NORMS = ("LayerNorm", "RMSNorm", "BatchNorm1d", "GroupNorm")
+MLP_NAMES = {"mlp", "ffn", "feed_forward", "ff", "c_fc", "fc1", "fc2", "gate_proj", "up_proj",
+             "down_proj"}
+
+
+def _not_a_block(module, label: str, d_model: int) -> None:
+    """A transformer block (norms, an MLP, residuals around attention) is refused, naming what
+    it holds besides attention: it is never compared with attention alone."""
+    if not isinstance(module, torch.nn.Module):
+        return
+    extra = [f"{name} ({type(m).__name__})" for name, m in module.named_modules()
+             if type(m).__name__ in NORMS]
+    extra += [f"{name} (an MLP layer, {m.in_features} → {m.out_features})"
+              for name, m in module.named_modules() if isinstance(m, torch.nn.Linear)
+              and MLP_NAMES & set(name.lower().split("."))]
+    if extra:
+        name = label.split(" from ")[0]
+        raise MhaError(f"{name} is not an attention module: besides attention it holds "
+                       f"{', '.join(extra[:4])}{' and more' if len(extra) > 4 else ''}; verify "
+                       f"checks one attention module (give the class its block calls for attention)",
+                       quantity="module")
+
+
+def _grouped(module, sizes) -> tuple:
+    """(sizes, notes): K and V narrower than Q (grouped- or multi-query attention) are read from
+    the module's weights when --kv-heads does not say so, and the lecture's module is built
+    alike."""
+    from mha_trace.analyses.projections import kv_rows_of
+
+    d_k = sizes.d_model // sizes.heads
+    rows = kv_rows_of(module, sizes.d_model)
+    if rows is None or rows % d_k or sizes.heads % (rows // d_k):
+        return sizes, []
+    kv = rows // d_k
+    if sizes.kv_heads not in (None, kv):
+        raise MhaError(f"--kv-heads {sizes.kv_heads}, but its K and V projections have {rows} "
+                       f"rows: {kv} heads of d_k={d_k}", quantity="kv_heads")
+    kind = "multi-query attention" if kv == 1 else "grouped-query attention"
+    return replace(sizes, kv_heads=kv), [
+        f"its K and V have {kv} head{'s' * (kv > 1)} for {sizes.heads} query heads ({kind}), "
+        f"so the lecture's module was built with kv_heads={kv}"]
+
+
+def _mask_ways(run, sizes, mask_means: str) -> tuple:
+    """How the mask is given: as booleans either way round, numbers, or added; or, to a forward
+    that takes no mask, not at all (it attends to every key, or masks causally by itself)."""
+    from mha_trace.runs.usermodule import takes_lengths, takes_mask
+
+    name = run.label.split(" from ")[0]
+    if not takes_mask(run.module) and takes_lengths(run.module) and (sizes.pad or sizes.mask != "none"):
+        raise MhaError(f"{name}.forward takes {takes_lengths(run.module)} (how many keys of each "
+                       f"sequence count), not a mask: it is checked without --mask and --pad",
+                       quantity="pad" if sizes.pad else "mask")
+    if not takes_mask(run.module):
+        if sizes.pad:
+            raise MhaError(f"{name}.forward takes no mask argument, so no padding mask can be "
+                           f"applied", quantity="pad")
+        return ("own", "own causal") if sizes.mask == "none" else ("own causal",)
+    return ("bool",) if sizes.mask == "none" and not sizes.pad else MASK_WAYS[mask_means]
+
+
+def _inputs(run, shape: tuple, strided: bool) -> list:
+    """One input x, or for forward(q, k, v) three different ones (so that a swap shows), each
+    (B, T, D) float64, or a (T, B, D) tensor transposed to (B, T, D) when `strided`."""
+    from mha_trace.runs.usermodule import input_names
+
+    B, T, D = shape
+    make = lambda: torch.randn(T, B, D, dtype=torch.float64).transpose(0, 1) if strided \
+        else torch.randn(shape, dtype=torch.float64)
+    return [make() for _ in input_names(run.module)]
 
 
 def _in_another_order(run, module, mapping: Mapping | None, sizes, ways: list) -> list:
@@ -231,26 +338,29 @@ def _check_once(run, module, mapping: Mapping | None, sizes, way: Way,
     from mha_trace.runs.returned import split_result
     from mha_trace.runs.usermodule import forward_call
 
-    reference, mapping, biased = _reference_for(module, mapping, sizes, way.transposed)
+    reference, mapping, biased = _reference_for(module, mapping, sizes, way)
     one = way.unbatched
-    shape = (1 if one else sizes.batch, sizes.seq, sizes.d_model)
-    x = torch.randn(shape[1], shape[0], shape[2], dtype=torch.float64).transpose(0, 1) \
-        if way.strided else torch.randn(shape, dtype=torch.float64)  # (T, B, D) in memory
-    mask = make_mask(sizes.seq, sizes.mask)
-    fed = x[0] if one else x
-    fed = fed.numpy() if run.numpy else fed
-    call, args, kwargs = forward_call(module, fed, _mask_as(mask, way.mask_as, run.numpy))
+    xs = _inputs(run, (1 if one else sizes.batch, sizes.seq, sizes.d_model), way.strided)
+    x = xs[0]
+    mask = make_mask(sizes.seq, "causal" if way.mask_as == "own causal" else sizes.mask, sizes.pad)
+    fed = tuple(t[0] if one else t.transpose(0, 1).contiguous() if way.seq_first else t for t in xs)
+    fed = tuple(t.numpy() for t in fed) if run.numpy else fed
+    given = None if way.mask_as.startswith("own") else _mask_as(mask, way.mask_as, run.numpy)
+    call, args, kwargs = forward_call(module, fed if len(fed) == 3 else fed[0], given)
     if "use_projections" in inspect.signature(module.forward).parameters and mapping.layers:
         kwargs["use_projections"] = True  # the chapter's class: let it use the copied weights
         call = call[:-1] + ", use_projections=True)"
     with torch.no_grad():
-        expected, expected_w = reference(x, mask=mask)
+        expected, expected_w = reference(*xs, mask=mask)
     traced = _traced_forward(run, module, args, kwargs)
-    output, weights = split_result(traced.output, fed)
+    output, weights = split_result(traced.output, fed[0])
+    output = output.transpose(0, 1) if way.seq_first and output.dim() == 3 else output
     report = StudentReport(run.label, mapping.describe(), call,
                            *differences(output, weights, expected, expected_w), 1e-8)
     if not report.passed and sizes.rope:
-        _other_rope_convention(report, reference, x, mask, output, weights)
+        _other_rope_convention(report, reference, xs, mask, output, weights)
+    if not report.passed:
+        _within_precision(report, traced.steps, expected)
     if not biased:
         report.notes.append("its projections have no biases, so the reference's were set to zero")
     if mapping.stray:
@@ -259,21 +369,69 @@ def _check_once(run, module, mapping: Mapping | None, sizes, way: Way,
     if square_matrices(mapping):
         report.notes.append(f"its weight matrices are used as "
                             f"{'x @ W' if way.transposed else 'x @ W.T'} (both ways round were tried)")
-    report.notes += way.notes(run.numpy)
+    report.notes += way.notes(run.numpy) + _dropout(module)
     if not report.passed and explain:
-        where_it_went_wrong(report, traced, trace(reference, x, mask=mask, keep_values=True),
-                             (reference, x, mask), output, expected, module)
+        where_it_went_wrong(report, traced, trace(reference, *xs, mask=mask, keep_values=True),
+                             (reference, tuple(xs) if len(xs) == 3 else x, mask), output, expected,
+                             module)
     return report
 
 
-def _reference_for(module, mapping: Mapping | None, sizes, transposed: bool) -> tuple:
+LOWER = ("float32", "float16", "bfloat16")  # from the finest: the coarsest found sets the tolerance
+MADE = ("arange", "zeros", "ones", "full", "empty", "tensor", "linspace", "randn", "rand")
+
+
+def _within_precision(report, steps, expected) -> None:
+    """A module that computes part of its work in float32, float16 or bfloat16 (a softmax upcast
+    to float32, a kernel run in bfloat16) is judged at that precision's tolerance, relative to
+    the largest output value, as verify judges the lecture's module in that dtype: rounding is
+    not a mistake. The step that lowered the precision is named."""
+    from mha_trace.analyses.references import TOLERANCE
+
+    found = [s for s in steps if s.dtype in LOWER and s.op != "input"]
+    if not found:
+        return
+    worst = max(LOWER.index(s.dtype) for s in found)
+    found = [s for s in found if LOWER.index(s.dtype) == worst]
+    computed = [s for s in found if s.op not in MADE and LOWER[worst] in s.source]  # the cast
+    coarsest = (computed or found)[0]
+    tolerance = TOLERANCE[coarsest.dtype] * max(float(expected.abs().max()), 1.0)
+    if report.output_diff > tolerance or (report.weights_diff or 0.0) > tolerance:
+        return
+    where = f"{coarsest.file.rsplit('/', 1)[-1]}:{coarsest.line}" if coarsest.line else "its forward"
+    report.tolerance = tolerance
+    report.notes.append(f"it computes in {coarsest.dtype} ({where}: {coarsest.source.strip()}), so "
+                        f"it was judged at {coarsest.dtype}'s tolerance, {tolerance:.0e}: right "
+                        f"within {coarsest.dtype} precision (the largest difference is "
+                        f"{max(report.output_diff, report.weights_diff or 0.0):.1e})")
+
+
+def _dropout(module) -> list:
+    """A note when the module drops weights at random in training: it is checked in eval mode,
+    as it runs at inference (in training its output is off by design, by 1/(1-p) and zeros)."""
+    if not isinstance(module, torch.nn.Module):
+        return []
+    found = sorted({m.p for m in module.modules() if isinstance(m, torch.nn.Dropout) and m.p > 0})
+    try:
+        called = "dropout(" in inspect.getsource(type(module).forward)
+    except (OSError, TypeError):
+        called = False
+    if not found and not called:
+        return []
+    p = f" (p={', '.join(f'{v:g}' for v in found)})" if found else ""
+    return [f"it has dropout{p}, so it was run in eval mode (module.eval()), as at inference: in "
+            f"training mode dropout zeroes weights at random and scales the rest by 1/(1-p)"]
+
+
+def _reference_for(module, mapping: Mapping | None, sizes, way: Way) -> tuple:
     """(the lecture's module with the student's weights, the mapping, whether biases are used).
     Without projections of its own (the chapter's split) the lecture's become the identity."""
     torch.manual_seed(sizes.seed)
-    reference = MultiHeadAttention(sizes.d_model, sizes.heads, rope=sizes.rope,
-                                   rope_base=sizes.rope_base).double()
+    reference = MultiHeadAttention(sizes.d_model, sizes.heads, kv_heads=sizes.kv_heads,
+                                   rope=sizes.rope, rope_base=sizes.rope_base).double()
     if mapping is not None:
-        return reference, mapping, copy_reference(reference, mapping, module, transposed)
+        return reference, mapping, copy_reference(reference, mapping, module, way.transposed,
+                                                  way.head_by_head)
     with torch.no_grad():
         for lin in (reference.W_q, reference.W_k, reference.W_v, reference.W_o):
             lin.weight.copy_(torch.eye(sizes.d_model, dtype=torch.float64))
@@ -294,17 +452,17 @@ def _mask_as(mask, kind: str, numpy: bool):
     return mask.numpy() if numpy else mask
 
 
-def _other_rope_convention(report, reference, x, mask, output, weights) -> None:
+def _other_rope_convention(report, reference, xs, mask, output, weights) -> None:
     """Pass a module whose RoPE turns interleaved pairs: it is the lecture's with each head's Q
     and K dims reordered (evens, then odds), which leaves every Q·Kᵀ as it is."""
     d_k, twin = reference.d_k, copy.deepcopy(reference)
-    order = torch.cat([torch.arange(0, d_k, 2), torch.arange(1, d_k, 2)])
-    order = torch.cat([order + h * d_k for h in range(reference.heads)])
+    pairs = torch.cat([torch.arange(0, d_k, 2), torch.arange(1, d_k, 2)])
     with torch.no_grad():
-        for lin in (twin.W_q, twin.W_k):
+        for lin in (twin.W_q, twin.W_k):  # K has kv_heads heads
+            order = torch.cat([pairs + h * d_k for h in range(lin.weight.shape[0] // d_k)])
             lin.weight.copy_(lin.weight[order])
             lin.bias.copy_(lin.bias[order])
-        expected, expected_w = twin(x, mask=mask)
+        expected, expected_w = twin(*xs, mask=mask)
     diffs = differences(output, weights, expected, expected_w)
     if max(d for d in diffs if d is not None) <= report.tolerance:
         report.output_diff, report.weights_diff = diffs

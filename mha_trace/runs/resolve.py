@@ -243,9 +243,9 @@ def symbols_probe(sizes):
 def _module_run(o: RunOptions, on_config: bool):
     from mha_trace.runs.run import from_module, module_sizes_for_config
 
-    if o.given("rope", "window", "decode") or o.impl not in (None, "explicit"):
-        raise MhaError("--rope, --window, --impl and --decode set up the built-in module; your "
-                       "class decides its own", quantity="module")
+    if o.given("rope", "window", "decode", "kv_heads") or o.impl not in (None, "explicit"):
+        raise MhaError("--rope, --window, --impl, --decode and --kv-heads set up the built-in "
+                       "module; your class decides its own", quantity="module")
     if not on_config:
         return from_module(o.module, sizes_of(o), o.init)
     c = config_of(replace(o, heads=None))
@@ -270,19 +270,24 @@ def resolve_student(o: RunOptions) -> StudentRuns:
     """The student's module (o.module) at the sizes the options give (64 wide, 4 heads, 6 tokens,
     a batch of 2 when not given, float64) or on a config: its own Q, K, V when it is explicit and
     the class takes three inputs, else the config's sizes, mask and seed."""
+    from mha_trace.core.validate import check_sizes
     from mha_trace.runs.run import Sizes, from_config, from_module, module_sizes_for_config
 
-    if o.window or o.impl not in (None, "explicit") or o.kv_heads:
-        raise MhaError("--window, --impl and --kv-heads check the built-in module; with --module "
-                       "give sizes (or --config), --mask, --rope and --seed", quantity="module")
+    if o.window or o.impl not in (None, "explicit"):
+        raise MhaError("--window and --impl check the built-in module; with --module give sizes "
+                       "(or --config), --mask, --pad, --kv-heads, --rope and --seed", quantity="module")
     at = functools.partial(from_module, o.module, init=o.init)
     pick = lambda value, default: default if value is None else value
     rope_base = pick(o.rope_base, 10000.0)
     if o.config is None:
         sizes = Sizes(batch=pick(o.batch, 2), seq=pick(o.seq, 6), d_model=pick(o.d_model, 64),
-                      heads=pick(o.heads, 4), mask=pick(o.mask, "none"), dtype="float64",
-                      seed=pick(o.seed, 0), rope=bool(o.rope), rope_base=rope_base)
-        return StudentRuns(o.module, sizes, at)
+                      heads=pick(o.heads, 4), kv_heads=o.kv_heads, mask=pick(o.mask, "none"),
+                      pad=pick(o.pad, 0), dtype="float64", seed=pick(o.seed, 0), rope=bool(o.rope),
+                      rope_base=rope_base)
+        check_sizes(sizes.batch, sizes.seq, sizes.d_model, None if o.init else sizes.heads,
+                    sizes.kv_heads, sizes.pad)
+        # the check feeds the mask itself, each way a module may take one (or none)
+        return StudentRuns(o.module, sizes, lambda s: at(replace(s, mask="none", pad=0)))
     config, notes = config_of(replace(o, kv_heads=None, window=None)), ()
     if config.explicit:
         run = at(module_sizes_for_config(config, None, None), tokens=config.tokens, config=config)

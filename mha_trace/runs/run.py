@@ -270,14 +270,12 @@ def from_module(spec: str, sizes: Sizes, init: str | None = None, tokens: tuple 
                 sizes.pad)
     seed_fits(sizes.seed)
     addressable(sizes.batch, sizes.heads, sizes.seq, sizes.dims().itemsize)
-    if sizes.kv_heads is not None:
-        raise MhaError("kv_heads applies to the built-in module; your class decides its own K/V "
-                       "heads", quantity="kv_heads")
     device = _device(sizes)
     estimate = guard_memory(sizes.dims(), device)
     torch.manual_seed(sizes.seed)
     dtype, shape = DTYPES[sizes.dtype], (sizes.batch, sizes.seq, sizes.d_model)
-    module, source, label = usermodule.load_user_class(spec, sizes.d_model, sizes.heads, init, device, dtype)
+    module, source, label = usermodule.load_user_class(spec, sizes.d_model, sizes.heads, init, device,
+                                                       dtype, sizes.kv_heads)
     with torch.device(device):
         x = torch.empty(shape, dtype=dtype) if device.type == "meta" else torch.randn(shape, dtype=dtype)
         mask = make_mask(sizes.seq, sizes.mask, sizes.pad, device)

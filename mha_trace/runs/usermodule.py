@@ -23,9 +23,14 @@ from mha_trace.io.files import regular_file
 from mha_trace.io.streams import guard_stdout
 
 D_MODEL_NAMES = ("d_model", "embed_dim", "n_embd", "dim", "hidden_size", "model_dim", "emb_dim",
-                 "hidden_dim", "d")
+                 "hidden_dim", "d", "num_hiddens", "input_dim", "query_dim")
 HEADS_NAMES = ("heads", "num_heads", "n_head", "n_heads", "h", "nhead", "head_count", "num_attention_heads")
+KV_HEADS_NAMES = ("kv_heads", "n_kv_heads", "num_kv_heads", "num_key_value_heads", "n_kv_head",
+                  "n_query_groups", "num_groups")
+HEAD_DIM_NAMES = ("d_k", "d_head", "head_dim", "dim_head", "key_dim", "head_size")
+DROPOUT_NAMES = ("dropout", "p_drop", "attn_dropout", "attention_dropout", "drop", "p")
 MASK_NAMES = ("mask", "attn_mask", "attention_mask")
+LENGTH_NAMES = ("valid_lens", "valid_len", "lengths")  # d2l's: how many keys of each sequence count
 
 
 class UserExit(BaseException):  # not an Exception: no `except Exception` on the way swallows it
@@ -163,10 +168,10 @@ def _run_import(target: str, run):
 def load_class(spec) -> type:
     """The class a --module SPEC names (or, from Python, the class itself)."""
     if isinstance(spec, type):
-        if issubclass(spec, nn.Module) or callable(getattr(spec, "forward", None)):
-            return spec
+        if _runnable(spec):
+            return _with_forward(spec)
         raise MhaError(f"{spec.__name__} is neither a torch.nn.Module subclass nor a class with a "
-                       f"forward method (a NumPy implementation)", quantity="module")
+                       f"forward or __call__ method (a NumPy implementation)", quantity="module")
     if not isinstance(spec, str):
         raise MhaError(f"expected a class or 'FILE.py:Class', got {type(spec).__name__} (pass the "
                        f"class, not an instance)", quantity="module")
@@ -185,10 +190,27 @@ def load_class(spec) -> type:
         listed = ", ".join(classes) if classes else "none"
         raise MhaError(f"module {spec}: no class '{name}' in {target} "
                        f"(nn.Module classes there: {listed})", quantity="module")
-    if not isinstance(cls, type) or not (issubclass(cls, nn.Module) or callable(getattr(cls, "forward", None))):
+    if not isinstance(cls, type) or not _runnable(cls):
         raise MhaError(f"module {spec}: {name} is neither a torch.nn.Module subclass nor a class "
-                       f"with a forward method (a NumPy implementation)", quantity="module")
-    return cls
+                       f"with a forward or __call__ method (a NumPy implementation)", quantity="module")
+    return _with_forward(cls)
+
+
+def _own_call(cls: type) -> bool:
+    return any("__call__" in vars(c) for c in cls.__mro__ if c is not object)
+
+
+def _runnable(cls: type) -> bool:
+    return issubclass(cls, nn.Module) or callable(getattr(cls, "forward", None)) or _own_call(cls)
+
+
+def _with_forward(cls: type) -> type:
+    """A class called as a function (Keras' layers, NumPy classes with __call__) gets its
+    __call__ as forward, the one method every check calls; anything else is as it is."""
+    if issubclass(cls, nn.Module) or callable(getattr(cls, "forward", None)):
+        return cls
+    return type(cls.__name__, (cls,), {"forward": cls.__call__, "__module__": cls.__module__,
+                                       "__qualname__": cls.__qualname__})
 
 
 def parse_init(text: str) -> dict:
@@ -210,8 +232,11 @@ def parse_init(text: str) -> dict:
                    "list, tuple or dict of them") from None
 
 
-def construct(cls: type, d_model: int, heads: int, init: str | None) -> nn.Module:
-    """Build the class from (d_model, heads), matching its parameter names, or from --init."""
+def construct(cls: type, d_model: int, heads: int, init: str | None,
+              kv_heads: int | None = None) -> nn.Module:
+    """Build the class from (d_model, heads, kv_heads), matching its parameter names, or from
+    --init. A head width (dim_head, ...) is d_model / heads wherever it has a default of its own,
+    and a required dropout rate is 0.1 (the module is checked in eval mode)."""
     sig = inspect.signature(cls.__init__)
     params = [p for p in list(sig.parameters.values())[1:]
               if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
@@ -225,6 +250,13 @@ def construct(cls: type, d_model: int, heads: int, init: str | None) -> nn.Modul
                 kwargs[p.name] = d_model
             elif p.name in HEADS_NAMES:
                 kwargs[p.name] = heads
+            elif p.name in KV_HEADS_NAMES and (kv_heads or p.default is p.empty):
+                # not given: half the query heads, so that the grouping is exercised
+                kwargs[p.name] = kv_heads or (heads // 2 if heads % 2 == 0 else heads)
+            elif p.name in HEAD_DIM_NAMES:
+                kwargs[p.name] = d_model // heads
+            elif p.name in DROPOUT_NAMES and p.default is p.empty:
+                kwargs[p.name] = 0.1
         if cls is nn.MultiheadAttention:
             kwargs["batch_first"] = True  # the tool's inputs are (batch, seq, d_model)
         missing = [p.name for p in params if p.default is p.empty and p.name not in kwargs]
@@ -245,26 +277,46 @@ def construct(cls: type, d_model: int, heads: int, init: str | None) -> nn.Modul
                        f"{printable(explain_exception(e))}") from None
 
 
-def forward_call(module: nn.Module, x: torch.Tensor, mask: torch.Tensor | None):
-    """(call description, args, kwargs) the way forward's signature asks for them.
-
-    One required input: forward(x); three: forward(q, k, v), with x for all three. A parameter
-    named mask / attn_mask / attention_mask gets the mask (True = may attend) when one is given;
-    every other optional parameter keeps its default.
-    """
+def _forward_params(module) -> list:
     if not callable(getattr(module, "forward", None)):
         found = type(inspect.getattr_static(type(module), "forward", None)).__name__
         raise MhaError(f"{type(module).__name__}.forward is not a method (it is a {found}): "
                        f"define it with def forward(self, x)", quantity="module")
-    params = [p for p in inspect.signature(module.forward).parameters.values()
-              if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    required = [p for p in params if p.default is p.empty]
-    mask_param = next((p for p in params if p.name in MASK_NAMES), None)
-    names = [p.name for p in required if p.name not in MASK_NAMES]
+    return [p for p in inspect.signature(module.forward).parameters.values()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def takes_mask(module) -> bool:
+    """Whether forward has a mask / attn_mask / attention_mask parameter."""
+    return any(p.name in MASK_NAMES for p in _forward_params(module))
+
+
+def takes_lengths(module) -> str | None:
+    """forward's parameter of valid lengths (d2l's valid_lens), if it has one."""
+    return next((p.name for p in _forward_params(module) if p.name in LENGTH_NAMES), None)
+
+
+def input_names(module) -> list:
+    """forward's required inputs, the mask aside: one (x) or three (q, k, v)."""
+    names = [p.name for p in _forward_params(module) if p.default is p.empty
+             and p.name not in MASK_NAMES + LENGTH_NAMES]
     if len(names) not in (1, 3):
         raise MhaError(f"cannot call {type(module).__name__}.forward{inspect.signature(module.forward)}: "
                        f"expected one input (x) or three (q, k, v)")
-    args = tuple(x for _ in names)
+    return names
+
+
+def forward_call(module: nn.Module, x, mask: torch.Tensor | None):
+    """(call description, args, kwargs) the way forward's signature asks for them.
+
+    One required input: forward(x); three: forward(q, k, v), with x for all three, or x the
+    (q, k, v) tuple. A parameter named mask / attn_mask / attention_mask gets the mask (True = may
+    attend) when one is given; every other optional parameter keeps its default.
+    """
+    params = _forward_params(module)
+    mask_param = next((p for p in params if p.name in MASK_NAMES), None)
+    names = input_names(module)
+    args = x if isinstance(x, tuple) and len(names) == 3 else tuple(x for _ in names)
     kwargs = {}
     if mask is not None:
         if mask_param is None:
@@ -274,23 +326,19 @@ def forward_call(module: nn.Module, x: torch.Tensor, mask: torch.Tensor | None):
         kwargs[mask_param.name] = ~mask if isinstance(module, nn.MultiheadAttention) else mask
     elif mask_param is not None and mask_param.default is mask_param.empty:
         kwargs[mask_param.name] = None
+    kwargs |= {p.name: None for p in params if p.name in LENGTH_NAMES and p.default is p.empty}
     shown = ", ".join(names + list(kwargs))
     return f"forward({shown})", args, kwargs
 
 
-def load_user_class(spec: str, d_model: int, heads: int, init: str | None, device, dtype) -> tuple:
+def load_user_class(spec: str, d_model: int, heads: int, init: str | None, device, dtype,
+                    kv_heads: int | None = None) -> tuple:
     """(module, source file, label) for --module SPEC, on the device and dtype asked for."""
     cls = load_class(spec)
-    if isinstance(spec, type):
-        return _built(cls, d_model, heads, init, device, dtype, cls.__module__)
-    if spec.startswith("example:"):
-        return _built(cls, d_model, heads, init, device, dtype, spec)
-    return _built(cls, d_model, heads, init, device, dtype, spec.rsplit(":", 1)[0])
-
-
-def _built(cls, d_model, heads, init, device, dtype, where: str) -> tuple:
+    where = cls.__module__ if isinstance(spec, type) else spec if spec.startswith("example:") \
+        else spec.rsplit(":", 1)[0]
     with torch.device(device):
-        module = construct(cls, d_model, heads, init)
+        module = construct(cls, d_model, heads, init, kv_heads)
     if isinstance(module, nn.Module):
         module = module.to(dtype)
     source = inspect.getsourcefile(cls) or "?"

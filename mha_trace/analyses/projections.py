@@ -15,7 +15,7 @@ NAMES = {  # lower-cased attribute names, most specific first
     "q": ("w_q", "wq", "q_proj", "query", "to_q", "q_linear", "linear_q", "q"),
     "k": ("w_k", "wk", "k_proj", "key", "to_k", "k_linear", "linear_k", "k"),
     "v": ("w_v", "wv", "v_proj", "value", "to_v", "v_linear", "linear_v", "v"),
-    "o": ("w_o", "wo", "o_proj", "out_proj", "out", "to_out", "c_proj", "proj", "dense",
+    "o": ("w_o", "wo", "o_proj", "out_proj", "out", "output", "to_out", "c_proj", "proj", "dense",
           "o_linear", "linear_out", "fc_out", "o"),
     "qkv": ("c_attn", "qkv", "w_qkv", "qkv_proj", "in_proj"),
 }
@@ -262,6 +262,10 @@ def _projections(module, d_model: int, given: str | None, kv_rows: int) -> Mappi
     fused = [(n, h) for n, h in weights.items() if _shape(h) in ((d_model + 2 * kv_rows, d_model),
                                                                    (d_model, d_model + 2 * kv_rows))]
     if len(square) == 4 and len(weights) == 4:
+        lists = {n.rpartition(".")[0] for n, _ in square}
+        if len(lists) == 1 and [n.rpartition(".")[2] for n, _ in square] == ["0", "1", "2", "3"]:
+            return Mapping(dict(zip("qkvo", square)), f"by position in {lists.pop()}: q, k, v, o, "
+                                                      f"as the Annotated Transformer orders them")
         return Mapping(dict(zip("qkvo", square)), BY_ORDER)
     if len(fused) == 1 and len(square) == 1 and len(weights) == 2:
         return Mapping({"qkv": fused[0], "o": square[0]}, "by shape")
@@ -274,8 +278,10 @@ def _called(name: str) -> str:
     part's first word when the part names a list ("q_heads.*" -> "q"); a layer's own `weight`
     is named by its layer ("c_attn.weight" -> "c_attn", as Hugging Face's Conv1D holds it)."""
     parts = [p for p in name.lower().split(".") if p != "*"]
-    if len(parts) > 1 and parts[-1] == "weight":
-        parts = parts[:-1]
+    while len(parts) > 1 and (parts[-1] == "weight" or parts[-1].isdigit()):
+        parts = parts[:-1]  # to_out.0 (a Sequential's first layer) is to_out
+    for suffix in ("_kernel", "_weight"):  # Keras' query_kernel, a bare q_weight
+        parts[-1:] = [p.removesuffix(suffix) for p in parts[-1:]]
     last = parts[-1] if parts else ""
     return last.split("_")[0] if name.endswith("*") else last
 

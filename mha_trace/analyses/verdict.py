@@ -67,7 +67,7 @@ def differences(output, weights, expected, expected_w) -> tuple:
 
 
 def where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output, expected,
-                         module) -> None:
+                         module, atol: float = 1e-9) -> None:
     """A wrong module's first wrong step, the reference's step beside it, and a diagnosis."""
     report.first_wrong, report.reference_step, report.missing = first_wrong_step(
         traced.steps, ref_trace.steps)
@@ -76,7 +76,7 @@ def where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output,
         report.notes.append(f"its output has shape {list(output.shape)}; the lecture's has "
                             f"{list(expected.shape)} (batch, seq, d_model)")
     if output.shape == expected.shape:
-        report.candidates = diagnoses(*diagnose_args, output)
+        report.candidates = diagnoses(*diagnose_args, output, atol)
         report.diagnosis = report.candidates[0] if report.candidates else None
     if report.first_wrong is None:
         _returned_too_early(report, traced, ref_trace, module, output)

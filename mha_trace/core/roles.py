@@ -20,6 +20,10 @@ SCALES = ("div", "mul", "true_divide", "divide", "multiply", "rdiv", "rmul")
 MASKS = ("masked_fill", "masked_fill_", "where", "add", "radd")
 SOFTMAX = ("softmax", "_softmax", "exp", "max", "amax", "sub", "subtract", "log_softmax")
 PRE_SOFTMAX = ("scores", "scale", "mask")
+PARTS = ("index", "getitem", "chunk", "split", "narrow", "unbind", "select")  # a part of a tensor
+IDENTITY = ("dropout", "dropout_", "feature_dropout", "alpha_dropout", "identity")
+CONSTANTS = ("full", "arange", "zeros", "ones", "empty", "tensor", "linspace", "zeros_like",
+             "ones_like", "full_like", "finfo")  # made, not computed from the input
 
 
 def tag(steps, seq: int) -> list[str]:
@@ -31,6 +35,8 @@ def tag(steps, seq: int) -> list[str]:
         op, square = s.op, len(s.shape) >= 2 and s.shape[-1] == s.shape[-2] == seq
         if op == "input":
             role = "input"
+        elif op in IDENTITY:
+            role = None  # dropout in eval mode: the value passes through, no job is done
         elif "bool" in s.dtype:
             role = None  # a mask being made
         elif phase == "softmax" and op in LAYOUT_OPS:
@@ -71,10 +77,21 @@ def _holds(step, candidates) -> bool:
     """Whether one of the candidate steps holds the step's numbers: element by element where the
     shapes agree (right numbers in the wrong places are wrong), else as values, layouts aside."""
     same = [r.value for r in candidates if tuple(r.value.shape) == tuple(step.value.shape)]
-    if same:
-        return any(torch.allclose(step.value.double(), r.double(), rtol=1e-6, atol=1e-9,
-                                  equal_nan=True) for r in same)
-    return any(values_match(step.value, r.value) for r in candidates)
+    if any(torch.allclose(_masked(step.value), _masked(r), rtol=1e-6, atol=1e-9, equal_nan=True)
+           for r in same):
+        return True
+    if same and step.op not in PARTS:
+        return False
+    # a part (x[..., d/2:], a chunk) may match a part the lecture's trace never shows on its own
+    return any(values_match(step.value, r.value) for r in candidates
+               if r.value.numel() >= step.value.numel() or step.op not in PARTS)
+
+
+def _masked(t: torch.Tensor) -> torch.Tensor:
+    """Scores masked with a large negative number (-1e9, torch.finfo(dtype).min) read as masked
+    with -inf: the softmax gives them the same weight, zero."""
+    t = t.double()
+    return t.masked_fill(t <= -1e9, float("-inf")) if t.is_floating_point() else t
 
 
 # a step of one role is right if it equals a lecture step of one of these (scores of a
@@ -120,25 +137,36 @@ def first_wrong_step(student_steps, reference_steps) -> tuple:
             found = _chain_verdict(chains[step.index], ref_chain, roles, student_steps, ref_roles)
             if found:
                 return found
-        if role in ("input", *PRE_SOFTMAX) or step.value is None \
+        if role in ("input", *PRE_SOFTMAX) or step.value is None or step.op in CONSTANTS \
                 or step.value.dtype == torch.bool or not _checked(i, roles):
             continue
         jobs = SAME_JOB.get(role, ())
         candidates = [r for r in known if ref_roles[r.index] in jobs]
         if not candidates and role == "rope":
             continue  # elementwise work the lecture's module has no counterpart for (Q scaled early)
+        if role == "projection" and _bias_next(student_steps, i, roles):
+            continue  # x @ W, then + b: the sum is the projection
         if not _holds(step, candidates or known) and not _fused(step, role, known, ref_roles):
             return step, counterpart(step, role, known, ref_roles), None
     return None, None, None
 
 
+def _bias_next(steps, i: int, roles: list) -> bool:
+    """Whether the step after a projection adds its bias (an elementwise add of the same shape)."""
+    nxt = steps[i + 1] if i + 1 < len(steps) else None
+    return nxt is not None and nxt.op in ("add", "radd", "add_") and nxt.shape == steps[i].shape
+
+
 def _fused(step, role, known, ref_roles) -> bool:
     """A fused projection (one qkv layer): right when it holds the lecture's Q, K and V, side by
-    side in any order; its split parts are then checked one by one."""
-    if role != "projection":
+    side in any order, and so is a change of its layout before it is split ((B, T, 3, H, d_k) or
+    (B, T, H, 3·d_k)); its split parts are then checked one by one."""
+    if role not in ("projection", "layout"):
         return False
     parts = [r.value.flatten() for r in known if ref_roles[r.index] == "projection"]
-    return bool(parts) and values_match(step.value, torch.cat(parts))
+    if not parts or role == "layout" and step.value.numel() != sum(p.numel() for p in parts):
+        return False  # a layout step must hold all of Q, K and V to be the fused one's
+    return values_match(step.value, torch.cat(parts))
 
 
 def _chain_verdict(chain, ref_chain, roles, steps, ref_roles):

@@ -1,0 +1,136 @@
+"""verify --module on attention as the world writes it (tests/world/: nanoGPT, minGPT, the
+Annotated Transformer, Hugging Face BERT, GPT-2 and LLaMA, fairseq, timm, vit-pytorch, latent
+diffusion, TransformerLens, the UvA tutorials, d2l, MPT, Keras-style NumPy, the paper's own
+notation): each is Right at two sizes as its author meant it to run, with the line that says how
+it was run, or refused in one line naming what it is; and one-line mutations (the zoo's mistakes,
+applied to that code) are Wrong at the mutated line with the mistake named."""
+
+import json
+import pathlib
+
+import pytest
+
+WORLD = pathlib.Path(__file__).parent / "world"
+SIZES = [("--d-model", "32", "--heads", "4"), ("--d-model", "48", "--heads", "6")]
+CAUSAL = ("--mask", "causal")
+
+# file:Class -> (its flags, a phrase of the note that says how it was run, or None)
+RIGHT = {
+    "nanogpt_slow.py:CausalSelfAttention": ((), "it masks causally by itself"),
+    "nanogpt_flash.py:CausalSelfAttention": (CAUSAL, "it masks causally by itself"),
+    "mingpt.py:CausalSelfAttention": ((), "so it was run in eval mode"),
+    "annotated.py:MultiHeadedAttention": (CAUSAL, "as the Annotated Transformer orders them"),
+    "hf_bert.py:BertAttention": (CAUSAL, "added to the scores"),
+    "hf_gpt2.py:GPT2Attention": ((), "it needs a contiguous input"),
+    "uva_tutorial.py:MultiheadAttention": (CAUSAL, "its rows go head by head"),
+    "timm_vit.py:Attention": ((), "have no biases"),
+    "fairseq_seq_first.py:MultiheadAttention": ((), "sequence first"),
+    "latent_diffusion.py:CrossAttention": ((), "have no biases"),
+    "vit_pytorch.py:Attention": ((), "(p=0.1)"),
+    "transformer_lens.py:Attention": ((), "q=W_Q+b_Q, k=W_K+b_K, v=W_V+b_V, o=W_O+b_O"),
+    "llama_gqa.py:LlamaAttention": (("--rope", *CAUSAL), "right within float32 precision"),
+    "gqa_sdpa.py:GroupedQueryAttention": (CAUSAL, "(grouped-query attention)"),
+    "mpt_mqa.py:MultiQueryAttention": (CAUSAL, "(multi-query attention)"),
+    "d2l.py:MultiHeadAttention": ((), "have no biases"),
+    "keras_numpy.py:MultiHeadAttentionLayer": ((), "used as x @ W"),
+    "paper_parameterlist.py:PaperMultiHead": ((), "q=W_Q, k=W_K, v=W_V, o=W_O"),
+    "torch_mha_wrapper.py:SelfAttention": (CAUSAL, "True where a query may NOT attend"),
+    "upcast_softmax.py:UpcastAttention": (CAUSAL, "right within float32 precision"),
+    "bf16_sdpa.py:BF16Attention": ((), "right within bfloat16 precision"),
+}
+
+
+def _verify(cli, path, *args):
+    result = cli("verify", "--module", str(path), *args, "--format", "json")
+    return result, (json.loads(result.stdout) if result.stdout.strip() else None)
+
+
+@pytest.mark.parametrize("sizes", SIZES, ids=["32x4", "48x6"])
+@pytest.mark.parametrize("spec", RIGHT)
+def test_published_styles_are_right_at_two_sizes_as_their_authors_run_them(cli, spec, sizes):
+    flags, said = RIGHT[spec]
+    result, data = _verify(cli, f"{WORLD / spec}", *sizes, *flags)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert data["passed"] and data["diagnosis"] is None
+    assert said in " ".join([data["mapping"], *data["notes"]]), data
+
+
+REFUSED = {  # file:Class, flags -> the one line
+    ("gpt2_block.py:Block", ()): "Error: --module: Block is not an attention module: besides "
+    "attention it holds ln_1 (LayerNorm), ln_2 (LayerNorm), mlp.0 (an MLP layer, 32 → 128), mlp.2 "
+    "(an MLP layer, 128 → 32); verify checks one attention module (give the class its block calls "
+    "for attention)\n",
+    ("nanogpt_slow.py:CausalSelfAttention", ("--pad", "2")): "Error: --pad: CausalSelfAttention."
+    "forward takes no mask argument, so no padding mask can be applied\n",
+    ("d2l.py:MultiHeadAttention", CAUSAL): "Error: --mask: MultiHeadAttention.forward takes "
+    "valid_lens (how many keys of each sequence count), not a mask: it is checked without --mask "
+    "and --pad\n",
+    ("mpt_mqa.py:MultiQueryAttention", ("--kv-heads", "2")): "Error: --kv-heads: --kv-heads 2, "
+    "but its K and V projections have 8 rows: 1 heads of d_k=8\n",
+}
+
+
+@pytest.mark.parametrize("spec,flags", REFUSED)
+def test_what_is_not_attention_or_cannot_take_the_flags_is_refused_in_one_line(cli, spec, flags):
+    result = cli("verify", "--module", f"{WORLD / spec}", *SIZES[0], *flags)
+    assert (result.exit_code, result.stderr) == (2, REFUSED[spec, flags])
+
+
+# file:Class, the line as written, the line mutated, flags -> the mistake named
+MUTATIONS = [
+    ("nanogpt_slow.py:CausalSelfAttention", "att = F.softmax(att, dim=-1)", "att = F.softmax(att, dim=-2)",
+     (), "softmax over the queries instead of the keys"),
+    ("nanogpt_slow.py:CausalSelfAttention", "* (1.0 / math.sqrt(k.size(-1)))", "* (1.0 / k.size(-1))",
+     (), "scaled by d_k instead of √d_k"),
+    ("mingpt.py:CausalSelfAttention", "y = att @ v", "y = att @ k", (), "weights applied to K instead of V"),
+    ("annotated.py:MultiHeadedAttention", "masked_fill(mask == 0, -1e9)", "masked_fill(mask == 1, -1e9)",
+     (*CAUSAL, "--mask-means", "keep"), "mask inverted"),
+    ("annotated.py:MultiHeadedAttention", "masked_fill(mask == 0, -1e9)",
+     "masked_fill(mask.transpose(-2, -1) == 0, -1e9)", ("--pad", "2"),
+     "mask transposed: queries see later keys, not earlier"),
+    ("hf_bert.py:BertAttention", "attention_scores / math.sqrt(self.attention_head_size)",
+     "attention_scores / math.sqrt(self.all_head_size)", (), "scaled by √d_model instead of √d_k"),
+    ("hf_gpt2.py:GPT2Attention", "attn_weights = nn.functional.softmax(attn_weights, dim=-1)",
+     "attn_weights = nn.functional.softmax(attn_weights, dim=-2)", (),
+     "softmax over the queries instead of the keys"),
+    ("uva_tutorial.py:MultiheadAttention", "attention = F.softmax(attn_logits, dim=-1)",
+     "attention = F.softmax(attn_logits, dim=-2)", (), "softmax over the queries instead of the keys"),
+    ("timm_vit.py:Attention", "attn = attn.softmax(dim=-1)", "attn = attn.softmax(dim=1)", (),
+     "softmax over the heads instead of the keys"),
+    ("latent_diffusion.py:CrossAttention", "attn = sim.softmax(dim=-1)", "attn = sim.softmax(dim=-2)",
+     (), "softmax over the queries instead of the keys"),
+    ("transformer_lens.py:Attention", 'attn_scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / self.attn_scale',
+     'attn_scores = torch.einsum("bqhd,bkhd->bhqk", q, k)', (), "not scaled at all"),
+    ("llama_gqa.py:LlamaAttention", "key_states.transpose(2, 3)) / math.sqrt(self.head_dim)",
+     "key_states.transpose(2, 3)) / math.sqrt(self.head_dim * self.num_heads)", ("--rope",),
+     "scaled by √d_model instead of √d_k"),
+    ("mpt_mqa.py:MultiQueryAttention", "out = out.permute(0, 2, 1, 3).reshape(b, s, self.d_model)",
+     "out = out.reshape(b, s, self.d_model)", (), "heads merged without transposing back"),
+    ("d2l.py:MultiHeadAttention", "scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(d)",
+     "scores = torch.bmm(queries, keys.transpose(1, 2))", (), "not scaled at all"),
+    ("keras_numpy.py:MultiHeadAttentionLayer", "weights = softmax(scores, axis=-1)",
+     "weights = softmax(scores, axis=-2)", (), "softmax over the queries instead of the keys"),
+    ("paper_parameterlist.py:PaperMultiHead", "/ math.sqrt(q.size(-1)), dim=-1)",
+     "/ math.sqrt(Q.size(-1)), dim=-1)", (), "scaled by √d_model instead of √d_k"),
+    ("upcast_softmax.py:UpcastAttention", "softmax(scores, dim=-1, dtype=torch.float32)",
+     "softmax(scores, dim=-2, dtype=torch.float32)", (), "softmax over the queries instead of the keys"),
+    ("nanogpt_flash.py:CausalSelfAttention", "y = y.transpose(1, 2).contiguous().view(B, T, C)",
+     "y = y.contiguous().view(B, T, C)", (), "heads merged without transposing back"),
+]
+
+
+@pytest.mark.parametrize("spec,before,after,flags,mistake", MUTATIONS,
+                         ids=[f"{m[0].split('.')[0]}: {m[4]}" for m in MUTATIONS])
+def test_a_mistake_in_published_code_is_named_at_its_line(cli, tmp_path, spec, before, after, flags,
+                                                          mistake):
+    file, cls = spec.split(":")
+    source = (WORLD / file).read_text()
+    assert source.count(before) == 1
+    mutated = tmp_path / file
+    mutated.write_text(source.replace(before, after))
+    line = source[:source.index(before)].count("\n") + 1
+    result, data = _verify(cli, f"{mutated}:{cls}", *SIZES[0], *flags)
+    assert result.exit_code == 1, result.stdout + result.stderr
+    assert data["diagnosis"] == mistake
+    step = data["first_wrong_step"]
+    assert line in (step["line"], step["called_from"]), (step, line)

@@ -117,3 +117,13 @@ def test_the_previews_show_the_values_around_the_first_difference(cli, tmp_path)
     theirs = next(line for line in text.splitlines() if line.startswith("  the lecture's:"))
     first = lambda line: line.split("[…, ")[1].split(",")[:2]
     assert first(yours)[0] == first(theirs)[0] and first(yours)[1] != first(theirs)[1]
+
+
+def test_the_readme_and_the_guide_count_the_mistakes_the_code_knows():
+    from mha_trace.analyses.mistakes import MISTAKES
+
+    root = pathlib.Path(__file__).parent.parent
+    readme = " ".join((root / "README.md").read_text().split())
+    guide = " ".join((root / "docs" / "verify.md").read_text().split())
+    assert f"a diagnosis among {len(MISTAKES)} classic mistakes" in readme
+    assert f"each of {len(MISTAKES)} known mistakes" in guide

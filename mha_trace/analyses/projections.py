@@ -12,12 +12,12 @@ from mha_trace.core.attention import MultiHeadAttention
 from mha_trace.errors import MhaError
 
 NAMES = {  # lower-cased attribute names, most specific first
-    "q": ("w_q", "wq", "q_proj", "query", "to_q", "q_linear", "linear_q", "q"),
-    "k": ("w_k", "wk", "k_proj", "key", "to_k", "k_linear", "linear_k", "k"),
-    "v": ("w_v", "wv", "v_proj", "value", "to_v", "v_linear", "linear_v", "v"),
-    "o": ("w_o", "wo", "o_proj", "out_proj", "out", "output", "to_out", "c_proj", "proj", "dense",
+    "q": ("q_lin", "w_q", "wq", "q_proj", "query", "to_q", "q_linear", "linear_q", "q"),
+    "k": ("k_lin", "w_k", "wk", "k_proj", "key", "to_k", "k_linear", "linear_k", "k"),
+    "v": ("v_lin", "w_v", "wv", "v_proj", "value", "to_v", "v_linear", "linear_v", "v"),
+    "o": ("w_o", "wo", "o_proj", "out_proj", "out_lin", "out", "output", "to_out", "c_proj", "proj", "dense",
           "o_linear", "linear_out", "fc_out", "o"),
-    "qkv": ("c_attn", "qkv", "w_qkv", "qkv_proj", "in_proj"),
+    "qkv": ("c_attn", "qkv", "w_qkv", "wqkv", "qkv_proj", "in_proj", "query_key_value", "to_qkv"),
 }
 
 
@@ -162,7 +162,7 @@ def kv_rows_of(module, d_model: int) -> int | None:
             continue
         if _called(name) in NAMES["k"] + NAMES["v"] and rows < d_model:
             return rows
-        if _called(name) in NAMES["qkv"] + ("wqkv",) and d_model < rows < 3 * d_model \
+        if _called(name) in NAMES["qkv"] and d_model < rows < 3 * d_model \
                 and (rows - d_model) % 2 == 0:
             return (rows - d_model) // 2
     return None

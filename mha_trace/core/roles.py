@@ -41,6 +41,8 @@ def tag(steps, seq: int) -> list[str]:
             role = None  # a mask being made
         elif phase == "softmax" and op in LAYOUT_OPS:
             role = "layout"  # V sliced for this head between the softmax and weights·V
+        elif phase == "softmax" and op == "linear":
+            role = "projection"  # V projected only after the softmax (a Head of its own)
         elif phase == "scores" and op in SOFTMAX or phase == "softmax" and op not in MATMULS:
             role, phase = ("mask" if op in MASKS[:3] else "softmax"), "softmax"
         elif phase == "scores" and op in SCALES + MASKS:
@@ -131,14 +133,20 @@ def first_wrong_step(student_steps, reference_steps) -> tuple:
     ref_chain = (_chains(known, [ref_roles[s.index] for s in known]) or [[]])[0]
     roles = tag(student_steps, seq)
     chains = {c[-1].index: c for c in _chains(student_steps, roles)}
+    prescale = None  # the student's last scale of Q before the scores (q = q / √d_k)
     for i, step in enumerate(student_steps):
         role = roles[i]
+        if role == "rope" and step.op in SCALES and "rope" not in ref_roles.values():
+            prescale = step
         if step.index in chains and ref_chain:
             found = _chain_verdict(chains[step.index], ref_chain, roles, student_steps, ref_roles)
+            if found and prescale is not None and found[0] is chains[step.index][0] \
+                    and roles[student_steps.index(found[0])] == "scores":
+                return prescale, found[1], found[2]  # the scores are wrong by its scale
             if found:
                 return found
-        if role in ("input", *PRE_SOFTMAX) or step.value is None or step.op in CONSTANTS \
-                or step.value.dtype == torch.bool or not _checked(i, roles):
+        if role in ("input", *PRE_SOFTMAX) or step.value is None or step.op in CONSTANTS + IDENTITY \
+                or step.value.dtype == torch.bool or step.value.is_complex() or not _checked(i, roles):
             continue
         jobs = SAME_JOB.get(role, ())
         candidates = [r for r in known if ref_roles[r.index] in jobs]

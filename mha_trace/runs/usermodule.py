@@ -23,11 +23,13 @@ from mha_trace.io.files import regular_file
 from mha_trace.io.streams import guard_stdout
 
 D_MODEL_NAMES = ("d_model", "embed_dim", "n_embd", "dim", "hidden_size", "model_dim", "emb_dim",
-                 "hidden_dim", "d", "num_hiddens", "input_dim", "query_dim")
+                 "hidden_dim", "d", "num_hiddens", "input_dim", "query_dim", "d_in", "d_out", "emb")
 HEADS_NAMES = ("heads", "num_heads", "n_head", "n_heads", "h", "nhead", "head_count", "num_attention_heads")
 KV_HEADS_NAMES = ("kv_heads", "n_kv_heads", "num_kv_heads", "num_key_value_heads", "n_kv_head",
                   "n_query_groups", "num_groups")
 HEAD_DIM_NAMES = ("d_k", "d_head", "head_dim", "dim_head", "key_dim", "head_size")
+CONTEXT_NAMES = ("context_length", "block_size", "max_len", "max_seq_len", "n_positions",
+                 "max_position_embeddings", "n_ctx")  # a causal buffer's size: room to spare
 DROPOUT_NAMES = ("dropout", "p_drop", "attn_dropout", "attention_dropout", "drop", "p")
 MASK_NAMES = ("mask", "attn_mask", "attention_mask")
 LENGTH_NAMES = ("valid_lens", "valid_len", "lengths")  # d2l's: how many keys of each sequence count
@@ -257,6 +259,8 @@ def construct(cls: type, d_model: int, heads: int, init: str | None,
                 kwargs[p.name] = d_model // heads
             elif p.name in DROPOUT_NAMES and p.default is p.empty:
                 kwargs[p.name] = 0.1
+            elif p.name in CONTEXT_NAMES and p.default is p.empty:
+                kwargs[p.name] = 1024
         if cls is nn.MultiheadAttention:
             kwargs["batch_first"] = True  # the tool's inputs are (batch, seq, d_model)
         missing = [p.name for p in params if p.default is p.empty and p.name not in kwargs]

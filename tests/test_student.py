@@ -429,8 +429,10 @@ def test_rope_modules_pass_under_rope_in_either_convention_and_rope_on_v_is_name
     pairs = json.loads(cli("verify", "--module", R + "RotaryPairs", *args).stdout)
     assert pairs["passed"] and pairs["output_max_abs_diff"] < 1e-12
     assert any("a convention, not a mistake" in n for n in pairs["notes"])
-    unturned = json.loads(cli("verify", "--module", R + "RotaryAttention", *args[1:]).stdout)
-    assert not unturned["passed"]  # without --rope the lecture's module does not turn Q and K
+    unturned = cli("verify", "--module", R + "RotaryAttention", *args[1:])
+    assert (unturned.exit_code, unturned.stderr) == (2, (  # without --rope the lecture's does not turn
+        "Error: --rope: RotaryAttention turns Q and K by their positions (rotary positions, RoPE), "
+        "which the lecture's module does with --rope: check it with --rope (with it, it is right)\n"))
     on_v = cli("verify", "--module", R + "RotaryOnV", *args)
     data = json.loads(on_v.stdout)
     assert on_v.exit_code == 1 and data["diagnosis"] == "RoPE applied to V too"

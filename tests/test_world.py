@@ -166,3 +166,33 @@ def test_a_mistake_in_published_code_is_named_at_its_line(cli, tmp_path, spec, b
     assert data["diagnosis"] == mistake
     step = data["first_wrong_step"]
     assert line in (step["line"], step["called_from"]), (step, line)
+
+
+def test_a_mask_computed_and_dropped_is_named_where_it_is_dropped_with_a_fix_that_keeps_it(cli, tmp_path):
+    """`scores.masked_fill(...)` without `scores =`: the line that drops the mask is named, and the
+    fix is to keep its result (the student already wrote masked_fill)."""
+    source = (WORLD / "einsum_style.py").read_text()
+    line = 'scores = scores.masked_fill(~mask, float("-inf"))'
+    (tmp_path / "dropped.py").write_text(source.replace(line, line.removeprefix("scores = ")))
+    result, data = _verify(cli, f"{tmp_path / 'dropped.py'}:EinsumAttention", *SIZES[0], *CAUSAL)
+    assert result.exit_code == 1 and data["diagnosis"] == "mask never applied"
+    assert data["first_wrong_step"]["line"] == source[:source.index(line)].count("\n") + 1
+    assert data["fix"].startswith("masked_fill returns a new tensor, and this line drops it: keep it")
+    assert "its mask is computed right, then never used" in data["notes"]
+
+
+def test_a_numpy_module_gets_its_fix_in_numpy(cli, tmp_path):
+    source = (WORLD / "keras_numpy.py").read_text()
+    (tmp_path / "k.py").write_text(source.replace("softmax(scores, axis=-1)", "softmax(scores, axis=-2)"))
+    _, data = _verify(cli, f"{tmp_path / 'k.py'}:MultiHeadAttentionLayer", *SIZES[0])
+    assert data["diagnosis"] == "softmax over the queries instead of the keys"
+    assert "axis=-1" in data["fix"] and "torch" not in data["fix"] and "dim=" not in data["fix"]
+
+
+def test_the_lectures_side_of_the_preview_does_the_same_job_or_is_a_dash(cli, tmp_path):
+    """The lecture's step shown beside the student's first wrong one does the same job (a softmax
+    beside a softmax), never an unrelated step of the same shape."""
+    source = (WORLD / "timm_vit.py").read_text()
+    (tmp_path / "t.py").write_text(source.replace("attn.softmax(dim=-1)", "attn.softmax(dim=-2)"))
+    text = " ".join(cli("verify", "--module", f"{tmp_path / 't.py'}:Attention", *SIZES[0]).stdout.split())
+    assert "yours: softmax [2, 4, 6, 6]" in text and "the lecture's: softmax [2, 4, 6, 6]" in text

@@ -70,12 +70,42 @@ def check_module(runs, given_map: str | None, mask_means: str = "any") -> Studen
     which more of the computation is right is reported. With `sizes.rope` the lecture's module
     turns Q and K by RoPE, as the student's should."""
     sizes = runs.sizes
-    report = _best(_each_way(runs.at(sizes), sizes, given_map, mask_means))
+    run = runs.at(sizes)
+    report = _best(_each_way(run, sizes, given_map, mask_means))
     if report.passed:
-        report = _exposed(runs, given_map, mask_means, report) or report
-    elif report.candidates:
+        return _exposed(runs, given_map, mask_means, report) or report  # confirmed there
+    if not sizes.rope and _turns_positions(run):
+        _right_with_rope(run, sizes, given_map, mask_means)
+    if report.candidates:
         _confirm_at_a_second_size(report, runs, sizes, given_map, mask_means)
     return report
+
+
+ROPE_WORDS = ("rotary", "rope", "freqs_cis", "rotate_half", ".cos(", "torch.cos", "np.cos", "polar(")
+
+
+def _turns_positions(run) -> bool:
+    """Whether the module's file reads like rotary positions (sin, cos, rotate_half)."""
+    try:
+        with open(run.source, encoding="utf-8") as f:
+            text = f.read().lower()
+    except OSError:
+        return False
+    return any(word in text for word in ROPE_WORDS)
+
+
+def _right_with_rope(run, sizes, given_map, mask_means) -> None:
+    """A module that turns Q and K by position, checked without --rope, is wrong against the
+    plain module for that alone: when it is right with --rope, that is what is said."""
+    try:
+        right = _best(_each_way(run, replace(sizes, rope=True), given_map, mask_means)).passed
+    except MhaError:
+        return
+    if right:
+        name = run.label.split(" from ")[0]
+        raise MhaError(f"{name} turns Q and K by their positions (rotary positions, RoPE), which "
+                       f"the lecture's module does with --rope: check it with --rope (with it, "
+                       f"it is right)", quantity="rope")
 
 
 def _best(reports: list) -> StudentReport:
@@ -373,7 +403,8 @@ def _check_once(run, module, mapping: Mapping | None, sizes, way: Way,
     output, weights = split_result(traced.output, fed[0])
     output = output.transpose(0, 1) if way.seq_first and output.dim() == 3 else output
     report = StudentReport(run.label, mapping.describe(), call,
-                           *differences(output, weights, expected, expected_w), 1e-8)
+                           *differences(output, weights, expected, expected_w), 1e-8,
+                           numpy=run.numpy)
     lowered = _lowered(traced.steps, expected)
     if not report.passed and sizes.rope:
         _other_rope_convention(report, reference, xs, mask, output, weights,

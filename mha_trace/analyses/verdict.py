@@ -28,16 +28,34 @@ class StudentReport(Shows):
     diagnosis: str | None = None
     candidates: list = field(default_factory=list)  # every known mistake that matched
     notes: list = field(default_factory=list)
+    numpy: bool = False  # a NumPy module: its fix is written in NumPy
+    own_fix: str | None = None  # a fix for this module's own line, where the mistake's would mislead
 
     @property
     def fix(self) -> str | None:
-        """The diagnosed mistake's one-sentence fix."""
-        return FIXES.get(self.diagnosis)
+        """The diagnosed mistake's one-sentence fix, in NumPy for a NumPy module."""
+        fix = self.own_fix or FIXES.get(self.diagnosis)
+        return in_numpy(fix) if fix and self.numpy else fix
 
     @property
     def passed(self) -> bool:
         return self.output_diff <= self.tolerance and (
             self.weights_diff is None or self.weights_diff <= self.tolerance)
+
+
+NUMPY_WORDS = (("torch.softmax(scores, dim=-1)", "np.exp(s) / np.exp(s).sum(axis=-1, keepdims=True), "
+                 "s = scores - scores.max(axis=-1, keepdims=True)"),
+               ("scores.masked_fill(~mask, float('-inf'))", "np.where(mask, scores, -np.inf)"),
+               ("float('-inf')", "-np.inf"), ("masked_fill", "np.where"), ("math.sqrt", "np.sqrt"),
+               ("transpose(-2, -1)", "swapaxes(-2, -1)"), ("dim=", "axis="), ("tril()", "np.tril"),
+               ("view(", "reshape("), ("view as", "reshape as"), ("transpose(1, 2)", "swapaxes(1, 2)"))
+
+
+def in_numpy(fix: str) -> str:
+    """A fix written with torch's names, in NumPy's (axis for dim, np.where for masked_fill)."""
+    for torch_words, numpy_words in NUMPY_WORDS:
+        fix = fix.replace(torch_words, numpy_words)
+    return fix
 
 
 def as_expected(output, expected):
@@ -80,6 +98,25 @@ def where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output,
         report.diagnosis = report.candidates[0] if report.candidates else None
     if report.first_wrong is None:
         _returned_too_early(report, traced, ref_trace, module, output)
+    if report.diagnosis == "mask never applied":
+        _discarded_mask(report, traced, ref_trace)
+
+
+def _discarded_mask(report, traced, ref_trace) -> None:
+    """A mask computed right and never used (`scores.masked_fill(...)` without `scores =`): the
+    line that drops it is named, and the fix is to keep its result, not to write masked_fill."""
+    from mha_trace.core.roles import holds_masked
+
+    masked = [r for r in ref_trace.steps if r.op in ("masked_fill", "where") and r.value is not None]
+    for step in traced.steps:
+        if step.op in ("masked_fill", "where") and step.value is not None and masked \
+                and holds_masked(step.value, masked[0].value):
+            report.first_wrong, report.reference_step, report.missing = step, masked[0], None
+            report.own_fix = ("masked_fill returns a new tensor, and this line drops it: keep it, "
+                              "scores = scores.masked_fill(~mask, float('-inf')), or fill in place "
+                              "with masked_fill_")
+            report.notes.append("its mask is computed right, then never used")
+            return
 
 
 def _returned_too_early(report, traced, ref_trace, module, output) -> None:

@@ -96,6 +96,12 @@ def _masked(t: torch.Tensor) -> torch.Tensor:
     return t.masked_fill(t <= -1e9, float("-inf")) if t.is_floating_point() else t
 
 
+def holds_masked(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same masked scores, whatever large negative number did the masking."""
+    return tuple(a.shape) == tuple(b.shape) and torch.allclose(_masked(a), _masked(b), rtol=1e-6,
+                                                                atol=1e-9, equal_nan=True)
+
+
 # a step of one role is right if it equals a lecture step of one of these (scores of a
 # pre-scaled Q equal the lecture's scaled scores; a mask after the softmax leaves it as it is)
 SAME_JOB = {"scores": PRE_SOFTMAX, "scale": ("scale", "mask"), "mask": ("mask",),
@@ -216,4 +222,5 @@ def counterpart(step, role, reference_steps, ref_roles):
     same_shape = [r for r in reference_steps if r.shape == step.shape and r.op != "input"]
     both = [r for r in same_role if r.shape == step.shape]
     same_op = [r for r in both if r.op == step.op]
-    return (same_op or both or same_role or same_shape or [None])[0]
+    # a step of another job is no counterpart, whatever its shape: none is shown as "—"
+    return (same_op or both or same_role or (same_shape if role == "layout" else []) or [None])[0]

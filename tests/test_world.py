@@ -196,3 +196,12 @@ def test_the_lectures_side_of_the_preview_does_the_same_job_or_is_a_dash(cli, tm
     (tmp_path / "t.py").write_text(source.replace("attn.softmax(dim=-1)", "attn.softmax(dim=-2)"))
     text = " ".join(cli("verify", "--module", f"{tmp_path / 't.py'}:Attention", *SIZES[0]).stdout.split())
     assert "yours: softmax [2, 4, 6, 6]" in text and "the lecture's: softmax [2, 4, 6, 6]" in text
+
+
+def test_every_module_of_the_corpus_is_checked_and_the_guide_counts_them():
+    checked = {spec.split(":")[0] for spec in RIGHT} | {spec.split(":")[0] for spec, _ in REFUSED}
+    assert checked == {p.name for p in WORLD.glob("*.py")}
+    assert len(checked) >= 40
+    guide = " ".join((WORLD.parent.parent / "docs" / "verify.md").read_text().split())
+    assert f"The suite holds {len(checked)} modules" in guide
+    assert f"and {len(MUTATIONS)} one-line mutations of them" in guide

@@ -246,21 +246,14 @@ def construct(cls: type, d_model: int, heads: int, init: str | None,
     if init is not None:
         kwargs = parse_init(init)
     else:
-        kwargs = {}
-        for p in params:
-            if p.name in D_MODEL_NAMES:
-                kwargs[p.name] = d_model
-            elif p.name in HEADS_NAMES:
-                kwargs[p.name] = heads
-            elif p.name in KV_HEADS_NAMES and (kv_heads or p.default is p.empty):
-                # not given: half the query heads, so that the grouping is exercised
-                kwargs[p.name] = kv_heads or (heads // 2 if heads % 2 == 0 else heads)
-            elif p.name in HEAD_DIM_NAMES:
-                kwargs[p.name] = d_model // heads
-            elif p.name in DROPOUT_NAMES and p.default is p.empty:
-                kwargs[p.name] = 0.1
-            elif p.name in CONTEXT_NAMES and p.default is p.empty:
-                kwargs[p.name] = 1024
+        # (names, value, given only where the constructor has no default of its own); K/V heads
+        # not given: half the query heads, so that the grouping is exercised
+        values = [(D_MODEL_NAMES, d_model, False), (HEADS_NAMES, heads, False),
+                  (KV_HEADS_NAMES, kv_heads or (heads // 2 if heads % 2 == 0 else heads), not kv_heads),
+                  (HEAD_DIM_NAMES, d_model // heads, False), (DROPOUT_NAMES, 0.1, True),
+                  (CONTEXT_NAMES, 1024, True)]
+        kwargs = {p.name: value for p in params for names, value, required in values
+                  if p.name in names and not (required and p.default is not p.empty)}
         if cls is nn.MultiheadAttention:
             kwargs["batch_first"] = True  # the tool's inputs are (batch, seq, d_model)
         missing = [p.name for p in params if p.default is p.empty and p.name not in kwargs]

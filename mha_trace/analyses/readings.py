@@ -125,7 +125,9 @@ def check_once(run, module, mapping: Mapping | None, sizes, way: Way,
     output = output.transpose(0, 1) if way.seq_first and output.dim() == 3 else output
     report = StudentReport(run.label, mapping.describe(), call,
                            *differences(output, weights, expected, expected_w), 1e-8,
-                           numpy=run.numpy)
+                           numpy=run.numpy,
+                           rotates=any(s.op in ("cos", "sin", "polar", "view_as_complex")
+                                       for s in traced.steps))
     lowered = _lowered(traced.steps, expected)
     if not report.passed and sizes.rope:
         _other_rope_convention(report, reference, xs, mask, output, weights,

@@ -73,24 +73,11 @@ def check_module(runs, given_map: str | None, mask_means: str = "any") -> Studen
     report = _best(_each_way(run, sizes, given_map, mask_means))
     if report.passed:
         return _exposed(runs, given_map, mask_means, report) or report  # confirmed there
-    if not sizes.rope and _turns_positions(run):
+    if not sizes.rope and report.rotates:
         _right_with_rope(run, sizes, given_map, mask_means)
     if report.candidates:
         _confirm_at_a_second_size(report, runs, sizes, given_map, mask_means)
     return report
-
-
-ROPE_WORDS = ("rotary", "rope", "freqs_cis", "rotate_half", ".cos(", "torch.cos", "np.cos", "polar(")
-
-
-def _turns_positions(run) -> bool:
-    """Whether the module's file reads like rotary positions (sin, cos, rotate_half)."""
-    try:
-        with open(run.source, encoding="utf-8") as f:
-            text = f.read().lower()
-    except OSError:
-        return False
-    return any(word in text for word in ROPE_WORDS)
 
 
 def _right_with_rope(run, sizes, given_map, mask_means) -> None:
@@ -200,15 +187,19 @@ def _each_way(run, sizes, given_map: str | None, mask_means: str = "any",
               for t in turns if Way(t, m, u, strided, h) not in usual]
     if not run.numpy:  # sequence first: only ever a way to be right, never a way to explain
         others += [Way(t, m, False, strided, h, True) for h in layouts for m in masks for t in turns]
-    if not run.numpy and masks[0] != "own" and (sizes.mask != "none" or sizes.pad):
-        others += [Way(t, m, False, strided, h, False, True) for h in layouts for m in masks
-                   for t in turns]
     reports, error = [], None
     for way in usual:
         try:
             reports.append(check_once(run, module, mapping, sizes, way))
         except MhaError as e:
             error = error or e
+        if reports and reports[-1].passed:
+            break  # right this way: no other reading can be more right
+    if not run.numpy and masks[0] != "own" and (sizes.mask != "none" or sizes.pad):
+        # one mask per sequence, (B, T, T), as the Annotated Transformer's mask.unsqueeze(1)
+        # takes it (a (T, T) mask there broadcasts wrongly, or not at all)
+        others += [Way(t, m, False, strided, h, False, True) for h in layouts for m in masks
+                   for t in turns]
     if not any(r.passed for r in reports):
         passed = (r for r in (try_way(run, module, mapping, sizes, way) for way in others)
                   if r is not None and r.passed)
@@ -279,10 +270,11 @@ def _in_another_order(run, module, mapping: Mapping | None, sizes, ways: list) -
     if mapping is None or mapping.how != BY_ORDER:
         return []
     right = []
-    for candidate in other_orders(mapping, module, sizes.d_model):
-        passed = [r for r in (try_way(run, module, candidate, sizes, way) for way in ways)
-                  if r is not None and r.passed]
-        right += passed[:1]
+    for mask_as in dict.fromkeys(w.mask_as for w in ways):  # unmasked before causal by itself
+        for candidate in [] if right else other_orders(mapping, module, sizes.d_model):
+            passed = [r for r in (try_way(run, module, candidate, sizes, way) for way in ways
+                                  if way.mask_as == mask_as) if r is not None and r.passed]
+            right += passed[:1]
     names = ", ".join(name for name, _ in mapping.layers.values())
     if len(right) == 1:
         right[0].notes.append(f"the names {names} do not say which projection each is; this is "

@@ -30,6 +30,7 @@ class StudentReport(Shows):
     notes: list = field(default_factory=list)
     numpy: bool = False  # a NumPy module: its fix is written in NumPy
     own_fix: str | None = None  # a fix for this module's own line, where the mistake's would mislead
+    rotates: bool = False  # its forward computed cosines or complex turns (RoPE, maybe)
 
     @property
     def fix(self) -> str | None:

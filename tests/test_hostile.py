@@ -212,6 +212,25 @@ def test_outputs_never_overwrite_inputs_or_each_other(cli, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.svg", "m.py", "shapes.svg"]  # no temp files
 
 
+def test_a_text_sentences_or_checkpoint_named_as_an_output_is_never_overwritten(cli, tmp_path):
+    """The lecture notes read with --text or --sentences, or the run read with --checkpoint, named
+    again as --html, --svg or --png: refused before anything runs or loads (the notes stay)."""
+    notes, sentences = tmp_path / "notes.html", tmp_path / "sentences.svg"
+    notes.write_text("the lecture notes\n")
+    sentences.write_text("The cat sat on the mat\n")
+    run = tmp_path / "run.png"
+    run.write_bytes(b"not a checkpoint, never read")
+    before = snapshot(tmp_path)
+    for args, path, flag in [(("cache", "--text", str(notes), "--html", str(notes)), notes, "html"),
+                             (("survey", "--model", "minilm", "--sentences", str(sentences), "--svg",
+                               str(sentences)), sentences, "svg"),
+                             (("heads", "--checkpoint", f"{run}@3", "--png", str(run)), run, "png")]:
+        result = cli(*args)
+        assert (result.exit_code, result.stderr) == (
+            2, f"Error: --{flag}: {path} is an input of this command ({path}); it is never overwritten\n")
+    assert snapshot(tmp_path) == before
+
+
 def _run(*args, env=None, **kwargs):
     return subprocess.run(["mha-trace", *args], capture_output=True, text=True, timeout=120,
                           env={**os.environ, **(env or {})}, **kwargs)

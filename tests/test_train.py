@@ -186,3 +186,16 @@ def test_the_api_trains_saves_and_reads_a_run_as_a_model(tmp_path):
     np.testing.assert_allclose(view.layers[0], r.snapshots[-1].weights[0], atol=1e-6)
     with pytest.raises(mha_trace.MhaError, match="train has no option 'layer'"):
         mha_trace.train(layer=2)
+
+
+def test_a_checkpoint_path_may_hold_an_at_sign_of_its_own(cli, tmp_path, default_run):
+    """runs/run@best.pt is a path, not run@ step "best.pt"; a step still follows the last @."""
+    import shutil
+
+    import mha_trace
+
+    path = tmp_path / "run@best.pt"
+    shutil.copy(default_run, path)
+    shown = cli("heads", "--checkpoint", str(path), "--layer", "1")
+    assert shown.exit_code == 0 and shown.stdout.startswith("run@best.pt at step 600, layer 1")
+    assert "at step 428" in repr(mha_trace.model(f"{path}@428"))

@@ -185,15 +185,18 @@ _OUTPUT = ["format", "no_color", "width", "svg", "html"]
 
 
 def _inputs(kwargs: dict) -> list:
-    """The files a command reads (its config, the user's module): outputs never overwrite them."""
+    """The files a command reads (its config, the user's module, a text, a file of sentences, a
+    checkpoint): outputs never overwrite them."""
     from mha_trace.runs.config import bundled_dir
 
-    found = []
+    found = [kwargs[name] for name in ("text", "sentences") if kwargs.get(name)]
     if kwargs.get("config"):
         name = kwargs["config"]
         found += [name, str(bundled_dir() / f"{name.removesuffix('.toml')}.toml")]
     if kwargs.get("module"):
         found.append(kwargs["module"].rsplit(":", 1)[0])
+    if kwargs.get("checkpoint"):  # run.pt, or run.pt@428 for a saved step
+        found += [kwargs["checkpoint"], kwargs["checkpoint"].rpartition("@")[0]]
     return found
 
 

@@ -9,7 +9,7 @@ MODELS = ("minilm", "smollm2")
 
 def check_name(name: str) -> None:
     """A pretrained model's name, or a run saved by `mha-trace train` ("run.pt", "run.pt@600")."""
-    if name not in MODELS and not name.partition("@")[0].endswith(".pt"):
+    if name not in MODELS and not (name.endswith(".pt") or name.rpartition("@")[0].endswith(".pt")):
         from mha_trace.errors import printable
 
         raise MhaError(f"model '{printable(name)}' is not one of {', '.join(MODELS)} (or a run "

@@ -121,8 +121,9 @@ class Trained:
 
 
 def load_trained(name: str) -> Trained:
-    """"run.pt" (its last snapshot) or "run.pt@600" (the snapshot at step 600)."""
-    path, _, step = name.partition("@")
+    """"run.pt" (its last snapshot) or "run.pt@600" (the snapshot at step 600); a path may hold an
+    "@" of its own ("runs/run@best.pt")."""
+    path, _, step = (name, "", "") if name.endswith(".pt") else name.rpartition("@")
     if step and not step.isdigit():
         raise MhaError(f"step '{printable(step)}' is not a whole number", quantity="at_step")
     return Trained(path, int(step) if step else None)

@@ -67,7 +67,7 @@ def cache(
     from mha_trace.models import load_model
 
     loaded = load_model(model, device.value, max_tokens)
-    name, words = _text(text) if text else kvcache.bundled_text(loaded)
+    name, words = _text(text) if text is not None else kvcache.bundled_text(loaded)
     bar = lambda total: progress(total, "reading the text under each cache")  # noqa: E731
     lab = kvcache.cache_lab(loaded, name, words, tokens, policies, budgets, sinks, renumber, bar)
     emit(out, lab.renderables, lab.data)
@@ -90,4 +90,9 @@ def _text(path: str) -> tuple[str, str]:
     from mha_trace.io.files import read_text
     from mha_trace.models.corpus import LIMIT_BYTES
 
-    return printable(path), read_text(Path(path), printable(path), "a text file", LIMIT_BYTES, "text")
+    if not path.strip():
+        raise MhaError("give a text file, e.g. --text essay.txt", quantity="text")
+    text = read_text(Path(path), printable(path), "a text file", LIMIT_BYTES, "text")
+    if not text.strip():
+        raise MhaError(f"{printable(path)} holds no words: nothing to read", quantity="text")
+    return printable(path), text

@@ -58,7 +58,7 @@ class Trained:
     def pieces(self, text: str) -> tuple:
         words = text.split()
         V, T = self.vocab_size, self.max_tokens
-        if not words or not all(w.isdigit() and int(w) < V for w in words):
+        if not words or not all(_small_id(w, V) for w in words):
             raise MhaError(f"this run's text is token ids 0 to {V - 1} with spaces between, e.g. "
                            f"\"{self.default_text[:20].rsplit(' ', 1)[0]}\"", quantity="sentence")
         if len(words) > T:
@@ -120,10 +120,15 @@ class Trained:
         return inputs[layer - 1]
 
 
+def _small_id(word: str, below: int) -> bool:
+    """0-9 digits only (not '²' or '①', which str.isdigit takes), few enough for int(), below."""
+    return word.isascii() and word.isdigit() and len(word) <= 12 and int(word) < below
+
+
 def load_trained(name: str) -> Trained:
     """"run.pt" (its last snapshot) or "run.pt@600" (the snapshot at step 600); a path may hold an
     "@" of its own ("runs/run@best.pt")."""
     path, _, step = (name, "", "") if name.endswith(".pt") else name.rpartition("@")
-    if step and not step.isdigit():
+    if step and not _small_id(step, 10 ** 9):
         raise MhaError(f"step '{printable(step)}' is not a whole number", quantity="at_step")
     return Trained(path, int(step) if step else None)

@@ -149,3 +149,12 @@ def test_the_slide_shows_each_kind_as_a_multiple_of_random(cli, run, monkeypatch
                                         / data["random"]["mean"], rel=1e-5)
     refused = cli("survey", "--model", "minilm", "--png", "x.png")
     assert refused.exit_code == 2 and "goes with --composition" in refused.stderr
+
+
+def test_asking_for_more_pairs_than_a_run_has_lists_the_real_ones_only(cli, run):
+    """A 2 × 4 run has 16 pairs of an earlier and a later head: --top 20 lists those 16, says so,
+    and never a head with itself or a later writer (`1.1 → 1.1 nan`)."""
+    path, _ = run
+    shown = cli("survey", "--checkpoint", str(path), "--composition", "--top", "20").stdout
+    assert "The 16 strongest pairs of each kind (earlier head → later head) (all 16 of them)" in shown
+    assert "nan" not in shown and "\n17 " not in shown

@@ -20,9 +20,11 @@ def _name(head) -> str:
 
 
 def top_pairs(c, kind: str, n: int) -> list[tuple]:
-    """[(writer, reader, score)] the n largest, largest first."""
+    """[(writer, reader, score)] the n largest, largest first: real pairs only (an earlier head
+    and a later one), never more than there are."""
     s = c.scores[kind]
-    order = np.argsort(-np.nan_to_num(s, nan=-1.0), axis=None, kind="stable")[:n]
+    order = np.argsort(-np.nan_to_num(s, nan=-1.0), axis=None, kind="stable")
+    order = [i for i in order if not np.isnan(s.flat[i])][:n]
     return [(c.heads[i // len(c.heads)], c.heads[i % len(c.heads)], float(s.flat[i])) for i in order]
 
 
@@ -34,12 +36,14 @@ def composition_renderables(c, top: int) -> list:
            Text(f"Random matrices of the same shapes score {base:.3f} (the mean of "
                 f"{len(c.baseline)} draws; 95% of them under {np.percentile(c.baseline, 95):.3f}); "
                 f"\"× random\" is a score over that mean.")]
-    table = new_table(f"The {top} strongest pairs of each kind (earlier head → later head)")
+    rows = {kind: top_pairs(c, kind, top) for kind in KINDS}
+    shown = min(len(r) for r in rows.values())
+    every = f" (all {shown} of them)" if shown < top else ""
+    table = new_table(f"The {shown} strongest pairs of each kind (earlier head → later head){every}")
     table.add_column("#", justify="right")
     for kind in KINDS:
         table.add_column(f"{kind}-composition", justify="right", no_wrap=True)
-    rows = {kind: top_pairs(c, kind, top) for kind in KINDS}
-    for i in range(top):
+    for i in range(shown):
         table.add_row(str(i + 1), *(f"{_name(a)} → {_name(b)} {x:.3f} ({x / base:.1f}×)"
                                     for a, b, x in (rows[kind][i] for kind in KINDS)))
     out.append(table)

@@ -107,9 +107,9 @@ def test_prune_command_on_a_small_corpus(cli, tmp_path, monkeypatch, model):
     (("--prune",), "Error: --prune goes with --model (e.g. --model smollm2)"),
     (("--model", "smollm2", "--prune", "--rank"), "Error: choose one of --head, --rank and --prune"),
     (("--model", "smollm2", "--head", "1.1", "--png", "x.png"),
-     "Error: --png: --png draws the pruning curve: it goes with --model smollm2 --prune"),
+     "Error: --png draws the pruning curve: it goes with --model smollm2 --prune"),
     (("--model", "smollm2", "--prune", "--sentence", "Hello there friend"),
-     "Error: --prune: --prune runs on the bundled corpus, not on one sentence or layer"),
+     "Error: --prune runs on the bundled corpus, not on one sentence or layer"),
 ])
 def test_prune_refusals(cli, args, message):
     result = cli("ablate", *args)

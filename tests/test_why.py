@@ -123,8 +123,8 @@ def test_json_page_and_errors(cli):
         assert sum(key["parts"].values()) == pytest.approx(walked["scaled"], abs=1e-12)
     assert set(data["why"][0]["without"]) == set(data["why"][0]["sources"])
     for args, message in [
-        (("explain", "--by-head"), "Error: --by-head: --by-head goes with --why"),
-        (("explain", "--why", "--by-head"), "Error: --by-head: --by-head splits a model's earlier"),
+        (("explain", "--by-head"), "Error: --by-head goes with --why"),
+        (("explain", "--why", "--by-head"), "Error: --by-head splits a model's earlier"),
     ]:
         result = cli(*args)
         assert result.exit_code == 2 and result.stderr.startswith(message), result.stderr

@@ -84,7 +84,7 @@ REFUSED = {  # file:Class, flags -> the one line
     ("d2l.py:MultiHeadAttention", CAUSAL): "Error: --mask: MultiHeadAttention.forward takes "
     "valid_lens (how many keys of each sequence count), not a mask: it is checked without --mask "
     "and --pad\n",
-    ("mpt_mqa.py:MultiQueryAttention", ("--kv-heads", "2")): "Error: --kv-heads: --kv-heads 2, "
+    ("mpt_mqa.py:MultiQueryAttention", ("--kv-heads", "2")): "Error: --kv-heads 2, "
     "but its K and V projections have 8 rows: 1 heads of d_k=8\n",
 }
 

@@ -131,6 +131,8 @@ def _with_flag(e: MhaError) -> str:
     flag = "--" + e.quantity.replace("_", "-")
     if e.message.startswith(f"{e.quantity} "):  # "head 3 is out of range" -> "--head 3 is ..."
         return flag + e.message[len(e.quantity):]
+    if e.message.startswith((f"{flag} ", f"{flag}:", f"{flag},")):  # the message names it already
+        return e.message
     return f"{flag}: {e.message}"
 
 

@@ -1,7 +1,7 @@
 """A result as an HTML fragment for Jupyter: real tables with their shading, text as paragraphs.
 
 The renderables are the ones the terminal prints, laid out without a width limit (nothing split,
-nothing hidden); sentences that point at command-line flags are left out, since a notebook has none.
+nothing hidden), every sentence the terminal shows, spaces kept (a strip of positions stays aligned).
 """
 
 import html
@@ -13,7 +13,6 @@ from rich.table import Table
 from rich.text import Text
 
 WIDE = 1000  # columns: every table whole, every column shown
-_FLAG = re.compile(r"(?<![\w-])--[a-z]")
 _STYLE = "font-family:Menlo,'DejaVu Sans Mono',monospace;font-size:13px"
 
 
@@ -42,29 +41,19 @@ def _part(console: Console, r) -> str:
     return f"<pre>{html.escape(_ansi_free(captured.get()))}</pre>"
 
 
-def _without_flags(text: str) -> str:
-    """The sentences (or '; ' clauses) that mention no command-line flag."""
-    pieces = re.split(r"(?<=[.;])\s+", text)
-    kept = [p for p in pieces if not _FLAG.search(p)]
-    return " ".join(kept).rstrip(";").strip()
-
-
 def _text_block(console: Console, text: Text) -> str:
     if any("\u2800" <= ch <= "\u28ff" for ch in text.plain):  # a braille grid: keep its lines
         return f'<pre style="line-height:1.1">{_spans(console, text)}</pre>'
     if "\n" in text.plain.strip("\n"):  # lines of prose: a paragraph each
         return "".join(_text_block(console, line) for line in text.split("\n"))
-    plain = _without_flags(text.plain)
-    if not plain:
+    if not text.plain.strip():
         return ""
-    if plain != text.plain:
-        text = Text(plain, style=text.style)
-    return f"<p>{_spans(console, text)}</p>"
+    return f'<p style="white-space:pre-wrap">{_spans(console, text)}</p>'
 
 
 def _title(title) -> str:
-    plain = _without_flags(str(title.plain if isinstance(title, Text) else title))
-    return f"<p><b>{html.escape(plain)}</b></p>" if plain else ""
+    plain = str(title.plain if isinstance(title, Text) else title)
+    return f"<p><b>{html.escape(plain)}</b></p>" if plain.strip() else ""
 
 
 def _table(console: Console, table: Table) -> str:

@@ -201,10 +201,15 @@ class Model:
         import mha_trace.render.page  # noqa: F401 (registers how its records show)
         from mha_trace.analyses.model_heads import head_in_layer, model_walk
 
+        if by_head and not why:
+            raise MhaError("by_head=True splits the sources of why=True: give both",
+                           quantity="by_head")
+        if position is not None:
+            position = _whole_numbers([position], "position", least=0)[0]
         layer, only = head_in_layer(layer, _head(head))
         run = self.run(text, layer)
         w = replace(model_walk(run, only, token, position, effect), only=only)
-        if why or by_head:
+        if why:
             from mha_trace.analyses.why import with_why
 
             w = with_why(w, run, only, by_head)
@@ -289,7 +294,7 @@ class Model:
         name, words = ("the text given", _text(text)) if text is not None else bundled_text(self.model)
         bar = lambda total: _advancing(NotebookProgress(total, "reading the text under each cache"))
         return cache_lab(self.model, name, words, _whole_numbers([tokens], "tokens", 2)[0],
-                         policies.split(",") if isinstance(policies, str) else list(policies),
+                         _names(policies, "policy"),
                          _whole_numbers(budgets, "budget", 2),
                          _whole_numbers([sinks], "sinks")[0], bool(renumber), bar)
 
@@ -310,6 +315,7 @@ def model(name: str, device: str = "cpu", max_tokens: int | None = None) -> Mode
                        f"path such as 'run.pt'", quantity="model")
     name = os.fspath(name)
     check_name(name)
+    device = "cpu" if device is None else device  # None: the default, as on the command line
     check_options(RunOptions(device=device, max_tokens=max_tokens))
     return Model(name, device, max_tokens)
 
@@ -374,12 +380,22 @@ def _options(options: dict, **source) -> RunOptions:
 
 
 def _whole_numbers(values, quantity: str, least: int = 1) -> list[int]:
-    values = list(values) if not isinstance(values, (str, int)) else [values]
+    values = list(values) if isinstance(values, (list, tuple, set, range)) else [values]
     bad = [v for v in values if type(v) is not int or v < least]
     if bad or not values:
         raise MhaError(f"expected whole numbers of at least {least}, got {bad or values!r}",
                        quantity=quantity)
     return values
+
+
+def _names(values, quantity: str) -> list[str]:
+    """"window,sinks" or a list of names -> the names; anything else is one line."""
+    names = values.split(",") if isinstance(values, str) else list(values) \
+        if isinstance(values, (list, tuple)) else None
+    if not names or not all(isinstance(n, str) for n in names):
+        raise MhaError(f"expected names such as 'window,sinks' or a list of them, got {values!r}",
+                       quantity=quantity)
+    return names
 
 
 def _text(text):

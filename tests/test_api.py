@@ -111,3 +111,25 @@ def test_the_api_leaves_the_callers_stdout_alone():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines()[-1] == "mine True"
+
+
+@pytest.mark.parametrize("call,quantity", [
+    (lambda m: m.cache(policies=None), "policy"),
+    (lambda m: m.cache(policies=5), "policy"),
+    (lambda m: m.cache(budgets=1e3), "budget"),
+    (lambda m: m.explain(position=1.5), "position"),
+    (lambda m: m.explain(by_head=True), "by_head"),
+    (lambda m: mha_trace.model(m.name, max_tokens=0), "max_tokens"),
+    (lambda m: mha_trace.model(m.name, max_tokens=-5), "max_tokens"),
+])
+def test_the_apis_wrong_values_are_one_mhaerror_naming_the_quantity(default_run, call, quantity):
+    """What the command line's parser refuses, the API refuses too: never a raw TypeError or
+    IndexError from deep inside, never a by_head that silently runs why."""
+    m = mha_trace.model(str(default_run))
+    with pytest.raises(mha_trace.MhaError) as refused:
+        call(m)
+    assert refused.value.quantity == quantity
+
+
+def test_device_none_is_the_default_device(default_run):
+    assert mha_trace.model(str(default_run), device=None).device == "cpu"

@@ -125,6 +125,9 @@ def check_options(o: RunOptions) -> None:
         value = getattr(o, name)
         if value is not None and (type(value) is not int):
             raise MhaError(f"{name} must be a whole number, got {value!r}", quantity=name)
+    if o.max_tokens is not None and o.max_tokens < 1:
+        raise MhaError(f"max_tokens={o.max_tokens} is not a number of tokens (at least 1)",
+                       quantity="max_tokens")
     if o.rope_base is not None and not isinstance(o.rope_base, (int, float)):
         raise MhaError(f"rope_base must be a number, got {o.rope_base!r}", quantity="rope_base")
     for name in ("model", "sentence", "init"):

@@ -22,6 +22,14 @@ import sys
 import types
 
 ENABLED = os.environ.get("MHA_TRACE_NO_SPEEDUPS", "").strip().lower() not in ("1", "true", "yes")
+_OWN_PROCESS = False  # the command line's process: settings of the whole process are ours to set
+
+
+def own_the_process() -> None:
+    """The command line owns its process: thread counts and the allocator's threshold may be set
+    for it. A library call never sets them in the user's process (a notebook keeps its own)."""
+    global _OWN_PROCESS
+    _OWN_PROCESS = True
 
 
 def no_garbage_collection() -> None:
@@ -45,13 +53,13 @@ def return_freed_memory() -> None:
     the heap and stay there: dequantising a model layer by layer would keep every temporary's
     pages (SmolLM2's peak RSS went from 446 MB to 792 MB). Linux with glibc only; elsewhere a no-op.
     """
-    if ENABLED:
+    if ENABLED and _OWN_PROCESS:
         _mmap_threshold(128 * 1024)  # fixed at 128 KiB
 
 
 def one_thread_for_models() -> None:
     """One sentence through a small model: one thread is quicker than handing out the work."""
-    if ENABLED:
+    if ENABLED and _OWN_PROCESS:
         import torch
 
         torch.set_num_threads(1)
@@ -72,14 +80,15 @@ def batch_work():
     import torch
 
     before = torch.get_num_threads()
-    if ENABLED:
+    owned = ENABLED and _OWN_PROCESS
+    if owned:
         torch.set_num_threads(usable_cores())
         _mmap_threshold(256 * 1024 * 1024)
     try:
         yield
     finally:
-        torch.set_num_threads(before)
-        if ENABLED:
+        if owned:
+            torch.set_num_threads(before)
             _mmap_threshold(128 * 1024)
 
 

@@ -133,3 +133,12 @@ def test_the_apis_wrong_values_are_one_mhaerror_naming_the_quantity(default_run,
 
 def test_device_none_is_the_default_device(default_run):
     assert mha_trace.model(str(default_run), device=None).device == "cpu"
+
+
+def test_the_api_leaves_the_users_thread_count_as_it_was():
+    """The command line may set one thread for its own process; a library call in the user's
+    process (a notebook that chose 2 threads) leaves torch's setting as the user left it."""
+    code = ("import torch, mha_trace\ntorch.set_num_threads(2)\n"
+            "mha_trace.model('minilm').heads(layer=1)\nprint(torch.get_num_threads())")
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert shown.stdout.strip() == "2", shown.stderr

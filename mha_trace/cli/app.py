@@ -174,6 +174,7 @@ def _main(
 
 def main():
     """Console-script entry point (`python -m mha_trace` too: it names itself mha-trace)."""
+    speedups.own_the_process()
     speedups.no_garbage_collection()
     streams.guard_for_command_line()
     signal.signal(signal.SIGTERM, _terminated)

@@ -162,3 +162,53 @@ def test_a_users_module_is_split_from_its_own_product_as_it_runs(cli):
                             ("example:chapter_numpy", "which a NumPy module does not show")]:
         result = cli("explain", "--module", module, "--why")
         assert result.exit_code == 2 and message in result.stderr, result.stderr
+
+
+LOOPS = '''
+import math
+import torch
+import torch.nn as nn
+
+
+class Base(nn.Module):
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.h, self.d_k = num_heads, d_model // num_heads
+        self.W_q, self.W_k = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.W_v, self.W_o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+
+
+class LoopHeads(Base):
+    def forward(self, x):
+        q, k, v = self.W_q(x), self.W_k(x), self.W_v(x)
+        outs, ws = [], []
+        for i in range(self.h):
+            c = slice(i * self.d_k, (i + 1) * self.d_k)
+            w = torch.softmax(q[..., c] @ k[..., c].transpose(-2, -1) / math.sqrt(self.d_k), dim=-1)
+            outs.append(w @ v[..., c])
+            ws.append(w)
+        return self.W_o(torch.cat(outs, -1)), torch.stack(ws, 1)
+
+
+class BatchLoop(Base):
+    def forward(self, x):
+        B, T, D = x.shape
+        q, k, v = (W(x).view(B, T, self.h, self.d_k).transpose(1, 2) for W in (self.W_q, self.W_k, self.W_v))
+        ws, outs = [], []
+        for b in range(B):
+            w = (torch.stack([q[b, h] @ k[b, h].T for h in range(self.h)]) / math.sqrt(self.d_k)).softmax(-1)
+            ws.append(w)
+            outs.append(torch.stack([w[h] @ v[b, h] for h in range(self.h)]))
+        return self.W_o(torch.stack(outs).transpose(1, 2).reshape(B, T, D)), torch.stack(ws)
+'''
+
+
+@pytest.mark.parametrize("cls", ["LoopHeads", "BatchLoop"])
+def test_why_follows_a_loop_over_heads_or_over_the_batch(cli, tmp_path, cls):
+    """The scores of a module that loops over its heads (or its batch, then its heads) are found
+    head by head, and split: once "unexpected IndexError"."""
+    path = tmp_path / "loops.py"
+    path.write_text(LOOPS)
+    looped = cli("explain", "--module", f"{path}:{cls}", "--heads", "2", "--d-model", "8", "--why")
+    assert looped.exit_code == 0, looped.stderr
+    assert "Head 2, query" in looped.stdout

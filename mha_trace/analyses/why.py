@@ -100,7 +100,7 @@ def module_why(run, view, position: int, heads: list) -> list[Why]:
         what = "a NumPy module" if run.numpy else "a module that averages its heads' weights"
         raise MhaError(f"needs each head's q and k, which {what} does not show; explain --why "
                        f"runs on a config or a --model", quantity="why")
-    Q, KT = _scores_operands(run, len(view.tokens))
+    Q, KT = _scores_operands(run, len(view.tokens), view.heads)
     d_k, out = Q.shape[-1], []
     for h in heads:
         pairs = np.zeros((d_k, d_k, KT.shape[-1]))
@@ -118,7 +118,7 @@ def module_why(run, view, position: int, heads: list) -> list[Why]:
     return out
 
 
-def _scores_operands(run, T: int) -> tuple:
+def _scores_operands(run, T: int, heads: int) -> tuple:
     """(Q (heads, T, d_k), Kᵀ (heads, d_k, T)) of the first batch item, from the first matrix
     product of the module's forward whose result is (..., T, T)."""
     import torch
@@ -132,8 +132,9 @@ def _scores_operands(run, T: int) -> tuple:
     class Scores(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            if (not found and func in products and len(args) == 2 and isinstance(out, torch.Tensor)
-                    and out.dim() >= 2 and tuple(out.shape[-2:]) == (T, T)):
+            if (len(found) < 4096 and func in products and len(args) == 2
+                    and isinstance(out, torch.Tensor) and out.dim() >= 2
+                    and tuple(out.shape[-2:]) == (T, T)):
                 found.append([a.detach().double().cpu() for a in args])
             return out
 
@@ -142,8 +143,27 @@ def _scores_operands(run, T: int) -> tuple:
     if not found:
         raise MhaError(f"{run.label}'s forward computes no T×T product of two tensors (its q·k), "
                        f"so --why cannot split its scores", quantity="why")
-    a, b = found[0]
-    return a.reshape(-1, T, a.shape[-1]).numpy(), b.reshape(-1, b.shape[-2], T).numpy()
+    return _heads_of(found, T, heads, run.args[0].shape[0] if run.args[0].dim() == 3 else 1)
+
+
+def _heads_of(found: list, T: int, heads: int, batch: int) -> tuple:
+    """(Q, Kᵀ) of batch item 0, one row a head: from the first T×T product when it holds every
+    head (B, H, T, T); else (a loop over heads, or over the batch and then the heads, with the
+    K/V heads broadcast) from the first `heads` products, the first batch item of each."""
+    import torch
+
+    def one(a, b):
+        if a.dim() == b.dim():  # K/V heads broadcast over their group of query heads
+            lead = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+            a, b = a.expand(*lead, *a.shape[-2:]), b.expand(*lead, *b.shape[-2:])
+        return a.reshape(-1, T, a.shape[-1]), b.reshape(-1, b.shape[-2], T)
+
+    a, b = one(*found[0])
+    if a.shape[0] >= batch * heads or len(found) < heads:
+        return a.numpy(), b.numpy()
+    pairs = [one(*f) for f in found[:heads]]
+    return (torch.stack([p[0][0] for p in pairs]).numpy(),
+            torch.stack([p[1][0] for p in pairs]).numpy())
 
 
 def _projected(W, X, rows: slice, names: list):

@@ -1083,6 +1083,16 @@ def _damaged(good: dict, name: str) -> dict:
     elif name == "a wrong-shaped tensor":
         state = d["snapshots"][-1]["state"]
         state[next(iter(state))] = torch_zeros((3, 3))
+    elif name in ("a NaN weight", "a sparse weight"):
+        state = d["state"]["model"]
+        key = "blocks.0.W_q.weight"
+        state[key] = state[key].clone()
+        if name == "a NaN weight":
+            state[key][0, 0] = float("nan")
+        else:
+            state[key] = state[key].to_sparse()
+    elif name == "scores saved as a list":
+        d["snapshots"][0]["scores"]["induction"] = d["snapshots"][0]["scores"]["induction"].tolist()
     return d
 
 
@@ -1099,6 +1109,11 @@ def torch_zeros(shape):
     ("no snapshots", "no snapshots"),
     ("an unknown setting", "its settings are missing or not mha-trace train's"),
     ("a wrong-shaped tensor", "weights that do not fit 2 layers of 4 heads, d_model 64"),
+    ("a NaN weight", "its weight blocks.0.W_q.weight is not a dense tensor of finite numbers (a run "
+                     "that diverged?)"),
+    ("a sparse weight", "its weight blocks.0.W_q.weight is not a dense tensor of finite numbers (a "
+                        "run that diverged?)"),
+    ("scores saved as a list", "snapshot maps or scores that are not tensors of finite numbers"),
 ])
 def test_well_formed_checkpoints_of_the_wrong_content_are_one_line(cli, tmp_path, name, why):
     import torch

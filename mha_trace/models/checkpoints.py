@@ -74,4 +74,17 @@ def _problem(d: dict) -> str | None:
             return f"weights that do not fit {s.layers} layers of {s.heads} heads, d_model {s.d_model}"
     if any(getattr(x["weights"], "shape", ())[:2] != (s.layers, s.heads) for x in snaps):
         return f"snapshot maps that are not {s.layers} layers × {s.heads} heads"
+    if not all(isinstance(x["scores"], dict) and all(_numbers(v) for v in x["scores"].values())
+               and _numbers(x["weights"]) for x in snaps):
+        return "snapshot maps or scores that are not tensors of finite numbers"
+    for held in [x["state"] for x in snaps] + [state["model"]]:
+        bad = next((k for k, v in held.items() if not _numbers(v)), None)
+        if bad is not None:
+            return f"its weight {bad} is not a dense tensor of finite numbers (a run that diverged?)"
     return None
+
+
+def _numbers(t) -> bool:
+    """A dense tensor of finite floating-point numbers (not sparse, not NaN or inf)."""
+    return isinstance(t, torch.Tensor) and t.layout == torch.strided and t.is_floating_point() \
+        and bool(torch.isfinite(t).all())

@@ -1318,3 +1318,13 @@ def test_an_error_that_a_signal_caused_reports_the_signal(cli, monkeypatch, flag
     monkeypatch.setattr(importlib.import_module("mha_trace.cli.app"), flag, True)
     result = cli("shapes", "--heads", "3")  # 512 is not divisible by 3: an error of its own
     assert (result.exit_code, result.stderr) == (code, f"Error: {message}\n")
+
+
+@pytest.mark.parametrize("command", [("heads",), ("explain", "--why")])
+def test_a_module_that_returns_nan_weights_is_refused_never_shown_as_agreeing(cli, command):
+    result = cli(*command, "--module", "tests/student/nan_weights.py:NanAttention")
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == ("Error: NanAttention from tests/student/nan_weights.py returned attention "
+                             "weights that are not all numbers (NaN or inf): something in its forward "
+                             "divides by zero or overflows; verify --module shows the first step that "
+                             "goes wrong\n")

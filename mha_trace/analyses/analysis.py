@@ -370,6 +370,11 @@ def module_heads(run: Run) -> Heads:
     w = w.reshape(-1, T, T) if w.ndim <= 3 else w[0]
     averaged = weights.dim() == 3 and weights.shape[0] == 1 and run.sizes.heads > 1
     out = output.detach().double().cpu().numpy().reshape(-1, T, output.shape[-1])[0]
+    for what, values in (("attention weights", w), ("output", out)):
+        if not np.isfinite(values).all():
+            raise MhaError(f"{run.label} returned {what} that are not all numbers (NaN or inf): "
+                           f"something in its forward divides by zero or overflows; verify --module "
+                           f"shows the first step that goes wrong", exit_code=1)
     return ModuleHeads(run.tokens, w[None], None if run.mask is None else run.mask.cpu().numpy(),
                  out, label=run.label, call=run.call, how=run.how or "seeded embeddings, batch 1",
                  averaged=averaged)

@@ -25,7 +25,7 @@ def _list(text: str, what: str, cast=str) -> list:
 @app.command(short_help="The KV-cache lab: what evicting the cache costs a real model.")
 @output_options(png=True, scale=False)
 def cache(
-    model: Annotated[str, typer.Option("--model", help="A causal model that decodes with a KV cache: smollm2. Example: --model smollm2", metavar="NAME")] = "smollm2",
+    model: Annotated[str | None, typer.Option("--model", help="A causal model that decodes with a KV cache: smollm2 (the default). Example: --model smollm2", metavar="NAME")] = None,
     checkpoint: CheckpointOpt = None,
     at_step: AtStepOpt = None,
     policy: Annotated[str, typer.Option("--policy", help="Eviction policies, comma-separated: full (keep everything), window (the last B tokens), sinks (the first --sinks and the last B - sinks), h2o (the sinks, the last B/2 and the keys that received the most attention). Example: --policy full,window,sinks")] = "full,window,sinks,h2o",
@@ -56,8 +56,8 @@ def cache(
 
     from mha_trace.runs.resolve import RunOptions, with_checkpoint
 
-    model = with_checkpoint(RunOptions(model=None if checkpoint else model, checkpoint=checkpoint,
-                                       at_step=at_step)).model
+    model = with_checkpoint(RunOptions(model=model, checkpoint=checkpoint, at_step=at_step)).model \
+        or "smollm2"
     policies, budgets = _list(policy, "policy"), _list(budget, "budget", int)
     kvcache.check_settings(policies, budgets, sinks)
     if out.png:

@@ -114,10 +114,14 @@ def explain(
         return models.explain(o, head, token, position, decimals, out, effect, (why, by_head))
     check_include(include_inputs, None, out)
     head = _head_number(head)
-    run = resolve(o)
-    view = run_heads(run, head, effect)
     if by_head and not why:
         raise MhaError("--by-head goes with --why", quantity="by_head")
+    if by_head:  # what --by-head splits is a model's earlier layers
+        raise MhaError("--by-head splits a model's earlier layers into their heads; a "
+                       f"{'module' if o.module else 'config'}'s scores split into the head's dims",
+                       quantity="by_head")
+    run = resolve(o)
+    view = run_heads(run, head, effect)
     if o.module:
         from mha_trace.render.explain import module_explain_data, module_explain_renderables
 

@@ -337,7 +337,7 @@ def load_user_class(spec: str, d_model: int, heads: int, init: str | None, devic
     with torch.device(device):
         module = construct(cls, d_model, heads, init, kv_heads)
     if isinstance(module, nn.Module):
-        module = module.to(dtype)
+        module = module.to(dtype).eval()  # as at inference: dropout off
     source = inspect.getsourcefile(cls) or "?"
     return module, source, f"{cls.__name__} from {where}"
 

@@ -196,3 +196,11 @@ def test_a_trained_run_reads_its_probe_and_decodes_like_its_masked_pass(cli, tmp
     assert json.loads(result.stdout)["text"] == "the run's probe sequence"
     refused = cli("cache", "--checkpoint", str(path), "--renumber")
     assert refused.exit_code == 2 and "adds learned positions at its input" in refused.stderr
+
+
+def test_a_budget_that_holds_the_whole_text_says_why_its_rows_equal_full(cli, default_run):
+    shown = cli("cache", "--checkpoint", str(default_run), "--budget", "12,64").stdout
+    flat = " ".join(shown.split())
+    assert ("Budget 64 holds the whole text of 32 tokens: every policy keeps every token, so its rows "
+            "equal full and save nothing") in flat
+    assert "-0.000" not in shown

@@ -52,7 +52,7 @@ def _table(lab: CacheLab):
     for policy, budget, r, again in _rows(lab):
         kept = _size(lab, budget)
         cells = [policy, "all" if budget is None else str(budget), f"{r.nll:.3f}",
-                 f"{r.perplexity:.2f}", "—" if policy == "full" else f"{r.nll - base:+.3f}"]
+                 f"{r.perplexity:.2f}", "—" if policy == "full" else f"{round(r.nll - base, 3) + 0.0:+.3f}"]
         if renumber:
             cells.append("" if again is None else f"{again.nll:.3f}")
         cells += [human_bytes(cache_bytes(lab, kept, "float32")),
@@ -91,13 +91,22 @@ def explanation(lab: CacheLab) -> list[str]:
         w, s = found.get(("window", b)), found.get(("sinks", b))
         if w and s and b < T and w.nll - base < 0.001:
             lines.append(f"Budget {b}: the window alone loses nothing on this text "
-                         f"({w.nll - base:+.3f} nats), so the sinks have nothing to win back.")
+                         f"({round(w.nll - base, 3) + 0.0:+.3f} nats), so the sinks have nothing "
+                         f"to win back.")
         elif w and s and b < T:
             gap = w.nll - base
             won = (w.nll - s.nll) / gap
             lines.append(f"Budget {b}: the window alone costs {gap:+.3f} nats (perplexity "
                          f"{lab.full.perplexity:.2f} -> {w.perplexity:.2f}); keeping the first {S} "
                          f"tokens as well gives {s.nll - base:+.3f}, {won:.0%} of the loss back.")
+    whole = [b for b in budgets if b >= T]
+    if whole:
+        said = ", ".join(map(str, whole))
+        lines.append(f"Budget{'s' * (len(whole) > 1)} {said} hold{'s' * (len(whole) == 1)} the "
+                     f"whole text of {T} tokens: every policy keeps every token, so "
+                     f"{'their' if len(whole) > 1 else 'its'} rows equal full and save nothing (a "
+                     f"smaller --budget, or more --tokens of a longer text, shows what eviction "
+                     f"costs).")
     if budgets:
         small = min(budgets)
         lines.append(f"Memory: budget {small} holds {min(small, T)} of {T} tokens, "

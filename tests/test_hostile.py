@@ -235,15 +235,17 @@ def test_a_text_sentences_or_checkpoint_named_as_an_output_is_never_overwritten(
     (("cache", "--model", "smollm2", "--text", ""), "--text: give a text file, e.g. --text essay.txt"),
     (("cache", "--model", "smollm2", "--text", "{blank}"), "--text: {blank} holds no words: nothing to read"),
     (("heads", "--checkpoint", "{run}", "--sentence", "3 ² 5"), "--sentence: this run's text is token ids"),
+    (("cache", "--checkpoint", "{run}", "--text", "{words}"), "--text: this run's text is token ids"),
     (("heads", "--checkpoint", "{run}", "--sentence", "3 ① 5"), "--sentence: this run's text is token ids"),
     (("heads", "--checkpoint", "{run}", "--sentence", "3 " + "9" * 5000), "--sentence: this run's text is token ids"),
 ])
 def test_texts_that_hold_nothing_to_read_are_refused_in_one_line(cli, tmp_path, default_run, args, message):
     """An empty --text is not the bundled corpus, a blank file is not 4 tokens, and a trained run's
     ids are 0-9 digits (str.isdigit takes '²' and '①'; int() refuses 5,000 digits)."""
-    blank = tmp_path / "blank.txt"
+    blank, words = tmp_path / "blank.txt", tmp_path / "words.txt"
     blank.write_text("  \n\t \n")
-    fill = lambda a: a.format(blank=blank, run=default_run)
+    words.write_text("hello world\n")
+    fill = lambda a: a.format(blank=blank, run=default_run, words=words)
     result = cli(*map(fill, args))
     assert result.exit_code == 2 and result.stderr.startswith(f"Error: {fill(message)}")
     assert result.stderr.count("\n") == 1

@@ -69,7 +69,12 @@ def cache(
     loaded = load_model(model, device.value, max_tokens)
     name, words = _text(text) if text is not None else kvcache.bundled_text(loaded)
     bar = lambda total: progress(total, "reading the text under each cache")  # noqa: E731
-    lab = kvcache.cache_lab(loaded, name, words, tokens, policies, budgets, sinks, renumber, bar)
+    try:
+        lab = kvcache.cache_lab(loaded, name, words, tokens, policies, budgets, sinks, renumber, bar)
+    except MhaError as e:  # the text came from --text, not from a --sentence
+        if e.quantity != "sentence" or text is None:
+            raise
+        raise MhaError(e.message, e.exit_code, "text") from None
     emit(out, lab.renderables, lab.data)
     import sys
 

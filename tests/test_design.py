@@ -95,3 +95,15 @@ def test_a_run_cannot_change_after_it_is_built():
     run = resolve(RunOptions(d_model=8, heads=2, seq=3, batch=1), "sizes")
     with pytest.raises(dataclasses.FrozenInstanceError):
         run.mask = None
+
+
+def test_ruff_finds_nothing_wrong():
+    """ruff's pyflakes rules (pyproject.toml): no unused import or name, no undefined one, no
+    syntax error, in the package, the tests, the docs' scripts and the benches."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "mha_trace", "tests",
+                        "docs", "bench"], cwd=PACKAGE.parent, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stdout[-3000:]

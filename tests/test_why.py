@@ -15,7 +15,6 @@ import pytest
 import torch
 
 import mha_trace
-from mha_trace.analyses.why import with_why
 from mha_trace.models.stream import stream_parts
 
 SENTENCE = "The animal didn't cross the street because it was too tired."

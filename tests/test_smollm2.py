@@ -320,3 +320,13 @@ def test_induction_chance_is_what_an_even_head_scores():
         even = seen / seen.sum(-1, keepdims=True)
         assert induction_scores(even, n) == pytest.approx(induction_chance(n), rel=1e-12)
     assert round(induction_chance(50), 4) == 0.0136
+
+
+def test_a_second_model_in_one_process_refuses_what_its_own_guard_refuses():
+    """A 270-token text read under max_tokens=400 is kept for the next views; a second
+    model("smollm2") with the default guard of 256 still refuses it (the kept encoding is keyed
+    by the guard's limits, never handed over)."""
+    text = " ".join(["word"] * 270)
+    assert mha_trace.model("smollm2", max_tokens=400).heads(text, layer=1) is not None
+    with pytest.raises(mha_trace.MhaError, match="sentence has 270 tokens"):
+        mha_trace.model("smollm2").heads(text, layer=1)

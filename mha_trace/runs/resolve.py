@@ -344,11 +344,14 @@ def encode(model: str, sentence: str | None, device: str = "cpu", max_tokens: in
 
     loaded = load_model(model, device, max_tokens)
     default = getattr(loaded, "default_text", DEFAULT_SENTENCE)  # a trained run: its probe
-    return _encoded(loaded, loaded.device, default if sentence is None else sentence)
+    return _encoded(loaded, loaded.device, default if sentence is None else sentence,
+                    (loaded.max_tokens, loaded.raised))
 
 
 @functools.lru_cache(maxsize=4)
-def _encoded(model, device, text: str):
+def _encoded(model, device, text: str, limits: tuple):
+    """Kept by the guards' limits too: a text encoded under a raised limit is never handed to a
+    call whose own limit refuses it."""
     return model.encode(text)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+import mha_trace
 from mha_trace.models import gguf_meta, smollm2
 
 REFERENCE = np.load(Path(__file__).parent / "fixtures" / "smollm2_reference.npz")

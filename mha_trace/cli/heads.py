@@ -45,10 +45,12 @@ def heads(
     Example: mha-trace heads --config chicken-road --head 3
     Example: mha-trace heads --model minilm --sentence "The animal didn't cross the street because it was too tired." --head 4.1
     """
+    from mha_trace.runs.resolve import check_early, needs_model, resolve
+
+    check_early(o)  # before torch: a wrong flag is refused at once
     from mha_trace.analyses.analysis import run_heads
     import mha_trace.render.heads  # noqa: F401 (registers how its records show)
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
-    from mha_trace.runs.resolve import needs_model, resolve
 
     check_include(include_inputs, o.model, out)
     if o.model:
@@ -101,10 +103,12 @@ def explain(
     Example: mha-trace explain --model minilm --token it --head 6.12
     Example: mha-trace explain --model minilm --token it --head 3.1 --why
     """
+    from mha_trace.runs.resolve import check_early, resolve
+
+    check_early(o)  # before torch: a wrong flag is refused at once
     from mha_trace.analyses.analysis import find_position, run_heads, walk
     import mha_trace.render.explain  # noqa: F401 (registers how its records show)
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
-    from mha_trace.runs.resolve import resolve
 
     if o.model:
         from mha_trace.cli import models

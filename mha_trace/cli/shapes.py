@@ -31,7 +31,9 @@ def shapes(
     """
     from dataclasses import replace
 
-    from mha_trace.runs.resolve import resolve
+    from mha_trace.runs.resolve import check_early, resolve
+
+    check_early(o, "sizes")  # before torch: a wrong flag is refused at once
     from mha_trace.analyses.shapes import trace_run
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
     import mha_trace.render.shapes  # noqa: F401 (registers how its records show)

@@ -172,6 +172,25 @@ def from_call(module, args: tuple, kwargs: dict):
 _HEADS_NAMES = ("heads", "num_heads", "n_head", "n_heads", "nhead", "num_attention_heads")
 
 
+def check_early(o: RunOptions, default: str = "config") -> None:
+    """What `resolve` checks first, before torch is imported: the options, and for a config or
+    sizes from flags, the config and the sizes (a wrong flag is refused in a fraction of the time
+    torch takes to import). A model, a module or a checkpoint is checked as it loads."""
+    from mha_trace.core.validate import check_sizes
+
+    check_options(o)
+    if o.model or o.module or o.checkpoint is not None:
+        return
+    needs_model(o.sentence, o.layer)
+    if o.config is not None:
+        _fixed_by_config(o)
+    if o.config is not None or default == "config":
+        config_of(o)
+        return
+    pick = lambda name: SIZE_DEFAULTS[name] if getattr(o, name) is None else getattr(o, name)
+    check_sizes(*(pick(n) for n in ("batch", "seq", "d_model", "heads")), o.kv_heads, pick("pad"))
+
+
 def sizes_of(o: RunOptions):
     """The Sizes of a run from flags: every option given, the rest the L04 table's."""
     from mha_trace.runs.run import Sizes

@@ -27,6 +27,8 @@ TARGETS = {  # name: (wall ratio, peak-RSS ratio) targets from the issues; None 
     "mha-trace --help": (0.1, None),
     "mha-trace shapes": (0.85, None),
     "mha-trace shapes (GPT-3, meta)": (1.0, 1.4),
+    "mha-trace shapes --d-model 7 --heads 2 (refused)": (0.3, None),
+    "mha-trace explain --heads 3 (refused)": (0.3, None),
     "mha-trace cost --preset gpt3-175b": (0.25, None),
     "mha-trace heads --model minilm": (1.0, 1.4),
     "mha-trace survey --model minilm": (None, None),  # ≤ 3× heads --model minilm: printed below
@@ -38,6 +40,7 @@ TARGETS = {  # name: (wall ratio, peak-RSS ratio) targets from the issues; None 
     "mha-trace train (induction, the default run)": (20 / 1.6, None),
     "mha-trace explore (first screen)": (1.3, None),
 }
+REFUSED = {("shapes", "--d-model", "7", "--heads", "2"), ("explain", "--heads", "3")}  # exit 2
 FIRST_SCREEN = b"self.W_q(q)"  # the trace pane's first rows: the explorer's first screen is up
 
 
@@ -51,6 +54,8 @@ def commands(slow: bool = False) -> dict:
         "mha-trace --help": cli + ["--help"],
         "mha-trace shapes": cli + ["shapes"],
         "mha-trace shapes (GPT-3, meta)": cli + ["shapes", *gpt3],
+        "mha-trace shapes --d-model 7 --heads 2 (refused)": cli + ["shapes", "--d-model", "7", "--heads", "2"],
+        "mha-trace explain --heads 3 (refused)": cli + ["explain", "--heads", "3"],
     }
     if subprocess.run(cli + ["cost", "--help"], capture_output=True).returncode == 0:
         cmds["mha-trace cost --preset gpt3-175b"] = cli + ["cost", "--preset", "gpt3-175b"]
@@ -134,7 +139,8 @@ def run_once(cmd: list) -> tuple[float, int]:
                             env={**env, "NO_COLOR": "1"})
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
+    expected = 2 if tuple(cmd[1:]) in REFUSED else 0  # a refused command's exit code is 2
+    if os.waitstatus_to_exitcode(status) != expected:
         raise SystemExit(f"failed: {' '.join(cmd)}")
     return wall, usage.ru_maxrss * 1024
 

@@ -20,6 +20,7 @@ import os
 from dataclasses import replace
 
 from mha_trace.errors import MhaError
+from mha_trace.runs.values import head_of, names, text_of, whole_numbers
 from mha_trace.runs.resolve import RunOptions, check_options, resolve
 
 
@@ -81,7 +82,7 @@ def explain(config=None, token: str | None = None, position: int | None = None, 
     from mha_trace.analyses.analysis import Heads, LectureHeads, find_position, walk, with_effect
 
     if position is not None:
-        position = _whole_numbers([position], "position", least=0)[0]
+        position = whole_numbers([position], "position", least=0)[0]
     view = config if isinstance(config, Heads) else heads(config, head=head, **options)
     if not isinstance(view, LectureHeads):
         raise MhaError("explain walks the lecture's module (its heads' q, k and v); for your "
@@ -102,7 +103,7 @@ def ablate(config=None, removed=(2,), **options):
     from mha_trace.analyses.analysis import ablate_heads as run_ablate
 
     o = _options(options, config=config)
-    return run_ablate(resolve(o, "config"), _whole_numbers(removed, "removed"))
+    return run_ablate(resolve(o, "config"), whole_numbers(removed, "removed"))
 
 
 def compare(config=None, head_counts=(1, 2, 4), **options):
@@ -111,7 +112,7 @@ def compare(config=None, head_counts=(1, 2, 4), **options):
     from mha_trace.analyses.analysis import Comparison, analyse_splits
     from mha_trace.runs.resolve import resolve_splits
 
-    counts, o = _whole_numbers(head_counts, "head_counts"), _options(options, config=config)
+    counts, o = whole_numbers(head_counts, "head_counts"), _options(options, config=config)
     return Comparison(analyse_splits(resolve_splits(o, counts)))
 
 
@@ -177,7 +178,7 @@ class Model:
 
     def run(self, text: str | None = None, layer: int | None = None):
         """The Run of one layer (default 1) on the text: what every view reads."""
-        return resolve(RunOptions(model=self.name, sentence=_text(text), layer=layer,
+        return resolve(RunOptions(model=self.name, sentence=text_of(text), layer=layer,
                                   device=self.device, max_tokens=self.max_tokens))
 
     def heads(self, text: str | None = None, *, layer: int | None = None,
@@ -189,7 +190,7 @@ class Model:
         import mha_trace.render.page  # noqa: F401 (registers how its records show)
         from mha_trace.analyses.model_heads import model_heads
 
-        return model_heads(self.run(text), layer, _head(head), words, hide_special, effect)
+        return model_heads(self.run(text), layer, head_of(head), words, hide_special, effect)
 
     def explain(self, text: str | None = None, *, token: str | None = None,
                 position: int | None = None, head: str | None = None, layer: int | None = None,
@@ -205,8 +206,8 @@ class Model:
             raise MhaError("by_head=True splits the sources of why=True: give both",
                            quantity="by_head")
         if position is not None:
-            position = _whole_numbers([position], "position", least=0)[0]
-        layer, only = head_in_layer(layer, _head(head))
+            position = whole_numbers([position], "position", least=0)[0]
+        layer, only = head_in_layer(layer, head_of(head))
         run = self.run(text, layer)
         w = replace(model_walk(run, only, token, position, effect), only=only)
         if why:
@@ -235,11 +236,11 @@ class Model:
         if text is not None and sentences is not None:
             raise MhaError("give a text or sentences, not both", quantity="sentences")
         if text is not None:
-            chosen = corpus.one(_text(text))
+            chosen = corpus.one(text_of(text))
         elif isinstance(sentences, (str, os.PathLike)):
             chosen = corpus.from_file(os.fspath(sentences))
         elif sentences is not None:
-            texts = [_text(t) for t in sentences]
+            texts = [text_of(t) for t in sentences]
             if not texts:
                 raise MhaError("sentences is empty", quantity="sentences")
             chosen = corpus.Corpus(f"{len(texts)} sentences", texts)
@@ -262,7 +263,7 @@ class Model:
         import mha_trace.render.ablate  # noqa: F401 (registers how its records show)
         from mha_trace.analyses.model_analysis import ablate_model_heads
 
-        removed = [parse_head(_head(h)) for h in ([heads] if isinstance(heads, str) else heads)]
+        removed = [parse_head(head_of(h)) for h in ([heads] if isinstance(heads, str) else heads)]
         if not removed:
             raise MhaError("name at least one head to remove, e.g. heads=['6.12']",
                            quantity="heads")
@@ -280,8 +281,8 @@ class Model:
         import mha_trace.render.model  # noqa: F401 (registers how its records show)
         from mha_trace.analyses.model_analysis import predict
 
-        return predict(self.model, _text(text), _whole_numbers([top], "top")[0],
-                       _whole_numbers([generate], "generate", least=0)[0])
+        return predict(self.model, text_of(text), whole_numbers([top], "top")[0],
+                       whole_numbers([generate], "generate", least=0)[0])
 
     def cache(self, text: str | None = None, *, policies=("full", "window", "sinks", "h2o"),
               budgets=(64, 128, 256), sinks: int = 4, tokens: int = 512, renumber: bool = False):
@@ -291,12 +292,12 @@ class Model:
         from mha_trace.analyses.kvcache import bundled_text, cache_lab
         from mha_trace.io.page import NotebookProgress
 
-        name, words = ("the text given", _text(text)) if text is not None else bundled_text(self.model)
+        name, words = ("the text given", text_of(text)) if text is not None else bundled_text(self.model)
         bar = lambda total: _advancing(NotebookProgress(total, "reading the text under each cache"))
-        return cache_lab(self.model, name, words, _whole_numbers([tokens], "tokens", 2)[0],
-                         _names(policies, "policy"),
-                         _whole_numbers(budgets, "budget", 2),
-                         _whole_numbers([sinks], "sinks")[0], bool(renumber), bar)
+        return cache_lab(self.model, name, words, whole_numbers([tokens], "tokens", 2)[0],
+                         names(policies, "policy"),
+                         whole_numbers(budgets, "budget", 2),
+                         whole_numbers([sinks], "sinks")[0], bool(renumber), bar)
 
 
 @contextlib.contextmanager
@@ -377,35 +378,3 @@ def _options(options: dict, **source) -> RunOptions:
     o = RunOptions(**{k: v for k, v in source.items() if v is not None}, **options)
     check_options(o)
     return o
-
-
-def _whole_numbers(values, quantity: str, least: int = 1) -> list[int]:
-    values = list(values) if isinstance(values, (list, tuple, set, range)) else [values]
-    bad = [v for v in values if type(v) is not int or v < least]
-    if bad or not values:
-        raise MhaError(f"expected whole numbers of at least {least}, got {bad or values!r}",
-                       quantity=quantity)
-    return values
-
-
-def _names(values, quantity: str) -> list[str]:
-    """"window,sinks" or a list of names -> the names; anything else is one line."""
-    names = values.split(",") if isinstance(values, str) else list(values) \
-        if isinstance(values, (list, tuple)) else None
-    if not names or not all(isinstance(n, str) for n in names):
-        raise MhaError(f"expected names such as 'window,sinks' or a list of them, got {values!r}",
-                       quantity=quantity)
-    return names
-
-
-def _text(text):
-    if text is not None and not isinstance(text, str):
-        raise MhaError(f"the text must be a str, got {type(text).__name__}", quantity="sentence")
-    return text
-
-
-def _head(head):
-    if head is None or isinstance(head, str):
-        return head
-    raise MhaError(f"a model's head is written 'LAYER.HEAD' as a str, e.g. '4.2' (got {head!r})",
-                   quantity="head")

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+import mha_trace
 from mha_trace.analyses import kvcache
 from mha_trace.analyses.kvcache import PolicyCache, Setting
 from mha_trace.models.smollm2 import load_smollm2
@@ -204,3 +205,28 @@ def test_a_budget_that_holds_the_whole_text_says_why_its_rows_equal_full(cli, de
     assert ("Budget 64 holds the whole text of 32 tokens: every policy keeps every token, so its rows "
             "equal full and save nothing") in flat
     assert "-0.000" not in shown
+
+
+def test_the_progress_bar_counts_work_so_its_estimate_holds_steady(default_run):
+    """A masked pass takes seconds and a decode minutes: each advances the bar by the decoded
+    tokens its time is worth, and the bar ends exactly full (its estimate once jumped from 0:00:01
+    to 0:15:21 as the passes gave way to the decodes)."""
+    import contextlib
+
+    model = mha_trace.model(str(default_run)).model
+    seen = {}
+
+    @contextlib.contextmanager
+    def progress(total):
+        seen["total"], seen["done"] = total, 0
+        yield lambda *_: seen.__setitem__("done", seen["done"] + 1)
+
+    text = model.default_text
+    kvcache.cache_lab(model, "probe", text, 32, ["full", "window", "h2o"], [12], 4, False, progress)
+    assert seen["done"] == seen["total"]
+    T = len(kvcache.text_ids(model, text, 32))
+    todo = kvcache.settings(["full", "window", "h2o"], [12], 4, False)
+    units = {s.policy: kvcache.work(model, T, s) for s in todo}
+    secs = {s.policy: kvcache.setting_seconds(model, T, s) for s in todo}
+    assert units["h2o"] == T  # a decode: one unit a token
+    assert units["window"] / units["h2o"] == pytest.approx(secs["window"] / secs["h2o"], abs=1 / T)

@@ -243,12 +243,17 @@ def text_ids(model, text: str, tokens: int) -> list:
     return ([model.bos] + model.tokenizer.encode(text, add_special_tokens=False).ids)[:tokens]
 
 
-def check_lab_time(model, T: int, todo: list) -> float:
-    """The lab's estimate on 2 cores, refused past LIMIT_SECONDS unless --max-tokens was given."""
+def setting_seconds(model, T: int, s) -> float:
+    """One setting's estimate on 2 cores: a decode token by token, or one masked pass."""
     from mha_trace.models.guards import seconds
 
     per_token = DECODE_SECONDS if hasattr(model, "tokenizer") else TRAINED_DECODE_SECONDS
-    estimate = sum(T * per_token if decoded(s) else seconds(model, T) for s in todo)
+    return T * per_token if decoded(s) else seconds(model, T)
+
+
+def check_lab_time(model, T: int, todo: list) -> float:
+    """The lab's estimate on 2 cores, refused past LIMIT_SECONDS unless --max-tokens was given."""
+    estimate = sum(setting_seconds(model, T, s) for s in todo)
     if estimate > LIMIT_SECONDS and not model.raised:
         raise MhaError(f"cache would run {len(todo)} settings over {T} tokens: about "
                        f"{estimate / 60:.0f} min on 2 cores, and the guard stops at "
@@ -258,7 +263,9 @@ def check_lab_time(model, T: int, todo: list) -> float:
 
 
 def run_lab(model, text_name: str, ids: list, todo: list, on_token=lambda: None) -> CacheLab:
-    """Every setting over the text: a masked pass where it is exact, else real decoding."""
+    """Every setting over the text: a masked pass where it is exact, else real decoding.
+    on_token() is called once a decoded token, and for a masked pass as often as the decoded
+    tokens its time is worth (`work`): a progress bar's estimate then holds steady."""
     lab = CacheLab(model, text_name, ids, sinks=todo[0].sinks)
     with model.resident():  # every setting reads the weights dequantised once
         for s in todo:
@@ -266,9 +273,18 @@ def run_lab(model, text_name: str, ids: list, todo: list, on_token=lambda: None)
                 lab.results.append(decode(model, ids, s, on_token))
             else:
                 lab.results.append(masked_pass(model, ids, s))
-                for _ in ids:
+                for _ in range(work(model, len(ids), s)):
                     on_token()
     return lab
+
+
+def work(model, T: int, s) -> int:
+    """A setting's share of the lab, in decoded tokens: T for a decode, a masked pass's estimate
+    over one decoded token's (a few tokens' worth, not T: it takes seconds, not minutes)."""
+    if decoded(s):
+        return T
+    one = DECODE_SECONDS if hasattr(model, "tokenizer") else TRAINED_DECODE_SECONDS
+    return max(1, round(setting_seconds(model, T, s) / one))
 
 
 def bundled_text(model=None) -> tuple[str, str]:
@@ -304,5 +320,5 @@ def cache_lab(model, text_name: str, text: str, tokens: int, policies: list, bud
     check_memory(model, T, 2 * model.layers * model.heads * T * T * 4, "tokens", "fewer --tokens")
     if progress is None:
         return run_lab(model, text_name, ids, todo)
-    with progress(len(todo) * len(ids)) as advance:
+    with progress(sum(work(model, len(ids), s) for s in todo)) as advance:
         return run_lab(model, text_name, ids, todo, advance)

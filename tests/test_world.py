@@ -205,3 +205,13 @@ def test_every_module_of_the_corpus_is_checked_and_the_guide_counts_them():
     guide = " ".join((WORLD.parent.parent / "docs" / "verify.md").read_text().split())
     assert f"The suite holds {len(checked)} modules" in guide
     assert f"and {len(MUTATIONS)} one-line mutations of them" in guide
+
+
+def test_a_bias_built_from_positions_alone_is_named_where_it_is_added(cli):
+    """ALiBi's slopes and distances come from torch.arange, never from the input: the steps that
+    build them are no one's mistake; the line that adds them to the scores is named."""
+    source = (WORLD.parent / "student" / "alibi.py").read_text()
+    result, data = _verify(cli, f"{WORLD.parent / 'student' / 'alibi.py'}:AlibiAttention", *SIZES[0])
+    assert result.exit_code == 1
+    line = next(i for i, text in enumerate(source.splitlines(), 1) if "scores = scores + alibi" in text)
+    assert data["first_wrong_step"]["line"] == line

@@ -152,6 +152,7 @@ def first_wrong_step(student_steps, reference_steps) -> tuple:
             if found:
                 return found
         if role in ("input", *PRE_SOFTMAX) or step.value is None or step.op in CONSTANTS + IDENTITY \
+                or not step.from_input \
                 or step.value.dtype == torch.bool or step.value.is_complex() or not _checked(i, roles):
             continue
         jobs = SAME_JOB.get(role, ())

@@ -51,6 +51,7 @@ class Step:
     phase: str = ""  # which call of forward: "" for one pass, "prefill" / "decode step 1" ...
     value: object = None  # a copy of the output, when the trace keeps values (checking a module)
     called_from: tuple = ()  # (line, source) in forward when `line` is in a helper it called
+    from_input: bool = True  # computed from forward's inputs (False: from constants and weights alone)
 
 
 @dataclass
@@ -214,6 +215,7 @@ class _Recorder(TorchFunctionMode):
         self.keep_values = keep_values
         self.steps: list[Step] = []
         self.failure: Failure | None = None
+        self.from_input: dict = {}  # id -> tensor, for what forward's inputs reach (kept alive)
 
     def _where(self):
         """(file, line, source line, expression span) of the innermost watched frame."""
@@ -238,6 +240,10 @@ class _Recorder(TorchFunctionMode):
                          outputs, inputs)
             if self.keep_values and self.watch:
                 self.steps[-1].called_from = called_from(self.watch, sys._getframe(1), line)
+            if self.keep_values:  # which steps the inputs reach: the rest is constants (ALiBi's)
+                reached = any(id(t) in self.from_input for t in inputs)
+                self.steps[-1].from_input = reached
+                self.from_input |= {id(t): t for t in outputs} if reached else {}
         return result
 
     def _record(self, op, text, file, line, source, span, outputs, inputs):
@@ -270,6 +276,7 @@ def _input_steps(module, args, kwargs, recorder, phase=""):
             recorder.steps[-1].bytes = min(value.numel() * value.element_size(),
                                            value.untyped_storage().nbytes())
             recorder.steps[-1].phase = phase
+            recorder.from_input[id(value)] = value
 
 
 def trace(module, *args, watch=(), keep_values=False, **kwargs) -> Trace:

@@ -74,3 +74,50 @@ def test_sources_are_named_by_their_titles_not_internal_file_names():
     shown = readme.output("mha-trace examples") + "".join(p.read_text() for p in readme.PAGES)
     assert "L04 lecture notes" in shown and 'the chapter "Multi-Head Attention"' in readme.README.read_text()
     assert not re.search(r"seed 00\d|seeds/|\d{3}_[0-9a-f]{16}", shown)
+
+
+def _documented_commands() -> list:
+    """(page, line) for every `mha-trace ...` line in a code block of README and docs/, the `$`
+    blocks included, without its trailing comment or pipe."""
+    found = []
+    for page in readme.PAGES:
+        for block in re.findall(r"```[a-z]*\n(.*?)```", page.read_text(), re.S):
+            for line in block.splitlines():
+                line = line.removeprefix("$ ").strip()
+                if line.startswith("mha-trace ") and "..." not in line:
+                    found.append((page.name, re.sub(r"\s#\s.*$", "", line).split(" | ")[0].strip()))
+    return found
+
+
+def test_every_documented_command_line_parses():
+    """Each command line in the guide is one the command line takes (its options, their values
+    and choices), whether or not the guide shows its output: a renamed flag fails here."""
+    import shlex
+
+    import typer
+
+    from mha_trace.cli import app
+
+    group = typer.main.get_command(app)
+    failed = []
+    for page, line in _documented_commands():
+        args = shlex.split(line)[1:]
+        try:
+            with group.make_context("mha-trace", list(args), resilient_parsing=False) as ctx:
+                name, command, rest = group.resolve_command(ctx, [*ctx._protected_args, *ctx.args])
+                command.make_context(name, rest, parent=ctx).close()
+        except Exception as e:  # noqa: BLE001 (click's, as typer vendors it)
+            if type(e).__name__ != "Exit":  # --help, --version exit; anything else is refused
+                failed.append(f"{page}: {line}: {e.format_message() if hasattr(e, 'format_message') else e}")
+    assert failed == []
+
+
+def test_every_saved_step_the_guide_names_is_saved_by_the_run_it_names():
+    """`--at-step N` and `run.pt@N` name a step the default run (`mha-trace train --save run.pt`)
+    snapshots: once the guide named steps 278 and 395, which no run saves."""
+    from mha_trace.models.training import Spec, snapshot_steps
+
+    saved = set(snapshot_steps(Spec.of("induction")))
+    text = "".join(p.read_text() for p in readme.PAGES)
+    named = {int(n) for n in re.findall(r"--at-step (\d+)|run\.pt@(\d+)", text) for n in n if n}
+    assert named and named <= saved, sorted(named - saved)

@@ -215,3 +215,16 @@ def test_a_bias_built_from_positions_alone_is_named_where_it_is_added(cli):
     assert result.exit_code == 1
     line = next(i for i, text in enumerate(source.splitlines(), 1) if "scores = scores + alibi" in text)
     assert data["first_wrong_step"]["line"] == line
+
+
+def test_keys_and_values_swapped_in_forward_q_k_v_are_wrong(cli, tmp_path):
+    """forward(query, key, value) gets three different tensors: the Annotated Transformer's
+    projections zipped with (query, value, key) are Wrong (fed one x three times, they passed)."""
+    source = (WORLD / "annotated.py").read_text()
+    swapped = source.replace("zip(self.linears, (query, key, value))", "zip(self.linears, (query, value, key))")
+    assert swapped != source
+    (tmp_path / "swapped.py").write_text(swapped)
+    result, data = _verify(cli, f"{tmp_path / 'swapped.py'}:MultiHeadedAttention", *SIZES[0])
+    assert result.exit_code == 1 and not data["passed"]
+    assert data["call"] == "forward(query, key, value)"
+    assert data["first_wrong_step"]["op"] == "linear"  # at the projections, where the swap is

@@ -160,16 +160,19 @@ class Model:
     >>> m.heads(head="1.3")          # one head; layer=4 for a layer; neither for the overview
     """
 
-    def __init__(self, name: str, device: str = "cpu", max_tokens: int | None = None):
+    def __init__(self, name: str, device: str = "cpu", max_tokens: int | None = None,
+                 max_seconds: float | None = None):
         self.name, self.device, self.max_tokens = name, device, max_tokens
+        self.max_seconds = max_seconds
         self.model  # loaded now, so that a bad device is said here
 
     @property
     def model(self):
         """The loaded model, on this object's device (one copy per process: it moves)."""
-        from mha_trace.models import load_model
+        from mha_trace.runs.resolve import load
 
-        return load_model(self.name, self.device, self.max_tokens)
+        return load(RunOptions(model=self.name, device=self.device, max_tokens=self.max_tokens,
+                               max_seconds=self.max_seconds))
 
     def __repr__(self) -> str:
         m = self.model
@@ -179,7 +182,8 @@ class Model:
     def run(self, text: str | None = None, layer: int | None = None):
         """The Run of one layer (default 1) on the text: what every view reads."""
         return resolve(RunOptions(model=self.name, sentence=text_of(text), layer=layer,
-                                  device=self.device, max_tokens=self.max_tokens))
+                                  device=self.device, max_tokens=self.max_tokens,
+                                  max_seconds=self.max_seconds))
 
     def heads(self, text: str | None = None, *, layer: int | None = None,
               head: str | None = None, words: bool = False, hide_special: bool = False,
@@ -305,20 +309,23 @@ def _advancing(bar):
     yield lambda *_: bar.advance()
 
 
-def model(name: str, device: str = "cpu", max_tokens: int | None = None) -> Model:
+def model(name: str, device: str = "cpu", max_tokens: int | None = None,
+          max_seconds: float | None = None) -> Model:
     """A pretrained model shipped in a PyPI package, loaded offline: "minilm" or "smollm2", or a
     run saved by `train` ("run.pt", "run.pt@600" for a saved step), on device "cpu" (default),
-    "cuda" or "mps"; max_tokens raises its token guard (MiniLM 512, SmolLM2 256)."""
+    "cuda" or "mps"; max_tokens raises its token guard (MiniLM 512, SmolLM2 256), max_seconds
+    its time guard (ranking heads 30 s, the cache lab 600 s, estimated on 2 cores)."""
     from mha_trace.models.guards import check_name
+    from mha_trace.models.registry import listed
 
     if not isinstance(name, (str, os.PathLike)) or isinstance(os.fspath(name), bytes):
-        raise MhaError(f"name={name!r} is not a model's name (minilm, smollm2) or a saved run's "
+        raise MhaError(f"name={name!r} is not a model's name ({listed()}) or a saved run's "
                        f"path such as 'run.pt'", quantity="model")
     name = os.fspath(name)
     check_name(name)
     device = "cpu" if device is None else device  # None: the default, as on the command line
-    check_options(RunOptions(device=device, max_tokens=max_tokens))
-    return Model(name, device, max_tokens)
+    check_options(RunOptions(device=device, max_tokens=max_tokens, max_seconds=max_seconds))
+    return Model(name, device, max_tokens, max_seconds)
 
 
 def train(task: str = "induction", *, resume=None, save: str | None = None, on_step=None,

@@ -44,7 +44,7 @@ def head_factors(model, layer: int) -> dict:
 
 def composition(model, on_layer=lambda: None) -> Composition:
     """Every pair (earlier head, later head) of a decoder: a layer of readers at a time."""
-    if not model.causal:
+    if not model.capabilities.causal:
         raise MhaError(f"{model.name} normalises its stream after every layer (BERT's post-norm), "
                        f"so no head reads another's output as it was written; composition needs a "
                        f"decoder: --model smollm2 or --checkpoint run.pt", quantity="composition")
@@ -72,7 +72,7 @@ def probe_roles(model, removed: dict | None = None) -> dict | None:
     """A trained run: each head's previous-token and induction scores on its probe sequences
     (their second half repeats the first), with `removed` heads zeroed ({layer: [(None, head)]});
     None for other models."""
-    if not hasattr(model, "probe_corpus"):
+    if not model.capabilities.trained_run:
         return None
     from mha_trace.core.ablation import heads_zeroed
     from mha_trace.core.detectors import induction_scores, previous_token_scores

@@ -60,7 +60,7 @@ def induction(model, n: int = 50, seeds: tuple = (0, 1, 2), ablate_top: int = 0,
     the K best induction heads removed."""
     from mha_trace.analyses.model_analysis import _run_with
 
-    if not hasattr(model, "tokenizer"):
+    if not model.capabilities.language_model:
         raise MhaError(f"{model.name} has no words to repeat: --induction draws whole words from a "
                        f"language model's vocabulary (train reports a trained run's induction "
                        f"heads as they form; survey --checkpoint without --induction scores its "

@@ -182,7 +182,7 @@ def decode(model, ids: list, s: Setting, on_token=lambda: None) -> CacheResult:
     every key its cache returns (a (1, 1) mask of True)."""
     start = time.perf_counter()
     caches = [PolicyCache(s, model.heads // (model.kv_heads or model.heads),
-                          getattr(model, "rope_base", None))
+                          model.rope_base)
               for _ in range(model.layers)]
     see_all = torch.ones(1, 1, dtype=torch.bool, device=model.device)
     outputs = []
@@ -238,7 +238,7 @@ def decoded(s: Setting) -> bool:
 def text_ids(model, text: str, tokens: int) -> list:
     """BOS, then the text's tokens without special tokens, the first `tokens` in all; a trained
     run's text is its token ids written out."""
-    if not hasattr(model, "tokenizer"):
+    if not model.capabilities.text:
         return model.tokenize(text)[:tokens]
     return ([model.bos] + model.tokenizer.encode(text, add_special_tokens=False).ids)[:tokens]
 
@@ -247,18 +247,18 @@ def setting_seconds(model, T: int, s) -> float:
     """One setting's estimate on 2 cores: a decode token by token, or one masked pass."""
     from mha_trace.models.guards import seconds
 
-    per_token = DECODE_SECONDS if hasattr(model, "tokenizer") else TRAINED_DECODE_SECONDS
+    per_token = DECODE_SECONDS if model.capabilities.text else TRAINED_DECODE_SECONDS
     return T * per_token if decoded(s) else seconds(model, T)
 
 
 def check_lab_time(model, T: int, todo: list) -> float:
-    """The lab's estimate on 2 cores, refused past LIMIT_SECONDS unless --max-tokens was given."""
-    estimate = sum(setting_seconds(model, T, s) for s in todo)
-    if estimate > LIMIT_SECONDS and not model.raised:
+    """The lab's estimate on 2 cores, refused past LIMIT_SECONDS unless --max-seconds raises it."""
+    estimate, limit = sum(setting_seconds(model, T, s) for s in todo), model.limits.seconds(LIMIT_SECONDS)
+    if estimate > limit:
         raise MhaError(f"cache would run {len(todo)} settings over {T} tokens: about "
                        f"{estimate / 60:.0f} min on 2 cores, and the guard stops at "
-                       f"{LIMIT_SECONDS // 60} min; fewer --tokens, budgets or policies, or "
-                       f"--max-tokens {T} goes on anyway", quantity="tokens")
+                       f"{limit / 60:g} min; fewer --tokens, budgets or policies, or "
+                       f"--max-seconds {estimate + 1:.0f} goes on anyway", quantity="tokens")
     return estimate
 
 
@@ -283,7 +283,7 @@ def work(model, T: int, s) -> int:
     over one decoded token's (a few tokens' worth, not T: it takes seconds, not minutes)."""
     if decoded(s):
         return T
-    one = DECODE_SECONDS if hasattr(model, "tokenizer") else TRAINED_DECODE_SECONDS
+    one = DECODE_SECONDS if model.capabilities.text else TRAINED_DECODE_SECONDS
     return max(1, round(setting_seconds(model, T, s) / one))
 
 
@@ -292,7 +292,7 @@ def bundled_text(model=None) -> tuple[str, str]:
     a trained run, its first probe sequence (random tokens, the second half repeating the first)."""
     from mha_trace.models import corpus
 
-    if model is not None and not hasattr(model, "tokenizer"):
+    if model is not None and model.capabilities.trained_run:
         return "the run's probe sequence", model.default_text
     c = corpus.bundled()
     return c.name, " ".join(c.sentences)
@@ -302,10 +302,10 @@ def cache_lab(model, text_name: str, text: str, tokens: int, policies: list, bud
               sinks: int = 4, renumber: bool = False, progress=None) -> CacheLab:
     """The lab, as `cache` and `model(...).cache(...)` run it: settings checked and the time
     estimated before anything runs; `progress(total)` gives the `advance` of a progress bar."""
-    if not model.causal:
+    if not model.capabilities.decodes:
         raise MhaError(f"the KV-cache lab needs a model that decodes with a KV cache: smollm2 or a "
                        f"run saved by mha-trace train ({model.name} is an encoder)", quantity="model")
-    if renumber and getattr(model, "rope_base", None) is None:
+    if renumber and not model.capabilities.rope:
         raise MhaError(f"numbers RoPE positions inside the cache, and {model.name} adds "
                        f"learned positions at its input instead", quantity="renumber")
     check_settings(policies, budgets, sinks)

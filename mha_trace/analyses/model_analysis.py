@@ -45,9 +45,9 @@ def ablate_model_heads(sentence, removed: list[tuple[int, int]]) -> Ablation:
     out = _run_with(model, sentence.ids, plan)
     full = sentence.output
     nexts = (next_token_probabilities(model, torch.from_numpy(full)[None].to(model.device))[0],
-             next_token_probabilities(model, out)[0]) if model.causal else (None, None)
+             next_token_probabilities(model, out)[0]) if model.capabilities.causal else (None, None)
     induction = None
-    if hasattr(model, "probe_corpus"):  # a trained run: what removing them does to its induction heads
+    if model.capabilities.trained_run:  # a trained run: what removing them does to its induction heads
         from mha_trace.analyses.composition import probe_roles
 
         induction = (probe_roles(model)["induction"], probe_roles(model, plan)["induction"])
@@ -87,9 +87,9 @@ def rank_heads(sentence, on_layer=lambda: None) -> HeadRanking:
             with heads_gated({model.attention_module(layer): lambda _, g=gates: g}):
                 x, _, _ = model.run(sentence.ids, resume=(layer, x), last=layer)
             on_layer()
-    out = x[:, -1:] if model.causal else x  # a causal model: the next token's
+    out = x[:, -1:] if model.capabilities.causal else x  # a causal model: the next token's
     full = torch.from_numpy(sentence.output)[None].to(model.device)
-    if model.causal:
+    if model.capabilities.causal:
         p = next_token_probabilities(model, full)[0]
         q = next_token_probabilities(model, out)
         keep = p > 0
@@ -171,14 +171,14 @@ def survey(model, corpus, source: str | None = None, targets: list[str] | None =
         raise MhaError(f"'{short.text}' is only {n} token{'s' if n != 1 else ''} "
                        f"({' '.join(short.tokens)}); a survey scores each query's previous and next "
                        f"token, so it needs at least 3", quantity="sentence")
-    detectors = gather([detect(r.weights, r.tokens, r.ids, model.causal) for r in runs])
+    detectors = gather([detect(r.weights, r.tokens, r.ids, model.capabilities.causal) for r in runs])
     probe = None
     if source is not None:
         if not targets:
             raise MhaError("the coreference probe needs the candidate tokens too, e.g. "
                            "animal,street", quantity="to")
         probe = coreference(runs, source, targets)
-    moved = gather([detect(r.effect, r.tokens, r.ids, model.causal) for r in runs]) if effect else None
+    moved = gather([detect(r.effect, r.tokens, r.ids, model.capabilities.causal) for r in runs]) if effect else None
     return Survey(model, corpus.name, runs, detectors, antecedents(runs, corpus.antecedents),
                   probe, moved)
 
@@ -252,10 +252,10 @@ def predict(model, text: str, k: int = 10, generate: int = 0,
             on_token=lambda: None) -> Prediction:
     """The next-token distribution of a causal model; with generate, that many greedy tokens
     (`on_token()` after each: one pass of the model per token, over that token alone)."""
-    if not model.causal:
+    if not model.capabilities.causal:
         raise MhaError(f"{model.name} is an encoder: it has no next token to predict (try "
                        f"--model smollm2)", quantity="model")
-    if not hasattr(model, "generate"):
+    if not model.capabilities.language_model:
         raise MhaError(f"{model.name} predicts its task's targets, not the next token of text: "
                        f"predict needs a language model (try --model smollm2)", quantity="model")
     ids = model.tokenize(text)

@@ -15,7 +15,7 @@ def model_heads(run, layer: int | None = None, head: str | None = None, words: b
     from mha_trace.models.guards import parse_head
     from mha_trace.analyses.model_analysis import check_heads
     from mha_trace.core.masks import allowed
-    from mha_trace.runs.resolve import check_layer
+    from mha_trace.runs.model_options import check_layer
 
     s = run.sentence
     tokens, weights = list(s.labels), s.weights
@@ -39,7 +39,7 @@ def model_heads(run, layer: int | None = None, head: str | None = None, words: b
         picked = [(check_layer(s.model, layer), h) for h in range(1, s.model.heads + 1)]
     else:
         picked = None
-    mask = allowed(len(tokens), "causal") if s.model.causal else None
+    mask = allowed(len(tokens), "causal") if s.model.capabilities.causal else None
     return ModelHeads(tuple(tokens), weights, mask, picked=picked, effect=moved, sentence=s,
                       words=words, hide_special=hide_special)
 

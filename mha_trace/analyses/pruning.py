@@ -117,10 +117,10 @@ def prune(model, corpus, on_step=lambda: None) -> Pruning:
 
 def check_prunable(model) -> None:
     """Only a model trained to predict the next token has a next-token loss to prune by."""
-    if not model.causal:
+    if not model.capabilities.causal:
         raise MhaError(f"pruning measures the next-token loss, and {model.name} is an encoder "
                        f"with no next token (try --model smollm2)", quantity="prune")
-    if hasattr(model, "spec"):  # a run of mha-trace train predicts its task's targets
+    if model.capabilities.trained_run:  # a run of mha-trace train predicts its task's targets
         raise MhaError(f"pruning measures the next-token loss, and {model.name} was trained to "
                        f"predict its task's targets, not the next token (ablate --rank removes "
                        f"each of its heads on the probe)", quantity="prune")

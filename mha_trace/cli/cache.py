@@ -1,5 +1,6 @@
 """The `cache` command: the KV-cache lab."""
 
+from dataclasses import replace
 from typing import Annotated
 
 import typer
@@ -34,7 +35,7 @@ def cache(
     tokens: Annotated[int, typer.Option("--tokens", min=16, max=4096, help="How many tokens of the text to read (BOS included). Example: --tokens 256")] = 512,
     text: Annotated[str | None, typer.Option("--text", help="Read this text file instead of the bundled corpus. Example: --text essay.txt", metavar="FILE")] = None,
     renumber: Annotated[bool, typer.Option("--renumber", help="Also number positions inside the cache (0 .. B-1), as StreamingLLM does, in a second column; decodes token by token. Example: --renumber")] = False,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="Go on past the lab's 10-minute time guard. Example: --max-tokens 2048")] = None,
+    max_seconds: MaxSecondsOpt = None,
     device: ComputeDeviceOpt = Device.cpu,
     out: Output = None,
 ):
@@ -54,19 +55,17 @@ def cache(
     from mha_trace.io.output import progress
     import mha_trace.render.kvcache  # noqa: F401 (registers how its records show)
 
-    from mha_trace.runs.resolve import RunOptions, with_checkpoint
+    from mha_trace.runs.resolve import RunOptions, load, with_checkpoint
 
-    model = with_checkpoint(RunOptions(model=model, checkpoint=checkpoint, at_step=at_step)).model \
-        or "smollm2"
+    o = with_checkpoint(RunOptions(model=model, checkpoint=checkpoint, at_step=at_step,
+                                   device=device.value, max_seconds=max_seconds))
     policies, budgets = _list(policy, "policy"), _list(budget, "budget", int)
     kvcache.check_settings(policies, budgets, sinks)
     if out.png:
         from mha_trace.io.files import check_outputs
 
         check_outputs({"png": out.png, "svg": out.svg, "html": out.html}, [text] if text else [])
-    from mha_trace.models import load_model
-
-    loaded = load_model(model, device.value, max_tokens)
+    loaded = load(replace(o, model=o.model or "smollm2"))
     name, words = _text(text) if text is not None else kvcache.bundled_text(loaded)
     bar = lambda total: progress(total, "reading the text under each cache")  # noqa: E731
     try:

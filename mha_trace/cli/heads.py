@@ -45,7 +45,8 @@ def heads(
     Example: mha-trace heads --config chicken-road --head 3
     Example: mha-trace heads --model minilm --sentence "The animal didn't cross the street because it was too tired." --head 4.1
     """
-    from mha_trace.runs.resolve import check_early, needs_model, resolve
+    from mha_trace.runs.model_options import needs_model
+    from mha_trace.runs.resolve import check_early, resolve
 
     check_early(o)  # before torch: a wrong flag is refused at once
     from mha_trace.analyses.analysis import run_heads
@@ -112,7 +113,7 @@ def explain(
 
     if o.model:
         from mha_trace.cli import models
-        from mha_trace.runs.resolve import refuse_with_model
+        from mha_trace.runs.model_options import refuse_with_model
 
         refuse_with_model(include_inputs=include_inputs or None)
         return models.explain(o, head, token, position, decimals, out, effect, (why, by_head))
@@ -205,7 +206,7 @@ def compare(
 
 @app.command(short_help="The output without some heads, and how far it moved.")
 @output_options(png=True, scale=False)
-@run_options("config", "resplit", "model", "device")
+@run_options("config", "resplit", "model", "device", "time")
 def ablate(
     head: Annotated[str | None, typer.Option("--head", help="Head(s) to remove, 1-based, comma-separated (default 2); with --model, LAYER.HEAD. Example: --head 1,3, or --head 6.12,3.1")] = None,
     decimals: DecimalsOpt = 4,
@@ -231,7 +232,7 @@ def ablate(
                        "module, and a foreign class's concatenation cannot be reached from outside; "
                        "verify --module checks your class against that module instead",
                        quantity="module")
-    from mha_trace.runs.resolve import needs_model
+    from mha_trace.runs.model_options import needs_model
 
     if out.png and not prune:
         raise MhaError("--png draws the pruning curve: it goes with --model smollm2 --prune",

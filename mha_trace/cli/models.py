@@ -51,7 +51,7 @@ def _save_model_png(view, decimals: int, out: Output) -> None:
 
         from mha_trace.core.masks import allowed
 
-        mask = allowed(len(tokens), "causal") if s.model.causal else None
+        mask = allowed(len(tokens), "causal") if s.model.capabilities.causal else None
         panels, _ = effect_panels([(f"head {l}.{h}", tokens, tokens, weights[l - 1, h - 1], mask)
                                    for l, h in view.picked], view.effect,
                                   [(l - 1, h - 1) for l, h in view.picked])
@@ -70,7 +70,7 @@ def _save_model_png(view, decimals: int, out: Output) -> None:
     with progress(s.model.layers, "drawing one figure per layer") as advance:
         effect = ", effect weights" if view.effect is not None else ""
         save_model(out.png, f"{s.model.name}: \"{s.text}\"{effect}", tokens, weights,
-                   s.model.causal, decimals, out.theme, advance, out.scale)
+                   s.model.capabilities.causal, decimals, out.theme, advance, out.scale)
 
 
 def explain(o, head, token, position, decimals, out: Output, effect: bool = False,
@@ -174,20 +174,21 @@ def survey(
     from mha_trace.runs.resolve import RunOptions, with_checkpoint
 
     model = with_checkpoint(RunOptions(model=None if checkpoint else model, checkpoint=checkpoint,
-                                       at_step=at_step)).model
+                                       at_step=at_step, device=device.value,
+                                       max_tokens=max_tokens))
     if out.png and not composition:
         raise MhaError("draws the composition slide: it goes with --composition", quantity="png")
     if composition:
         if induction or ablate_top or effect or any(x is not None for x in (sentence, sentences, source)) or corpus:
             raise MhaError("--composition reads the weights alone: it goes with no sentence, "
                            "corpus, probe, --induction or --effect", quantity="composition")
-        return _composition(model, top, max_tokens, device, out)
+        return _composition(model, top, out)
     if induction or ablate_top:
         if effect:
             raise MhaError("--effect goes with the corpus survey, not --induction", quantity="effect")
-        return _induction(model, sentence or sentences, source, ablate_top, top, max_tokens, device, out)
+        return _induction(model, sentence or sentences, source, ablate_top, top, out)
     from mha_trace.models import corpus as corpora
-    from mha_trace.models import load_model
+    from mha_trace.runs.resolve import load
     from mha_trace.analyses.model_analysis import survey as run_survey
     import mha_trace.render.survey  # noqa: F401 (registers how its records show)
     from mha_trace.io.output import progress
@@ -200,10 +201,10 @@ def survey(
         if value is not None and not value.replace(",", "").strip():
             raise MhaError(f"--{flag} is empty: name a word, e.g. --from it --to animal,street")
     to = [t.strip().lower() for t in targets.split(",") if t.strip()] if targets else None
-    m = load_model(model, device.value, max_tokens)
+    m = load(model)
     chosen = (corpora.one(sentence) if sentence is not None
               else corpora.from_file(sentences) if sentences is not None
-              else getattr(m, "probe_corpus", None) or corpora.bundled())
+              else m.probe_corpus if m.capabilities.trained_run else corpora.bundled())
     with progress(len(chosen.sentences) if len(chosen.sentences) > 1 else 0,
                   "encoding the sentences") as advance:
         result = run_survey(m, chosen, source.lower() if source else None, to, advance, effect)
@@ -212,15 +213,15 @@ def survey(
          lambda: result.data(top=top), console)
 
 
-def _composition(model, top: int, max_tokens, device, out):
+def _composition(model, top: int, out):
     """survey --composition: every head of a decoder against every head of an earlier layer."""
     from mha_trace.analyses.composition import composition
     import mha_trace.render.composition  # noqa: F401 (registers how its records show)
-    from mha_trace.models import load_model
+    from mha_trace.runs.resolve import load
     from mha_trace.io.output import progress
 
-    m = load_model(model, device.value, max_tokens)
-    with progress(m.layers - 1 if m.causal else 0, "every later layer's heads") as advance:
+    m = load(model)
+    with progress(m.layers - 1 if m.capabilities.causal else 0, "every later layer's heads") as advance:
         result = composition(m, advance)
     emit(out, lambda: result.renderables(top=max(top, 5)), result.data)
     if out.png:
@@ -229,18 +230,18 @@ def _composition(model, top: int, max_tokens, device, out):
         save_composition(out.png, result, out.theme)
 
 
-def _induction(model, sentence, source, ablate_top: int, top: int, max_tokens, device, out):
+def _induction(model, sentence, source, ablate_top: int, top: int, out):
     """survey --induction: a causal model's induction heads on random repeated tokens."""
     from mha_trace.analyses.induction import induction
     import mha_trace.render.survey  # noqa: F401 (registers how its records show)
-    from mha_trace.models import load_model
+    from mha_trace.runs.resolve import load
     from mha_trace.io.output import progress
 
     if sentence is not None or source is not None:
         raise MhaError("--induction runs on random tokens repeated twice, not on a sentence or a "
                        "probe", quantity="induction")
-    m = load_model(model, device.value, max_tokens)
-    if not m.causal:
+    m = load(model)
+    if not m.capabilities.causal:
         raise MhaError(f"it needs a causal model; {m.name} is an encoder (try --model "
                        f"smollm2)", quantity="induction")
     seeds = (0, 1, 2)
@@ -265,13 +266,13 @@ def predict(
 
     Example: mha-trace predict --model smollm2 --sentence "The capital of France is" --generate 5
     """
-    from mha_trace.models import load_model
+    from mha_trace.runs.resolve import RunOptions, load
     from mha_trace.analyses.model_analysis import predict as run_predict
     import mha_trace.render.model  # noqa: F401 (registers how its records show)
 
     from mha_trace.io.output import progress
 
-    loaded = load_model(model, device.value, max_tokens)
+    loaded = load(RunOptions(model=model, device=device.value, max_tokens=max_tokens))
     with progress(generate, "generating (one pass of the model per token)") as advance:
         p = run_predict(loaded, sentence, top, generate, advance)
     emit(out, p.renderables, p.data)
@@ -280,7 +281,7 @@ def predict(
 def prune(o, out: Output):
     """ablate --model M --prune: the pruning curve on the bundled corpus."""
     from mha_trace.models import corpus
-    from mha_trace.models import load_model
+    from mha_trace.runs.resolve import load
     from mha_trace.io.output import progress
     from mha_trace.analyses.pruning import check_prunable, prune as run_prune, steps
     import mha_trace.render.pruning  # noqa: F401 (registers how its records show)
@@ -288,7 +289,7 @@ def prune(o, out: Output):
     if o.sentence is not None or o.layer is not None:
         raise MhaError("--prune runs on the bundled corpus, not on one sentence or layer",
                        quantity="prune")
-    m = load_model(o.model, o.device or "cpu", o.max_tokens)
+    m = load(o)
     check_prunable(m)
     c = corpus.bundled()
     if out.png:

@@ -108,7 +108,7 @@ DecimalsOpt = Annotated[int, typer.Option("--decimals", min=0, max=12, help="Dec
 
 def check_include(include: bool, model, out: Output) -> None:
     from mha_trace.io.output import Format
-    from mha_trace.runs.resolve import refuse_with_model
+    from mha_trace.runs.model_options import refuse_with_model
 
     if include and model:
         refuse_with_model(include_inputs=True)
@@ -126,6 +126,7 @@ def with_inputs(data: dict, run, include: bool) -> dict:
 
 
 MaxTokensOpt = Annotated[int | None, typer.Option("--max-tokens", min=1, help="With --model: raise the token guard (MiniLM 512, its own limit; SmolLM2 256: every view keeps all heads' T × T weights). Example: --max-tokens 600")]
+MaxSecondsOpt = Annotated[float | None, typer.Option("--max-seconds", min=0.001, help="Raise the time guard: go on with work estimated longer than this on 2 cores (ablate --rank stops at 30 s, the cache lab at 600 s). Example: --max-seconds 900", metavar="SECONDS")]
 ModuleDModelOpt = Annotated[int | None, typer.Option("--d-model", "-d", help="With --module: the width to build it with (default 64). Example: --d-model 64")]
 
 # the options of a run's source, by group; a command names the groups it takes (run_options)
@@ -147,6 +148,7 @@ RUN_GROUPS = {
               ("max_tokens", MaxTokensOpt, None), ("checkpoint", CheckpointOpt, None),
               ("at_step", AtStepOpt, None)],
     "layer": [("layer", LayerOpt, None)],
+    "time": [("max_seconds", MaxSecondsOpt, None)],
     "device": [("device", ComputeDeviceOpt, Device.cpu)],
 }
 

@@ -41,7 +41,7 @@ def shapes(
     o = replace(o, decode=decode)
     if o.model:
         from mha_trace.cli import models
-        from mha_trace.runs.resolve import refuse_with_model
+        from mha_trace.runs.model_options import refuse_with_model
 
         refuse_with_model(compare_impl=compare_impl or None, include_inputs=include_inputs or None)
         return models.shapes(o, out)

@@ -177,7 +177,7 @@ class Explorer(App):
         self.session = session
         self.sub_title = session.model.name if session.model else session.config.title
         if session.model:
-            trained = getattr(session.model, "saved_steps", None)
+            trained = session.model.capabilities.trained_run
             self.query_one("#keys", Static).update(TRAINED_KEY_HINT if trained else MODEL_KEY_HINT)
         self.refresh_all()
         self._focus_pane(self.first_pane)

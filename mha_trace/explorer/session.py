@@ -55,7 +55,7 @@ class Session:
     @property
     def mask(self) -> str:
         if self.model:
-            return "causal" if self.model.causal else "none"
+            return "causal" if self.model.capabilities.causal else "none"
         return "window" if self.config.window else self.config.mask
 
     @property
@@ -109,7 +109,7 @@ class Session:
     def set_mask(self, mask: str) -> None:
         if self.model:
             raise MhaError(f"{self.model.name} was trained with "
-                           f"{'a causal mask' if self.model.causal else 'no mask'}; "
+                           f"{'a causal mask' if self.model.capabilities.causal else 'no mask'}; "
                            "only a config or flags take another")
         if mask not in MASKS:
             raise MhaError(f"mask '{mask}' is not one of {', '.join(MASKS)}", quantity="mask")
@@ -134,14 +134,14 @@ class Session:
 
     def set_snapshot(self, direction: int) -> None:
         """A run of `mha-trace train`: the same sentence through its previous or next saved step."""
-        steps = getattr(self.model, "saved_steps", None)
-        if not steps:
+        if not (self.model and self.model.capabilities.trained_run):
             raise MhaError("snapshots belong to a trained run (explore --checkpoint run.pt)")
-        from mha_trace.models import load_model
+        from mha_trace.runs.resolve import RunOptions, load
 
+        steps = self.model.saved_steps
         i = min(max(steps.index(self.model.step) + direction, 0), len(steps) - 1)
         if steps[i] != self.model.step:
-            model = load_model(f"{self.model.path}@{steps[i]}")
+            model = load(RunOptions(model=f"{self.model.path}@{steps[i]}"))
             self._changed(sentence=model.encode(self.sentence.text))
 
     def toggle(self, head: int) -> None:
@@ -224,7 +224,7 @@ def prepare(config=None, model=None, sentence=None, layer=None, d_model=None, he
         raise MhaError(f"pane '{pane}' is not one of {', '.join(PANES)}", quantity="pane")
     if mask is not None and mask not in MASKS:
         raise MhaError(f"mask '{mask}' is not one of {', '.join(MASKS)}", quantity="mask")
-    from mha_trace.runs.resolve import needs_model, refuse_with_model
+    from mha_trace.runs.model_options import needs_model, refuse_with_model
 
     if model:
         from mha_trace.models.guards import check_name
@@ -269,9 +269,10 @@ def prepare(config=None, model=None, sentence=None, layer=None, d_model=None, he
 
 
 def open_model(model: str, sentence: str | None, layer: int | None) -> Session:
-    from mha_trace.runs.resolve import check_layer, encode
+    from mha_trace.runs.model_options import check_layer
+    from mha_trace.runs.resolve import RunOptions, encode
 
-    s = Session(sentence=encode(model, sentence))
+    s = Session(sentence=encode(RunOptions(model=model, sentence=sentence)))
     if len(s.tokens) > MAX_TOKENS:
         raise MhaError(f"explore shows every token live: at most {MAX_TOKENS} (this sentence has "
                        f"{len(s.tokens)}; heads --model {model} shows longer ones)",

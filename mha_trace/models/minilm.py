@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from mha_trace.core.attention import MultiHeadAttention
 from mha_trace.errors import MhaError
+from mha_trace.models.base import Capabilities, Limits
 from mha_trace.models.cache import verify_file
 from mha_trace.models.sentence import Sentence, encode_all, rows_of
 from mha_trace.speedups import light_meta_kernels, one_thread_for_models
@@ -101,11 +102,11 @@ class Model:
 
     name = NAME
     key = "minilm"  # the --model name
-    causal = False
-    max_tokens = 512  # the token guard (models.check_tokens): its own context
-    # seconds a pass takes on 2 cores: fixed + per token (× copies) + per token² (× copies)
-    pass_seconds = (0.01, 0.0003, 8e-7)
+    capabilities = Capabilities(causal=False, decodes=False, language_model=False, rope=False,
+                                text=True, trained_run=False)
     kv_heads = None  # every head has its own K and V
+    limits = Limits()  # the defaults; models.load_model gives each call its own
+    rope_base = None  # learned positions, added at the input
 
     def __init__(self, folder: Path):
         from safetensors import safe_open
@@ -224,7 +225,7 @@ def _names(layers: int) -> dict:
 _loaded: Model | None = None
 
 
-def load_minilm() -> Model:
+def load_minilm(name: str = "minilm") -> Model:
     """The model, loaded once per process (one thread is plenty for a sentence)."""
     global _loaded
     if _loaded is None:

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from mha_trace.io.units import WORD_START
 from mha_trace.core.attention import KVCache, MultiHeadAttention
 from mha_trace.errors import MhaError
+from mha_trace.models.base import Capabilities, Limits
 from mha_trace.models.cache import cache_dir, file_sha256
 from mha_trace.models.gguf_meta import build_meta, read_meta
 from mha_trace.models.quant import DEQUANTISE
@@ -86,10 +87,9 @@ class Model:
 
     name = NAME
     key = "smollm2"  # the --model name
-    causal = True
-    max_tokens = 256  # the token guard (models.check_tokens): --max-tokens raises it
-    # seconds a pass takes on 2 cores: fixed (dequantising) + per token (× copies) + per token²
-    pass_seconds = (0.8, 0.0045, 4e-6)
+    capabilities = Capabilities(causal=True, decodes=True, language_model=True, rope=True,
+                                text=True, trained_run=False)
+    limits = Limits()  # the defaults; models.load_model gives each call its own
 
     def __init__(self, path: Path, meta: dict, tokenizer):
         s = meta["sizes"]
@@ -300,7 +300,7 @@ class Model:
 _loaded: Model | None = None
 
 
-def load_smollm2() -> Model:
+def load_smollm2(name: str = "smollm2") -> Model:
     """The model, loaded once per process; the first run builds the cache."""
     global _loaded
     if _loaded is None:

@@ -134,7 +134,7 @@ def head_tables(view, title: str, picked: list, layer: int, decimals: int) -> li
     if len(tokens) > TABLE_TOKENS:
         raise too_long("A weights table", len(tokens), TABLE_TOKENS)
     out = [Text(title, style="bold")]
-    mask = allowed(len(tokens), "causal") if view.sentence.model.causal else None
+    mask = allowed(len(tokens), "causal") if view.sentence.model.capabilities.causal else None
     tables = [weights_table(f"Head {layer}.{h}", tokens, view.layers[layer - 1][h - 1], mask,
                             decimals) for h in picked]
     out += with_effect_tables(view, tables, [h - 1 for h in picked], decimals, layer - 1)
@@ -173,7 +173,7 @@ def model_heads_data(view, decimals: int = 4, **_) -> dict:
               "hide_special": view.hide_special}
     settings = {"layers": m.layers, "heads": m.heads, "kv_heads": m.kv_heads or m.heads,
                 "d_model": m.d_model, "d_k": m.d_model // m.heads,
-                "mask": "causal" if m.causal else "none", "pad": 0, "window": None,
+                "mask": "causal" if m.capabilities.causal else "none", "pad": 0, "window": None,
                 "rope": attention.rope, "rope_base": attention.rope_base if attention.rope else None}
     return heads_json(source, settings, tokens, view.mask,
                       [head_entry(l, h, (h - 1) // group + 1, weights[l - 1, h - 1], decimals,

@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, fields, replace
 
 from mha_trace.errors import MhaError
+from mha_trace.runs.model_options import check_layer, needs_model, refuse_with_model
 
 DEFAULT_SENTENCE = "The animal didn't cross the street because it was too tired."
 SIZE_DEFAULTS = {"batch": 2, "seq": 10, "d_model": 512, "heads": 8, "mask": "none", "pad": 0,
@@ -37,6 +38,7 @@ class RunOptions:
     sentence: str | None = None  # the model's text (default: DEFAULT_SENTENCE)
     layer: int | None = None  # the model's layer, from 1
     max_tokens: int | None = None  # a model's token guard, raised (models.check_tokens)
+    max_seconds: float | None = None  # a model's time guard, raised (ablate --rank, the cache lab)
     # sizes and options
     batch: int | None = None
     seq: int | None = None
@@ -73,7 +75,7 @@ def resolve(o: RunOptions, default: str = "config", alive: int = 1,
     check_options(o)
     if o.model:
         return _model_run(o)
-    needs_model(o.sentence, o.layer)
+    needs_model(o.sentence, o.layer, max_tokens=o.max_tokens, max_seconds=o.max_seconds)
     if o.config is not None:
         _fixed_by_config(o)
     if o.module:
@@ -128,6 +130,10 @@ def check_options(o: RunOptions) -> None:
     if o.max_tokens is not None and o.max_tokens < 1:
         raise MhaError(f"max_tokens={o.max_tokens} is not a number of tokens (at least 1)",
                        quantity="max_tokens")
+    if o.max_seconds is not None and (not isinstance(o.max_seconds, (int, float))
+                                      or isinstance(o.max_seconds, bool) or not o.max_seconds > 0):
+        raise MhaError(f"max_seconds={o.max_seconds!r} is not a number of seconds (above 0)",
+                       quantity="max_seconds")
     if o.rope_base is not None and not isinstance(o.rope_base, (int, float)):
         raise MhaError(f"rope_base must be a number, got {o.rope_base!r}", quantity="rope_base")
     for name in ("model", "sentence", "init"):
@@ -181,7 +187,7 @@ def check_early(o: RunOptions, default: str = "config") -> None:
     check_options(o)
     if o.model or o.module or o.checkpoint is not None:
         return
-    needs_model(o.sentence, o.layer)
+    needs_model(o.sentence, o.layer, max_tokens=o.max_tokens, max_seconds=o.max_seconds)
     if o.config is not None:
         _fixed_by_config(o)
     if o.config is not None or default == "config":
@@ -337,10 +343,8 @@ def _model_run(o: RunOptions):
         raise MhaError(f"decode={o.decode} must be from 1 to {MAX_DECODE} (every step is a block "
                        f"of rows)", quantity="decode")
     if o.decode:
-        from mha_trace.models import load_model
-
-        m = load_model(o.model, o.device or "cpu", o.max_tokens)
-        if not m.causal:
+        m = load(o)
+        if not m.capabilities.causal:
             raise MhaError(f"decode needs a causal model; {m.name} is an encoder (try --model "
                            f"smollm2)", quantity="decode")
         check_layer(m, 1 if o.layer is None else o.layer)
@@ -352,46 +356,30 @@ def _model_run(o: RunOptions):
         _, generated = m.generate(ids, o.decode)  # greedy tokens: what real decoding feeds back
         labels = tuple(m.token_text(i) for i in ids + generated)
         return from_model_decode(m, ids + generated, len(ids), 1 if o.layer is None else o.layer, labels)
-    s = encode(o.model, o.sentence, o.device or "cpu", o.max_tokens)
+    s = encode(o)
     return from_model(s, check_layer(s.model, 1 if o.layer is None else o.layer))
 
 
-def encode(model: str, sentence: str | None, device: str = "cpu", max_tokens: int | None = None):
-    """The sentence (default: DEFAULT_SENTENCE) through the whole model (loaded once, on
-    `device`); the last few sentences are kept, so views of one sentence run the model once."""
+def load(o: RunOptions):
+    """The model `o.model` names, on `o.device`, carrying this call's limits (--max-tokens,
+    --max-seconds): the one place a model is loaded."""
     from mha_trace.models import load_model
+    from mha_trace.models.base import Limits
 
-    loaded = load_model(model, device, max_tokens)
-    default = getattr(loaded, "default_text", DEFAULT_SENTENCE)  # a trained run: its probe
-    return _encoded(loaded, loaded.device, default if sentence is None else sentence,
-                    (loaded.max_tokens, loaded.raised))
+    check_options(o)
+    return load_model(o.model, o.device or "cpu", Limits(o.max_tokens, o.max_seconds))
+
+
+def encode(o: RunOptions):
+    """`o.sentence` (default: DEFAULT_SENTENCE; a trained run's first probe) through the whole
+    model `o.model`; the last few sentences are kept, so views of one sentence run it once."""
+    loaded = load(o)
+    default = loaded.default_text if loaded.capabilities.trained_run else DEFAULT_SENTENCE
+    return _encoded(loaded, loaded.device, default if o.sentence is None else o.sentence)
 
 
 @functools.lru_cache(maxsize=4)
-def _encoded(model, device, text: str, limits: tuple):
-    """Kept by the guards' limits too: a text encoded under a raised limit is never handed to a
-    call whose own limit refuses it."""
+def _encoded(model, device, text: str):
+    """Kept by model view: a view carries its call's limits, so a text encoded under a raised
+    limit is never handed to a call whose own limit refuses it."""
     return model.encode(text)
-
-
-def check_layer(model, layer: int) -> int:
-    if not 1 <= layer <= model.layers:
-        raise MhaError(f"layer {layer} is out of range ({model.name} has layers 1 to "
-                       f"{model.layers})", quantity="layer")
-    return layer
-
-
-def refuse_with_model(**given) -> None:
-    """Options that describe another source of a run make no sense beside a model."""
-    clash = [f"--{name.replace('_', '-')}" for name, value in given.items() if value is not None]
-    if clash:
-        raise MhaError(f"{', '.join(clash)} {'does' if len(clash) == 1 else 'do'} not go with "
-                       f"--model (a pretrained model fixes its own sizes, weights and input)")
-
-
-def needs_model(sentence, layer, **flags) -> None:
-    """Options that only a model's run has (--prune a causal model's)."""
-    for name, value in (("sentence", sentence), ("layer", layer), *flags.items()):
-        if value not in (None, False):
-            example = "smollm2" if name == "prune" else "minilm"
-            raise MhaError(f"--{name.replace('_', '-')} goes with --model (e.g. --model {example})")

@@ -320,7 +320,7 @@ def from_model(sentence, layer: int) -> Run:
     x = model.attention_input(sentence.inputs, layer)
     T = x.size(1)
     origin = f"{model.name} layer {layer}"
-    mask_kind = "causal" if model.causal else "none"
+    mask_kind = "causal" if model.capabilities.causal else "none"
     config = Config(model.name, "", sentence.text, "", sentence.labels, model.heads,
                     model.d_model, kv_heads=model.kv_heads, mask=mask_kind, origin=origin,
                     rope=module.rope, rope_base=module.rope_base)

@@ -11,14 +11,18 @@ from pathlib import Path
 import torch
 
 from mha_trace.errors import MhaError, printable
+from mha_trace.models.base import Capabilities, Limits
 from mha_trace.models.sentence import Sentence, encode_all, rows_of
 
 
 class Trained:
-    causal = True
+    """A run of mha-trace train at one saved step (models.base.TrainedRun)."""
+
+    capabilities = Capabilities(causal=True, decodes=True, language_model=False, rope=False,
+                                text=False, trained_run=True)
     kv_heads = None
-    pass_seconds = (0.0, 0.00005, 1e-7)
-    raised = False
+    limits = Limits()  # the defaults; models.load_model gives each call its own
+    rope_base = None  # learned positions, added at the input
 
     def __init__(self, path: str, step: int | None):
         from mha_trace.models.checkpoints import read_checkpoint
@@ -34,7 +38,7 @@ class Trained:
         self.key = f"{path}@{step}"  # what load_trained() takes back
         self.name = f"{Path(path).name} at step {step}"
         self.layers, self.heads, self.d_model = run.spec.layers, run.spec.heads, run.spec.d_model
-        self.max_tokens = self.max_positions = run.spec.seq
+        self.max_positions = run.spec.seq
         self.vocab_size = run.spec.vocab
         from mha_trace.models.corpus import Corpus
         from mha_trace.models.training import probe_batch
@@ -57,7 +61,7 @@ class Trained:
 
     def pieces(self, text: str) -> tuple:
         words = text.split()
-        V, T = self.vocab_size, self.max_tokens
+        V, T = self.vocab_size, self.max_positions
         if not words or not all(_small_id(w, V) for w in words):
             raise MhaError(f"this run's text is token ids 0 to {V - 1} with spaces between, e.g. "
                            f"\"{self.default_text[:20].rsplit(' ', 1)[0]}\"", quantity="sentence")

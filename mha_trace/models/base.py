@@ -1,0 +1,102 @@
+"""The model interface: what every model gives the analyses, and what it can do.
+
+A model's layers run the lecture's own `MultiHeadAttention`, so every view reads any model through
+these members alone. What differs between models is declared, never probed: `capabilities` says
+whether a model is causal, decodes with a KV cache, predicts text, turns q and k with RoPE, reads
+text through a tokenizer or is a run of `mha-trace train`. The conformance test
+(tests/test_models_conform.py) checks every registered model against these protocols.
+"""
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    causal: bool  # a query sees only the keys before it (a decoder)
+    decodes: bool  # runs token by token with a KV cache per layer (the cache lab)
+    language_model: bool  # predicts the next token of text (predict, prune, --induction)
+    rope: bool  # q and k turned by RoPE inside the attention (no position embedding)
+    text: bool  # reads text through a tokenizer (False: token ids written out, "3 14 7")
+    trained_run: bool  # a run of mha-trace train: saved steps, probe sequences, a task
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A call's guards, carried with the model of that call (never written on a shared one):
+    --max-tokens raises the token guard, --max-seconds the time guard."""
+
+    max_tokens: int | None = None  # None: the model's own (the registry's, else its context)
+    max_seconds: float | None = None  # None: each guard's own limit
+
+    def tokens(self, model) -> int:
+        from mha_trace.models.registry import entry
+
+        return self.max_tokens or entry(model.key).max_tokens or model.max_positions
+
+    def seconds(self, default: float) -> float:
+        return default if self.max_seconds is None else self.max_seconds
+
+
+@runtime_checkable
+class AttentionModel(Protocol):
+    """Every model: its sizes, its tokens, a pass through every layer, and each layer's parts."""
+
+    name: str  # how users read it ("SmolLM2-135M-Instruct", "run.pt at step 600")
+    key: str  # what the registry's loader takes back ("smollm2", "run.pt@600")
+    capabilities: Capabilities
+    layers: int
+    heads: int
+    kv_heads: int | None  # K/V heads when shared (grouped-query attention), else None
+    d_model: int
+    max_positions: int  # the longest sequence it reads
+    rope_base: float | None  # RoPE's base when capabilities.rope
+    device: object  # torch.device
+    limits: Limits  # the guards of the call that holds it (a loader's model: the defaults)
+
+    def to(self, device) -> "AttentionModel": ...
+    def resident(self): ...  # a context: weights kept between passes
+    def pieces(self, text: str) -> tuple: ...  # (ids, tokens as they read, word of each token)
+    def token_text(self, i: int) -> str: ...
+    def encode(self, text: str): ...  # a models.sentence.Sentence
+    def run(self, ids, batch: int = 1, resume=None, grad: bool = False, last: int | None = None): ...
+    def attention_module(self, layer: int): ...  # the layer's MultiHeadAttention
+    def attention_input(self, inputs: list, layer: int): ...  # what that attention reads
+    def embedding_parts(self, ids) -> dict: ...  # the residual stream's sources at layer 0
+    def stream_steps(self, layer: int) -> list: ...  # what changes the stream in a layer
+    def attention_norm_of(self, layer: int): ...  # the norm the attention reads through
+
+
+@runtime_checkable
+class Decoder(AttentionModel, Protocol):
+    """A causal model: token ids in, next-token logits out, decoding with a cache per layer."""
+
+    vocab_size: int
+
+    def tokenize(self, text: str) -> list[int]: ...
+    def logits(self, hidden): ...  # (B, V) at the last position
+    def unembed(self, vectors): ...  # (N, D) -> (N, V)
+
+
+@runtime_checkable
+class LanguageModel(Decoder, Protocol):
+    """A decoder of text: greedy generation and its special tokens."""
+
+    bos: int
+    eos: int
+    tokenizer: object  # a tokenizers.Tokenizer
+
+    def generate(self, ids, count: int, on_token=lambda: None): ...
+    def logits_at(self, hidden, positions): ...
+
+
+@runtime_checkable
+class TrainedRun(Decoder, Protocol):
+    """A run of mha-trace train at one saved step."""
+
+    path: str
+    step: int
+    saved_steps: list
+    default_text: str  # its first probe sequence
+    probe_corpus: object  # a models.corpus.Corpus of its probe sequences
+    spec: object  # the run's training.Spec (its task)

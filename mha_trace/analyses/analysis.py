@@ -74,10 +74,15 @@ class LectureHeads(Heads):
     concat: np.ndarray  # (T, D): the heads' outputs side by side, before W_O
     W_O: np.ndarray  # (D, D), output = concat @ W_O + b_O
     b_O: np.ndarray | None = None  # (D,) the output projection's bias (configs have none)
+    layer: int = 0  # a model's run: the layer it ran, from 1 (0: a config's or sizes' run)
 
     @property
     def title(self) -> str:
         return self.config.title
+
+    def head_name(self, h: int) -> str:
+        """Head h (from 1) as every view names it: "3.1" (layer 3, head 1) in a model, "1" else."""
+        return f"{self.layer}.{h}" if self.layer else str(h)
 
     @property
     def kv_heads(self) -> int:
@@ -157,7 +162,8 @@ def analyse(run: Run) -> LectureHeads:
         None if run.mask is None else run.mask.cpu().numpy(), numpy(output), config=run.config,
         x=None if run.x is None else numpy(run.x), q=numpy(qp), k=numpy(kp), v=numpy(vp),
         concat=numpy(captured["concat"]), W_O=module.W_o.weight.detach().double().cpu().T.numpy(),
-        b_O=None if module.W_o.bias is None else module.W_o.bias.detach().double().cpu().numpy())
+        b_O=None if module.W_o.bias is None else module.W_o.bias.detach().double().cpu().numpy(),
+        layer=run.layer)
 
 
 def run_heads(run: Run, head: int | None = None, effect: bool = False) -> Heads:

@@ -61,10 +61,9 @@ def cache(
                                    device=device.value, max_seconds=max_seconds))
     policies, budgets = _list(policy, "policy"), _list(budget, "budget", int)
     kvcache.check_settings(policies, budgets, sinks)
-    if out.png:
-        from mha_trace.io.files import check_outputs
+    from mha_trace.io.files import check_outputs
 
-        check_outputs({"png": out.png, "svg": out.svg, "html": out.html}, [text] if text else [])
+    check_outputs({"png": out.png, "svg": out.svg, "html": out.html}, [text])
     loaded = load(replace(o, model=o.model or "smollm2"))
     name, words = _text(text) if text is not None else kvcache.bundled_text(loaded)
     bar = lambda total: progress(total, "reading the text under each cache")  # noqa: E731
@@ -74,17 +73,13 @@ def cache(
         if e.quantity != "sentence" or text is None:
             raise
         raise MhaError(e.message, e.exit_code, "text") from None
-    emit(out, lab.renderables, lab.data)
+    emit(out, lab.renderables, lab.data, slide=lab)
     import sys
 
     if sys.stderr.isatty():
         from mha_trace.render.kvcache import timing
 
         print(timing(lab), file=sys.stderr)
-    if out.png:
-        from mha_trace.render.cache_slide import save_cache_slide
-
-        save_cache_slide(out.png, lab, out.theme)
 
 
 def _text(path: str) -> tuple[str, str]:

@@ -65,21 +65,9 @@ def heads(
                        "concatenation and the output are shown)", quantity="concat")
     run = resolve(o)
     view = run_heads(run, head, effect)
-    if out.png:
-        from mha_trace.render.plots import effect_panels, save_heatmaps
-
-        picked = [head - 1] if head else range(len(view.weights))
-        name = "averaged over heads" if getattr(view, "averaged", False) else "head {}"
-        shared = view.kv_heads != view.heads
-        panels = [(name.format(h + 1), view.tokens, view.tokens, view.weights[h], view.mask)
-                  for h in picked]
-        groups = [view.kv_head_of(h) for h in picked] if shared else None
-        panels, groups = effect_panels(panels, view.effect, [(0, h) for h in picked], groups)
-        save_heatmaps(out.png, view.title, panels, decimals, out.theme, top=out.scale,
-                      groups=groups)
     emit(out, lambda: view.renderables(decimals=decimals, head=head, concat=concat),
          lambda: with_inputs(view.data(decimals=decimals, head=head), run, include_inputs),
-         page=view)
+         page=view, slide=view, decimals=decimals)
 
 
 @app.command(short_help="One token through every head, every product written out.")
@@ -145,14 +133,9 @@ def explain(
         from mha_trace.analyses.why import with_why
 
         w = with_why(w, run, head, by_head)
-    if out.png:
-        from mha_trace.render.walk_slide import save_walk
-        from mha_trace.render.why_slide import save_why
-
-        (save_why if w.why else save_walk)(
-            out.png, f"{view.config.title}: the query '{w.token}' through every head", w, out.theme)
     emit(out, lambda: w.renderables(decimals=decimals, head=head),
-         lambda: with_inputs(w.data(decimals=decimals, head=head), run, include_inputs), page=w)
+         lambda: with_inputs(w.data(decimals=decimals, head=head), run, include_inputs), page=w,
+         slide=w, head=head)
 
 
 def _int_list(text: str, quantity: str) -> list[int]:
@@ -191,21 +174,14 @@ def compare(
 
     counts = _int_list(heads, "heads")
     runs = resolve_splits(o, counts)
-    c = runs[0].config
-    views = analyse_splits(runs)
-    if out.png:
-        from mha_trace.render.plots import packed, save_heatmaps
-
-        panels, cols = packed([[(f"H={v.heads} head {h + 1}", v.tokens, v.tokens, v.weights[h],
-                                 v.mask) for h in range(v.heads)] for v in views])
-        save_heatmaps(out.png, f"{c.title}: heads {heads}", panels, decimals, out.theme,
-                      cols=cols, top=out.scale)
-    shown = Comparison(views)
-    emit(out, lambda: shown.renderables(decimals=decimals), lambda: shown.data(decimals=decimals))
+    shown = Comparison(analyse_splits(runs))
+    emit(out, lambda: shown.renderables(decimals=decimals), lambda: shown.data(decimals=decimals),
+         slide=shown, decimals=decimals)
 
 
 @app.command(short_help="The output without some heads, and how far it moved.")
-@output_options(png=True, scale=False)
+@output_options(png=("prune", "--png draws the pruning curve: it goes with --model smollm2 --prune"),
+                scale=False)
 @run_options("config", "resplit", "model", "device", "time")
 def ablate(
     head: Annotated[str | None, typer.Option("--head", help="Head(s) to remove, 1-based, comma-separated (default 2); with --model, LAYER.HEAD. Example: --head 1,3, or --head 6.12,3.1")] = None,
@@ -234,9 +210,6 @@ def ablate(
                        quantity="module")
     from mha_trace.runs.model_options import needs_model
 
-    if out.png and not prune:
-        raise MhaError("--png draws the pruning curve: it goes with --model smollm2 --prune",
-                       quantity="png")
     if o.model:
         from mha_trace.cli import models
 

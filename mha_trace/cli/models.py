@@ -13,64 +13,28 @@ from mha_trace.errors import MhaError
 from mha_trace.io.output import Format, Output, emit, make_console
 
 def heads(o, head, overview, words, hide_special, decimals, out: Output, effect: bool = False):
-    from dataclasses import replace
-
-    from mha_trace.io.files import write_atomic
     from mha_trace.analyses.model_heads import check_not_overview, model_heads
-    from mha_trace.io.page import page
     import mha_trace.render.model  # noqa: F401 (registers how its records show)
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
+    from mha_trace.io.output import pictures
     from mha_trace.runs.resolve import resolve
 
     view = model_heads(resolve(o), o.layer, head, words, hide_special, effect)
     check_not_overview(view, overview)
-    built, path = (page(view), out.html) if out.html else (None, None)  # before anything shows
-    out = replace(out, html=None)
     shown = None
     if out.format != Format.json:  # the text first: nothing is written when it cannot be shown
         try:
             shown = view.renderables(make_console(out).width, decimals=decimals)
         except MhaError as too_long:
-            if not (out.png or built):
+            pictured = {"the picture shows": out.png, "the page shows": out.html}
+            shows = next((says for says, path in pictured.items() if path), None)
+            if shows is None:
                 raise
             what = too_long.message.split(":")[0]
-            shows = "the picture shows" if out.png else "the page shows"
             print(f"No text view: {what[0].lower()}{what[1:]} ({shows} them all)", file=sys.stderr)
-    if out.png:
-        _save_model_png(view, decimals, out)
-    if built:
-        write_atomic(path, built, "html")
+    out = pictures(out, page=view, slide=view, decimals=decimals)
     if shown is not None or out.format == Format.json:
         emit(out, lambda: shown, lambda: view.data(decimals=decimals))
-
-
-def _save_model_png(view, decimals: int, out: Output) -> None:
-    s, tokens, weights = view.sentence, view.tokens, view.layers
-    if not view.whole:
-        from mha_trace.render.plots import effect_panels, save_heatmaps
-
-        from mha_trace.core.masks import allowed
-
-        mask = allowed(len(tokens), "causal") if s.model.capabilities.causal else None
-        panels, _ = effect_panels([(f"head {l}.{h}", tokens, tokens, weights[l - 1, h - 1], mask)
-                                   for l, h in view.picked], view.effect,
-                                  [(l - 1, h - 1) for l, h in view.picked])
-        save_heatmaps(out.png, f"{s.model.name}: {s.text}", panels, decimals, out.theme,
-                      top=out.scale)
-        return
-    if view.effect is not None:  # the overview's figures draw the effect weights
-        weights = view.effect
-    from mha_trace.io.files import check_outputs
-    from mha_trace.render.plots import layer_paths, save_model
-
-    for path in layer_paths(out.png, s.model.layers):  # the files beside --png, checked too
-        check_outputs({"png": path, "svg": out.svg, "html": out.html}, [])
-    from mha_trace.io.output import progress
-
-    with progress(s.model.layers, "drawing one figure per layer") as advance:
-        effect = ", effect weights" if view.effect is not None else ""
-        save_model(out.png, f"{s.model.name}: \"{s.text}\"{effect}", tokens, weights,
-                   s.model.capabilities.causal, decimals, out.theme, advance, out.scale)
 
 
 def explain(o, head, token, position, decimals, out: Output, effect: bool = False,
@@ -92,14 +56,8 @@ def explain(o, head, token, position, decimals, out: Output, effect: bool = Fals
         from mha_trace.analyses.why import with_why
 
         w = with_why(w, run, only, why[1])
-    if out.png:
-        from mha_trace.render.walk_slide import save_walk
-        from mha_trace.render.why_slide import save_why
-
-        (save_why if w.why else save_walk)(out.png, f"{run.sentence.model.name}: '{w.token}' through every head of "
-                  f"layer {layer or 1}", w, out.theme)
     emit(out, lambda: w.renderables(decimals=decimals, head=only),
-         lambda: w.data(decimals=decimals, head=only), page=w)
+         lambda: w.data(decimals=decimals, head=only), page=w, slide=w, head=only)
 
 
 def shapes(o, out: Output):
@@ -137,7 +95,8 @@ def ablate(o, head, decimals, out: Output, rank: bool = False, top: int = 20):
 
 
 @app.command(short_help="Which layer.head of a model does what, ranked.")
-@output_options(png=True, scale=False)
+@output_options(png=("composition", "--png draws the composition slide: it goes with --composition"),
+                scale=False)
 def survey(
     model: Annotated[str, typer.Option("--model", help="The pretrained model: minilm. Example: --model minilm", metavar="NAME")] = "minilm",
     sentence: Annotated[str | None, typer.Option("--sentence", "-s", help="Score heads on this one text instead of the bundled corpus. Example: --sentence \"The cat sat on the mat.\"")] = None,
@@ -176,8 +135,6 @@ def survey(
     model = with_checkpoint(RunOptions(model=None if checkpoint else model, checkpoint=checkpoint,
                                        at_step=at_step, device=device.value,
                                        max_tokens=max_tokens))
-    if out.png and not composition:
-        raise MhaError("draws the composition slide: it goes with --composition", quantity="png")
     if composition:
         if induction or ablate_top or effect or any(x is not None for x in (sentence, sentences, source)) or corpus:
             raise MhaError("--composition reads the weights alone: it goes with no sentence, "
@@ -223,11 +180,7 @@ def _composition(model, top: int, out):
     m = load(model)
     with progress(m.layers - 1 if m.capabilities.causal else 0, "every later layer's heads") as advance:
         result = composition(m, advance)
-    emit(out, lambda: result.renderables(top=max(top, 5)), result.data)
-    if out.png:
-        from mha_trace.render.composition_slide import save_composition
-
-        save_composition(out.png, result, out.theme)
+    emit(out, lambda: result.renderables(top=max(top, 5)), result.data, slide=result)
 
 
 def _induction(model, sentence, source, ablate_top: int, top: int, out):
@@ -292,16 +245,6 @@ def prune(o, out: Output):
     m = load(o)
     check_prunable(m)
     c = corpus.bundled()
-    if out.png:
-        from mha_trace.io.files import check_outputs
-
-        check_outputs({"png": out.png, "svg": out.svg, "html": out.html}, [])
     with progress(steps(m, c), "ranking the heads, then removing them") as advance:
         p = run_prune(m, c, advance)
-    emit(out, p.renderables, p.data)
-    if out.png:
-        from mha_trace.render.pruning_slide import save_curve
-        from mha_trace.render.pruning import RISES
-
-        save_curve(out.png, f"{m.name}: the next-token loss as heads are removed", p.points,
-                   len(p.order), p.base, RISES, out.theme)
+    emit(out, p.renderables, p.data, slide=p)

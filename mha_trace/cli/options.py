@@ -202,9 +202,10 @@ def _inputs(kwargs: dict) -> list:
     return found
 
 
-def output_options(png: bool = False, step: bool = False, scale: bool = True):
+def output_options(png: bool | tuple = False, step: bool = False, scale: bool = True):
     """Give a command the output options (--format, --no-color, --width, --svg, --html, [--png])
-    and --debug, declared here once; the command receives them as one `out: Output`.
+    and --debug, declared here once; the command receives them as one `out: Output`. png:
+    True, or (option, why) when only that option's view has a slide (refused without it).
     """
     def wrap(command):
         from mha_trace.cli.app import _title
@@ -213,8 +214,8 @@ def output_options(png: bool = False, step: bool = False, scale: bool = True):
         own = [p for p in sig.parameters.values() if p.name != "out"]
         files = _file_options(command.__name__)
         extra = [("format", FormatOpt, Format.table), ("no_color", NoColorOpt, False),
-                 ("width", WidthOpt, None), *files[:2], *files[2:] * png,
-                 *[("scale", ScaleOpt, None)] * (png and scale),
+                 ("width", WidthOpt, None), *files[:2], *files[2:] * bool(png),
+                 *[("scale", ScaleOpt, None)] * bool(png and scale),
                  ("theme", ThemeOpt, Theme.dark), *[("step", StepOpt, False)] * step,
                  ("debug", DebugOpt, False)]
         added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
@@ -229,6 +230,8 @@ def output_options(png: bool = False, step: bool = False, scale: bool = True):
             if out.scale is not None and not 0 < out.scale < float("inf"):
                 raise MhaError(f"{out.scale} is not a weight above 0 (try --scale 1)",
                                quantity="scale")
+            if out.png and png is not True and not kwargs[png[0]]:
+                raise MhaError(png[1], quantity="png")
             if out.scale is not None and not out.png:
                 raise MhaError("--scale sets the colour scale of --png FILE", quantity="scale")
             check_outputs({"svg": out.svg, "html": out.html, "png": out.png,

@@ -74,11 +74,7 @@ def train(
                            before)
     if save_to:
         checkpoints.save(r, save_to)
-    emit(out, r.renderables, r.data)
-    if out.png:
-        from mha_trace.render.training_slide import save_training
-
-        save_training(out.png, r, out.theme)
+    emit(out, r.renderables, r.data, slide=r)
 
 
 def _check_resume(resume: str | None, changed: list) -> None:

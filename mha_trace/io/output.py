@@ -164,20 +164,16 @@ def _json(value, pad: str = "") -> str:
 
 
 def emit(out: Output, renderables: Callable[[], list], data: Callable[[], dict],
-         console: Console | None = None, page=None) -> None:
+         console: Console | None = None, page=None, slide=None, **options) -> None:
     """Print one command's result: `renderables()` for table/markdown, `data()` for JSON; only
     the one the format needs is made (a long sentence's tables are never built for JSON).
 
-    With --svg / --html the same output is rendered once more into a recording console and saved;
-    --html of a record with an interactive view (`page`: heads, a walk, a trace) is that view.
+    The pictures first (`pictures`): --png draws `slide`, --html of a record with an interactive
+    view (`page`: heads, a walk, a trace) is that view. With --svg / --html of any other record
+    the same output is rendered once more into a recording console and saved.
     """
     console = console or make_console(out)
-    if page is not None and out.html:
-        from mha_trace.io.files import write_atomic
-        from mha_trace.io.page import page as interactive
-
-        write_atomic(out.html, interactive(page), "html")
-        out = replace(out, html=None)
+    out = pictures(out, page, slide, **options)
     if out.format in (Format.json, Format.markdown):
         if out.format == Format.json:
             text = to_json(data()) + "\n"
@@ -198,6 +194,25 @@ def emit(out: Output, renderables: Callable[[], list], data: Callable[[], dict],
         console.file.write("".join(printable(line.rstrip()) + "\n"
                                    for line in captured.get().splitlines()))
     _save_recordings(out, renderables, console.width)
+
+
+def pictures(out: Output, page=None, slide=None, **options) -> Output:
+    """--png (the record's registered slide) and --html (its interactive page, when it has one);
+    what is left to write: `out` without what was written here."""
+    from mha_trace.io.files import write_atomic
+    from mha_trace.io.page import page as interactive, slide as draw
+
+    if out.png:
+        if slide is None:
+            from mha_trace.errors import MhaError
+
+            raise MhaError("this view has no slide (--html or --svg save it as it shows)", quantity="png")
+        draw(slide, out.png, out.theme, scale=out.scale, **options)
+        out = replace(out, png=None)
+    if page is not None and out.html:
+        write_atomic(out.html, interactive(page), "html")
+        out = replace(out, html=None)
+    return out
 
 
 def _save_recordings(out: Output, renderables: list, width: int) -> None:

@@ -40,6 +40,14 @@ def page_data(record) -> dict:
 
 
 @singledispatch
+def slide(record, path: str, theme: str = "light", **options) -> None:
+    """`--png`: the record drawn on a 1920×1080 slide at `path`. Each record type registers its
+    slide (`mha_trace/render/*_slide.py`) like its page; options a slide may read: `decimals`,
+    `head` (the head the command was asked for), `scale` (the top of the colour scale)."""
+    raise TypeError(f"no slide for {type(record).__name__}")
+
+
+@singledispatch
 def notebook_figure(record) -> str:
     """An <img> a record shows in Jupyter under its tables (a training run's curves), or a
     TypeError when it has none (or matplotlib is not installed)."""

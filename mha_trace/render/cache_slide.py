@@ -1,12 +1,15 @@
 """The KV-cache lab's slide (`cache --png`): perplexity against the cache's budget, a line per
 policy, the full cache as the line they approach."""
 
+from mha_trace.analyses.kvcache import CacheLab
+from mha_trace.io.page import slide
 from mha_trace.render.plots import DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc, _save, _theme
 
 COLOURS = {"window": "#d1495b", "sinks": "#00798c", "h2o": "#edae49"}
 
 
-def save_cache_slide(path: str, lab, theme: str = "light") -> None:
+@slide.register(CacheLab)
+def cache_slide(lab: CacheLab, path: str, theme: str = "light", **_) -> None:
     plt = _pyplot()
 
     fg, bg = _theme(theme)

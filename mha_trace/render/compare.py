@@ -63,3 +63,6 @@ def _comparison(c, width: int, decimals: int = 4, **_) -> list:
 @data.register(Comparison)
 def _comparison_data(c, decimals: int = 4, **_) -> dict:
     return compare_data(c.views, decimals)
+
+
+import mha_trace.render.heads_slide  # noqa: E402,F401 (registers the slide of what this file shows)

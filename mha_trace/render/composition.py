@@ -110,3 +110,6 @@ def _composition(c, width: int, top: int = 5, **_) -> list:
 @data.register(Composition)
 def _composition_data(c, **_) -> dict:
     return composition_data(c)
+
+
+import mha_trace.render.composition_slide  # noqa: E402,F401 (registers the slide of what this file shows)

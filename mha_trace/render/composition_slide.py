@@ -3,14 +3,17 @@ against a later head (columns), as a multiple of random matrices' score (1 = ran
 
 import numpy as np
 
+from mha_trace.analyses.composition import Composition
 from mha_trace.core.composition import KINDS
+from mha_trace.io.page import slide
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc,
                                     _save, _theme)
 
 LABELLED = 24  # every head named on the axes up to this many; layers only beyond
 
 
-def save_composition(path: str, c, theme: str = "light") -> None:
+@slide.register(Composition)
+def composition_slide(c: Composition, path: str, theme: str = "light", **_) -> None:
     plt = _pyplot()
     fg, bg = _theme(theme)
     base = float(c.baseline.mean())

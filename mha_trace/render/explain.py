@@ -206,3 +206,6 @@ def _walk(w, width: int, decimals: int = 4, head: int | None = None, **_) -> lis
 @data.register(Walk)
 def _walk_data(w, decimals: int = 4, head: int | None = None, **_) -> dict:
     return explain_data(w, decimals, head or w.only)
+
+
+import mha_trace.render.walk_slide  # noqa: E402,F401 (registers the slide of what this file shows)

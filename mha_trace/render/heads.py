@@ -108,3 +108,6 @@ def module_heads_data(m, decimals: int, only_head: int | None) -> dict:
     return heads_json(source, settings, m.tokens, m.mask,
                       [head_entry(1, h + 1, None, m.weights[h], decimals) for h in heads],
                       average, m.output, decimals)
+
+
+import mha_trace.render.heads_slide  # noqa: E402,F401 (registers the slide of what this file shows)

@@ -161,3 +161,6 @@ def _cache(lab, width: int, **_) -> list:
 @data.register(CacheLab)
 def _cache_data(lab, **_) -> dict:
     return cache_data(lab)
+
+
+import mha_trace.render.cache_slide  # noqa: E402,F401 (registers the slide of what this file shows)

@@ -265,3 +265,6 @@ def _prediction(p, width: int, **_) -> list:
 @data.register(Prediction)
 def _prediction_data(p, **_) -> dict:
     return prediction_data(p)
+
+
+import mha_trace.render.heads_slide  # noqa: E402,F401 (registers the slide of what this file shows)

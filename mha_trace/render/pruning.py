@@ -68,3 +68,6 @@ def _pruning(result, width: int, **_) -> list:
 @data.register(Pruning)
 def _pruning_data(result, **_) -> dict:
     return pruning_data(result)
+
+
+import mha_trace.render.pruning_slide  # noqa: E402,F401 (registers the slide of what this file shows)

@@ -145,3 +145,6 @@ def _training_figure(r) -> str:
         raise TypeError("no figure without matplotlib") from None
     return (f'<img alt="the loss and each head\'s scores over the steps" style="max-width:100%" '
             f'src="data:image/png;base64,{base64.b64encode(png).decode()}">')
+
+
+import mha_trace.render.training_slide  # noqa: E402,F401 (registers the slide of what this file shows)

@@ -1,10 +1,13 @@
 """A training run's slide: the loss over the steps and each head's detector scores under it,
 for `train --png` and for the run's view in Jupyter."""
 
+from mha_trace.io.page import slide
+from mha_trace.models.training import Training
 from mha_trace.render.plots import DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _png, _pyplot, _rc, _save, _theme
 
 
-def save_training(path: str, r, theme: str = "light") -> None:
+@slide.register(Training)
+def training_slide(r: Training, path: str, theme: str = "light", **_) -> None:
     """A training run on one slide, written to `path` (see training_png)."""
     _save(*training_figure(r, theme), path, _theme(theme)[1])
 

@@ -1,8 +1,28 @@
 """The explain walk's slide (`explain --png`): a row per head, its scores, its weights (beside
 their effect with --effect) and its output."""
 
+from dataclasses import replace
+
+from mha_trace.analyses.analysis import Walk
+from mha_trace.io.page import slide
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, SLIDE_W, WIDTH_PX, _fitted,
                                     _pyplot, _rc, _save, _theme, _ticks, _values_on)
+
+
+@slide.register(Walk)
+def walk_slide(w: Walk, path: str, theme: str = "light", head: int | None = None, **_) -> None:
+    """The walk's slide (--why: its split's): the head asked for, else every head of the layer,
+    each named as the terminal names it (3.1 in a model's layer 3)."""
+    from mha_trace.render.why_slide import save_why
+
+    v = w.view
+    if head is not None:
+        w = replace(w, heads=[hw for hw in w.heads if hw.head == head],
+                    why=w.why and [y for y in w.why if y.head == head])
+    through = (f"head {v.head_name(head)}" if head is not None
+               else f"every head of layer {v.layer}" if v.layer else "every head")
+    title = f"{v.config.name if v.layer else v.title}: the query '{w.token}' through {through}"
+    (save_why if w.why else save_walk)(path, title, w, theme)
 
 
 def save_walk(path: str, title: str, walk, theme: str = "light") -> None:
@@ -20,7 +40,7 @@ def save_walk(path: str, title: str, walk, theme: str = "light") -> None:
                                  figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI,
                                  facecolor=bg, constrained_layout=True)
         for row, hw in zip(axes, heads):
-            _walk_row(plt, row, hw, walk.sqrt_dk, len(heads) <= 4, fg, bg)
+            _walk_row(plt, row, hw, walk.sqrt_dk, len(heads) <= 4, fg, bg, walk.view.head_name)
         for ax, name in zip(axes[0], ("scores for every key", "softmax: the weights" + (
                                       " and their effect" if effect else ""),
                                       "Σ w·v: this head's output")):
@@ -38,7 +58,7 @@ def save_walk(path: str, title: str, walk, theme: str = "light") -> None:
     _save(plt, fig, path, bg)
 
 
-def _walk_row(plt, row, hw, sqrt_dk: float, few: bool, fg: str, bg: str) -> None:
+def _walk_row(plt, row, hw, sqrt_dk: float, few: bool, fg: str, bg: str, name=str) -> None:
     """One head of the walk's slide: its scores, its weights (and effect), its output."""
     import numpy as np
 
@@ -65,7 +85,7 @@ def _walk_row(plt, row, hw, sqrt_dk: float, few: bool, fg: str, bg: str) -> None
             _values_on(row[1], x, weights, fg, 16)
     if len(hw.output) <= 8 and few:
         _values_on(row[2], np.arange(len(hw.output)), hw.output, fg, 16)
-    row[0].set_ylabel(f"head {hw.head}", fontsize=18, rotation=0, ha="right", va="center")
+    row[0].set_ylabel(f"head {name(hw.head)}", fontsize=18, rotation=0, ha="right", va="center")
     for ax in row:
         ax.set_facecolor(bg)
         ax.axhline(0, color=fg, linewidth=0.8)

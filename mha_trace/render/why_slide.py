@@ -21,7 +21,7 @@ def save_why(path: str, title: str, walk, theme: str = "light") -> None:
         for (parts_ax, weights_ax), why in zip(axes, walk.why):
             _stack(parts_ax, why, fg, colours)
             weights_ax.bar(np.arange(len(keys)), why.weights(), 0.7, color="#21918c")
-            parts_ax.set_ylabel(f"head {why.head}", fontsize=18, rotation=0, ha="right", va="center")
+            parts_ax.set_ylabel(f"head {walk.view.head_name(why.head)}", fontsize=18, rotation=0, ha="right", va="center")
             for ax in (parts_ax, weights_ax):
                 ax.set_facecolor(bg)
                 ax.axhline(0, color=fg, linewidth=0.8)

@@ -22,6 +22,9 @@ FRACTIONS = (0, .05, .1, .15, .2, .25, .3, .35, .4, .45, .5, .75, 1)
 GRAD_TOKENS = 512  # a backward pass keeps every activation: smaller batches than a forward's
 
 
+RISES = (0.05, 0.10)  # the loss rises the exercise asks about: how many heads go before each
+
+
 @dataclass
 class Pruning(Shows):
     model: object

@@ -3,10 +3,9 @@
 from rich.text import Text
 
 from mha_trace.io.output import new_table
-from mha_trace.analyses.pruning import Pruning
+from mha_trace.analyses.pruning import RISES, Pruning
 from mha_trace.records import data, renderables
 
-RISES = (0.05, 0.10)
 
 
 def _rise(p: Pruning, loss: float) -> str:

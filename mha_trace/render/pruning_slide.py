@@ -1,15 +1,13 @@
 """The pruning curve's slide (`ablate --prune --png`): the whole curve beside the part the
 exercise asks about."""
 
-from mha_trace.analyses.pruning import Pruning
+from mha_trace.analyses.pruning import RISES, Pruning
 from mha_trace.io.page import slide
 from mha_trace.render.plots import DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc, _save, _theme
 
 
 @slide.register(Pruning)
 def pruning_slide(p: Pruning, path: str, theme: str = "light", **_) -> None:
-    from mha_trace.render.pruning import RISES
-
     save_curve(path, f"{p.model.name}: the next-token loss as heads are removed", p.points,
                len(p.order), p.base, RISES, theme)
 

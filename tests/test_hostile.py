@@ -678,7 +678,11 @@ def test_ranking_every_head_is_refused_past_the_time_guard(cli):
     assert result.stderr == (
         f"Error: --sentence: Ranking every head runs SmolLM2-135M-Instruct over 270 copies of 36 "
         f"tokens: about {seconds(model, 36, 270):.0f} s on 2 cores, and the guard stops at 30 s "
-        f"({fits} tokens fit); shorten the sentence, or --max-tokens 36 goes on anyway\n")
+        f"({fits} tokens fit); shorten the sentence, or --max-seconds "
+        f"{seconds(model, 36, 270) + 1:.0f} goes on anyway\n")
+    # --max-tokens is the token guard alone: it never lifts the time guard
+    raised = cli("ablate", "--model", "smollm2", "--rank", "--sentence", sentence, "--max-tokens", "36")
+    assert (raised.exit_code, raised.stderr) == (2, result.stderr)
 
 
 def test_a_huge_fused_trace_is_refused_with_the_length_that_fits(cli):

@@ -127,7 +127,7 @@ def test_detector_scores_match_transformers_weights(name):
     for i, text in enumerate(META["sentences"]):
         s = model.encode(text)
         assert list(s.ids) == REFERENCE[f"{name}_s{i}_ids"].tolist()
-        found = detect(s.weights, s.tokens, s.ids, model.causal)
+        found = detect(s.weights, s.tokens, s.ids, model.capabilities.causal)
         theirs = {k.split("_", 2)[2] for k in REFERENCE.files if k.startswith(f"{name}_s{i}_")} - {"ids"}
         assert set(found) == theirs, text
         for detector, f in found.items():

@@ -21,20 +21,19 @@ def heads(o, head, overview, words, hide_special, decimals, out: Output, effect:
 
     view = model_heads(resolve(o), o.layer, head, words, hide_special, effect)
     check_not_overview(view, overview)
+    written = pictures(out, page=view, slide=view, decimals=decimals)  # a refusal before any text
     shown = None
-    if out.format != Format.json:  # the text first: nothing is written when it cannot be shown
+    if out.format != Format.json:  # too long for text: said, when a picture or a page shows it
         try:
             shown = view.renderables(make_console(out).width, decimals=decimals)
         except MhaError as too_long:
-            pictured = {"the picture shows": out.png, "the page shows": out.html}
-            shows = next((says for says, path in pictured.items() if path), None)
+            shows = "the picture shows" if out.png else "the page shows" if out.html else None
             if shows is None:
                 raise
             what = too_long.message.split(":")[0]
             print(f"No text view: {what[0].lower()}{what[1:]} ({shows} them all)", file=sys.stderr)
-    out = pictures(out, page=view, slide=view, decimals=decimals)
     if shown is not None or out.format == Format.json:
-        emit(out, lambda: shown, lambda: view.data(decimals=decimals))
+        emit(written, lambda: shown, lambda: view.data(decimals=decimals))
 
 
 def explain(o, head, token, position, decimals, out: Output, effect: bool = False,

@@ -73,6 +73,8 @@ class Decoder(AttentionModel, Protocol):
 
     vocab_size: int
 
+    def run(self, ids, batch: int = 1, resume=None, grad: bool = False, last: int | None = None,
+            mask=None, caches=None): ...  # mask: (T, T) in place of the causal one; caches: one a layer
     def tokenize(self, text: str) -> list[int]: ...
     def logits(self, hidden): ...  # (B, V) at the last position
     def unembed(self, vectors): ...  # (N, D) -> (N, V)

@@ -182,6 +182,10 @@ class Model:
     def encode(self, text: str) -> Sentence:
         return encode_all(self, [text])[0]
 
+    def token_text(self, i: int) -> str:
+        """A WordPiece as the model sees it ("##" kept), as `pieces` gives it."""
+        return self.tokenizer.id_to_token(i)
+
     def attention_input(self, inputs: list, layer: int):
         """What layer `layer`'s attention reads, from a run's inputs (BERT: the layer's input)."""
         return inputs[layer - 1]

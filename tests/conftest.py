@@ -114,26 +114,20 @@ def in_repo_root(monkeypatch):
     monkeypatch.chdir(REPO)
 
 
-# the quick tier (`pytest -m "not slow"`) leaves out the files that load the real models, train,
-# open browsers, a Jupyter kernel or many processes; the README's command and CI run everything
-SLOW = {"test_smollm2.py", "test_cache.py", "test_minilm.py", "test_survey.py", "test_pruning.py", "test_train.py",
-        "test_page.py", "test_notebook.py", "test_demos.py", "test_speedups.py", "test_readme.py",
-        "test_cli_process.py", "test_screens.py", "test_why.py", "test_composition.py",
-        "test_effect.py"}
+@pytest.fixture(autouse=True)
+def quick_tier_stays_quick(request, monkeypatch):
+    """The quick tier (`pytest -m "not slow"`) leaves out the tests marked slow, each by its own
+    `@pytest.mark.slow` or its module's `pytestmark`: what loads SmolLM2, trains, opens a browser
+    or a Jupyter kernel, or starts processes. A test left unmarked that loads SmolLM2 fails there,
+    saying so, the first time the tier runs."""
+    if "not slow" not in (request.config.option.markexpr or ""):
+        return
+    from mha_trace.models import smollm2
 
+    def refuse(*args, **kwargs):
+        pytest.fail(f"{request.node.nodeid} loads SmolLM2: mark it @pytest.mark.slow")
 
-SLOW_SIGNS = ("_run(", "subprocess.", "in_pty(", "smollm2", "Popen")  # processes, the larger model
-
-
-def pytest_collection_modifyitems(config, items):
-    import functools
-    import inspect
-
-    source = functools.cache(inspect.getsource)  # once a function, not once a parameter set
-    for item in items:
-        text = source(item.function) if hasattr(item, "function") else ""
-        if item.path.name in SLOW or any(sign in text or sign in item.name for sign in SLOW_SIGNS):
-            item.add_marker(pytest.mark.slow)
+    monkeypatch.setattr(smollm2, "load_smollm2", refuse)
 
 
 def pytest_collection_finish(session):

@@ -16,6 +16,7 @@ import mha_trace
 EXAMPLES = sorted(Path("examples").glob("*.py"))
 
 
+@pytest.mark.slow
 def test_import_is_light():
     code = "import sys, mha_trace; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -104,6 +105,7 @@ def test_a_students_verdict_prints_as_the_terminal_and_renders_once_in_a_noteboo
     assert r.data()["passed"] is False and r.data()["diagnosis"] == "scaled by d_k instead of √d_k"
 
 
+@pytest.mark.slow
 def test_the_api_leaves_the_callers_stdout_alone():
     """verify runs the student's code; afterwards the script's own print() still reaches stdout."""
     code = ("import mha_trace; r = mha_trace.verify('examples/chapter_torch_mha.py:MultiHeadAttention',"
@@ -135,6 +137,7 @@ def test_device_none_is_the_default_device(default_run):
     assert mha_trace.model(str(default_run), device=None).device == "cpu"
 
 
+@pytest.mark.slow
 def test_the_api_leaves_the_users_thread_count_as_it_was():
     """The command line may set one thread for its own process; a library call in the user's
     process (a notebook that chose 2 threads) leaves torch's setting as the user left it."""

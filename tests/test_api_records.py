@@ -47,6 +47,7 @@ def _minilm():
 
 
 @pytest.mark.parametrize("name", CALLS)
+@pytest.mark.slow
 def test_every_api_result_prints_renders_and_has_its_json(name):
     r = CALLS[name]()
     assert isinstance(r, Shows), type(r)

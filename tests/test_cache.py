@@ -14,6 +14,8 @@ from mha_trace.analyses import kvcache
 from mha_trace.analyses.kvcache import PolicyCache, Setting
 from mha_trace.models.smollm2 import load_smollm2
 
+pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
+
 REFERENCE = np.load(Path(__file__).parent / "fixtures" / "cache_reference.npz")
 TEXT = "The cat sat on the mat. The dog sat on the log. The cat and the dog were friends."
 

@@ -9,20 +9,21 @@ import sys
 import pytest
 
 GOLDEN_RUNS = {
-    "heads_default.txt": ("heads",),
+    "screens/heads-100x30.txt": ("heads",),
     "heads_permuted_wo.txt": ("heads", "--config", "permuted-wo"),
     "heads_causal_one_head.txt": ("heads", "--config", "animal-street", "--head", "2"),
-    "explain_cat.txt": ("explain", "--token", "cat"),
+    "screens/explain-token-cat-100x30.txt": ("explain", "--token", "cat"),
     "explain_the.txt": ("explain", "--token", "The"),
     "explain_chicken_it.txt": ("explain", "--config", "chicken-road", "--token", "it", "--head", "1"),
     "explain_cat_effect.txt": ("explain", "--token", "cat", "--effect"),
     "explain_chicken_why.txt": ("explain", "--config", "chicken-road", "--token", "it", "--head", "3", "--why"),
     "heads_chicken_effect.txt": ("heads", "--config", "chicken-road", "--head", "3", "--effect"),
-    "configs.txt": ("configs",),
+    "screens/configs-100x30.txt": ("configs",),
 }
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN_RUNS))
+@pytest.mark.slow
 def test_rendered_output_matches_golden(golden_run, name):
     golden_run(name, GOLDEN_RUNS[name])
 
@@ -57,6 +58,7 @@ def test_configs_json_lists_every_bundled_config(cli):
     assert chicken["heads"] == 8 and chicken["tokens"][-1] == "wide."
 
 
+@pytest.mark.slow
 def test_installed_package_finds_bundled_configs_from_another_directory(tmp_path):
     """The installed wheel (not this checkout) carries configs/ and examples/: run it from an
     empty directory, the listings as commands and the runs that read them in one process."""

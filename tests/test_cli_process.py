@@ -10,6 +10,8 @@ import typer
 from mha_trace import __version__
 from mha_trace.cli import app
 
+pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
+
 
 def run(*args, env=None, input=None):
     env = {**os.environ, **(env or {})}

@@ -11,7 +11,7 @@ from mha_trace.core.costs import Dims, parameters, peak_bytes
 def test_default_table_matches_golden(cli, golden):
     result = cli("shapes")
     assert result.exit_code == 0
-    golden("shapes_default.txt", result.stdout)
+    golden("screens/shapes-100x30.txt", result.stdout)
 
 
 def test_causal_gqa_table_matches_golden(cli, golden):
@@ -29,7 +29,7 @@ def test_narrow_table_keeps_stride_and_says_how_to_widen(cli, golden):
     assert max(len(line) for line in lines) <= 80 and len(lines) <= 36
     assert " stride " in lines[1] and " dtype " not in lines[1] and "float32" in lines[0]
     assert "contig hidden at 80 columns (--width 109 shows it)" in result.stdout
-    golden("shapes_width80.txt", result.stdout)
+    golden("screens/shapes-80x24.txt", result.stdout)
 
 
 def test_plain_output_has_no_escape_codes_or_trailing_spaces(cli):

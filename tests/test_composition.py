@@ -13,6 +13,8 @@ from snapshots import differences
 
 import mha_trace
 
+pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
+
 
 def direct(model, writer, reader) -> dict:
     """kind -> score, from full products of the two heads' matrices."""

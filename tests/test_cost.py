@@ -20,6 +20,7 @@ def rows_by_item(rows):
 
 
 @pytest.mark.parametrize("name", PRESETS)
+@pytest.mark.slow
 def test_parameters_match_a_module_built_on_meta(name):
     p = load_preset(name)
     with torch.device("meta"):
@@ -89,6 +90,7 @@ def test_cost_golden(cli, golden):
     golden("cost_gpt3.txt", cli("cost", "--preset", "gpt3-175b", "--dtype", "float16").stdout)
 
 
+@pytest.mark.slow
 def test_cost_never_imports_torch():
     code = ("import sys; from typer.testing import CliRunner; from mha_trace.cli import app; "
             "r = CliRunner().invoke(app, ['cost', '--preset', 'gpt3-175b', '--formulas']); "
@@ -108,6 +110,7 @@ def test_cost_never_imports_torch():
     (("--preset", "mistral-7b", "--heads", "4"),
      "--kv-heads: heads=4 is not divisible by kv_heads=8 (valid kv-head counts: 1, 2, 4)"),
 ])
+@pytest.mark.slow
 def test_cost_bad_input(cli, args, message):
     result = cli("cost", *args)
     assert result.exit_code == 2

@@ -17,10 +17,13 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
+
 DEMOS = sorted((Path(__file__).parent.parent / "demos").glob("*.sh"))
 
 SHIM = """#!{python} -S
 import json, os, socket, sys
+
 s = socket.socket(socket.AF_UNIX)
 s.connect({address!r})
 s.sendall(json.dumps({{"args": sys.argv[1:], "cwd": os.getcwd()}}).encode())

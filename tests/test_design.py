@@ -5,6 +5,8 @@ function much past 50 (the attention module's forward reads like the seed texts'
 import ast
 import pathlib
 
+import pytest
+
 PACKAGE = pathlib.Path(__file__).parent.parent / "mha_trace"
 
 
@@ -21,6 +23,7 @@ def test_the_library_never_imports_the_command_line():
     assert leaks == []
 
 
+@pytest.mark.slow
 def test_the_layers_hold_and_no_import_forms_a_cycle():
     """import-linter's contracts in pyproject.toml: every import points down a layer, also the
     ones inside functions, and no two modules or folders import each other (lint-imports)."""
@@ -97,6 +100,7 @@ def test_a_run_cannot_change_after_it_is_built():
         run.mask = None
 
 
+@pytest.mark.slow
 def test_ruff_finds_nothing_wrong():
     """ruff's pyflakes rules (pyproject.toml): no unused import or name, no undefined one, no
     syntax error, in the package, the tests, the docs' scripts and the benches."""
@@ -107,3 +111,17 @@ def test_ruff_finds_nothing_wrong():
                         "docs", "bench"], cwd=PACKAGE.parent, capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0, p.stdout[-3000:]
+
+
+def test_no_golden_file_is_a_copy_of_another():
+    """One golden file per distinct output: where two tests print the same thing, they compare
+    with one file (a copy would let the two drift apart unnoticed when one is refreshed)."""
+    import hashlib
+
+    golden = pathlib.Path(__file__).parent / "golden"
+    seen = {}
+    for path in sorted(golden.rglob("*")):
+        if path.is_file():
+            seen.setdefault(hashlib.sha256(path.read_bytes()).hexdigest(), []).append(
+                str(path.relative_to(golden)))
+    assert [names for names in seen.values() if len(names) > 1] == []

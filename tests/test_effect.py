@@ -16,6 +16,8 @@ import mha_trace
 from mha_trace.analyses.analysis import walk
 from mha_trace.analyses.model_heads import word_weights
 
+pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
+
 REFERENCE = np.load(Path(__file__).parent / "fixtures" / "effect_reference.npz")
 META = json.loads(str(REFERENCE["meta"]))
 

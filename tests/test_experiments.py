@@ -85,8 +85,8 @@ def test_permuted_wo_moves_head_outputs_across_dims():
 
 
 GOLDEN_RUNS = {
-    "compare_default.txt": ("compare",),
-    "ablate_default.txt": ("ablate",),
+    "screens/compare-100x30.txt": ("compare",),
+    "screens/ablate-head-2-100x30.txt": ("ablate",),
     "ablate_permuted_wo.txt": ("ablate", "--config", "permuted-wo", "--head", "1"),
     "heads_gqa.txt": ("heads", "--heads", "4", "--kv-heads", "2"),
     "explain_gqa_causal.txt": ("explain", "--token", "sat", "--kv-heads", "1", "--mask", "causal"),
@@ -94,6 +94,7 @@ GOLDEN_RUNS = {
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN_RUNS))
+@pytest.mark.slow
 def test_experiment_views_match_golden(golden_run, name):
     golden_run(name, GOLDEN_RUNS[name])
 

@@ -77,12 +77,14 @@ def test_session_from_flags_traces_at_batch_2_like_shapes():
     ({"model": "minilm", "sentence": "word " * 70}, "at most 64 (this sentence has 72;"),
     ({"config": "no-such-config"}, "no-such-config: no such file"),
 ])
+@pytest.mark.slow
 def test_bad_options_are_refused_before_any_screen(options, message):
     with pytest.raises(MhaError) as e:
         prepare(**options)()  # a model's are checked as it opens, before its first screen
     assert message in str(e.value)
 
 
+@pytest.mark.slow
 def test_prepare_for_a_config_imports_neither_torch_nor_textual():
     code = ("import sys; from mha_trace.explorer.session import prepare; prepare(config='chicken-road', "
             "mask='causal', heads=4) and None; print('torch' in sys.modules, 'textual' in sys.modules)")
@@ -264,6 +266,7 @@ def test_the_mouse_picks_a_pane_and_a_cell():
     assert active == "heads" and tuple(cursor) == (2, 4)
 
 
+@pytest.mark.slow
 def test_ctrl_c_quits_as_an_interruption():
     """Ctrl-C leaves the explorer like any command it interrupts: exit 130 and one line."""
     code, screen = _in_pty(["mha-trace", "explore"], [b"\x03"], b"self.W_q")
@@ -364,12 +367,14 @@ def _in_pty(args, keys, marker, size=(24, 80), timeout=60, env=None):
     return os.waitstatus_to_exitcode(status), ANSI.sub("", out.decode("utf-8", "replace"))
 
 
+@pytest.mark.slow
 def test_explore_in_a_real_terminal():
     code, screen = _in_pty(["mha-trace", "explore"], [b"2", b"m", b"+", b"q"], b"self.W_q")
     assert code == 0
     assert "self.W_q(q)" in screen and "H=4" in screen and "mask=causal" in screen
 
 
+@pytest.mark.slow
 def test_explore_with_stderr_hidden_still_draws_on_the_terminal():
     """Textual draws on stderr; `explore 2>/dev/null` used to show a blank screen."""
     code, screen = _in_pty(["sh", "-c", "exec mha-trace explore 2>/dev/null"], [b"q"], b"self.W_q")
@@ -383,6 +388,7 @@ def test_explore_needs_a_terminal(cli):
                              "shapes, heads or explain (with --step for a paced demo)\n")
 
 
+@pytest.mark.slow
 def test_other_commands_never_import_textual():
     code = ("import sys; from typer.testing import CliRunner; from mha_trace.cli import app; "
             "[CliRunner().invoke(app, a) for a in (['shapes'], ['heads'], ['explain', '--step'])]; "
@@ -392,6 +398,7 @@ def test_other_commands_never_import_textual():
 
 
 # --step
+@pytest.mark.slow
 def test_step_reveals_the_shapes_table_a_row_per_key_in_a_terminal():
     code, screen = _in_pty(["mha-trace", "shapes", "--seq", "3", "--d-model", "8", "--heads", "2",
                             "--step"], [b" ", b" ", b" ", b"q"], b"--step: any key")
@@ -401,6 +408,7 @@ def test_step_reveals_the_shapes_table_a_row_per_key_in_a_terminal():
     assert "18  137  self.W_o(context)" in screen  # q printed the rest at once
 
 
+@pytest.mark.slow
 def test_step_repeats_the_header_when_it_has_scrolled_off():
     """On a 12-line terminal the shapes table's header scrolls away after a few rows; --step
     prints it again above the next row, so every column stays named."""
@@ -456,6 +464,7 @@ def test_a_trained_run_steps_through_its_saved_steps(tmp_path):
     assert back.session.model.step == steps[-1]
 
 
+@pytest.mark.slow
 def test_every_pane_draws_in_a_fresh_process():
     """Each pane's records are shown by renderers the explorer imports itself (a pane that relied
     on another test having imported one once failed on stage: 'no renderer is registered')."""

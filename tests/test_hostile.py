@@ -239,6 +239,7 @@ def test_a_text_sentences_or_checkpoint_named_as_an_output_is_never_overwritten(
     (("heads", "--checkpoint", "{run}", "--sentence", "3 ① 5"), "--sentence: this run's text is token ids"),
     (("heads", "--checkpoint", "{run}", "--sentence", "3 " + "9" * 5000), "--sentence: this run's text is token ids"),
 ])
+@pytest.mark.slow
 def test_texts_that_hold_nothing_to_read_are_refused_in_one_line(cli, tmp_path, default_run, args, message):
     """An empty --text is not the bundled corpus, a blank file is not 4 tokens, and a trained run's
     ids are 0-9 digits (str.isdigit takes '²' and '①'; int() refuses 5,000 digits)."""
@@ -256,6 +257,7 @@ def _run(*args, env=None, **kwargs):
                           env={**os.environ, **(env or {})}, **kwargs)
 
 
+@pytest.mark.slow
 def test_full_device_closed_stdout_and_ascii_terminal():
     with open("/dev/full", "w") as full:
         p = subprocess.run(["mha-trace", "shapes"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
@@ -399,6 +401,7 @@ def odd(tmp_path):
     ("Bare", 1, "Bare from {path}: forward raised BaseException: base (a BaseException that is not "
                 "an Exception)"),
 ])
+@pytest.mark.slow
 def test_odd_modules_fail_cleanly(cli, odd, cls, code, message):
     """A module that ends its process (os._exit) runs in a real one, once; the rest (sys.exit and
     GeneratorExit are caught as they would be there) in this, in both formats."""
@@ -417,6 +420,7 @@ def test_odd_modules_fail_cleanly(cli, odd, cls, code, message):
             assert json.loads(stdout)["failure"]["message"] == "AssertionError (no message)"
 
 
+@pytest.mark.slow
 def test_prints_in_user_code_go_to_stderr_and_json_stays_valid(odd):
     p = _run("shapes", "--module", f"{odd}:Printer", "--d-model", "8", "--heads", "2", "--format", "json")
     assert p.returncode == 0
@@ -436,6 +440,7 @@ def ctrl_c_as_a_terminal_sends_it():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.slow
 def test_ctrl_c_prints_one_line_and_exits_130(odd, tmp_path):
     mark = tmp_path / "mark"
     p = subprocess.Popen(["mha-trace", "shapes", "--module", f"{odd}:Sleeper", "--d-model", "8",
@@ -467,6 +472,7 @@ def test_cgroup_limits_are_read(tmp_path, monkeypatch, version):
     assert runtime._cgroup_free() == (600000 if version == "v2" else 1500000)
 
 
+@pytest.mark.slow
 def test_address_space_limit_is_respected():
     p = subprocess.run("ulimit -v 3000000; mha-trace shapes --seq 4000", shell=True,
                        capture_output=True, text=True, timeout=120)
@@ -475,6 +481,7 @@ def test_address_space_limit_is_respected():
 
 
 @pytest.mark.parametrize("command", ["shapes", "heads --model minilm", "verify", "predict"])
+@pytest.mark.slow
 def test_an_address_space_too_small_for_torch_is_one_line(command):
     """torch's C++ aborts (std::bad_alloc, no Python error) under ulimit -v 400000: refused first."""
     p = subprocess.run(f"ulimit -v 400000; mha-trace {command}", shell=True, capture_output=True,
@@ -484,6 +491,7 @@ def test_an_address_space_too_small_for_torch_is_one_line(command):
                         "needs about 1024 MiB (raise it: ulimit -v unlimited)\n")
 
 
+@pytest.mark.slow
 def test_the_commands_that_never_import_torch_run_in_a_small_address_space():
     free = subprocess.run("ulimit -v 400000; mha-trace cost && mha-trace configs", shell=True,
                           capture_output=True, text=True, timeout=120)
@@ -493,6 +501,7 @@ def test_the_commands_that_never_import_torch_run_in_a_small_address_space():
 
 # 8. stable output -------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_verify_prints_the_same_whatever_the_thread_count(cli):
     import torch
 
@@ -518,6 +527,7 @@ def _no_raw(text: str) -> bool:
 
 
 @pytest.mark.parametrize("sentence", SENTENCES, ids=lambda s: s.encode("unicode_escape").decode())
+@pytest.mark.slow
 def test_model_sentences_never_send_control_characters(cli, sentence):
     """Whatever the sentence holds, each command's output (table and JSON) shows it escaped;
     text that is not text (a lone surrogate) is refused with one line."""
@@ -536,6 +546,7 @@ def test_model_sentences_never_send_control_characters(cli, sentence):
                     json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_smollm2_labels_and_predictions_are_escaped(cli):
     for args in (("heads", "--model", "smollm2", "--head", "1.1"), ("predict", "--generate", "1")):
         for fmt in ("table", "json"):
@@ -574,6 +585,7 @@ def test_head_specs_in_every_digit_class(cli, spec):
     (("survey", "--model", "smollm2", "--sentence", "a"), "a survey scores each query's previous"),
     (("heads", "--model", "minilm", "--rope-base", "1e308"), "--rope-base does not go with --model"),
 ])
+@pytest.mark.slow
 def test_empty_and_unusable_model_input_is_refused(cli, args, message):
     result = cli(*args)
     check_clean(result, {2})
@@ -624,6 +636,7 @@ def test_a_users_module_gets_its_png_too(cli, tmp_path):
     assert header[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", header[16:24]) == (1920, 1080)
 
 
+@pytest.mark.slow
 def test_stdin_closed():
     """`explore <&-` and `--step <&-`: no stdin at all is a refusal or a plain run, never a bug."""
     close = lambda: os.close(0)
@@ -633,6 +646,7 @@ def test_stdin_closed():
     assert p.returncode == 0 and p.stderr == "" and "Head 1 of 2" in p.stdout
 
 
+@pytest.mark.slow
 def test_outputs_never_write_through_a_symlink(cli, tmp_path):
     target = tmp_path / "precious.txt"
     target.write_text("precious")
@@ -643,6 +657,7 @@ def test_outputs_never_write_through_a_symlink(cli, tmp_path):
         assert target.read_text() == "precious" and not link.is_symlink() and link.stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_a_pasted_page_is_refused_before_it_runs(cli):
     """The token guard: a sentence past a model's limit is refused with what it would hold, before
     any layer runs; --max-tokens goes on anyway, up to the model's own context."""
@@ -664,6 +679,7 @@ def test_a_pasted_page_is_refused_before_it_runs(cli):
 
 # 9. time guards: refused before the long part runs, with the estimate and what fits ------------
 
+@pytest.mark.slow
 def test_ranking_every_head_is_refused_past_the_time_guard(cli):
     """270 SmolLM2 ablations over 36 tokens: about 46 s on 2 cores, over the 30 s guard."""
     from mha_trace.models import load_model
@@ -716,6 +732,7 @@ def test_text_views_of_long_sentences_point_to_png_and_json(cli, tmp_path):
     assert "The overview shows up to 128 tokens and this sentence has 162" in page.stderr
 
 
+@pytest.mark.slow
 def test_a_tall_overview_is_one_cell_a_head_computed_from_the_weights(cli):
     """SmolLM2's 30 × 9 braille maps ran 128 lines; past 64 the overview is a line a layer, each
     head's cell its largest share (first, last, previous token, itself), over queries 1..T-1."""
@@ -777,6 +794,7 @@ def _damages():
 
 
 @pytest.mark.parametrize("name,damage", list(_damages()), ids=[n for n, _ in _damages()])
+@pytest.mark.slow
 def test_every_damaged_cache_is_rebuilt_never_trusted(built_cache, tmp_path, name, damage):
     """Refused by its sha256, and by its types even when the sha256 is made to match."""
     import shutil
@@ -796,6 +814,7 @@ def test_every_damaged_cache_is_rebuilt_never_trusted(built_cache, tmp_path, nam
         assert gguf_meta.read_meta(folder, size) is None, f"{name}, resealed"
 
 
+@pytest.mark.slow
 def test_edited_files_fail_their_sha256(built_cache, tmp_path):
     import shutil
 
@@ -811,6 +830,7 @@ def test_edited_files_fail_their_sha256(built_cache, tmp_path):
         assert gguf_meta.read_meta(folder, size) is None, name
 
 
+@pytest.mark.slow
 def test_a_zero_layer_cache_is_rebuilt_end_to_end(cli, tmp_path, built_cache, monkeypatch,
                                                  gguf_parsed_once):
     """The case seen live: meta.json with layers 0 made predict say '␣is' with exit 0."""
@@ -856,6 +876,7 @@ class Mine(MultiHeadAttention):
 
 @pytest.mark.parametrize("by_name", [False, True], ids=["file", "importable"])
 @pytest.mark.parametrize("kind", sorted(USER_CODE))
+@pytest.mark.slow
 def test_user_code_that_ends_or_raises_at_import(cli, monkeypatch, tmp_path, kind, by_name):
     """os._exit ends whatever process imports it, so that one runs in a real process."""
     source, code, message = USER_CODE[kind]
@@ -876,6 +897,7 @@ def test_user_code_that_ends_or_raises_at_import(cli, monkeypatch, tmp_path, kin
 
 
 @pytest.mark.parametrize("command,by_name", [("shapes", True), ("heads", False), ("verify", True)])
+@pytest.mark.slow
 def test_prints_from_threads_and_fd_1_never_reach_the_output(tmp_path, command, by_name):
     (tmp_path / "stu_mine.py").write_text(MODULE)
     target = "stu_mine" if by_name else str(tmp_path / "stu_mine.py")
@@ -935,6 +957,7 @@ def test_an_output_of_the_wrong_shape_is_wrong_whatever_its_values(cli, tmp_path
 
 @pytest.mark.parametrize("sig,code,message", [(signal.SIGINT, 130, "interrupted (Ctrl-C)"),
                                               (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+@pytest.mark.slow
 def test_a_model_picture_set_stopped_halfway_leaves_nothing(tmp_path, sig, code, message):
     """SmolLM2's 31 figures take about half a minute on 2 cores: stopped once drawing has begun
     (matplotlib's font renderer is loaded), none of them (and no temporary file) is left."""
@@ -1023,6 +1046,7 @@ def test_train_save_never_touches_dev_null(cli):
     assert not Path("/dev/null").is_file()
 
 
+@pytest.mark.slow
 def test_train_save_refuses_one_path_for_two_outputs_and_overwrites_its_own(cli, tmp_path):
     run = _saved_run(tmp_path / "run.pt")
     result = cli("train", "--steps", "2", "--save", str(run), "--png", str(run))
@@ -1173,6 +1197,7 @@ def test_a_trained_run_is_refused_where_text_is_needed(cli, tmp_path):
                              f"train (a .pt file, e.g. --checkpoint run.pt)\n")
 
 
+@pytest.mark.slow
 def test_a_narrow_screen_and_a_long_decode_are_refused_with_sense(cli, tmp_path, monkeypatch):
     import mha_trace
 
@@ -1189,6 +1214,7 @@ def test_a_narrow_screen_and_a_long_decode_are_refused_with_sense(cli, tmp_path,
         assert result.stderr == f"Error: --decode: decode={decode} must be from 1 to 1000 (every step is a block of rows)\n"
 
 
+@pytest.mark.slow
 def test_max_tokens_lifts_the_token_limit_never_the_memory_guard(cli, monkeypatch):
     from mha_trace.core import runtime
 
@@ -1198,6 +1224,7 @@ def test_max_tokens_lifts_the_token_limit_never_the_memory_guard(cli, monkeypatc
     assert "of attention weights, and 100.0 MiB is free: shorten the sentence" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_read_only_model_cache_is_only_slower(cli, monkeypatch, gguf_parsed_once):
     """HOME=/proc: no cache can be written, and SmolLM2 (loaded afresh) runs all the same."""
     from mha_trace.models import smollm2
@@ -1210,6 +1237,7 @@ def test_a_read_only_model_cache_is_only_slower(cli, monkeypatch, gguf_parsed_on
     assert json.loads(result.stdout)["top"][0]["token"] == "␣Paris"
 
 
+@pytest.mark.slow
 def test_a_bad_flag_with_stderr_closed_still_exits_2():
     p = subprocess.run(["mha-trace", "shapes", "--heads", "x"], stdout=subprocess.PIPE,
                        preexec_fn=lambda: os.close(2), timeout=120)
@@ -1290,6 +1318,7 @@ def test_what_a_student_forward_returns_is_checked_before_it_is_used(cli, tmp_pa
         assert result.stderr == f"Error: {message}\n", command
 
 
+@pytest.mark.slow
 def test_a_deleted_working_folder_is_one_line(tmp_path):
     gone = tmp_path / "gone"
     gone.mkdir()
@@ -1302,6 +1331,7 @@ def test_a_deleted_working_folder_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("sig,code,message", [("SIGINT", 130, "interrupted (Ctrl-C)"),
                                               ("SIGTERM", 143, "terminated (SIGTERM)")])
+@pytest.mark.slow
 def test_a_signal_in_the_last_moment_is_never_swallowed(sig, code, message):
     """Ctrl-C while the last bytes are written (train --save once exited 0): the signal is held
     from the start of the exit and still gives its line and code."""

@@ -47,6 +47,7 @@ def test_verify_never_cuts_a_reference_name(cli, width):
 
 @pytest.mark.parametrize("args", [(), ("--kv-heads", "2"), ("--impl", "sdpa"), ("--rope", "--seq", "6"),
                                   ("--batch", "3", "--seq", "3", "--heads", "3", "--d-model", "9")])
+@pytest.mark.slow
 def test_compact_layout_has_the_lecture_rows_with_symbols_from_the_run(cli, args):
     data = json.loads(cli("shapes", "--compact", *args, "--format", "json").stdout)
     rows = {r["row"]: r["symbols"] for r in data["compact"]}

@@ -22,6 +22,8 @@ from mha_trace.analyses.model_heads import word_weights
 from mha_trace.render.model import braille_map
 from mha_trace.runs.run import from_model
 
+pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
+
 REFERENCE = np.load(Path(__file__).parent / "fixtures" / "minilm_reference.npz")
 META = json.loads(str(REFERENCE["meta"]))
 SENTENCE = "The animal didn't cross the street because it was too tired."
@@ -225,8 +227,8 @@ S = ("--sentence", SENTENCE)
 
 
 @pytest.mark.parametrize("name,args", [
-    ("minilm_overview.txt", ("heads", "--model", "minilm", *S)),
-    ("minilm_overview_120.txt", ("heads", "--model", "minilm", *S, "--width", "120")),
+    ("screens/heads-model-minilm-100x30.txt", ("heads", "--model", "minilm", *S)),
+    ("screens/heads-model-minilm-120x32.txt", ("heads", "--model", "minilm", *S, "--width", "120")),
     ("minilm_head_6_12.txt", ("heads", "--model", "minilm", *S, "--head", "6.12", "--decimals", "2")),
     ("minilm_words.txt", ("heads", "--model", "minilm", "--sentence", "Unbelievably tired.",
                           "--words", "--head", "1.3")),

@@ -12,6 +12,8 @@ import pytest
 import tiny_llama
 from mha_trace.models import base, registry
 
+pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
+
 FIXTURES = Path(__file__).parent / "fixtures"
 TEXT = "the cat sat on the mat because it was tired"
 CHECKS = {  # what each name is read with: its text, and a token of it to follow

@@ -127,6 +127,7 @@ def test_verify_fails_a_wrong_rope(monkeypatch):
     assert all(c.passed is False for c in checks if c.max_abs is not None)
 
 
+@pytest.mark.slow
 def test_decode_trace_shows_the_growing_cache():
     report = trace_run(from_sizes(Sizes(batch=2, seq=4, d_model=64, heads=4, kv_heads=2,
                                         mask="causal", decode=3)))

@@ -12,6 +12,8 @@ from nbclient import NotebookClient
 
 from mha_trace.runs.config import load_config
 
+pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
+
 CELLS = [
     'import mha_trace\nmha_trace.heads("cat-sat-on-mat")',
     'mha_trace.explain("cat-sat-on-mat", token="cat", head=1)',

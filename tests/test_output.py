@@ -41,6 +41,7 @@ def in_pty(*args, env_extra=None) -> str:
     return b"".join(chunks).decode("utf-8", "replace")
 
 
+@pytest.mark.slow
 def test_colour_on_a_terminal_and_not_with_no_color():
     coloured = in_pty("shapes")
     assert COLOUR.search(coloured), "no colour codes on a terminal"
@@ -52,6 +53,7 @@ def test_colour_on_a_terminal_and_not_with_no_color():
     assert "shapes: batch=2 seq=10" in plain
 
 
+@pytest.mark.slow
 def test_no_color_flag_on_a_terminal():
     assert not COLOUR.search(in_pty("heads", "--no-color"))
 
@@ -196,6 +198,7 @@ def test_svg_theme_light_for_slides(cli, tmp_path):
     assert "#ffffff" in light.read_text().lower() and "#ffffff" not in dark.read_text().lower()[:3000]
 
 
+@pytest.mark.slow
 def test_png_without_matplotlib_says_how_to_install(tmp_path):
     code = ("import sys; sys.modules['matplotlib'] = None; from typer.testing import CliRunner; "
             "from mha_trace.cli import app; "
@@ -212,6 +215,7 @@ def test_markdown_everywhere(cli):
         assert "|---" in out and "\x1b" not in out, args
 
 
+@pytest.mark.slow
 def test_shell_completion_completes_commands():
     env = {**os.environ, "_MHA_TRACE_COMPLETE": "complete_bash", "COMP_WORDS": "mha-trace co",
            "COMP_CWORD": "1"}
@@ -236,6 +240,7 @@ def test_wide_weight_tables_fit_by_fewer_decimals_then_short_labels_then_split(c
         assert not re.search(r"\d…", text)  # no number is cut short
 
 
+@pytest.mark.slow
 def test_shading_is_distinct_and_spans_a_visible_range():
     """In a real terminal, chicken-road's weights (0.03 to 0.3) are shaded per matrix: several
     distinct colours from dark to light, not three near-black ones."""
@@ -272,6 +277,7 @@ def test_model_overview_lays_many_layers_across_and_leaves_masked_cells_empty(tm
     assert bottom - top > 100 and painted[bottom].sum() > 6 * painted[top].sum()
 
 
+@pytest.mark.slow
 def test_generating_shows_a_progress_bar_on_a_terminal_and_none_when_piped(cli):
     """predict --generate runs the whole model once per token: a bar on a terminal's stderr
     (gone when done), nothing when piped."""
@@ -282,6 +288,7 @@ def test_generating_shows_a_progress_bar_on_a_terminal_and_none_when_piped(cli):
     assert piped.exit_code == 0 and piped.stderr == "" and "Greedy, 2 tokens:" in piped.stdout
 
 
+@pytest.mark.slow
 def test_training_shows_its_loss_in_the_bar_and_says_up_front_when_it_is_long(cli, monkeypatch):
     drawn = in_pty("train", "--task", "previous-token", "--steps", "60")
     assert "training (previous-token), loss " in drawn and "60/60" in drawn

@@ -13,6 +13,8 @@ import pytest
 
 import mha_trace
 
+pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
+
 CHROMIUM = os.environ.get("MHA_TRACE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 GOLDEN = Path(__file__).parent / "golden" / "page"
 

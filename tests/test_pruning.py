@@ -15,6 +15,8 @@ from mha_trace.models import corpus
 from mha_trace.analyses import pruning
 from mha_trace.models import load_model
 
+pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
+
 SENTENCES = ["The cat sat on the mat.", "Where did you leave the keys?",
              "Bees carry pollen from one flower to another."]
 

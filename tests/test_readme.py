@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from snapshots import differences
 
+pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
+
 spec = importlib.util.spec_from_file_location("readme", Path(__file__).parent.parent / "docs" / "readme.py")
 readme = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(readme)

@@ -26,6 +26,7 @@ def softmax(s):
     (RunOptions(model="minilm", sentence="The cat sat.", layer=2), "config", "all-MiniLM-L6-v2 layer 2 attention",
      ("[CLS]", "the", "cat", "sat", ".", "[SEP]")),
 ])
+@pytest.mark.slow
 def test_every_source_is_one_run(options, default, label, tokens):
     run = resolve(options, default)
     assert run.label == label and tuple(run.tokens) == tokens
@@ -43,6 +44,7 @@ def test_a_models_run_is_its_layer_on_its_sentence():
 @pytest.mark.parametrize("args", [
     ("heads",), ("heads", "--module", "example:committee"), ("heads", "--model", "minilm", "--layer", "2"),
     ("heads", "--model", "smollm2", "--head", "3.4")])
+@pytest.mark.slow
 def test_heads_json_has_one_schema_whatever_the_source(cli, args):
     data = json.loads(cli(*args, "--format", "json").stdout)
     assert list(data) == ["schema_version", "command", "source", "settings", "tokens", "decimals",
@@ -114,6 +116,7 @@ def test_bad_input_through_the_api_raises_mha_error_naming_the_quantity(call, qu
     assert caught.value.quantity == quantity
 
 
+@pytest.mark.slow
 def test_the_api_and_the_cli_give_the_same_model_json(cli):
     m = mha_trace.model("minilm")
     api = m.heads("The cat sat on the mat.", layer=3).data()
@@ -131,7 +134,7 @@ COMPUTING = [("heads", "--head", "1"), ("explain", "--token", "cat"), ("compare"
              ("explain", "--model", "minilm", "--head", "1.1", "--sentence", "The cat sat."),
              ("ablate", "--model", "minilm", "--head", "1.1", "--sentence", "The cat sat."),
              ("survey", "--sentence", "The cat sat on the mat."),
-             ("predict", "--top", "3")]
+             pytest.param(("predict", "--top", "3"), marks=pytest.mark.slow)]  # SmolLM2
 
 
 @pytest.mark.parametrize("args", COMPUTING, ids=lambda a: " ".join(a[:3]))

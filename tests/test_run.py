@@ -53,6 +53,7 @@ def test_causal_run_from_flags_matches_sdpa_is_causal(kv_heads):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+@pytest.mark.slow
 def test_traced_bytes_use_torchs_own_element_size(dtype):
     torch_dtype = getattr(torch, dtype)
     size = torch.empty(0, dtype=torch_dtype).element_size()
@@ -71,17 +72,20 @@ def test_traced_bytes_use_torchs_own_element_size(dtype):
     Sizes(mask="causal", pad=2, kv_heads=2), Sizes(batch=1, seq=1, mask="causal"),
     Sizes(dtype="bfloat16", kv_heads=1), Sizes(seq=3, pad=1, heads=1),
 ], ids=repr)
+@pytest.mark.slow
 def test_memory_estimate_equals_what_the_traced_run_allocates(sizes):
     report = trace_run(from_sizes(sizes))
     assert sum(forward_bytes(sizes.dims()).values()) == report.bytes_allocated
 
 
+@pytest.mark.slow
 def test_an_expanded_padding_mask_costs_its_storage():
     report = trace_run(from_sizes(Sizes(seq=50, pad=5)))
     mask = next(s for s in report.steps if s.op == "input" and s.text == "mask")
     assert mask.shape == (50, 50) and mask.bytes == 50  # one bool row, expanded
 
 
+@pytest.mark.slow
 def test_kv_cache_per_token_is_the_k_and_v_projections_per_token():
     """Independent of the formula: the bytes of the traced W_k and W_v outputs, per token."""
     report = trace_run(from_sizes(Sizes(batch=3, seq=5, d_model=64, heads=8, kv_heads=2)))

@@ -5,6 +5,8 @@ budget (how many screens it takes is part of the layout: a change that makes it 
 
 import pytest
 
+pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
+
 WIDTHS = {80: 24, 100: 30, 120: 32}  # columns: rows of the screen
 # command -> lines at 80, 100 and 120 columns
 BUDGET = {

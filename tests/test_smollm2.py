@@ -15,6 +15,8 @@ import torch
 import mha_trace
 from mha_trace.models import gguf_meta, smollm2
 
+pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
+
 REFERENCE = np.load(Path(__file__).parent / "fixtures" / "smollm2_reference.npz")
 META = json.loads(str(REFERENCE["meta"]))
 CAPITAL = "The capital of France is"

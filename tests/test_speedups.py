@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
+
 COMMANDS = [  # the plain `shapes` table is in the rope case too
     ("heads", "--model", "minilm", "--head", "1.3"),
     ("shapes", "--heads", "x"),  # an error line, through the option coercion

@@ -16,6 +16,8 @@ from mha_trace.models import corpus
 from mha_trace.core.detectors import detect
 from mha_trace.models import load_model
 
+pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
+
 REFERENCE = np.load(Path(__file__).parent / "fixtures" / "detector_reference.npz")
 META = json.loads(str(REFERENCE["meta"]))
 

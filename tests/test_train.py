@@ -14,6 +14,8 @@ import torch
 from mha_trace.models import checkpoints, training
 from mha_trace.models.training import Spec, run_training
 
+pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
+
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
@@ -69,6 +71,7 @@ def test_identical_heads_stay_identical_to_the_last_bit():
 TRAIN_40_STEPS = """
 import sys, torch
 from mha_trace.models import training
+
 torch.set_num_threads(1)
 run = training.run_training(training.Spec.of("induction", steps=40, snapshots=2))
 torch.save(run.state["model"], sys.argv[1])

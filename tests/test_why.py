@@ -17,6 +17,8 @@ import torch
 import mha_trace
 from mha_trace.models.stream import stream_parts
 
+pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
+
 SENTENCE = "The animal didn't cross the street because it was too tired."
 
 

@@ -84,6 +84,15 @@ class LectureHeads(Heads):
         """Head h (from 1) as every view names it: "3.1" (layer 3, head 1) in a model, "1" else."""
         return f"{self.layer}.{h}" if self.layer else str(h)
 
+    def through(self, token: str, only: int | None, position: int | None = None) -> str:
+        """A walk's title, the same in the terminal, on the page and on the slide: "The animal
+        ...: the query 'it' through head 3.1" (or "every head of layer 3"; a config's "every
+        head")."""
+        heads = (f"head {self.head_name(only)}" if only else
+                 f"every head of layer {self.layer}" if self.layer else "every head")
+        at = "" if position is None else f" (position {position})"
+        return f"{self.title}: the query '{token}'{at} through {heads}"
+
     @property
     def kv_heads(self) -> int:
         return self.config.kv_heads or self.heads

@@ -25,9 +25,7 @@ def _dot_text(products, dot: float, decimals: int) -> str:
 def explain_renderables(w, decimals: int, only_head: int | None) -> list:
     view = w.view
     c = view.config
-    through = f"head {only_head}" if only_head else "every head"
-    out = [Text(f"{c.title}: the query '{w.token}' (position {w.position}) through {through}  "
-                f"({describe(view)})", style="bold")]
+    out = [Text(f"{view.through(w.token, only_head, w.position)}  ({describe(view)})", style="bold")]
     if c.origin:
         biases = " plus their biases" if view.b_O is not None else ""
         turned = ", q and k then turned by RoPE" if c.rope else ""
@@ -47,7 +45,7 @@ def explain_renderables(w, decimals: int, only_head: int | None) -> list:
             hw = w.heads[why.head - 1]
             if hw.terms[0].effect is not None:  # --effect too: the walk's table, then the split
                 out.append(_head_table(w, hw, decimals))
-            out += why_renderables(view.tokens, w.token, why, decimals)
+            out += why_renderables(view.tokens, w.token, why, decimals, view.head_name(why.head))
         return out + _after_heads(w, decimals)
     out += [_head_table(w, hw, decimals) for hw in w.heads if not only_head or hw.head == only_head]
     if w.heads[0].terms[0].effect is not None:
@@ -59,7 +57,7 @@ def _head_table(w, hw, decimals: int):
     """One head's walk: each key's q·k written out, ÷√d_k, the softmax, then Σ w·v."""
     view = w.view
     kv = f", K/V head {hw.kv_head}" if view.kv_heads != view.heads else ""
-    table = new_table(f"Head {hw.head}: dims {hw.dims[0]}–{hw.dims[1] - 1}{kv}, "
+    table = new_table(f"Head {view.head_name(hw.head)}: dims {hw.dims[0]}–{hw.dims[1] - 1}{kv}, "
                       f"q[{w.token}] = {_query(hw.query, decimals)}, "
                       f"÷ √{view.d_k} = {fmt(w.sqrt_dk, decimals)}")
     table.add_column("key")
@@ -77,7 +75,7 @@ def _head_table(w, hw, decimals: int):
                  ] if effect else []
         table.add_row(t.token, _dot_text(t.products, t.dot, decimals),
                       fmt(t.scaled, decimals), weight, *moved, style="dim" if t.masked else None)
-    table.caption = weighted_sum(hw, decimals)
+    table.caption = weighted_sum(hw, decimals, view.head_name(hw.head))
     table.caption_justify = "left"
     return table
 
@@ -113,10 +111,10 @@ def _after_heads(w, decimals: int) -> list:
     return out
 
 
-def weighted_sum(hw, decimals: int) -> str:
+def weighted_sum(hw, decimals: int, name: str) -> str:
     """Σ_j w_j·v_j written out for small heads; summarised by its largest terms otherwise."""
     used = [(t, v) for t, v in zip(hw.terms, hw.values) if not t.masked and t.weight]
-    result = f" = {vector(hw.output, decimals)}  → head {hw.head} output"
+    result = f" = {vector(hw.output, decimals)}  → head {name} output"
     if len(hw.output) <= 4 and len(used) <= 6:
         return "weighted sum of V: " + " + ".join(
             f"{fmt(t.weight, decimals)}×[{', '.join(short(x) for x in v)}]" for t, v in used) + result

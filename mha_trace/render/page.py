@@ -66,10 +66,10 @@ def _why_page(why) -> dict:
 def walk_page(w) -> dict:
     view = w.view
     why = {y.head: y for y in w.why or []}
-    return {"kind": "explain", "title": f"{view.title}: '{w.token}' through every head",
+    return {"kind": "explain", "title": view.through(w.token, w.only),
             "token": w.token,
             "position": w.position, "tokens": list(view.tokens), "sqrt_dk": round(w.sqrt_dk, 4),
-            "heads": [{"head": hw.head, "kv_head": hw.kv_head, "dims": list(hw.dims),
+            "heads": [{"head": hw.head, "name": view.head_name(hw.head), "kv_head": hw.kv_head, "dims": list(hw.dims),
                        "query": _round(hw.query), "output": _round(hw.output),
                        "terms": [{"token": t.token, "products": _round(t.products), "dot": round(t.dot, 4),
                                   "scaled": round(t.scaled, 4), "masked": t.masked,

@@ -15,14 +15,10 @@ def walk_slide(w: Walk, path: str, theme: str = "light", head: int | None = None
     each named as the terminal names it (3.1 in a model's layer 3)."""
     from mha_trace.render.why_slide import save_why
 
-    v = w.view
     if head is not None:
         w = replace(w, heads=[hw for hw in w.heads if hw.head == head],
                     why=w.why and [y for y in w.why if y.head == head])
-    through = (f"head {v.head_name(head)}" if head is not None
-               else f"every head of layer {v.layer}" if v.layer else "every head")
-    title = f"{v.config.name if v.layer else v.title}: the query '{w.token}' through {through}"
-    (save_why if w.why else save_walk)(path, title, w, theme)
+    (save_why if w.why else save_walk)(path, w.view.through(w.token, head), w, theme)
 
 
 def save_walk(path: str, title: str, walk, theme: str = "light") -> None:

@@ -26,8 +26,10 @@ def moving_sources(why, n: int | None = None) -> list[int]:
     return order if n is None else order[:n]
 
 
-def why_renderables(tokens, token: str, why, decimals: int) -> list:
-    table = new_table(f"Head {why.head}, query '{token}': each score q·k/√d_k split by where q "
+def why_renderables(tokens, token: str, why, decimals: int, name: str | None = None) -> list:
+    """One head's split (`name`: the head as its view names it, "3.1" in a model)."""
+    name = name or str(why.head)
+    table = new_table(f"Head {name}, query '{token}': each score q·k/√d_k split by where q "
                       f"and k come from")
     table.add_column("key")
     table.add_column("score", justify="right")
@@ -47,7 +49,7 @@ def why_renderables(tokens, token: str, why, decimals: int) -> list:
     names = ["weights"] + [f"without {why.sources[s]}" for s in picked]
     more = (f" (the {len(picked)} of {len(why.sources)} sources that move them most; --format json "
             f"has every one)" if len(picked) < len(why.sources) else "")
-    without = weights_table(f"Head {why.head} without each source: the weights again with that "
+    without = weights_table(f"Head {name} without each source: the weights again with that "
                             f"source's terms taken out of every score{more}", tokens, rows, mask,
                             decimals, rows=names, corner="")
     return [table, without]

@@ -277,7 +277,7 @@
         table.append(row, products);
       });
       const details = el("details", {class: "head", "data-head": hw.head},
-        el("summary", {text: `head ${hw.head} (dims ${hw.dims[0]}–${hw.dims[1] - 1}` +
+        el("summary", {text: `head ${hw.name || hw.head} (dims ${hw.dims[0]}–${hw.dims[1] - 1}` +
                               (hw.kv_head !== hw.head ? `, K/V head ${hw.kv_head}` : "") + ")"}),
         table, ...(hw.why ? [readout, withoutTable(hw.why)] : []),
         el("p", {class: "mono", text: `Σ w·v = [${hw.output.map((x) => fmt(x)).join(", ")}]`}));

@@ -135,7 +135,7 @@ def test_the_terminal_names_the_largest_parts_and_the_sources(cli):
     out = cli("explain", "--model", "minilm", "--token", "it", "--head", "3.1", "--why",
               "--width", "100").stdout
     assert "Sources: the token embedding, the position embedding" in out
-    assert "Head 1 without each source" in out and "without position" in out
+    assert "Head 3.1 without each source" in out and "without position" in out
     smollm2 = cli("explain", "--model", "smollm2", "--token", "it", "--head", "2.3", "--why").stdout
     assert "no position embedding (RoPE turns q and k" in smollm2
 

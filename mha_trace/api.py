@@ -7,7 +7,7 @@
     mha_trace.explain("cat-sat-on-mat", token="cat", head=1)
     m = mha_trace.model("minilm")                     # loaded once, offline; also "smollm2"
     m.heads("The animal didn't cross the street because it was too tired.")
-    m.explain("...", token="it", head="4.2"); m.survey("..."); m.ablate("...", heads=["4.2"])
+    m.explain("...", token="it", head="4.2"); m.survey("..."); m.ablate("...", removed=["4.2"])
     mha_trace.verify(MyAttention); mha_trace.cost(preset="gpt3-175b", dtype="float16")
 
 Every result is the record the CLI prints: in Jupyter it shows once, as HTML tables; `print(r)` gives
@@ -261,16 +261,18 @@ class Model:
 
         return composition(self.model)
 
-    def ablate(self, text: str | None = None, *, heads=()):
-        """The model's output with these heads ("4.2", ...) zeroed before W_O."""
+    def ablate(self, text: str | None = None, *, removed=(), heads=None):
+        """The model's output with the `removed` heads ("4.2", ...) zeroed before W_O, as
+        `mha_trace.ablate(removed=...)` names them (`heads=` is the old name, kept this release)."""
         from mha_trace.models.guards import parse_head
         import mha_trace.render.ablate  # noqa: F401 (registers how its records show)
         from mha_trace.analyses.model_analysis import ablate_model_heads
 
-        removed = [parse_head(head_of(h)) for h in ([heads] if isinstance(heads, str) else heads)]
+        removed = removed if heads is None else heads
+        removed = [parse_head(head_of(h)) for h in ([removed] if isinstance(removed, str) else removed)]
         if not removed:
-            raise MhaError("name at least one head to remove, e.g. heads=['6.12']",
-                           quantity="heads")
+            raise MhaError("name at least one head to remove, e.g. removed=['6.12']",
+                           quantity="removed")
         return ablate_model_heads(self.run(text).sentence, removed)
 
     def rank(self, text: str | None = None):

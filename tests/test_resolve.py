@@ -106,7 +106,8 @@ def test_include_inputs_refusals(cli, args, message):
     (lambda: mha_trace.model("minilm").heads(head=4.2), "head"),
     (lambda: mha_trace.model("minilm").heads(layer=9), "layer"),
     (lambda: mha_trace.model("minilm").explain(token="zebra"), "token"),
-    (lambda: mha_trace.model("minilm").ablate(heads=[]), "heads"),
+    (lambda: mha_trace.model("minilm").ablate(removed=[]), "removed"),
+    (lambda: mha_trace.model("minilm").ablate(heads=[]), "removed"),  # the old name, this release
     (lambda: mha_trace.verify(3), "module"),
     (lambda: mha_trace.cost(batch="x"), "batch"),
 ])

@@ -98,7 +98,7 @@ class Model:
         self.add_bos, self.bos, self.eos = s["add_bos"], s["bos"], s["eos"]
         self.tokenizer, self.tensors = tokenizer, meta["tensors"]
         self.device = torch.device("cpu")  # `to` moves it
-        self._kept = None  # dequantised weights kept between passes (`resident`)
+        self._resident = [None]  # one holder, shared by every call's view of this model
         with open(path, "rb") as f:  # copy-on-write: nothing is written, and no write is possible
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
         self._file = np.frombuffer(self._map, dtype=np.uint8)
@@ -131,6 +131,17 @@ class Model:
                                 nn.Parameter(p.to(device), requires_grad=False))
             self.device = device
         return self
+
+    @property
+    def _kept(self) -> dict | None:
+        """The dequantised weights kept between passes (`resident`), or None: one state for the
+        model and every call's view of it (models.load_model), so a view inside `resident` of
+        another reads what that one keeps."""
+        return self._resident[0]
+
+    @_kept.setter
+    def _kept(self, kept: dict | None) -> None:
+        self._resident[0] = kept
 
     def _release(self) -> None:
         """Let go of the file's pages this process touched: dequantised, they are not needed, and

@@ -79,7 +79,8 @@ def explain(config=None, token: str | None = None, position: int | None = None, 
     """
     import mha_trace.render.explain  # noqa: F401 (registers how its records show)
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
-    from mha_trace.analyses.analysis import Heads, LectureHeads, find_position, walk, with_effect
+    from mha_trace.analyses.analysis import Heads, LectureHeads, with_effect
+    from mha_trace.analyses.walk import find_position, walk
 
     if position is not None:
         position = whole_numbers([position], "position", least=0)[0]

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from mha_trace.analyses.analysis import analyse, walk
+from mha_trace.analyses.analysis import analyse
+from mha_trace.analyses.walk import walk
 from mha_trace.runs.config import Config, load_config
 from mha_trace.runs.run import from_config
 

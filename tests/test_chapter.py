@@ -9,7 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from mha_trace.analyses.analysis import analyse, walk
+from mha_trace.analyses.analysis import analyse
+from mha_trace.analyses.walk import walk
 from mha_trace.runs.config import load_config
 from mha_trace.runs.run import from_config
 

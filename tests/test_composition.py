@@ -82,8 +82,8 @@ def test_a_trained_runs_induction_heads_read_its_previous_token_head(cli, run):
     assert differences(cli("survey", "--checkpoint", str(path), "--composition").stdout,
                        _guide_blocks()[0]) == []
     why = cli("explain", "--checkpoint", str(path), "--position", "20", "--head", "2.3", "--why").stdout
-    guide = _guide_blocks("Head 3, query")[0]  # the guide's induction score, split
-    shown = why[why.index("Head 3, query"):]
+    guide = _guide_blocks("Head 2.3, query")[0]  # the guide's induction score, split
+    shown = why[why.index("Head 2.3, query"):]
     assert differences("\n".join(shown.splitlines()[:len(guide.splitlines())]) + "\n", guide) == []
     model = mha_trace.model(str(path)).model
     heads = [tuple(h) for h in data["heads"]]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import mha_trace
-from mha_trace.analyses.analysis import walk
+from mha_trace.analyses.walk import walk
 from mha_trace.analyses.model_heads import word_weights
 
 pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers

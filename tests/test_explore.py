@@ -18,7 +18,8 @@ import time
 import numpy as np
 import pytest
 
-from mha_trace.analyses.analysis import ablate_heads, analyse, walk
+from mha_trace.analyses.analysis import ablate_heads, analyse
+from mha_trace.analyses.walk import walk
 from mha_trace.runs.config import load_config
 from mha_trace.runs.run import from_config
 from mha_trace.errors import MhaError

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from mha_trace.analyses.analysis import analyse, walk
+from mha_trace.analyses.analysis import analyse
+from mha_trace.analyses.walk import walk
 from mha_trace.errors import MhaError
 from mha_trace.models import minilm
 from mha_trace.models import corpus

@@ -10,6 +10,8 @@ from mha_trace.records import Shows
 
 @dataclass
 class Ablation(Shows):
+    renderer = "mha_trace.render.ablate"  # how it shows, imported when first shown
+
     source: object  # the full run: analysis.LectureHeads, or a model's models.sentence.Sentence
     tokens: tuple
     removed: list  # [(layer, head)] from 1, sorted

@@ -57,6 +57,8 @@ def ablate_model_heads(sentence, removed: list[tuple[int, int]]) -> Ablation:
 
 @dataclass
 class HeadRanking(Shows):
+    renderer = "mha_trace.render.model"  # how it shows, imported when first shown
+
     sentence: object
     heads: list  # [(layer, head)] in the order of `effect`, largest first
     effect: np.ndarray  # causal: KL of the next-token distribution; else mean relative movement
@@ -123,6 +125,8 @@ class Antecedents:
 
 @dataclass
 class Survey(Shows):
+    renderer = "mha_trace.render.survey"  # how it shows, imported when first shown
+
     model: object
     corpus: str  # how the output names the sentences: "the bundled corpus of 120 sentences"
     sentences: list  # the Sentence records scored
@@ -242,6 +246,8 @@ def _word_spans(sentence) -> dict:
 
 @dataclass
 class Prediction(Shows):
+    renderer = "mha_trace.render.model"  # how it shows, imported when first shown
+
     model: object
     text: str
     top: list  # [(token id, probability)], most likely first

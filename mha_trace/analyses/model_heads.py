@@ -68,7 +68,8 @@ def head_in_layer(layer: int | None, head: str | None) -> tuple[int | None, int 
 def model_walk(run, head: int | None, token: str | None, position: int | None,
                effect: bool = False):
     """One token of a model's run through its layer's heads (`explain --model`)."""
-    from mha_trace.analyses.analysis import analyse, find_position, walk, with_effect
+    from mha_trace.analyses.analysis import analyse, with_effect
+    from mha_trace.analyses.walk import find_position, walk
     from mha_trace.analyses.model_analysis import check_heads
 
     s = run.sentence

@@ -34,6 +34,8 @@ class Check:
 
 @dataclass
 class VerifyReport(Shows):
+    renderer = "mha_trace.render.verify"  # how it shows, imported when first shown
+
     description: str
     dtype: str
     device: str

@@ -95,7 +95,8 @@ def explain(
     from mha_trace.runs.resolve import check_early, resolve
 
     check_early(o)  # before torch: a wrong flag is refused at once
-    from mha_trace.analyses.analysis import find_position, run_heads, walk
+    from mha_trace.analyses.analysis import run_heads
+    from mha_trace.analyses.walk import find_position, walk
     import mha_trace.render.explain  # noqa: F401 (registers how its records show)
     import mha_trace.render.page  # noqa: F401 (registers how its records show)
 

@@ -194,7 +194,7 @@ class Session:
 
     def walk(self):
         """The picked token through every head (Walk), as `explain` shows it."""
-        from mha_trace.analyses.analysis import walk
+        from mha_trace.analyses.walk import walk
 
         return self._cached("walk", lambda: walk(self.view(), self.position))
 

@@ -251,6 +251,8 @@ class Snapshot:
 
 @dataclass
 class Training(Shows):
+    renderer = "mha_trace.render.training"  # how it shows, imported when first shown
+
     spec: Spec
     losses: list  # the training loss of every step's batch, before its update
     snapshots: list  # [Snapshot]

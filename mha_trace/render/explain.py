@@ -3,7 +3,7 @@
 from rich.text import Text
 
 from mha_trace.io.output import new_table
-from mha_trace.analyses.analysis import Walk
+from mha_trace.analyses.walk import Walk
 from mha_trace.records import data, renderables
 from mha_trace.render.matrices import (MASKED, MAX_DIMS, matrix_table, config_data, describe, fmt,
                                        shade, sharing_table, short, vector)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mha_trace.analyses.analysis import Heads, Walk
+from mha_trace.analyses.analysis import Heads
+from mha_trace.analyses.walk import Walk
 from mha_trace.errors import MhaError
 from mha_trace.io.page import page_data
 from mha_trace.io.units import human_bytes

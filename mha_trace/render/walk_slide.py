@@ -3,7 +3,7 @@ their effect with --effect) and its output."""
 
 from dataclasses import replace
 
-from mha_trace.analyses.analysis import Walk
+from mha_trace.analyses.walk import Walk
 from mha_trace.io.page import slide
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, SLIDE_W, WIDTH_PX, _fitted,
                                     _pyplot, _rc, _save, _theme, _ticks, _values_on)

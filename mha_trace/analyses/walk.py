@@ -1,0 +1,120 @@
+"""One token's walk through every head: each q·k written out, ÷√d_k, the softmax, Σ w·v, the
+concatenation and W_O, computed by hand in NumPy (float64) from a `LectureHeads`. Plain data.
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from mha_trace.analyses.analysis import Heads, LectureHeads
+from mha_trace.errors import MhaError
+from mha_trace.io.units import WORD_START
+from mha_trace.records import Shows
+
+
+def find_position(tokens, token: str | None, position: int | None) -> int:
+    """The index of the token to explain; a repeated token needs --position."""
+    if position is not None:
+        if not 0 <= position < len(tokens):
+            raise MhaError(f"position {position} is out of range (positions 0 to "
+                           f"{len(tokens) - 1}: {', '.join(tokens)})", quantity="position")
+        if token is not None and tokens[position] != token:
+            raise MhaError(f"position {position} is '{tokens[position]}', not '{token}'",
+                           quantity="position")
+        return position
+    if token is None:
+        return 0
+    found = [i for i, t in enumerate(tokens) if t == token]
+    if not found:  # a byte-level token shows its leading space as ␣: "it" finds "␣it"
+        found = [i for i, t in enumerate(tokens) if t.removeprefix(WORD_START) == token]
+    if not found:
+        raise MhaError(f"token '{token}' is not in the sentence (tokens: {', '.join(tokens)})",
+                       quantity="token")
+    if len(found) > 1:
+        raise MhaError(f"token '{token}' appears at positions {', '.join(map(str, found))} "
+                       f"(pick one with --position)", quantity="token")
+    return found[0]
+
+
+@dataclass
+class KeyTerm:
+    token: str
+    products: list  # [(q_d, k_d), ...] for d in the head's dims
+    dot: float
+    scaled: float
+    masked: bool
+    weight: float
+    moved: float | None = None  # with --effect: ‖f_h(x_j)‖, the key's value through W_O
+    effect: float | None = None  # with --effect: weight × moved, renormalised
+
+
+@dataclass
+class HeadWalk:
+    head: int  # 1-based, as the chapter numbers them
+    dims: tuple  # (start, end) of the head's columns in Q and the concatenation
+    kv_head: int  # 1-based
+    query: np.ndarray  # (d_k,)
+    terms: list[KeyTerm]
+    values: np.ndarray  # (T, d_k): the value rows this head mixes
+    output: np.ndarray  # (d_k,)
+
+
+@dataclass
+class Walk(Shows):
+    renderer = "mha_trace.render.explain"  # how it shows, imported when first shown
+
+    view: Heads
+    position: int
+    sqrt_dk: float
+    heads: list[HeadWalk]
+    concat: np.ndarray  # (D,)
+    output: np.ndarray  # (D,)
+    only: int | None = None  # the head shown when none is asked for (None: every head)
+    why: list | None = None  # --why: each head's scores split by source (analyses.why.Why)
+
+    @property
+    def token(self) -> str:
+        return self.view.tokens[self.position]
+
+
+def walk(view: LectureHeads, position: int) -> Walk:
+    """One token through every head, each number computed by hand (numpy, float64).
+
+    The tests check that these weights equal the module's own: the walk-through describes the
+    computation that ran, not a parallel one.
+    """
+    d_k, i = view.d_k, position
+    sqrt_dk = math.sqrt(d_k)
+    heads = []
+    for h in range(view.heads):
+        g = view.kv_head_of(h)
+        qs = view.q[i, h * d_k:(h + 1) * d_k]
+        ks = view.k[:, g * d_k:(g + 1) * d_k]
+        vs = view.v[:, g * d_k:(g + 1) * d_k]
+        dots = ks @ qs
+        scaled = dots / sqrt_dk
+        allowed = np.ones(len(dots), bool) if view.mask is None else view.mask[i]
+        weights = np.zeros_like(scaled)
+        if allowed.any():
+            e = np.exp(scaled[allowed] - scaled[allowed].max())
+            weights[allowed] = e / e.sum()
+        moved, effect = _moved(view, h, vs, weights)
+        terms = [KeyTerm(t, list(zip(qs.tolist(), ks[j].tolist())), float(dots[j]),
+                         float(scaled[j]), not allowed[j], float(weights[j]),
+                         *((None, None) if moved is None else (float(moved[j]), float(effect[j]))))
+                 for j, t in enumerate(view.tokens)]
+        heads.append(HeadWalk(h + 1, (h * d_k, (h + 1) * d_k), g + 1, qs, terms, vs, weights @ vs))
+    concat = np.concatenate([hw.output for hw in heads])
+    output = concat @ view.W_O + (0 if view.b_O is None else view.b_O)
+    return Walk(view, i, sqrt_dk, heads, concat, output)
+
+
+def _moved(view: LectureHeads, h: int, vs: np.ndarray, weights: np.ndarray):
+    """With the view's effect weights asked for: each key's ‖v_j · W_O block of head h‖ and the
+    query's effect weights, by hand; (None, None) otherwise."""
+    if view.effect is None:
+        return None, None
+    moved = np.linalg.norm(vs @ view.W_O[h * view.d_k:(h + 1) * view.d_k], axis=1)
+    total = (weights * moved).sum()
+    return moved, weights * moved / total if total > 0 else np.zeros_like(weights)

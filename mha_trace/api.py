@@ -32,8 +32,6 @@ def trace(module, *args, **kwargs):
     >>> t.steps[0].shape
     (2, 10, 64)
     """
-    import mha_trace.render.page  # noqa: F401 (registers how its records show)
-    import mha_trace.render.shapes  # noqa: F401 (registers how its records show)
     from mha_trace.runs.resolve import from_call
     from mha_trace.analyses.shapes import trace_run
 
@@ -47,8 +45,6 @@ def trace_sizes(**options):
     >>> trace_sizes(d_model=512, heads=8, mask="causal").largest.shape
     (2, 8, 10, 10)
     """
-    import mha_trace.render.page  # noqa: F401 (registers how its records show)
-    import mha_trace.render.shapes  # noqa: F401 (registers how its records show)
     from mha_trace.analyses.shapes import trace_run
 
     return trace_run(resolve(_options(options), "sizes"))
@@ -62,8 +58,6 @@ def heads(config=None, *, head: int | None = None, effect: bool = False, **optio
     >>> heads("cat-sat-on-mat").weights.shape
     (2, 5, 5)
     """
-    import mha_trace.render.heads  # noqa: F401 (registers how its records show)
-    import mha_trace.render.page  # noqa: F401 (registers how its records show)
     from mha_trace.analyses.analysis import run_heads
 
     return run_heads(resolve(_options(options, config=config)), head, effect)
@@ -77,8 +71,6 @@ def explain(config=None, token: str | None = None, position: int | None = None, 
     >>> explain("cat-sat-on-mat", token="cat", head=1).heads[0].terms[1].weight
     0.2509...
     """
-    import mha_trace.render.explain  # noqa: F401 (registers how its records show)
-    import mha_trace.render.page  # noqa: F401 (registers how its records show)
     from mha_trace.analyses.analysis import Heads, LectureHeads, with_effect
     from mha_trace.analyses.walk import find_position, walk
 
@@ -100,7 +92,6 @@ def explain(config=None, token: str | None = None, position: int | None = None, 
 
 def ablate(config=None, removed=(2,), **options):
     """The output with the given heads (from 1) zeroed before W_O, and how far each token moved."""
-    import mha_trace.render.ablate  # noqa: F401 (registers how its records show)
     from mha_trace.analyses.analysis import ablate_heads as run_ablate
 
     o = _options(options, config=config)
@@ -109,7 +100,6 @@ def ablate(config=None, removed=(2,), **options):
 
 def compare(config=None, head_counts=(1, 2, 4), **options):
     """The same Q, K, V split into each head count (`mha-trace compare --heads 1,2,4`)."""
-    import mha_trace.render.compare  # noqa: F401 (registers how its records show)
     from mha_trace.analyses.analysis import Comparison, analyse_splits
     from mha_trace.runs.resolve import resolve_splits
 
@@ -124,7 +114,6 @@ def verify(module=None, *, map: str | None = None, mask_means: str = "any", **op
     >>> verify(heads=8, kv_heads=2, mask="causal", dtype="float64").passed
     True
     """
-    import mha_trace.render.verify  # noqa: F401 (registers how its records show)
     from mha_trace.analyses.references import check_references
 
     o = _options(options, config=options.pop("config", None))
@@ -147,7 +136,6 @@ def cost(preset: str | None = None, **dims):
     >>> cost(preset="gpt3-175b", dtype="float16").data()["totals"]["parameters"] > 0
     True
     """
-    import mha_trace.render.cost  # noqa: F401 (registers how its records show)
     from mha_trace.core.costs import cost_report
 
     return cost_report(preset, **dims)
@@ -191,8 +179,6 @@ class Model:
               effect: bool = False):
         """Every head (an overview), one layer's (`layer=4`), or one (`head="4.2"`); effect=True
         adds the effect weights."""
-        import mha_trace.render.model  # noqa: F401 (registers how its records show)
-        import mha_trace.render.page  # noqa: F401 (registers how its records show)
         from mha_trace.analyses.model_heads import model_heads
 
         return model_heads(self.run(text), layer, head_of(head), words, hide_special, effect)
@@ -203,8 +189,6 @@ class Model:
         """One token through a layer's heads (`head="6.12"` picks the layer and the head);
         effect=True adds each key's ‖v·W_O‖ and effect weight; why=True splits each score by
         source (by_head=True: each earlier head a source of its own)."""
-        import mha_trace.render.explain  # noqa: F401 (registers how its records show)
-        import mha_trace.render.page  # noqa: F401 (registers how its records show)
         from mha_trace.analyses.model_heads import head_in_layer, model_walk
 
         if by_head and not why:
@@ -223,8 +207,6 @@ class Model:
 
     def trace(self, text: str | None = None, layer: int = 1):
         """One layer's attention on the text's hidden states, traced op by op."""
-        import mha_trace.render.page  # noqa: F401 (registers how its records show)
-        import mha_trace.render.shapes  # noqa: F401 (registers how its records show)
         from mha_trace.analyses.shapes import trace_run
 
         return trace_run(self.run(text, layer))
@@ -235,7 +217,6 @@ class Model:
         `sentences`: a list of texts or the path of a file with one a line; effect=True adds
         the sinks' share of the effect beside their share of the weight."""
         from mha_trace.models import corpus
-        import mha_trace.render.survey  # noqa: F401 (registers how its records show)
         from mha_trace.analyses.model_analysis import survey
 
         if text is not None and sentences is not None:
@@ -257,7 +238,6 @@ class Model:
     def composition(self):
         """Q-, K- and V-composition of every head with every head of an earlier layer, from the
         weights (a decoder: smollm2 or a trained run), beside random matrices."""
-        import mha_trace.render.composition  # noqa: F401 (registers how its records show)
         from mha_trace.analyses.composition import composition
 
         return composition(self.model)
@@ -266,7 +246,6 @@ class Model:
         """The model's output with the `removed` heads ("4.2", ...) zeroed before W_O, as
         `mha_trace.ablate(removed=...)` names them (`heads=` is the old name, kept this release)."""
         from mha_trace.models.guards import parse_head
-        import mha_trace.render.ablate  # noqa: F401 (registers how its records show)
         from mha_trace.analyses.model_analysis import ablate_model_heads
 
         removed = removed if heads is None else heads
@@ -278,14 +257,12 @@ class Model:
 
     def rank(self, text: str | None = None):
         """Every head removed on its own, ranked by how far the output moves."""
-        import mha_trace.render.model  # noqa: F401 (registers how its records show)
         from mha_trace.analyses.model_analysis import rank_heads
 
         return rank_heads(self.run(text).sentence)
 
     def predict(self, text: str = "The capital of France is", top: int = 10, generate: int = 0):
         """A causal model's next-token distribution (and `generate` greedy tokens)."""
-        import mha_trace.render.model  # noqa: F401 (registers how its records show)
         from mha_trace.analyses.model_analysis import predict
 
         return predict(self.model, text_of(text), whole_numbers([top], "top")[0],
@@ -295,7 +272,6 @@ class Model:
               budgets=(64, 128, 256), sinks: int = 4, tokens: int = 512, renumber: bool = False):
         """The KV-cache lab (like `mha-trace cache`): the text (default: the bundled corpus) read
         token by token under each eviction policy and cache budget."""
-        import mha_trace.render.kvcache  # noqa: F401 (registers how its records show)
         from mha_trace.analyses.kvcache import bundled_text, cache_lab
         from mha_trace.io.page import NotebookProgress
 
@@ -337,7 +313,6 @@ def train(task: str = "induction", *, resume=None, save: str | None = None, on_s
     with every snapshot. options: layers, heads, d_model, vocab, seq, batch, steps, lr, seed,
     identical_heads, snapshots. `resume` a saved path or a record; `save` a path for the run
     (then `mha_trace.model("run.pt")` is a model every view reads)."""
-    import mha_trace.render.training  # noqa: F401 (registers how its records show)
     from mha_trace.models import checkpoints, training
 
     known = set(training.Spec.__dataclass_fields__) - {"task"}

@@ -15,13 +15,13 @@ from rich.text import Text
 from mha_trace.errors import MhaError
 from mha_trace.io.notebook_html import WIDE, to_html
 from mha_trace.io.output import PLAIN_WIDTH, titled_parts, to_json
-from mha_trace.io.page import in_notebook, notebook_figure
+from mha_trace.io.page import in_notebook, notebook_figure, renderer_loaded
 
 
 @singledispatch
 def renderables(record, width: int, **options) -> list:
     """What the CLI prints for `record` (rich renderables), laid out for `width` columns."""
-    if shows_from_now_on(record):
+    if renderer_loaded(record):
         return renderables(record, width, **options)
     raise TypeError(f"no renderer is registered for {type(record).__name__}")
 
@@ -29,23 +29,9 @@ def renderables(record, width: int, **options) -> list:
 @singledispatch
 def data(record, **options) -> dict:
     """`record` as the CLI's --format json gives it (without schema_version)."""
-    if shows_from_now_on(record):
+    if renderer_loaded(record):
         return data(record, **options)
     raise TypeError(f"no renderer is registered for {type(record).__name__}")
-
-
-def shows_from_now_on(record) -> bool:
-    """Import the renderer a record's class names (`renderer`), which registers how it shows
-    (its text, JSON, page and slide); False when it names none or it is already imported. A
-    record shows wherever it comes from: a command, the API, a checkpoint read back."""
-    import importlib
-    import sys
-
-    name = getattr(type(record), "renderer", None)
-    if not name or name in sys.modules:
-        return False
-    importlib.import_module(name)
-    return True
 
 
 class Shows:
@@ -75,7 +61,7 @@ class Shows:
         """Jupyter: the interactive view where the record has one (heads, a walk, a trace), then
         real HTML tables, laid out without a width limit (shown once: nothing here prints to the
         notebook)."""
-        shows_from_now_on(self)
+        renderer_loaded(self)
         try:
             view = in_notebook(self)
         except (TypeError, MhaError):  # no interactive view of this record, or one too large

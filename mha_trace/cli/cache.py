@@ -53,7 +53,6 @@ def cache(
     """
     from mha_trace.analyses import kvcache
     from mha_trace.io.output import progress
-    import mha_trace.render.kvcache  # noqa: F401 (registers how its records show)
 
     from mha_trace.runs.resolve import RunOptions, load, with_checkpoint
 

@@ -31,7 +31,6 @@ def cost(
     Example: mha-trace cost --preset gpt3-175b --seq 2048 --dtype float16
     """
     from mha_trace.core.costs import cost_report
-    import mha_trace.render.cost  # noqa: F401 (registers how its records show)
 
     report = cost_report(preset, batch, seq, d_model, heads, kv_heads, layers, dtype.value, bias,
                          window, rope, formulas)

@@ -50,8 +50,6 @@ def heads(
 
     check_early(o)  # before torch: a wrong flag is refused at once
     from mha_trace.analyses.analysis import run_heads
-    import mha_trace.render.heads  # noqa: F401 (registers how its records show)
-    import mha_trace.render.page  # noqa: F401 (registers how its records show)
 
     check_include(include_inputs, o.model, out)
     if o.model:
@@ -97,8 +95,6 @@ def explain(
     check_early(o)  # before torch: a wrong flag is refused at once
     from mha_trace.analyses.analysis import run_heads
     from mha_trace.analyses.walk import find_position, walk
-    import mha_trace.render.explain  # noqa: F401 (registers how its records show)
-    import mha_trace.render.page  # noqa: F401 (registers how its records show)
 
     if o.model:
         from mha_trace.cli import models
@@ -165,7 +161,6 @@ def compare(
     Example: mha-trace compare --heads 1,2,4
     """
     from mha_trace.analyses.analysis import Comparison, analyse_splits
-    import mha_trace.render.compare  # noqa: F401 (registers how its records show)
 
     if module:
         raise MhaError("compare re-splits one set of projections into other head counts, which "
@@ -202,7 +197,6 @@ def ablate(
     Example: mha-trace ablate --model smollm2 --prune --png pruning.png
     """
     from mha_trace.analyses.analysis import ablate_heads as run_ablate
-    import mha_trace.render.ablate  # noqa: F401 (registers how its records show)
 
     if module:
         raise MhaError("ablate zeroes a head's slice of the concatenation inside the lecture's "

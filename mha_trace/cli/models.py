@@ -14,8 +14,6 @@ from mha_trace.io.output import Format, Output, emit, make_console
 
 def heads(o, head, overview, words, hide_special, decimals, out: Output, effect: bool = False):
     from mha_trace.analyses.model_heads import check_not_overview, model_heads
-    import mha_trace.render.model  # noqa: F401 (registers how its records show)
-    import mha_trace.render.page  # noqa: F401 (registers how its records show)
     from mha_trace.io.output import pictures
     from mha_trace.runs.resolve import resolve
 
@@ -42,8 +40,6 @@ def explain(o, head, token, position, decimals, out: Output, effect: bool = Fals
     from dataclasses import replace
 
     from mha_trace.analyses.model_heads import head_in_layer, model_walk
-    import mha_trace.render.explain  # noqa: F401 (registers how its records show)
-    import mha_trace.render.page  # noqa: F401 (registers how its records show)
     from mha_trace.runs.resolve import resolve
 
     layer, only = head_in_layer(o.layer, head)
@@ -60,8 +56,6 @@ def explain(o, head, token, position, decimals, out: Output, effect: bool = Fals
 
 
 def shapes(o, out: Output):
-    import mha_trace.render.page  # noqa: F401 (registers how its records show)
-    import mha_trace.render.shapes  # noqa: F401 (registers how its records show)
     from mha_trace.runs.resolve import resolve
     from mha_trace.analyses.shapes import trace_run
 
@@ -73,8 +67,6 @@ def shapes(o, out: Output):
 def ablate(o, head, decimals, out: Output, rank: bool = False, top: int = 20):
     from mha_trace.models.guards import parse_head
     from mha_trace.analyses.model_analysis import ablate_model_heads as run_ablate
-    import mha_trace.render.ablate  # noqa: F401 (registers how its records show)
-    import mha_trace.render.model  # noqa: F401 (registers how its records show)
     from mha_trace.runs.resolve import resolve
 
     run = resolve(o)
@@ -146,7 +138,6 @@ def survey(
     from mha_trace.models import corpus as corpora
     from mha_trace.runs.resolve import load
     from mha_trace.analyses.model_analysis import survey as run_survey
-    import mha_trace.render.survey  # noqa: F401 (registers how its records show)
     from mha_trace.io.output import progress
 
     if sum(x is not None for x in (sentence, sentences)) + corpus > 1:
@@ -172,7 +163,6 @@ def survey(
 def _composition(model, top: int, out):
     """survey --composition: every head of a decoder against every head of an earlier layer."""
     from mha_trace.analyses.composition import composition
-    import mha_trace.render.composition  # noqa: F401 (registers how its records show)
     from mha_trace.runs.resolve import load
     from mha_trace.io.output import progress
 
@@ -185,7 +175,6 @@ def _composition(model, top: int, out):
 def _induction(model, sentence, source, ablate_top: int, top: int, out):
     """survey --induction: a causal model's induction heads on random repeated tokens."""
     from mha_trace.analyses.induction import induction
-    import mha_trace.render.survey  # noqa: F401 (registers how its records show)
     from mha_trace.runs.resolve import load
     from mha_trace.io.output import progress
 
@@ -220,7 +209,6 @@ def predict(
     """
     from mha_trace.runs.resolve import RunOptions, load
     from mha_trace.analyses.model_analysis import predict as run_predict
-    import mha_trace.render.model  # noqa: F401 (registers how its records show)
 
     from mha_trace.io.output import progress
 
@@ -236,7 +224,6 @@ def prune(o, out: Output):
     from mha_trace.runs.resolve import load
     from mha_trace.io.output import progress
     from mha_trace.analyses.pruning import check_prunable, prune as run_prune, steps
-    import mha_trace.render.pruning  # noqa: F401 (registers how its records show)
 
     if o.sentence is not None or o.layer is not None:
         raise MhaError("--prune runs on the bundled corpus, not on one sentence or layer",

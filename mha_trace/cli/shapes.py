@@ -35,8 +35,6 @@ def shapes(
 
     check_early(o, "sizes")  # before torch: a wrong flag is refused at once
     from mha_trace.analyses.shapes import trace_run
-    import mha_trace.render.page  # noqa: F401 (registers how its records show)
-    import mha_trace.render.shapes  # noqa: F401 (registers how its records show)
 
     o = replace(o, decode=decode)
     if o.model:

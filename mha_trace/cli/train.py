@@ -43,7 +43,6 @@ def train(
     from dataclasses import replace
 
     from mha_trace.models import checkpoints, training
-    import mha_trace.render.training  # noqa: F401 (registers how its records show)
     from mha_trace.io.output import progress
     from mha_trace.speedups import one_thread_for_models
 

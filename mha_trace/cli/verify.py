@@ -41,7 +41,6 @@ def verify(
         report = check_student(resolve_student(o), map_, mask_means)
     else:
         report = _builtin(o, map_, mask_means)
-    import mha_trace.render.verify  # noqa: F401 (registers how its records show)
     from mha_trace.io.output import make_console
 
     console = make_console(out)

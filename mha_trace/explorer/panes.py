@@ -66,7 +66,6 @@ def cell(s, i: int, j: int) -> str | None:
 
 def walk_pane(s) -> Group:
     """The picked token through the current head, as `explain` shows it."""
-    import mha_trace.render.explain  # noqa: F401 (registers how its records show)
     from mha_trace.io.output import titled_parts
 
     shown = s.walk().renderables(decimals=4, head=s.head)
@@ -118,7 +117,6 @@ def _head_map(s, view, h: int, small: bool) -> Group:
 
 def ablation(s) -> Group:
     """Which heads are off, and how far each token's output moved."""
-    import mha_trace.render.ablate  # noqa: F401 (registers how its records show)
 
     marks = "  ".join(f"{h}:{'off' if h in s.off else 'on'}" for h in range(1, s.heads + 1))
     head = Text.assemble(("Heads ", "bold"), marks + "   ",

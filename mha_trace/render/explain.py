@@ -207,3 +207,4 @@ def _walk_data(w, decimals: int = 4, head: int | None = None, **_) -> dict:
 
 
 import mha_trace.render.walk_slide  # noqa: E402,F401 (registers the slide of what this file shows)
+import mha_trace.render.page  # noqa: E402,F401 (registers the page of what this file shows)

@@ -111,3 +111,4 @@ def module_heads_data(m, decimals: int, only_head: int | None) -> dict:
 
 
 import mha_trace.render.heads_slide  # noqa: E402,F401 (registers the slide of what this file shows)
+import mha_trace.render.page  # noqa: E402,F401 (registers the page of what this file shows)

@@ -268,3 +268,4 @@ def _prediction_data(p, **_) -> dict:
 
 
 import mha_trace.render.heads_slide  # noqa: E402,F401 (registers the slide of what this file shows)
+import mha_trace.render.page  # noqa: E402,F401 (registers the page of what this file shows)

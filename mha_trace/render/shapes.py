@@ -381,3 +381,6 @@ def _shapes(report, width: int, **_) -> list:
 @data.register(ShapesReport)
 def _shapes_data(report, **_) -> dict:
     return shapes_data(report)
+
+
+import mha_trace.render.page  # noqa: E402,F401 (registers the page of what this file shows)

@@ -14,7 +14,7 @@ from mha_trace.io.output import Format, Output, emit, make_console
 
 def heads(o, head, overview, words, hide_special, decimals, out: Output, effect: bool = False):
     from mha_trace.analyses.model_heads import check_not_overview, model_heads
-    from mha_trace.io.output import pictures
+    from mha_trace.io.output import pictures, shown_elsewhere
     from mha_trace.runs.resolve import resolve
 
     view = model_heads(resolve(o), o.layer, head, words, hide_special, effect)
@@ -25,7 +25,7 @@ def heads(o, head, overview, words, hide_special, decimals, out: Output, effect:
         try:
             shown = view.renderables(make_console(out).width, decimals=decimals)
         except MhaError as too_long:
-            shows = "the picture shows" if out.png else "the page shows" if out.html else None
+            shows = shown_elsewhere(out)
             if shows is None:
                 raise
             what = too_long.message.split(":")[0]

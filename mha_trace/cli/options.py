@@ -15,23 +15,11 @@ from mha_trace.io.files import check_outputs
 from mha_trace.io.output import Format, Output
 
 
-class Device(str, Enum):
-    cpu = "cpu"
-    cuda = "cuda"
-    mps = "mps"
-    meta = "meta"
+from mha_trace.runs.resolve import CHOICES  # noqa: E402 (each option's values, declared there once)
 
-
-class Dtype(str, Enum):
-    float32 = "float32"
-    float64 = "float64"
-    float16 = "float16"
-    bfloat16 = "bfloat16"
-
-
-class Mask(str, Enum):
-    none = "none"
-    causal = "causal"
+Device = Enum("Device", {v: v for v in CHOICES["device"]}, type=str)
+Dtype = Enum("Dtype", {v: v for v in CHOICES["dtype"]}, type=str)
+Mask = Enum("Mask", {v: v for v in CHOICES["mask"]}, type=str)
 
 
 # options shared by every command
@@ -82,9 +70,7 @@ MaskOpt = Annotated[Mask | None, typer.Option("--mask", help="none, or causal: n
 PadOpt = Annotated[int | None, typer.Option("--pad", help="Mask the last N key positions as padding (default 0, or the config's). Example: --pad 2")]
 SeedOpt = Annotated[int | None, typer.Option("--seed", help="Random seed for weights and inputs (default 0). Example: --seed 0")]
 
-class Impl(str, Enum):
-    explicit = "explicit"
-    sdpa = "sdpa"
+Impl = Enum("Impl", {v: v for v in CHOICES["impl"]}, type=str)
 
 
 RopeOpt = Annotated[bool, typer.Option("--rope", help="Rotary positions (RoPE, as LLaMA): turn Q and K in each head by token position. With verify --module, the lecture's module turns Q and K to check yours. Example: --rope")]

@@ -215,6 +215,12 @@ def pictures(out: Output, page=None, slide=None, **options) -> Output:
     return out
 
 
+def shown_elsewhere(out: Output) -> str | None:
+    """What shows a view too long for the terminal: "the picture shows" (--png), "the page
+    shows" (--html), or None."""
+    return "the picture shows" if out.png else "the page shows" if out.html else None
+
+
 def _save_recordings(out: Output, renderables: list, width: int) -> None:
     if not (out.svg or out.html):
         return

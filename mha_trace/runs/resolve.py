@@ -61,8 +61,10 @@ class RunOptions:
         return {n: getattr(self, n) for n in names if getattr(self, n) not in (None, False, 0)}
 
 
-CHOICES = {"mask": ("none", "causal"), "impl": ("explicit", "sdpa"),
-           "dtype": ("float32", "float64", "float16", "bfloat16"),
+from mha_trace.core.costs import DTYPE_BYTES  # noqa: E402 (no torch: the dtypes by name)
+
+# each option's values, declared once: the command line's choices and the API's checks read them
+CHOICES = {"mask": ("none", "causal"), "impl": ("explicit", "sdpa"), "dtype": tuple(DTYPE_BYTES),
            "device": ("cpu", "cuda", "mps", "meta")}
 
 

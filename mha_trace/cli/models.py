@@ -55,15 +55,6 @@ def explain(o, head, token, position, decimals, out: Output, effect: bool = Fals
          lambda: w.data(decimals=decimals, head=only), page=w, slide=w, head=only)
 
 
-def shapes(o, out: Output):
-    from mha_trace.runs.resolve import resolve
-    from mha_trace.analyses.shapes import trace_run
-
-    report = trace_run(resolve(o))
-    console = make_console(out)
-    emit(out, lambda: report.renderables(console.width), report.data, console, page=report)
-
-
 def ablate(o, head, decimals, out: Output, rank: bool = False, top: int = 20):
     from mha_trace.models.guards import parse_head
     from mha_trace.analyses.model_analysis import ablate_model_heads as run_ablate

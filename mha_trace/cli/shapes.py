@@ -38,11 +38,9 @@ def shapes(
 
     o = replace(o, decode=decode)
     if o.model:
-        from mha_trace.cli import models
         from mha_trace.runs.model_options import refuse_with_model
 
         refuse_with_model(compare_impl=compare_impl or None, include_inputs=include_inputs or None)
-        return models.shapes(o, out)
     if compare_impl and o.impl != "sdpa":
         raise MhaError("compare_impl goes with --impl sdpa (it compares the fused path with the "
                        "explicit one)", quantity="compare_impl")

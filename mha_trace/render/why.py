@@ -72,7 +72,8 @@ def why_words(why) -> Text:
         said.append("the biases (norm shifts, projection and output biases)")
     return Text(f"Sources: {', '.join(said)}. Each LayerNorm or RMSNorm is frozen at the scale it "
                 f"computed, so the parts add up to the score exactly. \"A·B\" is A's part of q "
-                f"times B's part of k; one name means both came from it.")
+                f"times B's part of k; one name means both came from it (the table lists these terms; the page and "
+                f"--png show each source's share: its own term and half of each term it shares).")
 
 
 def why_data(why, tokens) -> dict:

@@ -26,8 +26,8 @@ def save_why(path: str, title: str, walk, theme: str = "light") -> None:
                 ax.set_facecolor(bg)
                 ax.axhline(0, color=fg, linewidth=0.8)
                 ax.tick_params(labelsize=MIN_TICK_PT)
-        axes[0][0].set_title("each score q·k/√d_k as the sum of its sources' parts (dot: the score)",
-                             fontsize=20, color=fg)
+        axes[0][0].set_title("each source's share of q·k/√d_k: its own term, half of each shared (dot: the score)",
+                             fontsize=18, color=fg)
         axes[0][1].set_title("softmax: the weights", fontsize=20, color=fg)
         xs, size = _ticks(len(keys), SLIDE_W * 0.6)
         for ax in axes[-1]:

@@ -247,7 +247,8 @@
     root.append(el("p", {text: `The query is '${data.token}' (position ${data.position}). ` +
       `Each head: q·k for every key, ÷ √d_k = ${data.sqrt_dk}, softmax, then Σ w·v. ` +
       "Click a key's row for its products." +
-      (data.heads[0].why ? " Hover a key for its score split by source (--why); below each head, " +
+      (data.heads[0].why ? " Hover a key for its score split into each source's share (--why: the " +
+        "source's own q·k term and half of each term it shares; the terminal lists the terms); below each head, " +
         "the weights again without each source." : "") +
       (data.heads[0].terms[0].effect != null ? " Effect (orange bar): the weight × the length of " +
         "what the key's value moves through W_O, renormalised (Kobayashi et al. 2020)." : "")}));

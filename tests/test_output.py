@@ -397,3 +397,15 @@ def test_compare_packs_head_counts_into_rows_not_a_staircase(cli, tmp_path, monk
     titles = [ax.get_title() for ax in made[0].axes[:-1]]
     assert titles == ["H=1 head 1", "H=2 head 1", "H=2 head 2", "",
                       *[f"H=4 head {h}" for h in range(1, 5)]]
+
+
+@pytest.mark.slow
+def test_a_config_directory_matplotlib_cannot_write_leaves_stderr_clean(tmp_path):
+    """A read-only HOME (here: a config directory that cannot be made) makes matplotlib fall
+    back to a temporary one and log two lines about it; --png says only what it wrote."""
+    env = {**os.environ, "MPLCONFIGDIR": "/dev/null/matplotlib"}
+    path = tmp_path / "heads.png"
+    out = subprocess.run(["mha-trace", "heads", "--png", str(path)], capture_output=True,
+                         text=True, env=env, timeout=60)
+    assert out.returncode == 0 and path.stat().st_size > 10_000
+    assert out.stderr.splitlines() == [f"Wrote {path} ({path.stat().st_size / 1024:.1f} KiB)"]

@@ -26,7 +26,13 @@ def cache_slide(lab: CacheLab, path: str, theme: str = "light", **_) -> None:
                     label = policy + (" (renumbered)" if renumber else "")
                     ax.plot(*zip(*points), style, color=colour, linewidth=4, markersize=14,
                             label=label)
-        ax.axhline(full, color="#888888", linewidth=3, label=f"full ({len(lab.ids)} tokens)")
+                    for budget, value in points:  # each point's perplexity, written in
+                        ax.annotate(f"{value:.1f}", (budget, value), textcoords="offset points",
+                                    xytext=(10, 8), fontsize=16, color=colour)
+        ax.axhline(full, color="#888888", linewidth=3,
+                   label=f"full ({len(lab.ids)} tokens): {full:.1f}")
+        ax.annotate(f"{full:.1f}", (0, full), xycoords=("axes fraction", "data"),
+                    textcoords="offset points", xytext=(8, -22), fontsize=18, color="#888888")
         budgets = sorted({r.setting.budget for r in lab.results if r.setting.budget})
         ax.set_xscale("log", base=2)
         ax.set_xticks(budgets, [str(b) for b in budgets])

@@ -1,6 +1,6 @@
 """The interactive page's data for each record that has one (Heads, Walk, ShapesReport),
 registered with `mha_trace.io.page.page_data`. Weights are kept to what the view shows (16 bits
-each, base64: about 1/65535 apart; `--format json` keeps the full precision)."""
+each, base64: to four decimals, as the terminal and the JSON round them; `--format json` keeps the full precision)."""
 
 import base64
 from pathlib import Path
@@ -16,8 +16,9 @@ from mha_trace.analyses.shapes import ShapesReport
 
 
 def _weights(w: np.ndarray) -> str:
-    """Weights in [0, 1] as little-endian uint16, base64."""
-    q = np.rint(np.clip(np.asarray(w, dtype=np.float64), 0, 1) * 65535).astype("<u2")
+    """Weights in [0, 1] as little-endian uint16 ten-thousandths, base64: the page reads back
+    the four decimals every other view prints, rounded the same way (never one off)."""
+    q = np.rint(np.clip(np.asarray(w, dtype=np.float64), 0, 1) * 10000).astype("<u2")
     return base64.b64encode(q.tobytes()).decode("ascii")
 
 

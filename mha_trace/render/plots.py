@@ -15,8 +15,15 @@ WIDTH_PX, HEIGHT_PX, DPI = 1920, 1080, 100
 
 
 def _pyplot():
+    """pyplot on the Agg backend. Where its config directory cannot be written (a read-only
+    HOME), matplotlib falls back to a temporary one and says so on stderr: a note for the user
+    of matplotlib, not of mha-trace, so it is kept quiet while importing (logging restored)."""
+    import logging
     import sys
 
+    log = logging.getLogger("matplotlib")
+    level = log.level
+    log.setLevel(logging.ERROR + 1)
     try:
         import matplotlib
 
@@ -26,6 +33,8 @@ def _pyplot():
     except ImportError:
         raise MhaError('--png needs matplotlib (install it with: pip install matplotlib, or from a '
                        'clone: pip install ".[plot]")', exit_code=1) from None
+    finally:
+        log.setLevel(level)
     return plt
 
 

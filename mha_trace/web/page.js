@@ -49,7 +49,7 @@
     };
     const shown = {weight: decode(data.weights), effect: data.effect ? decode(data.effect) : null};
     let w16 = shown.weight;  // the effect weights instead, toggled with "e"
-    const weight = (l, h, q, k) => w16[((l * H + h) * T + q) * T + k] / 65535;
+    const weight = (l, h, q, k) => w16[((l * H + h) * T + q) * T + k] / 10000;
     const group = H / data.kv_heads;
     const picked = data.picked && data.picked.length === 1 ? data.picked[0][1] - 1 : null;
     const many = T > 48;  // a long sentence: one token's lines at a time (all of them: thousands)
@@ -316,7 +316,7 @@
     });
     const rows = data.steps.map((s, i) => {
       const row = el("tr", {tabindex: 0, "data-step": i + 1, "data-line": s.line || ""},
-        ...[i, s.code, s.op, `(${s.shape.join(",")})`, `(${s.stride.join(",")})`,
+        ...[i, s.code, s.op, `[${s.shape.join(", ")}]`, `(${s.stride.join(",")})`,
             s.contiguous ? "yes" : "no", s.view ? "view" : "copy",
             s.dtype.replace("bfloat", "bf").replace("float", "f").replace("int", "i"), s.alloc]
           .map((t, j) => el("td", {class: j === 1 ? "mono" : j > 2 ? "num" : "", text: t})));

@@ -126,6 +126,7 @@ def drive(keys=(), snapshot=None, **options):
         app.labels = [c.label.plain for c in matrix.columns.values()]
         app.row_labels = [matrix.get_cell_at((i, 0)).plain for i in range(matrix.row_count)]
         app.fixed = matrix.fixed_columns
+        app.matrix_width = matrix.virtual_size.width
         app.row = app.query_one("#steps").cursor_row
         app.active = app.query_one("#panes").active
 
@@ -282,7 +283,17 @@ def test_a_models_split_and_mask_are_fixed_and_say_so():
                 pane="heads")
     assert app.session.layer == 3 and app.session.heads == 12  # refused, not crashed
     s = load_model("minilm").encode("The animal didn't cross the street because it was too tired.")
-    assert _cell(app, 0, 0) == fmt(s.weights[2, 0, 0, 0], 2) + ("*" if s.weights[2, 0, 0].argmax() == 0 else "")
+    # at 80 columns the tightest layout (2 decimals, no leading zero), the table scrolls
+    assert _cell(app, 0, 0) == fmt(s.weights[2, 0, 0, 0], 2).removeprefix("0") + (
+        "*" if s.weights[2, 0, 0].argmax() == 0 else "")
+    assert len(app.labels) == 17 and app.matrix_width == 90
+    assert app.texts["heads-title"].startswith("Head 3.1 of 12 (dims 0–31")  # a model's head: L.H
+    # at 100 (98 beside the scrollbar) all 16 keys fit, as the command line fits them
+    from mha_trace.explorer.panes import matrix
+
+    labels, rows, gap = matrix(app.session.view(), 0, 98)
+    assert len(labels) == 17 and sum(max(len(str(l)), *(len(r[j].plain) for r in rows)) + 2 - (gap == 0)
+                                     for j, l in enumerate(labels)) <= 98
 
 
 def test_a_bug_in_a_pane_is_a_notice_and_the_explorer_goes_on(monkeypatch):
@@ -484,5 +495,5 @@ def test_a_models_special_tokens_are_labels_not_markup():
     markup and print '' looks at ''. The row labels stay when the table scrolls right."""
     app = drive(["2"], model="minilm")
     assert app.texts["cell"].startswith("'[CLS]' looks at '[CLS]': ")
-    assert app.labels[1] == "[CLS]" and app.labels[-1] == "[SEP]"
+    assert app.labels[1] == "[CL…" and app.labels[-1] == "[SE…"  # shortened to fit, as the CLI's
     assert app.row_labels[0] == "[CLS]" and app.fixed == 1

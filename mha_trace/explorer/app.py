@@ -63,15 +63,16 @@ def _plain(cells) -> list:
     return [Text(c) if isinstance(c, str) else c for c in cells]
 
 
-def _columns(table: DataTable, labels, rows) -> None:
-    """Columns as wide as their widest cell, set once: a DataTable that measures its columns as
-    it draws can draw rows it drew first narrower than later ones."""
+def _columns(table: DataTable, labels, rows, space: int = 0) -> None:
+    """Columns as wide as their widest cell (and `space` more, a gap between unpadded cells),
+    set once: a DataTable that measures its columns as it draws can draw rows it drew first
+    narrower than later ones."""
     from rich.cells import cell_len
 
     text = lambda cell: cell.plain if isinstance(cell, Text) else str(cell)
     for j, label in enumerate(labels):
         table.add_column(Text(label) if isinstance(label, str) else label,  # "[CLS]" is no markup
-                         width=max(cell_len(text(label)), *(cell_len(text(row[j])) for row in rows)))
+                         width=space + max(cell_len(text(label)), *(cell_len(text(row[j])) for row in rows)))
 
 
 class Help(ModalScreen):
@@ -230,18 +231,14 @@ class Explorer(App):
         self.query_one("#detail", Static).update(detail)
 
     def draw_heads(self) -> None:
-        from mha_trace.render.matrices import weight_cells
-
         s = self.session
         view = s.view()
-        h = s.head - 1
         table = self.query_one("#matrix", DataTable)
         row, column = table.cursor_coordinate
         table.clear(columns=True)
-        decimals = 4 if len(view.tokens) <= 8 else 2
-        rows = [(Text(view.tokens[i], style="bold"), *cells)
-                for i, cells in enumerate(weight_cells(view.weights[h], view.mask, decimals))]
-        _columns(table, ("q \\ k", *view.tokens), rows)
+        labels, rows, gap = panes.matrix(view, s.head - 1, self.size.width - 2)  # a scrollbar's room
+        table.cell_padding = gap
+        _columns(table, labels, rows, 1 - gap)
         for cells in rows:
             table.add_row(*_plain(cells))
         table.move_cursor(row=min(row, table.row_count - 1),

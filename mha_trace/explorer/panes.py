@@ -42,12 +42,35 @@ def step(session, s, light: bool) -> tuple:
 def heads_title(s, view) -> Text:
     """The heads pane's title: which head, its dims, its K/V head."""
     h = s.head - 1
-    where = f"layer {s.layer}, " if s.model else ""
+    name = f"{s.layer}.{s.head}" if s.model else str(s.head)  # a model's head is L.H
     kv = f", K/V head {view.kv_head_of(h) + 1}" if view.kv_heads != view.heads else ""
     return Text.assemble(
-        (f"Head {s.head} of {view.heads} ", "bold"),
-        f"({where}{dims(h, view.d_k)}, d_k = {view.d_k}{kv}). Rows are queries, columns keys; "
+        (f"Head {name} of {view.heads} ", "bold"),
+        f"({dims(h, view.d_k)}, d_k = {view.d_k}{kv}). Rows are queries, columns keys; "
         "* marks each row's largest weight.")
+
+
+def matrix(view, h: int, width: int) -> tuple[list, list, int]:
+    """The heads pane's (column labels, rows, gap) for head h (from 0): the first of the command
+    line's layouts (its decimals, then fewer, then shortened key labels, then no leading zeros)
+    that fits `width` columns with a space each side of a cell (gap 1), then with one space
+    between cells (gap 0); the tightest when none does (the table then scrolls)."""
+    from rich.cells import cell_len
+
+    from mha_trace.render.matrices import weight_cells, weights_table
+
+    tokens = list(view.tokens)
+    fitter = weights_table("", tokens, view.weights[h], view.mask, 4 if len(tokens) <= 8 else 2)
+    for gap in (1, 0):
+        for layout in fitter.layouts():
+            labels = ["q \\ k", *fitter.labels(layout)]
+            rows = [(Text(tokens[i], style="bold"), *cells) for i, cells in enumerate(
+                weight_cells(view.weights[h], view.mask, layout.decimals, layout.lead))]
+            need = sum(max(cell_len(str(label)), *(cell_len(row[j].plain) for row in rows))
+                       + (2 if gap else 1) for j, label in enumerate(labels))
+            if need <= width:
+                return labels, rows, gap
+    return labels, rows, 0
 
 
 def cell(s, i: int, j: int) -> str | None:

@@ -134,3 +134,31 @@ def test_a_second_door_refuses_what_the_first_refuses():
     assert len(encode(RunOptions(model="tiny-llama", sentence=long, max_tokens=100)).ids) == 81
     with pytest.raises(MhaError, match="the limit here is 64"):
         encode(RunOptions(model="tiny-llama", sentence=long))
+
+
+def test_records_keep_a_card_never_the_live_model(cli):
+    """What a model's command returns is plain data: its records hold the model's card (name,
+    sizes, capabilities) and token strings, so a renderer never calls the model."""
+    import dataclasses
+
+    import mha_trace
+    from mha_trace.models.base import AttentionModel
+
+    def live(value, depth=0) -> bool:
+        if isinstance(value, AttentionModel):
+            return True
+        if depth > 3:
+            return False
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return any(live(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value))
+        if isinstance(value, (list, tuple)):
+            return any(live(v, depth + 1) for v in value[:5])
+        return False
+
+    minilm, smollm2 = mha_trace.model("minilm"), mha_trace.model("smollm2")
+    records = [minilm.heads(head="1.1"), minilm.survey("The cat sat on the mat."), minilm.rank("A cat."),
+               smollm2.ablate("The capital of France is", removed=["1.1"]),
+               smollm2.predict("The capital of France is", top=2, generate=1),
+               smollm2.composition(), smollm2.cache(policies=("full",), budgets=(16,), tokens=32)]
+    assert [type(r).__name__ for r in records if live(r)] == []
+    assert records[3].words[records[3].top] == "␣Paris"  # token strings, made where the record is

@@ -12,7 +12,7 @@ from mha_trace.records import Shows
 class Ablation(Shows):
     renderer = "mha_trace.render.ablate"  # how it shows, imported when first shown
 
-    source: object  # the full run: analysis.LectureHeads, or a model's models.sentence.Sentence
+    source: object  # the full run: analysis.LectureHeads, or a model's text (models.base.ModelText)
     tokens: tuple
     removed: list  # [(layer, head)] from 1, sorted
     full: np.ndarray  # (T, D) the output with every head
@@ -20,6 +20,7 @@ class Ablation(Shows):
     next_full: np.ndarray | None = None  # causal models: next-token probabilities, every head
     next_ablated: np.ndarray | None = None  # ... and with the heads removed
     induction: tuple | None = None  # a trained run: (layers, heads) induction scores on its probe, (every head, without)
+    words: dict | None = None  # causal models: token id -> how it reads, for the ids shown
 
     @property
     def distance(self) -> np.ndarray:

@@ -128,7 +128,7 @@ class ModelHeads(Heads):
 
     renderer = "mha_trace.render.model"  # how it shows, imported when first shown
 
-    sentence: object  # the text through it (models.sentence)
+    sentence: object  # the text and the card of the model it went through (models.base.ModelText)
     words: bool = False  # word pieces grouped into words
     hide_special: bool = False  # [CLS] and [SEP] left out
 

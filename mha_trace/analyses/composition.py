@@ -8,6 +8,7 @@ import numpy as np
 
 from mha_trace.core.composition import KINDS, factors, pair_scores, random_baseline, readers, writers
 from mha_trace.errors import MhaError
+from mha_trace.models.base import ModelCard
 from mha_trace.records import Shows
 
 ROLE = 0.5  # a head has a role on the probe when it gives that place over half its weight
@@ -66,7 +67,7 @@ def composition(model, on_layer=lambda: None) -> Composition:
             found[kind][:l * H, l * H:(l + 1) * H] = pair_scores(written[:l * H], read[kind], norms[:l * H])
         on_layer()
     d_k = model.d_model // model.heads
-    return Composition(model, heads, found, random_baseline(model.d_model, d_k),
+    return Composition(ModelCard.of(model), heads, found, random_baseline(model.d_model, d_k),
                        probe_roles(model))
 
 

@@ -17,6 +17,7 @@ import torch
 
 from mha_trace.core.detectors import induction_scores, previous_token_scores
 from mha_trace.errors import MhaError
+from mha_trace.models.base import ModelCard
 from mha_trace.records import Shows
 
 
@@ -91,5 +92,5 @@ def induction(model, n: int = 50, seeds: tuple = (0, 1, 2), ablate_top: int = 0,
                 on_pass()
             loss_removed = float(np.mean(after))
     first, repeated = np.mean([loss for _, _, loss in runs], axis=0)
-    return Induction(model, n, list(seeds), scores, previous, float(first), float(repeated),
+    return Induction(ModelCard.of(model), n, list(seeds), scores, previous, float(first), float(repeated),
                      removed, loss_removed)

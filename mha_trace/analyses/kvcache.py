@@ -23,6 +23,7 @@ import torch
 
 from mha_trace.core.attention import rope
 from mha_trace.errors import MhaError
+from mha_trace.models.base import ModelCard
 from mha_trace.records import Shows
 
 POLICIES = ("full", "window", "sinks", "h2o")
@@ -268,7 +269,7 @@ def run_lab(model, text_name: str, ids: list, todo: list, on_token=lambda: None)
     """Every setting over the text: a masked pass where it is exact, else real decoding.
     on_token() is called once a decoded token, and for a masked pass as often as the decoded
     tokens its time is worth (`work`): a progress bar's estimate then holds steady."""
-    lab = CacheLab(model, text_name, ids, sinks=todo[0].sinks)
+    lab = CacheLab(ModelCard.of(model), text_name, ids, sinks=todo[0].sinks)
     with model.resident():  # every setting reads the weights dequantised once
         for s in todo:
             if decoded(s):

@@ -11,6 +11,7 @@ import torch
 from mha_trace.errors import MhaError
 from mha_trace.io.units import WORD_START
 from mha_trace.analyses.ablated import Ablation
+from mha_trace.models.base import ModelCard, ModelText
 from mha_trace.records import Shows
 
 def check_heads(model, heads: list[tuple[int, int]]) -> None:
@@ -51,8 +52,12 @@ def ablate_model_heads(sentence, removed: list[tuple[int, int]]) -> Ablation:
         from mha_trace.analyses.composition import probe_roles
 
         induction = (probe_roles(model)["induction"], probe_roles(model, plan)["induction"])
-    return Ablation(sentence, tuple(sentence.labels), sorted(removed), full,
-                    out[0].cpu().numpy(), *nexts, induction)
+    words = None
+    if nexts[0] is not None:  # the next tokens the view names: the top one, the top 5 without
+        named = {int(np.argmax(nexts[0]))} | {int(i) for i in np.argsort(-nexts[1])[:5]}
+        words = {i: model.token_text(i) for i in named}
+    return Ablation(ModelText.of(sentence), tuple(sentence.labels), sorted(removed), full,
+                    out[0].cpu().numpy(), *nexts, induction, words)
 
 
 @dataclass
@@ -65,6 +70,7 @@ class HeadRanking(Shows):
     top_drop: np.ndarray | None  # causal: how much the top-1 token's probability fell
     measure: str
     top_token: int | None = None  # causal: the full model's most likely next token
+    top_text: str | None = None  # ... as it reads
 
 
 def rank_heads(sentence, on_layer=lambda: None) -> HeadRanking:
@@ -104,8 +110,9 @@ def rank_heads(sentence, on_layer=lambda: None) -> HeadRanking:
         effect = (moved / np.linalg.norm(sentence.output, axis=1)).mean(1)
         drop, measure = None, "mean relative movement of the final vectors"
     order = np.argsort(-effect, kind="stable")
-    return HeadRanking(sentence, [heads[i] for i in order], effect[order],
-                       None if drop is None else drop[order], measure, top)
+    return HeadRanking(ModelText.of(sentence), [heads[i] for i in order], effect[order],
+                       None if drop is None else drop[order], measure, top,
+                       None if top is None else model.token_text(top))
 
 
 @dataclass
@@ -129,7 +136,7 @@ class Survey(Shows):
 
     model: object
     corpus: str  # how the output names the sentences: "the bundled corpus of 120 sentences"
-    sentences: list  # the Sentence records scored
+    sentences: list  # the texts scored (models.base.ModelText)
     detectors: dict  # detector name -> detectors.Detector over the sentences it applies to
     antecedents: list  # [Antecedents], one per role, when the corpus knows them
     probe: dict | None = None  # --from/--to: {"from": token, "to": [...], "scores": {to: (L, H)}}
@@ -183,7 +190,8 @@ def survey(model, corpus, source: str | None = None, targets: list[str] | None =
                            "animal,street", quantity="to")
         probe = coreference(runs, source, targets)
     moved = gather([detect(r.effect, r.tokens, r.ids, model.capabilities.causal) for r in runs]) if effect else None
-    return Survey(model, corpus.name, runs, detectors, antecedents(runs, corpus.antecedents),
+    card = ModelCard.of(model)
+    return Survey(card, corpus.name, [ModelText(card, r.text) for r in runs], detectors, antecedents(runs, corpus.antecedents),
                   probe, moved)
 
 
@@ -252,6 +260,8 @@ class Prediction(Shows):
     text: str
     top: list  # [(token id, probability)], most likely first
     generated: list  # greedy continuation, token ids
+    words: dict  # token id -> how it reads, for every id above
+    continuation: str  # the generated ids decoded
 
 
 def predict(model, text: str, k: int = 10, generate: int = 0,
@@ -268,4 +278,6 @@ def predict(model, text: str, k: int = 10, generate: int = 0,
     out, generated = model.generate(ids, generate, on_token)
     p = next_token_probabilities(model, out)[0]
     order = np.argsort(-p, kind="stable")[:k]
-    return Prediction(model, text, [(int(i), float(p[i])) for i in order], generated)
+    words = {i: model.token_text(i) for i in {*map(int, order), *generated}}
+    return Prediction(ModelCard.of(model), text, [(int(i), float(p[i])) for i in order], generated,
+                      words, model.tokenizer.decode(generated))

@@ -3,6 +3,8 @@ glance, one layer's tables, or one head; word pieces grouped into words; [CLS]/[
 
 import numpy as np
 
+from mha_trace.models.base import ModelText
+
 from mha_trace.analyses.analysis import ModelHeads
 from mha_trace.errors import MhaError
 
@@ -40,7 +42,7 @@ def model_heads(run, layer: int | None = None, head: str | None = None, words: b
     else:
         picked = None
     mask = allowed(len(tokens), "causal") if s.model.capabilities.causal else None
-    return ModelHeads(tuple(tokens), weights, mask, picked=picked, effect=moved, sentence=s,
+    return ModelHeads(tuple(tokens), weights, mask, picked=picked, effect=moved, sentence=ModelText.of(s),
                       words=words, hide_special=hide_special)
 
 

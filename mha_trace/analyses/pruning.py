@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from mha_trace.errors import MhaError
+from mha_trace.models.base import ModelCard
 from mha_trace.records import Shows
 
 # the share of heads removed at each point of the curve: every 5% to half, then 3 in 4 and all
@@ -117,7 +118,7 @@ def prune(model, corpus, on_step=lambda: None) -> Pruning:
         counts = sorted({round(f * len(order)) for f in FRACTIONS})
         points = [(k, corpus_loss(model, found, order[:k], on_step)) for k in counts]
     tokens = sum(len(rows) * (len(rows[0]) - 1) for rows in found)
-    return Pruning(model, corpus.name, tokens, scores, order, points)
+    return Pruning(ModelCard.of(model), corpus.name, tokens, scores, order, points)
 
 
 def check_prunable(model) -> None:

@@ -38,6 +38,39 @@ class Limits:
         return default if self.max_seconds is None else self.max_seconds
 
 
+@dataclass(frozen=True)
+class ModelCard:
+    """What a record keeps of the model it came from: plain data. Records hold this, never the
+    live model, so a renderer reads names and sizes and never calls the model."""
+
+    name: str
+    key: str
+    layers: int
+    heads: int
+    kv_heads: int | None
+    d_model: int
+    capabilities: Capabilities
+    rope_base: float | None = None
+    vocab_size: int | None = None
+
+    @classmethod
+    def of(cls, model) -> "ModelCard":
+        return cls(model.name, model.key, model.layers, model.heads, model.kv_heads, model.d_model,
+                   model.capabilities, model.rope_base, getattr(model, "vocab_size", None))
+
+
+@dataclass(frozen=True)
+class ModelText:
+    """A text as a record keeps it: the card of the model it went through, and the text."""
+
+    model: ModelCard
+    text: str
+
+    @classmethod
+    def of(cls, sentence) -> "ModelText":
+        return cls(ModelCard.of(sentence.model), sentence.text)
+
+
 @runtime_checkable
 class AttentionModel(Protocol):
     """Every model: its sizes, its tokens, a pass through every layer, and each layer's parts."""

@@ -68,13 +68,13 @@ def model_renderables(a, decimals: int) -> list:
         table.add_row(t, fmt(d, decimals), f"{r:.1%}", fmt(c, decimals))
     out.append(table)
     if a.next_full is not None:
-        m, top = s.model, a.top
+        top, word = a.top, a.words
         order = np.argsort(-a.next_ablated)[:5]
-        out.append(Text(f"Next token: {m.token_text(top)!r} {a.next_full[top]:.1%} with every head, "
+        out.append(Text(f"Next token: {word[top]!r} {a.next_full[top]:.1%} with every head, "
                         f"{a.next_ablated[top]:.1%} without (a change of "
                         f"{100 * (a.next_ablated[top] - a.next_full[top]):+.1f} points); KL(full ‖ ablated) = "
                         f"{a.kl:.4f} nats. Top 5 without: "
-                        + ", ".join(f"{m.token_text(int(i))!r} {a.next_ablated[i]:.1%}" for i in order)))
+                        + ", ".join(f"{word[int(i)]!r} {a.next_ablated[i]:.1%}" for i in order)))
     if a.induction is not None:
         out.append(Text(induction_line(a)))
     out.append(Text(f"Largest move: {a.tokens[int(np.argmax(a.relative))]} "
@@ -108,7 +108,7 @@ def model_data(a, decimals: int) -> dict:
         grid = lambda g: [[float(x) for x in row] for row in g]
         data["induction"] = {"every_head": grid(a.induction[0]), "without": grid(a.induction[1])}
     if a.next_full is not None:
-        data["next_token"] = {"token": s.model.token_text(a.top), "id": a.top,
+        data["next_token"] = {"token": a.words[a.top], "id": a.top,
                               "p_full": float(a.next_full[a.top]),
                               "p_ablated": float(a.next_ablated[a.top]), "kl": a.kl}
     return data

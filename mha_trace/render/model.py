@@ -168,13 +168,13 @@ def model_heads_data(view, decimals: int = 4, **_) -> dict:
     sentence, tokens, weights, words = view.sentence, view.tokens, view.layers, view.words
     m = sentence.model
     picked = view.picked or [(l, h) for l in range(1, m.layers + 1) for h in range(1, m.heads + 1)]
-    group, attention = m.heads // (m.kv_heads or m.heads), m.attention_module(1)
+    group = m.heads // (m.kv_heads or m.heads)
     source = {"kind": "model", "model": m.name, "sentence": sentence.text, "words": words,
               "hide_special": view.hide_special}
     settings = {"layers": m.layers, "heads": m.heads, "kv_heads": m.kv_heads or m.heads,
                 "d_model": m.d_model, "d_k": m.d_model // m.heads,
                 "mask": "causal" if m.capabilities.causal else "none", "pad": 0, "window": None,
-                "rope": attention.rope, "rope_base": attention.rope_base if attention.rope else None}
+                "rope": m.capabilities.rope, "rope_base": m.rope_base}
     return heads_json(source, settings, tokens, view.mask,
                       [head_entry(l, h, (h - 1) // group + 1, weights[l - 1, h - 1], decimals,
                                   None if view.effect is None else view.effect[l - 1, h - 1])
@@ -193,7 +193,7 @@ def ranking_renderables(r, top: int) -> list:
     table.add_column("head", justify="right")
     table.add_column("effect", justify="right")
     if r.top_drop is not None:
-        top = m.token_text(r.top_token)
+        top = r.top_text
         table.add_column(f"p({top}) change", justify="right")
     for i in range(shown):
         l, h = r.heads[i]
@@ -228,23 +228,23 @@ def prediction_renderables(p) -> list:
     table.add_column("id", justify="right")
     table.add_column("probability", justify="right")
     for i, (token, prob) in enumerate(p.top):
-        table.add_row(str(i + 1), repr(m.token_text(token)), str(token), f"{prob:.2%}")
+        table.add_row(str(i + 1), repr(p.words[token]), str(token), f"{prob:.2%}")
     out.append(table)
     if p.generated:
         from mha_trace.errors import printable
 
         out.append(Text(f"Greedy, {len(p.generated)} tokens: "
-                        + printable(p.text + m.tokenizer.decode(p.generated))))
+                        + printable(p.text + p.continuation)))
     out.append(Text("Plain text in, no chat template; ␣ marks a leading space."))
     return out
 
 
 def prediction_data(p) -> dict:
     return {"command": "predict", "model": p.model.name, "sentence": p.text,
-            "top": [{"token": p.model.token_text(t), "id": t, "probability": float(q)}
+            "top": [{"token": p.words[t], "id": t, "probability": float(q)}
                     for t, q in p.top],
-            "generated": [{"token": p.model.token_text(t), "id": t} for t in p.generated],
-            "text": p.text + p.model.tokenizer.decode(p.generated) if p.generated else p.text}
+            "generated": [{"token": p.words[t], "id": t} for t in p.generated],
+            "text": p.text + p.continuation if p.generated else p.text}
 
 
 @renderables.register(HeadRanking)

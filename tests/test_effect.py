@@ -140,7 +140,7 @@ def test_words_group_the_effect_as_they_group_the_weights(minilm):
     text = "Unbelievably, the cat saw the cat."
     pieces = minilm.heads(text, effect=True)
     words = minilm.heads(text, effect=True, words=True)
-    np.testing.assert_allclose(words.effect, word_weights(pieces.sentence, pieces.effect)[1])
+    np.testing.assert_allclose(words.effect, word_weights(minilm.run(text).sentence, pieces.effect)[1])
     np.testing.assert_allclose(words.effect.sum(-1), 1.0, atol=1e-9)
     hidden = minilm.heads(text, effect=True, hide_special=True)
     np.testing.assert_allclose(hidden.effect, pieces.effect[..., 1:-1, :][..., 1:-1])

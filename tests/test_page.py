@@ -90,7 +90,7 @@ def test_head_view_of_the_chapters_example(cli, tmp_path, browser):
 
 
 def test_model_view_tiles_open_their_head(cli, tmp_path, browser):
-    s = mha_trace.model("minilm").heads().sentence
+    s = mha_trace.model("minilm").run().sentence
     url = _written(cli, tmp_path, "heads", "--model", "minilm")
     assert Path(url.removeprefix("file://")).stat().st_size < 2_000_000
     p = Opened(browser, url)
@@ -163,7 +163,7 @@ def test_the_effect_toggle_redraws_lines_readout_and_tiles(cli, tmp_path, browse
 
     reference = np.load(Path(__file__).parent / "fixtures" / "effect_reference.npz")
     text = json.loads(str(reference["meta"]))["sentence"]
-    s = mha_trace.model("minilm").heads(text).sentence
+    s = mha_trace.model("minilm").run(text).sentence
     p = Opened(browser, _written(cli, tmp_path, "heads", "--model", "minilm", "--sentence", text,
                                  "--effect"))
     page = p.page

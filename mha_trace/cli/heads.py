@@ -53,9 +53,11 @@ def heads(
 
     check_include(include_inputs, o.model, out)
     if o.model:
-        from mha_trace.cli import models
+        from mha_trace.analyses.model_heads import check_not_overview, model_heads
 
-        return models.heads(o, head, overview, words, hide_special, decimals, out, effect)
+        view = model_heads(resolve(o), o.layer, head, words, hide_special, effect)
+        check_not_overview(view, overview)
+        return _emit_whole_model(view, out, decimals)
     needs_model(None, None, overview=overview, words=words, hide_special=hide_special)
     head = _head_number(head)
     if concat and head is None:
@@ -96,36 +98,26 @@ def explain(
     from mha_trace.analyses.analysis import run_heads
     from mha_trace.analyses.walk import find_position, walk
 
+    if by_head and not why:
+        raise MhaError("--by-head goes with --why", quantity="by_head")
     if o.model:
-        from mha_trace.cli import models
         from mha_trace.runs.model_options import refuse_with_model
 
         refuse_with_model(include_inputs=include_inputs or None)
-        return models.explain(o, head, token, position, decimals, out, effect, (why, by_head))
-    check_include(include_inputs, None, out)
-    head = _head_number(head)
-    if by_head and not why:
-        raise MhaError("--by-head goes with --why", quantity="by_head")
-    if by_head:  # what --by-head splits is a model's earlier layers
-        raise MhaError("--by-head splits a model's earlier layers into their heads; a "
-                       f"{'module' if o.module else 'config'}'s scores split into the head's dims",
-                       quantity="by_head")
-    run = resolve(o)
-    view = run_heads(run, head, effect)
-    if o.module:
-        from mha_trace.render.explain import module_explain_data, module_explain_renderables
-
-        i = find_position(view.tokens, token, position)
-        found = None
-        if why:
-            from mha_trace.analyses.why import module_why
-
-            found = module_why(run, view, i, [head] if head else range(1, view.heads + 1))
-        emit(out, lambda: module_explain_renderables(view, i, decimals, head, found),
-             lambda: with_inputs(module_explain_data(view, i, decimals, head, found), run,
-                                 include_inputs))
-        return
-    w = walk(view, find_position(view.tokens, token, position))
+        run, w, head = _model_walk(o, head, token, position, effect)
+    else:
+        check_include(include_inputs, None, out)
+        head = _head_number(head)
+        if by_head:  # what --by-head splits is a model's earlier layers
+            raise MhaError("--by-head splits a model's earlier layers into their heads; a "
+                           f"{'module' if o.module else 'config'}'s scores split into the head's "
+                           "dims", quantity="by_head")
+        run = resolve(o)
+        view = run_heads(run, head, effect)
+        if o.module:
+            return _module_explain(run, view, token, position, head, why, decimals, out,
+                                   include_inputs)
+        w = walk(view, find_position(view.tokens, token, position))
     if why:
         from mha_trace.analyses.why import with_why
 
@@ -133,6 +125,57 @@ def explain(
     emit(out, lambda: w.renderables(decimals=decimals, head=head),
          lambda: with_inputs(w.data(decimals=decimals, head=head), run, include_inputs), page=w,
          slide=w, head=head)
+
+
+def _model_walk(o, head: str | None, token, position, effect: bool):
+    """explain --model: (the run of the layer --head L.H or --layer names, the walk, the head)."""
+    from dataclasses import replace
+
+    from mha_trace.analyses.model_heads import head_in_layer, model_walk
+    from mha_trace.runs.resolve import resolve
+
+    layer, only = head_in_layer(o.layer, head)
+    run = resolve(replace(o, layer=layer))
+    return run, model_walk(run, only, token, position, effect), only
+
+
+def _module_explain(run, view, token, position, head, why: bool, decimals: int, out: Output,
+                    include_inputs: bool) -> None:
+    """explain --module: what the user's module returned, one query's row per head."""
+    from mha_trace.analyses.walk import find_position
+    from mha_trace.render.explain import module_explain_data, module_explain_renderables
+
+    i = find_position(view.tokens, token, position)
+    found = None
+    if why:
+        from mha_trace.analyses.why import module_why
+
+        found = module_why(run, view, i, [head] if head else range(1, view.heads + 1))
+    emit(out, lambda: module_explain_renderables(view, i, decimals, head, found),
+         lambda: with_inputs(module_explain_data(view, i, decimals, head, found), run,
+                             include_inputs))
+
+
+def _emit_whole_model(view, out: Output, decimals: int) -> None:
+    """heads --model: the pictures first (a refusal before any text), then the text, or a line
+    on stderr when the view is too long for the terminal and a picture or a page shows it."""
+    import sys
+
+    from mha_trace.io.output import Format, make_console, pictures, shown_elsewhere
+
+    written = pictures(out, page=view, slide=view, decimals=decimals)
+    shown = None
+    if out.format != Format.json:
+        try:
+            shown = view.renderables(make_console(out).width, decimals=decimals)
+        except MhaError as too_long:
+            shows = shown_elsewhere(out)
+            if shows is None:
+                raise
+            what = too_long.message.split(":")[0]
+            print(f"No text view: {what[0].lower()}{what[1:]} ({shows} them all)", file=sys.stderr)
+    if shown is not None or out.format == Format.json:
+        emit(written, lambda: shown, lambda: view.data(decimals=decimals))
 
 
 def _int_list(text: str, quantity: str) -> list[int]:
@@ -215,9 +258,30 @@ def ablate(
         if head is None and not rank:
             raise MhaError("with --model, name the heads to remove, e.g. --head 6.12 (or rank "
                            "them all with --rank, or prune them with --prune)", quantity="head")
-        return models.ablate(o, head, decimals, out, rank, top)
+        return _ablate_model(o, head, decimals, out, rank, top)
     from mha_trace.runs.resolve import resolve
 
     needs_model(o.sentence, None, rank=rank, prune=prune)
     a = run_ablate(resolve(o, "config"), _int_list("2" if head is None else head, "head"))
+    emit(out, lambda: a.renderables(decimals=decimals), lambda: a.data(decimals=decimals))
+
+
+def _ablate_model(o, head: str | None, decimals: int, out: Output, rank: bool, top: int) -> None:
+    """ablate --model: the heads named (L.H, comma-separated) removed, or every head ranked."""
+    from mha_trace.analyses.model_analysis import ablate_model_heads, rank_heads
+    from mha_trace.models.guards import parse_head
+    from mha_trace.runs.resolve import resolve
+
+    run = resolve(o)
+    if rank:
+        from mha_trace.io.output import progress
+
+        with progress(run.sentence.model.layers, "ranking heads (one batch per layer)") as advance:
+            r = rank_heads(run.sentence, advance)
+        emit(out, lambda: r.renderables(top=top), r.data)
+        return
+    removed = [parse_head(part.strip()) for part in head.split(",") if part.strip()]
+    if not removed:
+        raise MhaError("needs at least one LAYER.HEAD, e.g. 6.12", quantity="head")
+    a = ablate_model_heads(run.sentence, removed)
     emit(out, lambda: a.renderables(decimals=decimals), lambda: a.data(decimals=decimals))

@@ -1,8 +1,7 @@
-"""`--model` on heads, explain, shapes and ablate, and the `survey` command: a pretrained model's
-real heads. The commands in cli/heads.py and cli/shapes.py hand over here when --model is given.
-"""
+"""The commands only a model has: `survey` (which layer.head does what), `predict` (a causal
+model's next token) and `ablate --prune` (the pruning curve). `heads`, `explain`, `shapes` and
+`ablate` read a model through their own path (cli/heads.py, cli/shapes.py)."""
 
-import sys
 from typing import Annotated
 
 import typer
@@ -10,71 +9,7 @@ import typer
 from mha_trace.cli.app import app
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
 from mha_trace.errors import MhaError
-from mha_trace.io.output import Format, Output, emit, make_console
-
-def heads(o, head, overview, words, hide_special, decimals, out: Output, effect: bool = False):
-    from mha_trace.analyses.model_heads import check_not_overview, model_heads
-    from mha_trace.io.output import pictures, shown_elsewhere
-    from mha_trace.runs.resolve import resolve
-
-    view = model_heads(resolve(o), o.layer, head, words, hide_special, effect)
-    check_not_overview(view, overview)
-    written = pictures(out, page=view, slide=view, decimals=decimals)  # a refusal before any text
-    shown = None
-    if out.format != Format.json:  # too long for text: said, when a picture or a page shows it
-        try:
-            shown = view.renderables(make_console(out).width, decimals=decimals)
-        except MhaError as too_long:
-            shows = shown_elsewhere(out)
-            if shows is None:
-                raise
-            what = too_long.message.split(":")[0]
-            print(f"No text view: {what[0].lower()}{what[1:]} ({shows} them all)", file=sys.stderr)
-    if shown is not None or out.format == Format.json:
-        emit(written, lambda: shown, lambda: view.data(decimals=decimals))
-
-
-def explain(o, head, token, position, decimals, out: Output, effect: bool = False,
-            why: tuple = (False, False)):
-    """explain --model; why: (--why, --by-head)."""
-    from dataclasses import replace
-
-    from mha_trace.analyses.model_heads import head_in_layer, model_walk
-    from mha_trace.runs.resolve import resolve
-
-    layer, only = head_in_layer(o.layer, head)
-    run = resolve(replace(o, layer=layer))
-    if why[1] and not why[0]:
-        raise MhaError("--by-head goes with --why", quantity="by_head")
-    w = model_walk(run, only, token, position, effect)
-    if why[0]:
-        from mha_trace.analyses.why import with_why
-
-        w = with_why(w, run, only, why[1])
-    emit(out, lambda: w.renderables(decimals=decimals, head=only),
-         lambda: w.data(decimals=decimals, head=only), page=w, slide=w, head=only)
-
-
-def ablate(o, head, decimals, out: Output, rank: bool = False, top: int = 20):
-    from mha_trace.models.guards import parse_head
-    from mha_trace.analyses.model_analysis import ablate_model_heads as run_ablate
-    from mha_trace.runs.resolve import resolve
-
-    run = resolve(o)
-    if rank:
-        from mha_trace.analyses.model_analysis import rank_heads
-        from mha_trace.io.output import progress
-
-        with progress(run.sentence.model.layers, "ranking heads (one batch per layer)") as advance:
-            r = rank_heads(run.sentence, advance)
-        emit(out, lambda: r.renderables(top=top), r.data)
-        return
-    removed = [parse_head(part.strip()) for part in head.split(",") if part.strip()]
-    if not removed:
-        raise MhaError("needs at least one LAYER.HEAD, e.g. 6.12", quantity="head")
-    a = run_ablate(run.sentence, removed)
-    emit(out, lambda: a.renderables(decimals=decimals), lambda: a.data(decimals=decimals))
-
+from mha_trace.io.output import Output, emit, make_console
 
 @app.command(short_help="Which layer.head of a model does what, ranked.")
 @output_options(png=("composition", "--png draws the composition slide: it goes with --composition"),

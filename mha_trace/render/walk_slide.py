@@ -33,7 +33,7 @@ def save_walk(path: str, title: str, walk, theme: str = "light") -> None:
     effect = heads[0].terms[0].effect is not None
     xs, size = _ticks(len(keys), SLIDE_W / 3 * 0.8)
     with plt.rc_context(_rc(fg)):
-        fig, axes = plt.subplots(len(heads), 3, squeeze=False, sharex="col",
+        fig, axes = plt.subplots(len(heads), 3, squeeze=False,
                                  figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI,
                                  facecolor=bg, gridspec_kw=_layout(heads, keys, xs, size, walk))
         for row, hw in zip(axes, heads):
@@ -49,6 +49,10 @@ def save_walk(path: str, title: str, walk, theme: str = "light") -> None:
             ax.set_xticks(xs, [keys[j] for j in xs], rotation=90, fontsize=size)
         dims = np.arange(len(heads[0].output))
         axes[-1][2].set_xticks(dims[::max(1, len(dims) // 16)])
+        for row in axes[:-1]:  # one key axis a column, at the bottom: the rows above draw none
+            for ax, bottom in zip(row, axes[-1]):
+                ax.set_xlim(bottom.get_xlim())
+                ax.set_xticks([])
         axes[-1][2].set_xlabel("dimension of the head", fontsize=18)
         fig.suptitle(_fitted(title, 95), fontsize=28, color=fg)
     _save(plt, fig, path, bg)

@@ -21,6 +21,17 @@ def save_why(path: str, title: str, walk, theme: str = "light") -> None:
         for (parts_ax, weights_ax), why in zip(axes, walk.why):
             _stack(parts_ax, why, fg, colours)
             weights_ax.bar(np.arange(len(keys)), why.weights(), 0.7, color="#21918c")
+            if len(walk.why) <= 2 and len(keys) <= 20:  # room for the numbers themselves
+                weights = why.weights()
+                weights_ax.set_ylim(0, max(float(weights.max()), 1e-9) * 1.15)
+                for x, w in enumerate(weights):
+                    if w >= 0.03:  # the weights that count; a row of 0.00 would hide them
+                        weights_ax.text(x, w, f"{w:.2f}", ha="center", va="bottom", fontsize=13,
+                                        color=fg)
+                for x, score in enumerate(why.score):
+                    if why.allowed[x]:
+                        parts_ax.annotate(f"{score:.2f}", (x, score), textcoords="offset points",
+                                          xytext=(0, 9), ha="center", fontsize=13, color=fg)
             parts_ax.set_ylabel(f"head {walk.view.head_name(why.head)}", fontsize=18, rotation=0, ha="right", va="center")
             for ax in (parts_ax, weights_ax):
                 ax.set_facecolor(bg)

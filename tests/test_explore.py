@@ -380,17 +380,13 @@ def _in_pty(args, keys, marker, size=(24, 80), timeout=60, env=None):
 
 
 @pytest.mark.slow
-def test_explore_in_a_real_terminal():
-    code, screen = _in_pty(["mha-trace", "explore"], [b"2", b"m", b"+", b"q"], b"self.W_q")
+def test_explore_in_a_real_terminal_with_stderr_hidden():
+    """Keys work in a real terminal; and Textual draws on stderr, so `explore 2>/dev/null` once
+    showed a blank screen: it draws on the terminal itself."""
+    code, screen = _in_pty(["sh", "-c", "exec mha-trace explore 2>/dev/null"],
+                           [b"2", b"m", b"+", b"q"], b"self.W_q")
     assert code == 0
     assert "self.W_q(q)" in screen and "H=4" in screen and "mask=causal" in screen
-
-
-@pytest.mark.slow
-def test_explore_with_stderr_hidden_still_draws_on_the_terminal():
-    """Textual draws on stderr; `explore 2>/dev/null` used to show a blank screen."""
-    code, screen = _in_pty(["sh", "-c", "exec mha-trace explore 2>/dev/null"], [b"q"], b"self.W_q")
-    assert code == 0 and "self.W_q(q)" in screen
 
 
 def test_explore_needs_a_terminal(cli):
@@ -411,23 +407,17 @@ def test_other_commands_never_import_textual():
 
 # --step
 @pytest.mark.slow
-def test_step_reveals_the_shapes_table_a_row_per_key_in_a_terminal():
-    code, screen = _in_pty(["mha-trace", "shapes", "--seq", "3", "--d-model", "8", "--heads", "2",
-                            "--step"], [b" ", b" ", b" ", b"q"], b"--step: any key")
-    assert code == 0
-    prompts = screen.count("(--step: any key for more, q for the rest)")
-    assert prompts == 4  # the header, then rows 0, 1 and 2 before q showed the rest
-    assert "18  137  self.W_o(context)" in screen  # q printed the rest at once
-
-
-@pytest.mark.slow
-def test_step_repeats_the_header_when_it_has_scrolled_off():
-    """On a 12-line terminal the shapes table's header scrolls away after a few rows; --step
-    prints it again above the next row, so every column stays named."""
+def test_step_reveals_the_shapes_table_a_row_per_key_and_repeats_its_header():
+    """In a real terminal --step shows a row a key; q shows the rest at once. On a 12-line terminal
+    the table's header scrolls away after a few rows, so --step prints it again above the next
+    row, and every column stays named."""
     code, screen = _in_pty(["mha-trace", "shapes", "--seq", "3", "--d-model", "8", "--heads", "2",
                             "--step"], [b" "] * 14 + [b"q"], b"--step: any key", size=(12, 100),
                            env={"LINES": "12", "COLUMNS": "100"})
     assert code == 0
+    prompts = screen.count("(--step: any key for more, q for the rest)")
+    assert prompts == 15  # the header, then rows 0 to 13 before q showed the rest
+    assert "18  137  self.W_o(context)" in screen  # q printed the rest at once
     headers = screen.count("ln  code   ")
     assert headers >= 2, screen  # the first, and again once ten rows had gone by
 

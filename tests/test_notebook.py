@@ -27,15 +27,16 @@ CELLS = [
     'mha_trace.explain("cat-sat-on-mat", token="cat", head=1, effect=True, why=True)',
     'm.explain(token="it", head="3.1", why=True)',
     'm.heads(head="3.1", effect=True)',
-    'm2 = mha_trace.model("smollm2")\nm2.composition()',
+    'mha_trace.model(RUN).composition()',  # a decoder's composition: the trained run's
 ]
 
 
 @pytest.fixture(scope="module")
-def outputs():
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
+def outputs(default_run):
+    cells = [f"RUN = {str(default_run)!r}", *CELLS]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     NotebookClient(nb, timeout=300, kernel_name="python3").execute()
-    return [cell.outputs for cell in nb.cells]
+    return [cell.outputs for cell in nb.cells[1:]]
 
 
 def cells_of(fragment: str) -> list[list[str]]:
@@ -156,5 +157,5 @@ def test_the_notebook_shows_every_sentence_the_terminal_shows(outputs):
     plain = " ".join(outputs[9][0].data["text/plain"].split())
     assert "Sources:" in why and "Sources:" in plain
     composition = _prose(outputs[11][0].data["text/html"])
-    assert "survey --composition: SmolLM2-135M-Instruct, 30 layers × 9 heads" in composition
+    assert "survey --composition: run.pt at step 600, 2 layers × 4 heads" in composition
     assert "--format json has every pair." in composition

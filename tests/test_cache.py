@@ -49,45 +49,49 @@ def test_full_equals_transformers_over_the_default_text(model):
                        torch.ones(9, 9, dtype=torch.bool).tril())  # one ordinary causal pass
 
 
-@pytest.mark.parametrize("policy", ["window", "sinks"])
-def test_the_masked_pass_equals_decoding_token_by_token(model, short, policy):
-    ids, s = short, Setting(policy, 8, 2)
-    fast, real = kvcache.masked_pass(model, ids, s), kvcache.decode(model, ids, s)
-    assert real.decoded and not fast.decoded
-    assert fast.nll == pytest.approx(real.nll, abs=1e-5)
-    assert np.allclose(fast.held, real.held)
-    expected = set(range(2)) | set(range(len(ids) - 6, len(ids))) if policy == "sinks" \
-        else set(range(len(ids) - 8, len(ids)))
-    assert set(np.flatnonzero(fast.held)) == expected
+def test_the_masked_pass_equals_decoding_token_by_token(model, short):
+    """window and sinks decoded for real (together, a batch row each) equal their masked pass."""
+    ids, todo = short, [Setting("window", 8, 2), Setting("sinks", 8, 2)]
+    for s, real in zip(todo, kvcache.decode(model, ids, todo)):
+        fast = kvcache.masked_pass(model, ids, s)
+        assert real.decoded and not fast.decoded
+        assert fast.nll == pytest.approx(real.nll, abs=1e-5)
+        assert np.allclose(fast.held, real.held)
+        expected = set(range(2)) | set(range(len(ids) - 6, len(ids))) if s.policy == "sinks" \
+            else set(range(len(ids) - 8, len(ids)))
+        assert set(np.flatnonzero(fast.held)) == expected
 
 
 def test_a_budget_as_long_as_the_text_is_full_for_every_policy(model, short):
     ids = short
     full = kvcache.masked_pass(model, ids, Setting("full", None, 2)).nll
-    for s in (Setting("window", len(ids), 2), Setting("sinks", 32, 2), Setting("h2o", 32, 2),
-              Setting("sinks", 32, 2, renumber=True), Setting("h2o", len(ids), 2, renumber=True)):
-        r = kvcache.decode(model, ids, s) if kvcache.decoded(s) else kvcache.masked_pass(model, ids, s)
+    todo = [Setting("window", len(ids), 2), Setting("sinks", 32, 2), Setting("h2o", 32, 2),
+            Setting("sinks", 32, 2, renumber=True), Setting("h2o", len(ids), 2, renumber=True)]
+    real = [s for s in todo if kvcache.decoded(s)]
+    found = dict(zip(real, kvcache.decode(model, ids, real)))
+    for s in todo:
+        r = found[s] if s in found else kvcache.masked_pass(model, ids, s)
         assert r.nll == pytest.approx(full, abs=1e-5), s
 
 
 def test_renumbering_a_window_changes_nothing_but_renumbering_sinks_does(model, short):
     """RoPE depends on relative positions, and a window's are the same renumbered; the sinks'
     are not (they move next to the recent tokens)."""
-    for policy, same in (("window", True), ("sinks", False)):
-        plain = kvcache.masked_pass(model, short, Setting(policy, 6, 2)).nll
-        again = kvcache.decode(model, short, Setting(policy, 6, 2, renumber=True)).nll
-        assert (abs(plain - again) < 1e-4) == same, (policy, plain, again)
+    todo = [Setting("window", 6, 2, renumber=True), Setting("sinks", 6, 2, renumber=True)]
+    for s, again, same in zip(todo, kvcache.decode(model, short, todo), (True, False)):
+        plain = kvcache.masked_pass(model, short, Setting(s.policy, 6, 2)).nll
+        assert (abs(plain - again.nll) < 1e-4) == same, (s, plain, again.nll)
 
 
-def _fed(cache: PolicyCache, received: list) -> PolicyCache:
-    """Feed a cache one token at a time: key = value = the position; `received[t]` is the weight
-    each held key gets from query t (the same for each of the group's query heads)."""
-    for t, weights in enumerate(received):
+def _fed(cache: PolicyCache, weight) -> PolicyCache:
+    """Feed a cache 12 tokens one at a time: key = value = the position; each held key at
+    position p gets weight(t, p) from query t (the same for each of the group's query heads)."""
+    for t in range(12):
         k = torch.full((1, 2, 1, 4), float(t))
         keys, _ = cache.append(k, k)
-        n = keys.size(2)
-        w = torch.tensor(weights[:n], dtype=torch.float32).view(1, 1, 1, n).expand(1, 4, 1, n)
-        cache.observe(w)
+        held = cache.positions[0, 0].tolist()  # each slot's position, -1 where empty
+        w = torch.tensor([weight(t, p) if p >= 0 else 0.0 for p in held]).view(1, 1, 1, -1)
+        cache.observe(w.expand(1, 4, 1, -1))
     return cache
 
 
@@ -95,14 +99,42 @@ def test_h2o_keeps_the_sinks_the_recent_half_and_the_heaviest_keys():
     """Budget 8, 2 sinks: after 12 tokens the cache holds 0, 1, the last 4 (B/2), and the two
     middle keys that received the most attention (here 3 and 5), for both K/V heads."""
     rng = np.random.default_rng(0)
-    received = [list(rng.random(8) * 0.01) for _ in range(12)]
-    for t in range(12):  # keys 3 and 5 get heavy weight while they are held
-        received[t][3:6] = [0.9, 0.01, 0.5]
-    cache = _fed(PolicyCache(Setting("h2o", 8, 2), group=2, rope_base=10000.0), received)
-    assert cache.positions.tolist() == [[0, 1, 3, 5, 8, 9, 10, 11]] * 2
-    assert torch.equal(cache.k[0, :, :, 0], cache.positions.float())  # keys moved with them
-    window = _fed(PolicyCache(Setting("sinks", 8, 2), group=2, rope_base=10000.0), received)
-    assert window.positions.tolist() == [[0, 1, 6, 7, 8, 9, 10, 11]] * 2
+    noise = rng.random((12, 12)) * 0.01
+    heavy = {3: 0.9, 4: 0.01, 5: 0.5}  # keys 3 and 5 get heavy weight while they are held
+    weight = lambda t, p: heavy.get(p, noise[t, p])
+    kept = lambda c: c.positions[0].sort(-1).values.tolist()
+    cache = _fed(PolicyCache([Setting("h2o", 8, 2)], group=2, rope_base=10000.0, tokens=12), weight)
+    assert kept(cache) == [[0, 1, 3, 5, 8, 9, 10, 11]] * 2
+    assert torch.equal(cache.k[0, :, :, 0], cache.positions[0].float())  # keys moved with them
+    sinks = _fed(PolicyCache([Setting("sinks", 8, 2)], group=2, rope_base=10000.0, tokens=12), weight)
+    assert kept(sinks) == [[0, 1, 6, 7, 8, 9, 10, 11]] * 2
+
+
+def test_caches_in_one_batch_keep_what_each_keeps_alone():
+    """Three settings in one PolicyCache (a row each, budgets 6 and 8 in buffers 8 wide) keep,
+    row by row, what each keeps alone; a row sees only its own slots."""
+    rng = np.random.default_rng(1)
+    noise = rng.random((12, 12))
+    weight = lambda t, p: noise[t, p]
+    todo = [Setting("h2o", 8, 2), Setting("window", 6, 2), Setting("h2o", 6, 1)]
+    kept = lambda c, row: [sorted(p for p in head if p >= 0) for head in c.positions[row].tolist()]
+    together = _fed_rows(PolicyCache(todo, group=2, rope_base=10000.0, tokens=12), weight)
+    for r, s in enumerate(todo):
+        alone = _fed(PolicyCache([s], group=2, rope_base=10000.0, tokens=12), weight)
+        assert kept(together, r) == kept(alone, 0) and len(kept(alone, 0)[0]) == s.budget, s
+    assert together.visible()[:, 0, 0].tolist() == [[True] * 8, [True] * 6 + [False] * 2,
+                                                     [True] * 6 + [False] * 2]
+
+
+def _fed_rows(cache: PolicyCache, weight) -> PolicyCache:
+    """`_fed` for a cache of several rows: each row's keys get the weight of their position."""
+    for t in range(12):
+        k = torch.full((len(cache.budgets), 2, 1, 4), float(t))
+        cache.append(k, k)
+        held = cache.positions[:, 0].tolist()
+        w = torch.tensor([[weight(t, p) if p >= 0 else 0.0 for p in row] for row in held])
+        cache.observe(w[:, None, None, :].expand(-1, 4, 1, -1))
+    return cache
 
 
 def test_cache_bytes_are_costs_figure(cli):
@@ -192,9 +224,15 @@ def test_a_trained_run_reads_its_probe_and_decodes_like_its_masked_pass(cli, tmp
         logits = m.toy(torch.tensor([ids]))[0][0, :-1].double()
     reference = torch.nn.functional.cross_entropy(logits, torch.tensor(ids[1:])).item()
     assert kvcache.masked_pass(m, ids, Setting("full", None, 2)).nll == pytest.approx(reference, abs=1e-6)
-    for s in (Setting("window", 8, 2), Setting("sinks", 8, 2)):
-        assert kvcache.decode(m, ids, s).nll == pytest.approx(kvcache.masked_pass(m, ids, s).nll, abs=1e-5)
-    assert kvcache.decode(m, ids, Setting("h2o", len(ids), 2)).nll == pytest.approx(reference, abs=1e-5)
+    todo = [Setting("window", 8, 2), Setting("sinks", 8, 2), Setting("h2o", len(ids), 2),
+            Setting("h2o", 8, 2)]
+    together = kvcache.decode(m, ids, todo)  # a batch row each
+    for s, r in zip(todo[:2], together):
+        assert r.nll == pytest.approx(kvcache.masked_pass(m, ids, s).nll, abs=1e-5)
+    assert together[2].nll == pytest.approx(reference, abs=1e-5)
+    for s, r in zip(todo, together):  # as each decodes alone
+        alone = kvcache.decode(m, ids, [s])[0]
+        assert r.nll == pytest.approx(alone.nll, abs=1e-6) and np.array_equal(r.held, alone.held), s
     result = cli("cache", "--checkpoint", str(path), "--budget", "8", "--sinks", "2", "--format", "json")
     assert json.loads(result.stdout)["text"] == "the run's probe sequence"
     refused = cli("cache", "--checkpoint", str(path), "--renumber")
@@ -228,7 +266,9 @@ def test_the_progress_bar_counts_work_so_its_estimate_holds_steady(default_run):
     assert seen["done"] == seen["total"]
     T = len(kvcache.text_ids(model, text, 32))
     todo = kvcache.settings(["full", "window", "h2o"], [12], 4, False)
-    units = {s.policy: kvcache.work(model, T, s) for s in todo}
-    secs = {s.policy: kvcache.setting_seconds(model, T, s) for s in todo}
-    assert units["h2o"] == T  # a decode: one unit a token
-    assert units["window"] / units["h2o"] == pytest.approx(secs["window"] / secs["h2o"], abs=1 / T)
+    from mha_trace.models.guards import seconds
+
+    masked, rows = 2, 1  # full and window; h2o decodes
+    assert seen["total"] == kvcache.lab_work(model, T, todo) == masked * kvcache.pass_work(model, T, todo) + T
+    decoding = T * kvcache.step_seconds(model, rows)  # one unit a decoded token
+    assert kvcache.pass_work(model, T, todo) / T == pytest.approx(seconds(model, T) / decoding, abs=1 / T)

@@ -12,7 +12,8 @@ Keys keep their original RoPE positions (the cache holds rotated keys), so for `
 and `sinks` what a query sees depends on positions alone: one forward pass with that mask is
 exactly token-by-token decoding (tested). `h2o` and `renumber` (positions counted inside the
 cache, as StreamingLLM does) decode for real, one token at a time, through the lecture's
-attention module with a cache that evicts (`PolicyCache`).
+attention module with a cache that evicts (`PolicyCache`): every such setting at once, a batch
+row each, so the weights are read once a token for all of them.
 """
 
 import time
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from mha_trace.core.attention import rope
+from mha_trace.core.attention import rope, rotate_half
 from mha_trace.errors import MhaError
 from mha_trace.models.base import ModelCard
 from mha_trace.records import Shows
@@ -55,73 +56,96 @@ def position_mask(s: Setting, T: int) -> torch.Tensor:
     return mask
 
 
-class PolicyCache:
-    """A KV cache of at most `budget` tokens, the one being read included, for the lecture's
-    MultiHeadAttention: `len()` is the new token's position (its slot in the cache when
-    renumbering); `append` evicts down to B - 1, adds the token and returns the keys and values
-    its query may see; `observe` takes the step's weights (h2o counts what each key received)."""
+def turn(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
+    """x (R, H, W, d) turned by RoPE, each slot at its own position (R, H, W): `rope` at
+    positions that differ by row and head (angles in float64)."""
+    d = x.size(-1)
+    inv_freq = base ** (-torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)
+    angles = positions.double()[..., None] * inv_freq  # (R, H, W, d/2)
+    angles = torch.cat([angles, angles], dim=-1)
+    return x * angles.cos().to(x.dtype) + rotate_half(x) * angles.sin().to(x.dtype)
 
-    def __init__(self, s: Setting, group: int, rope_base: float):
-        self.s, self.group, self.base = s, group, rope_base
-        self.k = self.v = None  # (1, Hkv, n, d_k): kept keys (rotated at their original
-        self.positions = None  # position, or held unrotated when renumbering); (Hkv, n) each's
-        self.score = None  # (Hkv, n) attention received so far (h2o)
-        self.seen = 0
+
+class PolicyCache:
+    """One layer's KV caches for several settings at once, a batch row each (every row reads the
+    same text), in buffers as wide as the largest budget. Row r holds at most its budget B_r
+    tokens, the one being read included: once full, each new token takes the slot of the one
+    it evicts. `len()` is the new token's position; `visible()` the slots each row's query
+    sees; `append` evicts from each full row, adds the new token and returns every row's keys
+    and values; `observe` takes the step's weights (h2o counts what each key received). All of
+    it is index operations on tensors: no loop over rows, heads or slots, no copy of the kept
+    keys, and nothing read back to the host while decoding."""
+
+    def __init__(self, settings: list, group: int, rope_base: float, tokens: int, device="cpu"):
+        self.group, self.base, self.seen = group, rope_base, 0
+        self.budgets = [min(s.budget or tokens, tokens) for s in settings]
+        self.width = max(self.budgets)
+        row = lambda values: torch.tensor(values, device=device)[:, None, None]  # (R, 1, 1)
+        self.last = row(self.budgets)[:, 0, 0] - 1  # (R,) the last slot of each row
+        self.sinks = row([s.sinks for s in settings])
+        self.recent = row([b // 2 - 1 for b in self.budgets])  # h2o: with the next token, B/2
+        self.policy = row([POLICIES.index(s.policy) for s in settings])
+        self.renumbered = torch.tensor([s.renumber for s in settings], device=device)
+        self.renumbering = any(s.renumber for s in settings)
+        self.slot_index = torch.arange(self.width, device=device)  # (W,)
+        self.k = self.v = None  # (R, Hkv, W, d_k): kept keys (turned at their position, or held
+        self.positions = self.score = None  # unturned when renumbering); (R, Hkv, W) each's
+        # position (-1: empty) and the attention it received so far (h2o)
 
     def __len__(self):
-        if not self.s.renumber or self.k is None:
-            return self.seen
-        n = self.k.size(2)  # the slot the next token takes, once append has made room
-        return n if self.s.budget is None else min(n, self.s.budget - 1)
+        return self.seen
+
+    def visible(self) -> torch.Tensor:
+        """(R, 1, 1, W) bool: the slots the next token's query sees in each row, itself included."""
+        return (self.slot_index <= torch.clamp(self.last, max=self.seen)[:, None])[:, None, None]
 
     def append(self, k, v):
-        """This step's key and value (1, Hkv, 1, d_k); every kept one with it, after evicting
-        down to B - 1 to make room."""
-        self._evict()
-        slot = len(self)
-        if self.s.renumber:
-            k = rope(k, -slot, self.base)  # held unrotated; turned by its slot at each step
-        heads = k.size(1)
-        position = torch.full((heads, 1), self.seen, dtype=torch.long)
+        """This step's keys and values (R, Hkv, 1, d_k), turned at position len(self); every
+        row's kept ones with them (R, Hkv, W, d_k), each full row having evicted one first."""
         if self.k is None:
-            self.k, self.v, self.positions = k, v, position
-            self.score = torch.zeros(heads, 1, dtype=torch.float64)
-        else:
-            self.k, self.v = torch.cat([self.k, k], 2), torch.cat([self.v, v], 2)
-            self.positions = torch.cat([self.positions, position], 1)
-            self.score = torch.cat([self.score, torch.zeros(heads, 1, dtype=torch.float64)], 1)
+            R, G, _, d = k.shape
+            self.k, self.v = k.new_zeros(R, G, self.width, d), v.new_zeros(R, G, self.width, d)
+            self.positions = torch.full((R, G, self.width), -1, dtype=torch.long, device=k.device)
+            self.score = torch.zeros(R, G, self.width, dtype=torch.float64, device=k.device)
+        t = self.seen
+        slot = torch.where((self.last < t)[:, None], self._evicted(t), t)  # (R, Hkv)
+        if self.renumbering:  # held unturned: turned by their rank at each step
+            k = torch.where(self.renumbered[:, None, None, None], rope(k, -t, self.base), k)
+        at = lambda x: slot[..., None, None].expand(-1, -1, 1, x.size(-1))
+        self.k.scatter_(2, at(k), k)
+        self.v.scatter_(2, at(v), v)
+        self.positions.scatter_(2, slot[..., None], t)
+        self.score.scatter_(2, slot[..., None], 0.0)
         self.seen += 1
-        keys = rope(self.k, 0, self.base) if self.s.renumber else self.k
-        return keys, self.v
+        return self._keys(t), self.v
+
+    def _evicted(self, t: int) -> torch.Tensor:
+        """(R, Hkv) the slot each full row gives up: window its oldest token, sinks its oldest
+        after the sinks, h2o the one that received least of those after the sinks and before
+        the recent B/2 (per K/V head)."""
+        p = self.positions
+        oldest = torch.where(p >= torch.where(self.policy == POLICIES.index("window"), 0, self.sinks),
+                             p, self.width + t).argmin(-1)
+        middle = (p >= self.sinks) & (p < t - self.recent)
+        lightest = torch.where(middle, self.score, torch.inf).argmin(-1)
+        return torch.where(self.policy[..., 0] == POLICIES.index("h2o"), lightest, oldest)
+
+    def _keys(self, t: int) -> torch.Tensor:
+        """The keys as each row's query reads them: a renumbered row's turned by their rank in
+        the cache, shifted so that its query, turned at t, sits at its own rank (RoPE sees only
+        differences)."""
+        if not self.renumbering:
+            return self.k
+        empty = (self.positions < 0).sum(-1, keepdim=True)
+        rank = self.positions.argsort(-1).argsort(-1) - empty  # (R, Hkv, W)
+        newest = torch.clamp(self.last, max=t)[:, None, None]
+        turned = turn(self.k, rank + (t - newest), self.base)
+        return torch.where(self.renumbered[:, None, None, None], turned, self.k)
 
     def observe(self, weights) -> None:
-        """weights (1, H, 1, n): add the attention each K/V head's keys received (h2o)."""
-        if self.s.policy == "h2o":
-            received = weights[0, :, 0].double().view(-1, self.group, weights.size(-1)).sum(1)
-            self.score += received.to(self.score.device)
-
-    def _evict(self) -> None:
-        n = 0 if self.k is None else self.k.size(2)
-        if self.s.budget is None or n < self.s.budget:
-            return
-        keep = self._keep(n, self.s.budget - 1)  # (Hkv, B - 1) indices, in order
-        on = keep.to(self.k.device)  # the bookkeeping stays on the CPU, the keys where they run
-        take = lambda x: torch.gather(x, 2, on[None, :, :, None].expand(-1, -1, -1, x.size(3)))
-        self.k, self.v = take(self.k), take(self.v)
-        self.positions = torch.gather(self.positions, 1, keep)
-        self.score = torch.gather(self.score, 1, keep)
-
-    def _keep(self, n: int, room: int) -> torch.Tensor:
-        heads, S = self.k.size(1), self.s.sinks
-        every = torch.arange(n).expand(heads, n)
-        if self.s.policy == "window":
-            return every[:, n - room:]
-        if self.s.policy == "sinks":
-            return torch.cat([every[:, :S], every[:, n - (room - S):]], 1)
-        recent = self.s.budget // 2 - 1  # with the next token, the last B/2
-        middle = self.score[:, S:n - recent]
-        heavy = middle.topk(room - S - recent, dim=1).indices.sort(1).values + S
-        return torch.cat([every[:, :S], heavy, every[:, n - recent:]], 1)
+        """weights (R, H, 1, W): add the attention each K/V head's keys received (h2o)."""
+        R, H, _, W = weights.shape
+        self.score += weights[:, :, 0].double().view(R, H // self.group, self.group, W).sum(2)
 
 
 @dataclass(frozen=True)
@@ -180,28 +204,36 @@ def masked_pass(model, ids: list, s: Setting) -> CacheResult:
     return CacheResult(s, nll, time.perf_counter() - start, held, decoded=False, first_share=first)
 
 
-def decode(model, ids: list, s: Setting, on_token=lambda: None) -> CacheResult:
-    """Token by token through every layer, each layer with its own PolicyCache; a query sees
-    every key its cache returns (a (1, 1) mask of True)."""
+def decode(model, ids: list, todo: list, on_token=lambda: None) -> list:
+    """Token by token through every layer, every setting at once (a batch row each), each layer
+    with its own PolicyCache; a row's query sees the keys its cache holds for it. One result a
+    setting, each with an even share of the time (they ran together)."""
     start = time.perf_counter()
-    caches = [PolicyCache(s, model.heads // (model.kv_heads or model.heads),
-                          model.rope_base)
+    group = model.heads // (model.kv_heads or model.heads)
+    caches = [PolicyCache(todo, group, model.rope_base, len(ids), model.device)
               for _ in range(model.layers)]
-    see_all = torch.ones(1, 1, dtype=torch.bool, device=model.device)
     outputs = []
     with torch.no_grad(), model.resident():
         for token in ids:
-            out, _, weights = model.run([token], caches=caches, mask=see_all)
+            out, _, weights = model.run([[token]] * len(todo), caches=caches, mask=caches[0].visible())
             for cache, w in zip(caches, weights):
                 cache.observe(w)
             outputs.append(out)
             on_token()
-    nll = _nll(model, torch.cat(outputs, 1), ids)
-    held = np.zeros(len(ids))
+    out = torch.cat(outputs, 1)  # (R, T, D)
+    nll = [_nll(model, out[r:r + 1], ids) for r in range(len(todo))]
+    seconds = (time.perf_counter() - start) / len(todo)
+    return [CacheResult(s, nll[r], seconds, _held(caches, r, len(ids)), decoded=True)
+            for r, s in enumerate(todo)]
+
+
+def _held(caches: list, row: int, T: int) -> np.ndarray:
+    """(T,) the share of layer × K/V heads whose cache holds each position at the end."""
+    held = np.zeros(T)
     for c in caches:
-        for row in c.positions:
-            held[row.cpu().numpy()] += 1.0 / (len(caches) * c.positions.size(0))
-    return CacheResult(s, nll, time.perf_counter() - start, held, decoded=True)
+        positions = c.positions[row].cpu().numpy()  # (Hkv, W), -1 where empty
+        np.add.at(held, positions[positions >= 0], 1.0 / (len(caches) * len(positions)))
+    return held
 
 
 def settings(policies: list, budgets: list, sinks: int, renumber: bool) -> list:
@@ -227,8 +259,9 @@ def check_settings(policies: list, budgets: list, sinks: int) -> None:
                            f"(at least {2 * sinks + 2}, or fewer --sinks)", quantity="budget")
 
 
-DECODE_SECONDS = 0.08  # a token through SmolLM2 with a cache, 2 cores (bench/cache.py); a
-TRAINED_DECODE_SECONDS = 0.002  # trained run's few small layers
+DECODE_SECONDS = (0.06, 0.01)  # a token through SmolLM2 with a cache, 2 cores (bench/cache.py),
+TRAINED_DECODE_SECONDS = (0.002, 0.0005)  # and each further setting decoded with it; a trained
+# run's few small layers
 LIMIT_SECONDS = 600  # the lab's time guard
 
 
@@ -246,17 +279,25 @@ def text_ids(model, text: str, tokens: int) -> list:
     return ([model.bos] + model.tokenizer.encode(text, add_special_tokens=False).ids)[:tokens]
 
 
-def setting_seconds(model, T: int, s) -> float:
-    """One setting's estimate on 2 cores: a decode token by token, or one masked pass."""
+def step_seconds(model, rows: int) -> float:
+    """A token decoded through every layer for `rows` settings at once (a batch row each), on
+    2 cores."""
+    first, more = DECODE_SECONDS if model.capabilities.text else TRAINED_DECODE_SECONDS
+    return first + more * (max(rows, 1) - 1)
+
+
+def lab_seconds(model, T: int, todo: list) -> float:
+    """The lab's estimate on 2 cores: a masked pass for each setting that has one, and the
+    decoded settings' tokens, all of them together."""
     from mha_trace.models.guards import seconds
 
-    per_token = DECODE_SECONDS if model.capabilities.text else TRAINED_DECODE_SECONDS
-    return T * per_token if decoded(s) else seconds(model, T)
+    rows = sum(decoded(s) for s in todo)
+    return (len(todo) - rows) * seconds(model, T) + (T * step_seconds(model, rows) if rows else 0)
 
 
 def check_lab_time(model, T: int, todo: list) -> float:
     """The lab's estimate on 2 cores, refused past LIMIT_SECONDS unless --max-seconds raises it."""
-    estimate, limit = sum(setting_seconds(model, T, s) for s in todo), model.limits.seconds(LIMIT_SECONDS)
+    estimate, limit = lab_seconds(model, T, todo), model.limits.seconds(LIMIT_SECONDS)
     if estimate > limit:
         raise MhaError(f"cache would run {len(todo)} settings over {T} tokens: about "
                        f"{estimate / 60:.0f} min on 2 cores, and the guard stops at "
@@ -266,28 +307,38 @@ def check_lab_time(model, T: int, todo: list) -> float:
 
 
 def run_lab(model, text_name: str, ids: list, todo: list, on_token=lambda: None) -> CacheLab:
-    """Every setting over the text: a masked pass where it is exact, else real decoding.
-    on_token() is called once a decoded token, and for a masked pass as often as the decoded
-    tokens its time is worth (`work`): a progress bar's estimate then holds steady."""
-    lab = CacheLab(ModelCard.of(model), text_name, ids, sinks=todo[0].sinks)
-    with model.resident():  # every setting reads the weights dequantised once
-        for s in todo:
-            if decoded(s):
-                lab.results.append(decode(model, ids, s, on_token))
-            else:
-                lab.results.append(masked_pass(model, ids, s))
-                for _ in range(work(model, len(ids), s)):
-                    on_token()
+    """Every setting over the text: a masked pass where it is exact, else real decoding, every
+    decoded setting at once. on_token() is called once a decoded token, and for a masked pass as
+    often as the decoded tokens its time is worth (`pass_work`): a progress bar's estimate then
+    holds steady."""
+    from mha_trace.speedups import batch_work
+
+    lab, found = CacheLab(ModelCard.of(model), text_name, ids, sinks=todo[0].sinks), {}
+    real = [s for s in todo if decoded(s)]
+    with model.resident(), batch_work():  # the weights dequantised once; every core, and the
+        # heap for temporaries (a 512-token pass's weights; a batch of caches)
+        for s in (s for s in todo if not decoded(s)):
+            found[s] = masked_pass(model, ids, s)
+            for _ in range(pass_work(model, len(ids), todo)):
+                on_token()
+        found |= dict(zip(real, decode(model, ids, real, on_token) if real else []))
+    lab.results = [found[s] for s in todo]
     return lab
 
 
-def work(model, T: int, s) -> int:
-    """A setting's share of the lab, in decoded tokens: T for a decode, a masked pass's estimate
-    over one decoded token's (a few tokens' worth, not T: it takes seconds, not minutes)."""
-    if decoded(s):
-        return T
-    one = DECODE_SECONDS if model.capabilities.text else TRAINED_DECODE_SECONDS
-    return max(1, round(setting_seconds(model, T, s) / one))
+def pass_work(model, T: int, todo: list) -> int:
+    """A masked pass's share of the lab in decoded tokens (each a token through every decoded
+    setting at once): its estimate over a token's (a few tokens' worth: seconds, not minutes)."""
+    from mha_trace.models.guards import seconds
+
+    return max(1, round(seconds(model, T) / step_seconds(model, sum(decoded(s) for s in todo))))
+
+
+def lab_work(model, T: int, todo: list) -> int:
+    """The lab's work in decoded tokens: each masked pass's share, and the text's T tokens
+    where anything decodes."""
+    rows = sum(decoded(s) for s in todo)
+    return (len(todo) - rows) * pass_work(model, T, todo) + (T if rows else 0)
 
 
 def bundled_text(model=None) -> tuple[str, str]:
@@ -323,5 +374,5 @@ def cache_lab(model, text_name: str, text: str, tokens: int, policies: list, bud
     check_memory(model, T, 2 * model.layers * model.heads * T * T * 4, "tokens", "fewer --tokens")
     if progress is None:
         return run_lab(model, text_name, ids, todo)
-    with progress(sum(work(model, len(ids), s) for s in todo)) as advance:
+    with progress(lab_work(model, len(ids), todo)) as advance:
         return run_lab(model, text_name, ids, todo, advance)

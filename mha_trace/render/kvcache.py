@@ -133,8 +133,9 @@ def timing(lab: CacheLab) -> str:
     parts = [f"{len(masked)} masked pass{'es' if len(masked) > 1 else ''} "
              f"{sum(masked):.1f} s"] if masked else []
     if real:
-        parts.append(f"{len(real)} token-by-token decode{'s' if len(real) > 1 else ''} "
-                     f"{sum(real):.1f} s ({sum(real) / len(real) / len(lab.ids) * 1000:.0f} ms a token)")
+        parts.append(f"{len(real)} setting{'s' if len(real) > 1 else ''} decoded token by token "
+                     f"{'together ' if len(real) > 1 else ''}{sum(real):.1f} s "
+                     f"({sum(real) / len(lab.ids) * 1000:.0f} ms a token)")
     return f"Took {sum(masked) + sum(real):.1f} s: {', '.join(parts)}."
 
 

@@ -195,6 +195,10 @@ def test_the_api_returns_the_same_record(ids):
     from mha_trace.render.kvcache import timing
 
     assert re.fullmatch(r"Took [0-9.]+ s: 2 masked passes [0-9.]+ s\.", timing(r))  # at a terminal
+    both = mha_trace.model("smollm2").cache(TEXT, policies="window,h2o", budgets=[8, 10], sinks=2,
+                                            tokens=12)
+    assert re.fullmatch(r"Took [0-9.]+ s: 3 masked passes [0-9.]+ s, 2 settings decoded token by "
+                        r"token together [0-9.]+ s \([0-9]+ ms a token\)\.", timing(both))
 
 
 def test_what_a_long_text_would_hold_is_refused_before_it_runs(cli, monkeypatch):

@@ -13,6 +13,7 @@ import torch
 from mha_trace.analyses.projections import Mapping, copy_reference, square_matrices
 from mha_trace.analyses.verdict import StudentReport, differences, where_it_went_wrong
 from mha_trace.core.attention import MultiHeadAttention
+from mha_trace.core.runtime import seed
 from mha_trace.errors import MhaError
 
 
@@ -206,7 +207,7 @@ def _dropout(module) -> list:
 def _reference_for(module, mapping: Mapping | None, sizes, way: Way) -> tuple:
     """(the lecture's module with the student's weights, the mapping, whether biases are used).
     Without projections of its own (the chapter's split) the lecture's become the identity."""
-    torch.manual_seed(sizes.seed)
+    seed(sizes.seed)
     reference = MultiHeadAttention(sizes.d_model, sizes.heads, kv_heads=sizes.kv_heads,
                                    rope=sizes.rope, rope_base=sizes.rope_base).double()
     if mapping is not None:

@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 
 from mha_trace.core.attention import MultiHeadAttention
+from mha_trace.core.runtime import seed
 from mha_trace.errors import MhaError
 from mha_trace.records import Shows
 
@@ -327,7 +328,7 @@ def run_training(s: Spec, on_step=lambda loss: None, resume: Training | None = N
 
 def _train(s: Spec, on_step, resume) -> Training:
     s.check()
-    torch.manual_seed(s.seed)
+    seed(s.seed)
     model = Toy(s)
     if s.identical_heads:
         make_identical(model)

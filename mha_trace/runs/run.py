@@ -19,7 +19,7 @@ from mha_trace.core.attention import KVCache, MultiHeadAttention
 from mha_trace.runs.config import Config
 from mha_trace.core.costs import Dims
 from mha_trace.errors import MhaError
-from mha_trace.core.runtime import DTYPES, check_device, guard_memory, guard_time
+from mha_trace.core.runtime import DTYPES, check_device, guard_memory, guard_time, seed
 from mha_trace.core.validate import addressable, check_sizes, seed_fits
 
 
@@ -180,7 +180,7 @@ def from_sizes(sizes: Sizes, guard_runs: int = 1,
     need = _meta_estimate(sizes) if sizes.modern and device.type != "meta" else None
     estimate = guard_memory(sizes.dims(), device, runs=guard_runs, hint=hint, need=need)
     guard_time(sizes.dims(), device, sizes.impl or "explicit", runs=guard_runs)
-    torch.manual_seed(sizes.seed)
+    seed(sizes.seed)
     dtype, shape = DTYPES[sizes.dtype], (sizes.batch, sizes.seq, sizes.d_model)
     with torch.device(device):
         module = MultiHeadAttention(sizes.d_model, sizes.heads, sizes.kv_heads,
@@ -236,7 +236,7 @@ def from_config(config: Config, dtype: str = "float64", device: str = "cpu") -> 
     estimate = guard_memory(sizes.dims(bias=False), dev, hint="use a config with fewer tokens "
                             "or a smaller d_model")
     D, H, G = config.d_model, config.heads, config.kv_heads or config.heads
-    torch.manual_seed(config.seed)
+    seed(config.seed)
     module = MultiHeadAttention(D, H, G, bias=False, rope=rope, rope_base=rope_base,
                                 window=window).double()
     x = None
@@ -272,7 +272,7 @@ def from_module(spec: str, sizes: Sizes, init: str | None = None, tokens: tuple 
     addressable(sizes.batch, sizes.heads, sizes.seq, sizes.dims().itemsize)
     device = _device(sizes)
     estimate = guard_memory(sizes.dims(), device)
-    torch.manual_seed(sizes.seed)
+    seed(sizes.seed)
     dtype, shape = DTYPES[sizes.dtype], (sizes.batch, sizes.seq, sizes.d_model)
     module, source, label = usermodule.load_user_class(spec, sizes.d_model, sizes.heads, init, device,
                                                        dtype, sizes.kv_heads)

@@ -455,6 +455,25 @@ def test_ctrl_c_prints_one_line_and_exits_130(odd, tmp_path):
     assert (p.returncode, err) == (130, "Error: interrupted (Ctrl-C)\n")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("sig,code,message", [("SIGINT", 130, "interrupted (Ctrl-C)"),
+                                              ("SIGTERM", 143, "terminated (SIGTERM)")])
+def test_a_signal_while_the_command_line_and_torch_load_is_its_one_line(odd, tmp_path, sig, code,
+                                                                        message):
+    """A signal while Python imports the command line (0.1 s in) or while torch loads (0.4 s)
+    once gave a KeyboardInterrupt traceback, a silent death, exit 134 (raised inside torch's
+    loading) or nothing at all (swallowed: exit 0). It is its line and code at any moment."""
+    for delay in (0.1, 0.4):
+        p = subprocess.Popen(["mha-trace", "shapes", "--module", f"{odd}:Sleeper", "--d-model", "8",
+                              "--heads", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env={**os.environ, "MARK": str(tmp_path / "mark")},
+                             preexec_fn=ctrl_c_as_a_terminal_sends_it)
+        time.sleep(delay)
+        p.send_signal(getattr(signal, sig))
+        _, err = p.communicate(timeout=60)
+        assert (p.returncode, err) == (code, f"Error: {message}\n"), delay
+
+
 # 7. memory guard --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("version", ["v1", "v2"])

@@ -77,8 +77,10 @@ def test_tricks_live_in_one_module():
     tricks = ("mallopt", "gc.disable", "os._exit(code)", "sys.modules.update",
               "set_num_threads(1)")
     found = {(p.name, t) for p in package.rglob("*.py") for t in tricks if t in p.read_text()}
-    # runtime.one_thread is for determinism (verify's sums in one order), not speed
-    assert found == {("speedups.py", t) for t in tricks} | {("runtime.py", "set_num_threads(1)")}
+    # runtime.one_thread is for determinism (verify's sums in one order), not speed; __main__'s
+    # os._exit ends a run that a signal stopped while it was still importing (not for speed)
+    assert found == {("speedups.py", t) for t in tricks} | {("runtime.py", "set_num_threads(1)"),
+                                                           ("__main__.py", "os._exit(code)")}
 
 
 def test_training_never_imports_dynamo_and_trains_the_same(without_speedups):

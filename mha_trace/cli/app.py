@@ -178,8 +178,9 @@ def main():
     speedups.no_garbage_collection()
     streams.guard_for_command_line()
     signal.signal(signal.SIGTERM, _terminated)
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    if signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, None):  # ignored: `cmd &` in a script
         signal.signal(signal.SIGINT, _ctrl_c)
+    sys.meta_path.insert(0, _SignalsHeldWhileTorchLoads())
     if sys.stdout is None or sys.stdout.closed:  # started with stdout closed (`mha-trace ... >&-`)
         _fail("standard output is closed, so there is nowhere to print", 1)
     try:
@@ -193,11 +194,49 @@ def main():
         if stream is not None and not encoding.startswith("utf"):
             stream.reconfigure(errors="replace")  # PYTHONIOENCODING=ascii: ? for what cannot show
     try:
-        app(prog_name="mha-trace")
+        try:
+            app(prog_name="mha-trace")
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM while typer builds the commands
+            _interrupted()
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     _exit(code)
+
+
+class _SignalsHeldWhileTorchLoads:
+    """The first `import torch` runs with Ctrl-C and SIGTERM held: torch's libraries call back into
+    Python while they load, and an interruption raised there aborted the process (exit 134) or
+    was swallowed (exit 0). Held, it is raised as soon as torch has loaded."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        from importlib.machinery import PathFinder
+
+        spec = PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _Held(spec.loader)
+        return spec
+
+
+class _Held:
+    """A module's loader, run with Ctrl-C and SIGTERM held; the module keeps its own loader."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            self.loader.exec_module(module)
+        finally:
+            module.__loader__ = module.__spec__.loader = self.loader
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _flush():
@@ -249,10 +288,10 @@ def _exit(code: int):
         except OSError:
             pass
         code = code or 1
-    held = signal.sigpending()
-    if code == 0 and signal.SIGTERM in held:
+    held = signal.sigpending()  # held by the mask; or raised where Python swallows exceptions
+    if code == 0 and (signal.SIGTERM in held or _sigterm):  # (a weakref's callback, a __del__)
         _fail("terminated (SIGTERM)", 143)
-    if code == 0 and signal.SIGINT in held:
+    if code == 0 and (signal.SIGINT in held or _sigint):
         _fail("interrupted (Ctrl-C)", 130)
     speedups.fast_exit(code)
     sys.exit(code)

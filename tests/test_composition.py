@@ -149,6 +149,13 @@ def test_the_slide_shows_each_kind_as_a_multiple_of_random(cli, run, monkeypatch
     heads = [tuple(h) for h in data["heads"]]
     assert shown[0, 2] == pytest.approx(data["scores"]["K"][heads.index((1, 1))][heads.index((2, 3))]
                                         / data["random"]["mean"], rel=1e-5)
+    for ax, kind in zip(axes, "QKV"):  # the three strongest pairs circled where they are
+        best = sorted(((x, (i, j)) for i, row in enumerate(data["scores"][kind])
+                       for j, x in enumerate(row) if x is not None), reverse=True)[:3]
+        rings = [tuple(np.round(ring.get_offsets()[0]).astype(int)) for ring in ax.collections]
+        assert rings == [(heads[j][1] - 1, heads[i][1] - 1) for _, (i, j) in best], kind
+        marks = [t.get_text() for t in ax.texts]
+        assert marks[0] == f"1: {best[0][0] / data['random']['mean']:.1f}×", marks
     refused = cli("survey", "--model", "minilm", "--png", "x.png")
     assert refused.exit_code == 2 and "goes with --composition" in refused.stderr
 

@@ -6,10 +6,13 @@ import numpy as np
 from mha_trace.analyses.composition import Composition
 from mha_trace.core.composition import KINDS
 from mha_trace.io.page import slide
+from mha_trace.render.composition import top_pairs
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc,
                                     _save, _theme)
 
 LABELLED = 24  # every head named on the axes up to this many; layers only beyond
+MARKED = 3  # the strongest pairs of each kind, circled and named
+RING = "#ff3b30"  # seen on every colour of viridis
 
 
 @slide.register(Composition)
@@ -33,6 +36,7 @@ def composition_slide(c: Composition, path: str, theme: str = "light", **_) -> N
             _label(ax, [c.heads[i] for i in writers], "y")
             ax.set_xlabel("the later head (reads)", fontsize=18)
             ax.tick_params(labelsize=MIN_TICK_PT)
+            _mark_strongest(ax, c, kind, writers, readers, base, fg, bg)
         axes[0].set_ylabel("the earlier head (writes)", fontsize=18)
         bar = fig.colorbar(image, ax=list(axes), shrink=0.8)
         bar.set_label(f"× random matrices of the same shapes ({base:.3f})", fontsize=18)
@@ -40,6 +44,27 @@ def composition_slide(c: Composition, path: str, theme: str = "light", **_) -> N
         fig.suptitle(_fitted(f"{c.model.name}: which earlier head each head reads (blank: not an "
                              f"earlier layer)", 95), fontsize=28, color=fg)
     _save(plt, fig, path, bg)
+
+
+def _mark_strongest(ax, c: Composition, kind: str, writers: list, readers: list, base: float,
+                    fg: str, bg: str) -> None:
+    """The MARKED strongest pairs of a kind circled and numbered (one cell of a 261 × 261 grid is
+    a few pixels), and named in the grid's empty corner (an earlier head never reads a later one);
+    in a two-layer grid, where every cell holds a pair and each is named on the axes, each ring
+    carries its score."""
+    names, corner = [], c.model.layers > 2  # two layers: every cell holds a pair
+    for rank, (a, b, x) in enumerate(top_pairs(c, kind, MARKED), start=1):
+        row, col = writers.index(c.heads.index(a)), readers.index(c.heads.index(b))
+        ax.scatter([col], [row], s=420, facecolors="none", edgecolors=RING, linewidths=2.5, zorder=3)
+        ax.annotate(str(rank) if corner else f"{rank}: {x / base:.1f}×", (col, row), xytext=(11, 11),
+                    textcoords="offset points", color=RING, fontsize=MIN_TICK_PT,
+                    fontweight="bold", zorder=4, bbox={"boxstyle": "round,pad=0.15",
+                                                       "facecolor": bg, "edgecolor": "none"})
+        names.append(f"{rank}: {a[0]}.{a[1]} → {b[0]}.{b[1]}  {x / base:.1f}×")
+    if corner:  # the heads are named on the axes otherwise
+            ax.text(0.03, 0.03, "\n".join(["strongest (circled):", *names]), transform=ax.transAxes,
+                ha="left", va="bottom", fontsize=MIN_TICK_PT, color=fg, linespacing=1.4,
+                bbox={"boxstyle": "round,pad=0.4", "facecolor": bg, "edgecolor": RING}, zorder=4)
 
 
 def _label(ax, heads: list, axis: str) -> None:

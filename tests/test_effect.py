@@ -169,3 +169,10 @@ def test_slides_put_each_heads_effect_beside_its_weights(cli, monkeypatch):
     assert cli("explain", "--token", "cat", "--effect", "--png", "x.png").exit_code == 0
     legend = [t.get_text() for t in made[-1].legends[0].get_texts()]
     assert "weight" in legend and any(t.startswith("effect") for t in legend)
+    # one or two heads: each weight and each effect of 0.03 or more written on its bar
+    data = json.loads(cli("explain", "--token", "cat", "--head", "1", "--effect", "--format", "json").stdout)
+    assert cli("explain", "--token", "cat", "--head", "1", "--effect", "--png", "x.png").exit_code == 0
+    terms = data["heads"][0]["keys"]
+    expected = [f"{k['weight']:.2f}" for k in terms if k["weight"] >= 0.03] + \
+        [f"{k['effect']:.2f}" for k in terms if k["effect"] >= 0.03]
+    assert [t.get_text() for t in made[-1].axes[1].texts] == expected

@@ -332,6 +332,19 @@ def _values_on(ax, xs, values, fg: str, size: int) -> None:
                 color=fg)
 
 
+def _weights_on(ax, xs, values, fg: str, size: int, rotation: int = 0) -> None:
+    """Each weight of 0.03 or more written above its bar (a row of 0.00s would hide the ones
+    that count), with room made above the tallest."""
+    import numpy as np
+
+    values = np.asarray(values, dtype=float)
+    ax.set_ylim(0, max(float(values.max()), 1e-9) * (1.3 if rotation else 1.15))
+    for x, w in zip(xs, values):
+        if w >= 0.03:
+            ax.text(x, w, f"{w:.2f}", ha="center", va="bottom", fontsize=size, color=fg,
+                    rotation=rotation)
+
+
 def _hatch(ax, hidden) -> None:
     """Hatch the cells where `hidden` (a bool matrix) is True."""
     import numpy as np

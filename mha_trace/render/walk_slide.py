@@ -6,7 +6,8 @@ from dataclasses import replace
 from mha_trace.analyses.walk import Walk
 from mha_trace.io.page import slide
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, SLIDE_W, WIDTH_PX, _fitted,
-                                    _pyplot, _rc, _save, _theme, _ticks, _values_on)
+                                    _pyplot, _rc, _save, _theme, _ticks, _values_on,
+                                    _weights_on)
 
 
 @slide.register(Walk)
@@ -37,7 +38,7 @@ def save_walk(path: str, title: str, walk, theme: str = "light") -> None:
                                  figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI,
                                  facecolor=bg, gridspec_kw=_layout(heads, keys, xs, size, walk))
         for row, hw in zip(axes, heads):
-            _walk_row(plt, row, hw, walk.sqrt_dk, len(heads) <= 4, fg, bg, walk.view.head_name)
+            _walk_row(plt, row, hw, walk.sqrt_dk, len(heads), fg, bg, walk.view.head_name)
         for ax, name in zip(axes[0], ("scores for every key", "softmax: the weights" + (
                                       " and their effect" if effect else ""),
                                       "Σ w·v: this head's output")):
@@ -72,10 +73,12 @@ def _layout(heads: list, keys: list, xs: list, size: float, walk) -> dict:
             "wspace": 0.16, "hspace": 0.45 if len(heads) > 4 else 0.3}
 
 
-def _walk_row(plt, row, hw, sqrt_dk: float, few: bool, fg: str, bg: str, name=str) -> None:
-    """One head of the walk's slide: its scores, its weights (and effect), its output."""
+def _walk_row(plt, row, hw, sqrt_dk: float, shown: int, fg: str, bg: str, name=str) -> None:
+    """One head of the walk's slide (of `shown`): its scores, its weights (and effect), its
+    output; with few heads and keys, the numbers too."""
     import numpy as np
 
+    few = shown <= 4
     x = np.arange(len(hw.terms))
     effect = hw.terms[0].effect is not None
     masked = np.array([t.masked for t in hw.terms])
@@ -97,6 +100,9 @@ def _walk_row(plt, row, hw, sqrt_dk: float, few: bool, fg: str, bg: str, name=st
         _values_on(row[0], np.concatenate([x - 0.2, x + 0.2]), np.concatenate([dots, scaled]), fg, 13)
         if not effect:
             _values_on(row[1], x, weights, fg, 16)
+    if effect and shown <= 2 and len(x) <= 20:  # each weight and effect that counts, upright
+        _weights_on(row[1], np.concatenate([x - 0.2, x + 0.2]),
+                    np.concatenate([weights, [t.effect for t in hw.terms]]), fg, 12, rotation=90)
     if len(hw.output) <= 8 and few:
         _values_on(row[2], np.arange(len(hw.output)), hw.output, fg, 16)
     row[0].set_ylabel(f"head {name(hw.head)}", fontsize=18, rotation=0, ha="right", va="center")

@@ -4,7 +4,7 @@ above zero, down below), the score itself a dot, and the weights beside."""
 import numpy as np
 
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, SLIDE_W, WIDTH_PX, _fitted,
-                                    _pyplot, _rc, _save, _theme, _ticks)
+                                    _pyplot, _rc, _save, _theme, _ticks, _weights_on)
 
 COLOURS = ["#3b528b", "#21918c", "#5ec962", "#f58231", "#e6194b", "#911eb4", "#42d4f4", "#9a6324"]
 
@@ -22,12 +22,7 @@ def save_why(path: str, title: str, walk, theme: str = "light") -> None:
             _stack(parts_ax, why, fg, colours)
             weights_ax.bar(np.arange(len(keys)), why.weights(), 0.7, color="#21918c")
             if len(walk.why) <= 2 and len(keys) <= 20:  # room for the numbers themselves
-                weights = why.weights()
-                weights_ax.set_ylim(0, max(float(weights.max()), 1e-9) * 1.15)
-                for x, w in enumerate(weights):
-                    if w >= 0.03:  # the weights that count; a row of 0.00 would hide them
-                        weights_ax.text(x, w, f"{w:.2f}", ha="center", va="bottom", fontsize=13,
-                                        color=fg)
+                _weights_on(weights_ax, range(len(keys)), why.weights(), fg, 13)
                 for x, score in enumerate(why.score):
                     if why.allowed[x]:
                         parts_ax.annotate(f"{score:.2f}", (x, score), textcoords="offset points",

@@ -1365,6 +1365,25 @@ def test_a_signal_in_the_last_moment_is_never_swallowed(sig, code, message):
 
 @pytest.mark.parametrize("flag,code,message", [("_sigterm", 143, "terminated (SIGTERM)"),
                                                ("_sigint", 130, "interrupted (Ctrl-C)")])
+def test_a_signal_python_swallowed_still_stops_the_run_leaving_nothing(cli, monkeypatch, tmp_path,
+                                                                       flag, code, message):
+    """A signal whose exception was raised where Python ignores exceptions (a weakref's callback
+    while a picture set was drawn) let the run finish and write every picture: it is stopped all
+    the same, and what it wrote is removed."""
+    import importlib
+
+    app = importlib.import_module("mha_trace.cli.app")
+    real = app._Group.invoke
+    monkeypatch.setattr(app, flag, False)  # put back as it was, once set below
+    monkeypatch.setattr(app._Group, "invoke",
+                        lambda self, ctx: (real(self, ctx), setattr(app, flag, True))[0])
+    result = cli("heads", "--png", str(tmp_path / "h.png"))
+    assert (result.exit_code, result.stderr) == (code, f"Error: {message}\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("flag,code,message", [("_sigterm", 143, "terminated (SIGTERM)"),
+                                               ("_sigint", 130, "interrupted (Ctrl-C)")])
 def test_an_error_that_a_signal_caused_reports_the_signal(cli, monkeypatch, flag, code, message):
     """SIGTERM during matplotlib's import made it say '--png needs matplotlib' (exit 1): once a
     signal has come, what it broke is not the news."""

@@ -74,6 +74,9 @@ class _Group(TyperGroup):
                   f"--debug shows the traceback)", 1)
         if rv == 130:  # typer turns Ctrl-C (and our SIGTERM) into a silent Exit(130)
             _interrupted()
+        if _sigterm or _sigint:  # raised where Python swallows exceptions (a weakref's callback),
+            _remove_written()  # and the run went on: stopped all the same, leaving nothing
+            _interrupted()
         _announce_files()
         if not standalone_mode:
             return rv
@@ -84,6 +87,15 @@ def _written() -> list:
     from mha_trace.io.files import WRITTEN
 
     return WRITTEN
+
+
+def _remove_written() -> None:
+    for path, _ in _written():
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    _written().clear()
 
 
 def _announce_files() -> None:

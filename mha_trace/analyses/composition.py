@@ -30,6 +30,15 @@ class Composition(Shows):
         best = int(np.nanargmax(column))
         return self.heads[best], float(column[best])
 
+    def strongest(self, kind: str, n: int) -> list[tuple]:
+        """[(writer, reader, score)] the n largest of a kind, largest first: real pairs only (an
+        earlier head and a later one), never more than there are."""
+        s = self.scores[kind]
+        order = np.argsort(-np.nan_to_num(s, nan=-1.0), axis=None, kind="stable")
+        order = [i for i in order if not np.isnan(s.flat[i])][:n]
+        return [(self.heads[i // len(self.heads)], self.heads[i % len(self.heads)], float(s.flat[i]))
+                for i in order]
+
     def with_role(self, role: str) -> list:
         """The heads (layer, head) over ROLE on the probe for this role, best first."""
         if not self.roles:

@@ -19,15 +19,6 @@ def _name(head) -> str:
     return f"{head[0]}.{head[1]}"
 
 
-def top_pairs(c, kind: str, n: int) -> list[tuple]:
-    """[(writer, reader, score)] the n largest, largest first: real pairs only (an earlier head
-    and a later one), never more than there are."""
-    s = c.scores[kind]
-    order = np.argsort(-np.nan_to_num(s, nan=-1.0), axis=None, kind="stable")
-    order = [i for i in order if not np.isnan(s.flat[i])][:n]
-    return [(c.heads[i // len(c.heads)], c.heads[i % len(c.heads)], float(s.flat[i])) for i in order]
-
-
 def composition_renderables(c, top: int) -> list:
     m, base = c.model, float(c.baseline.mean())
     out = [Text(f"survey --composition: {m.name}, {m.layers} layers × {m.heads} heads: how much each "
@@ -36,7 +27,7 @@ def composition_renderables(c, top: int) -> list:
            Text(f"Random matrices of the same shapes score {base:.3f} (the mean of "
                 f"{len(c.baseline)} draws; 95% of them under {np.percentile(c.baseline, 95):.3f}); "
                 f"\"× random\" is a score over that mean.")]
-    rows = {kind: top_pairs(c, kind, top) for kind in KINDS}
+    rows = {kind: c.strongest(kind, top) for kind in KINDS}
     shown = min(len(r) for r in rows.values())
     every = f" (all {shown} of them)" if shown < top else ""
     table = new_table(f"The {shown} strongest pairs of each kind (earlier head → later head){every}")

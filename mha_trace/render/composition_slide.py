@@ -6,7 +6,6 @@ import numpy as np
 from mha_trace.analyses.composition import Composition
 from mha_trace.core.composition import KINDS
 from mha_trace.io.page import slide
-from mha_trace.render.composition import top_pairs
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc,
                                     _save, _theme)
 
@@ -53,7 +52,7 @@ def _mark_strongest(ax, c: Composition, kind: str, writers: list, readers: list,
     in a two-layer grid, where every cell holds a pair and each is named on the axes, each ring
     carries its score."""
     names, corner = [], c.model.layers > 2  # two layers: every cell holds a pair
-    for rank, (a, b, x) in enumerate(top_pairs(c, kind, MARKED), start=1):
+    for rank, (a, b, x) in enumerate(c.strongest(kind, MARKED), start=1):
         row, col = writers.index(c.heads.index(a)), readers.index(c.heads.index(b))
         ax.scatter([col], [row], s=420, facecolors="none", edgecolors=RING, linewidths=2.5, zorder=3)
         ax.annotate(str(rank) if corner else f"{rank}: {x / base:.1f}×", (col, row), xytext=(11, 11),

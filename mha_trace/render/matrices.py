@@ -45,14 +45,11 @@ def ramp(x: float) -> tuple[int, int, int]:
 
 
 def shade(x: float) -> Style:
-    """Cell background for a value scaled to 0..1 (dark to bright), with black or white text,
-    whichever stands out more from it (WCAG's contrast ratio: black from viridis's mid-greens
-    up); stripped when plain."""
-    r, g, b = ramp(x)
-    linear = [(c / 255 / 12.92) if c <= 10 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in (r, g, b)]
-    luminance = 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
-    light = (luminance + 0.05) / 0.05 > 1.05 / (luminance + 0.05)  # black's contrast over white's
-    return Style(bgcolor=f"rgb({r},{g},{b})", color="rgb(0,0,0)" if light else "rgb(255,255,255)")
+    """Cell background for a value scaled to 0..1 (dark to bright), black or white text by WCAG's
+    contrast ratio (black wins over L = 0.179: viridis's mid-greens up); stripped when plain."""
+    lin = [c / 255 / 12.92 if c <= 10 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in ramp(x)]
+    light = 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2] > 0.179
+    return Style(bgcolor="rgb({},{},{})".format(*ramp(x)), color="rgb(0,0,0)" if light else "rgb(255,255,255)")
 
 
 def scale(values) -> tuple[float, float]:

@@ -1413,3 +1413,21 @@ def test_flags_that_would_be_ignored_are_refused(cli, default_run):
     assert (by_head.exit_code, by_head.stderr) == (
         2, "Error: --by-head splits a model's earlier layers into their heads; a module's scores "
            "split into the head's dims\n")
+
+
+def test_a_users_module_leaves_the_process_as_it_found_it(cli, tmp_path):
+    """A module whose forward sets torch's default dtype, changes folder and takes Ctrl-C for
+    itself once left all three changed in the caller's process (a notebook's, through the API):
+    each is put back after the user's code has run."""
+    import torch
+
+    (tmp_path / "rude.py").write_text(
+        "import os, signal, torch\nfrom mha_trace.core.attention import MultiHeadAttention\n"
+        "class Rude(MultiHeadAttention):\n    def forward(self, x, mask=None):\n"
+        "        torch.set_default_dtype(torch.float64)\n        os.chdir('/')\n"
+        "        signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "        return super().forward(x, mask=mask)\n")
+    before = (torch.get_default_dtype(), os.getcwd(), signal.getsignal(signal.SIGINT))
+    result = cli("shapes", "--module", f"{tmp_path / 'rude.py'}:Rude", "--d-model", "8", "--heads", "2")
+    assert result.exit_code == 0, result.stderr
+    assert (torch.get_default_dtype(), os.getcwd(), signal.getsignal(signal.SIGINT)) == before

@@ -12,7 +12,6 @@ import io
 import os
 import sys
 import traceback
-import types
 from pathlib import Path
 
 import torch
@@ -21,6 +20,7 @@ import torch.nn as nn
 from mha_trace.errors import MhaError, printable
 from mha_trace.io.files import regular_file
 from mha_trace.io.streams import guard_stdout
+from mha_trace.runs.contained import forget_patches, own_process, own_torch
 
 D_MODEL_NAMES = ("d_model", "embed_dim", "n_embd", "dim", "hidden_size", "model_dim", "emb_dim",
                  "hidden_dim", "d", "num_hiddens", "input_dim", "query_dim", "d_in", "d_out", "emb")
@@ -50,49 +50,6 @@ def explain_exception(e: BaseException) -> str:
     return f"{type(e).__name__}{where}"
 
 
-_patches: dict = {}  # what the user's code set on torch: (owner, name) -> value, applied only in it
-
-
-def _torch_state() -> dict:
-    """torch's namespaces as they stand (owner -> a copy of its attributes): what a user's
-    module may patch (torch.softmax = ...)."""
-    import torch.nn.functional as F
-
-    return {owner: dict(vars(owner)) for owner in (torch, F, torch.Tensor, nn.Module)}
-
-
-def _changed(before: dict, after: dict):
-    """(owner, name, value) for each attribute the user's code set (a submodule imported meanwhile
-    is not a patch)."""
-    for owner, names in after.items():
-        try:
-            if names == before[owner]:  # compared in C, each value by identity first
-                continue
-        except Exception:  # a value whose == misbehaves: compared one by one below
-            pass
-        for name, value in names.items():
-            if before[owner].get(name, _patches) is not value and not isinstance(value, types.ModuleType):
-                yield owner, name, value
-
-
-@contextlib.contextmanager
-def _own_torch():
-    """The user's patches to torch hold while their code runs and are undone after, so the
-    references verify computes use torch's own functions, captured before any user code."""
-    before = _torch_state()
-    for (owner, name), value in _patches.items():
-        setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        for owner, name, value in list(_changed(before, _torch_state())):
-            _patches[owner, name] = value
-            if name in before[owner]:
-                setattr(owner, name, before[owner][name])
-            else:
-                delattr(owner, name)
-
-
 @contextlib.contextmanager
 def user_code(what: str):
     """Run the user's code: its exits become its failure, its prints go to stderr.
@@ -109,7 +66,7 @@ def user_code(what: str):
 
     real_exit, os._exit = os._exit, no_hard_exit
     try:
-        with contextlib.redirect_stdout(printed), _own_torch():
+        with contextlib.redirect_stdout(printed), own_torch(), own_process():
             yield
     except SystemExit as e:
         raise MhaError(f"{printable(what)} called sys.exit({e.code!r}); the module ended itself",
@@ -149,7 +106,7 @@ def _import(target: str):
 
 def _run_import(target: str, run):
     """Import the user's code: its exits, prints and errors handled as `user_code` does."""
-    _patches.clear()  # a new module: none of another module's patches
+    forget_patches()  # a new module: none of another module's patches
     # the student's folder gets no __pycache__ from us: reading their code leaves no trace
     writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
     try:

@@ -100,7 +100,7 @@ def test_every_help_example_runs(cli, name, example, tmp_path, monkeypatch):
 
         checkpoints.save(training.run_training(training.Spec.of("induction", steps=5, snapshots=2)),
                       "run.pt")  # two layers: composition has a later layer to read the first
-    if "--prune" in example:  # the whole corpus takes 1.5 minutes: tests/test_pruning.py runs it small
+    if "--prune" in example:  # the whole corpus takes 45 seconds: tests/test_pruning.py runs it small
         from mha_trace.models import corpus
 
         from mha_trace.analyses import pruning

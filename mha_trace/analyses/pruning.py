@@ -21,6 +21,7 @@ from mha_trace.records import Shows
 # the share of heads removed at each point of the curve: every 5% to half, then 3 in 4 and all
 FRACTIONS = (0, .05, .1, .15, .2, .25, .3, .35, .4, .45, .5, .75, 1)
 GRAD_TOKENS = 512  # a backward pass keeps every activation: smaller batches than a forward's
+PASS_TOKENS = 1024  # tokens a forward pass of the curve holds (its logits: 200 MB at SmolLM2's vocabulary)
 
 
 RISES = (0.05, 0.10)  # the loss rises the exercise asks about: how many heads go before each
@@ -73,19 +74,28 @@ def _sentence_losses(model, rows: list, gates: list, grad: bool = False) -> torc
     return loss.view(B, T - 1).mean(1)
 
 
-def corpus_loss(model, found: list, removed: list, on_pass=lambda: None) -> float:
-    """The mean next-token loss over every predicted token, with the `removed` heads gone."""
-    gates = torch.ones(model.layers, 1, model.heads)
-    for layer, head in removed:
-        gates[layer - 1, 0, head - 1] = 0.0
-    total, count = 0.0, 0
+def corpus_losses(model, found: list, removed: list, on_pass=lambda: None) -> list[float]:
+    """The mean next-token loss over every predicted token, once for each list of heads in
+    `removed` with those heads gone. The lists share the passes: a pass holds copies of one batch
+    of sentences, each copy with its own gates, up to PASS_TOKENS tokens (the corpus's sentences
+    are short, and one pass of many rows keeps the cores busier than many passes of few)."""
+    gates = torch.ones(len(removed), model.layers, model.heads)  # (curve points, layers, heads)
+    for point, heads in enumerate(removed):
+        for layer, head in heads:
+            gates[point, layer - 1, head - 1] = 0.0
+    total, count = torch.zeros(len(removed), dtype=torch.float64), 0
     with torch.no_grad():
         for rows in found:
-            losses = _sentence_losses(model, rows, list(gates))
-            total += float(losses.double().sum()) * (len(rows[0]) - 1)
-            count += len(rows) * (len(rows[0]) - 1)
-    on_pass()
-    return total / count
+            B, T = len(rows), len(rows[0])
+            step = max(1, PASS_TOKENS // (B * T))  # curve points a pass
+            for first in range(0, len(removed), step):
+                some = gates[first:first + step]  # (P, layers, heads)
+                per_row = some.repeat_interleave(B, dim=0).transpose(0, 1)  # (layers, P·B, heads)
+                losses = _sentence_losses(model, rows * len(some), list(per_row))
+                total[first:first + len(some)] += losses.view(len(some), B).double().sum(1) * (T - 1)
+            count += B * (T - 1)
+            on_pass()
+    return (total / count).tolist()
 
 
 def importance(model, texts: list[str], on_batch=lambda: None) -> np.ndarray:
@@ -105,8 +115,8 @@ def importance(model, texts: list[str], on_batch=lambda: None) -> np.ndarray:
 
 
 def prune(model, corpus, on_step=lambda: None) -> Pruning:
-    """Rank every head, then the corpus loss with the least important removed, point by point
-    (`on_step()` after each batch of the ranking and each point of the curve)."""
+    """Rank every head, then the corpus loss with the least important removed at each point of
+    the curve (`on_step()` after each batch of the ranking and each batch of the curve)."""
     from mha_trace.speedups import batch_work
 
     check_prunable(model)
@@ -114,9 +124,9 @@ def prune(model, corpus, on_step=lambda: None) -> Pruning:
         scores = importance(model, corpus.sentences, on_step)
         ranked = np.argsort(scores, axis=None, kind="stable")
         order = [(int(i // model.heads) + 1, int(i % model.heads) + 1) for i in ranked]
-        found = batches(model, corpus.sentences, 1024)
+        found = batches(model, corpus.sentences, PASS_TOKENS)
         counts = sorted({round(f * len(order)) for f in FRACTIONS})
-        points = [(k, corpus_loss(model, found, order[:k], on_step)) for k in counts]
+        points = list(zip(counts, corpus_losses(model, found, [order[:k] for k in counts], on_step)))
     tokens = sum(len(rows) * (len(rows[0]) - 1) for rows in found)
     return Pruning(ModelCard.of(model), corpus.name, tokens, scores, order, points)
 
@@ -135,4 +145,4 @@ def check_prunable(model) -> None:
 def steps(model, corpus) -> int:
     """How many times prune() calls on_step: for a progress bar."""
     return len(batches(model, corpus.sentences, GRAD_TOKENS)) + len(
-        {round(f * model.layers * model.heads) for f in FRACTIONS})
+        batches(model, corpus.sentences, PASS_TOKENS))

@@ -228,7 +228,7 @@ def ablate(
     module: ModuleOpt = None,
     rank: Annotated[bool, typer.Option("--rank", help="With --model: remove every head on its own and rank them by their effect (one batched pass). Example: --rank")] = False,
     top: Annotated[int, typer.Option("--top", min=1, max=10000, help="With --rank: how many heads to list. Example: --top 10")] = 20,
-    prune: Annotated[bool, typer.Option("--prune", help="With a causal --model: rank every head by Michel et al.'s importance on the bundled corpus, remove them least important first, and measure the next-token loss at each step (about 40 seconds on 2 cores; --png draws the curve). Example: --model smollm2 --prune")] = False,
+    prune: Annotated[bool, typer.Option("--prune", help="With a causal --model: rank every head by Michel et al.'s importance on the bundled corpus, remove them least important first, and measure the next-token loss at each step (about 45 seconds on 2 cores; --png draws the curve). Example: --model smollm2 --prune")] = False,
     o=None,
     out: Output = None,
 ):

@@ -21,6 +21,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 TARGETS = {  # name: (wall ratio, peak-RSS ratio) targets from the issues; None where none is set
@@ -32,6 +33,7 @@ TARGETS = {  # name: (wall ratio, peak-RSS ratio) targets from the issues; None 
     "mha-trace cost --preset gpt3-175b": (0.25, None),
     "mha-trace heads --model minilm": (1.0, 1.4),
     "mha-trace survey --model minilm": (None, None),  # ≤ 3× heads --model minilm: printed below
+    "mha-trace explain --model minilm (layer 6) --png": (1.5, None),
     "mha-trace heads --model smollm2 (first run)": (4.0, None),
     "mha-trace heads --model smollm2": (1.6, 2.0),
     "mha-trace survey --model smollm2 --induction": (6.0, None),
@@ -66,6 +68,8 @@ def commands(slow: bool = False) -> dict:
         explain = cli + ["explain", "--model", "minilm", "--sentence", sentence, "--token", "it", "--layer", "6"]
         cmds["mha-trace explain --model minilm (layer 6)"] = explain
         cmds["mha-trace explain --model minilm (layer 6) --why"] = explain + ["--why"]
+        cmds["mha-trace explain --model minilm (layer 6) --png"] = explain + [
+            "--png", os.path.join(tempfile.gettempdir(), "mha-trace-bench-explain.png")]
         cmds["mha-trace survey --model minilm --effect"] = cli + ["survey", "--model", "minilm", "--effect"]
     if subprocess.run(cli + ["predict", "--top", "1"], capture_output=True).returncode == 0:
         heads = cli + ["heads", "--model", "smollm2", "--sentence", sentence]
@@ -125,8 +129,6 @@ def first_screen(cmd: list) -> tuple[float, int]:
 
 def run_once(cmd: list) -> tuple[float, int]:
     """Wall seconds and peak RSS (bytes) of one whole process."""
-    import tempfile
-
     if cmd[0] == "PTY":
         return first_screen(cmd[1:])
     if "MHA_TRACE_CACHE=FRESH" in cmd:  # an empty cache folder, made outside the timing

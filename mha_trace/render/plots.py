@@ -345,6 +345,28 @@ def _weights_on(ax, xs, values, fg: str, size: int, rotation: int = 0) -> None:
                     rotation=rotation)
 
 
+def bars(ax, x, heights, width: float, bottom=0.0, color="#21918c", label: str | None = None,
+         hatch: str | None = None):
+    """Axes.bar's bars, drawn as one collection: Axes.bar adds a patch a bar and updates the
+    limits for each (0.7 s of a 36-axes slide's 4 s). `color` one or one a bar; with `hatch`,
+    outlines hatched in grey and no fill. Returns the collection (a legend entry when labelled)."""
+    import numpy as np
+    from matplotlib.collections import PolyCollection
+
+    x, top = np.asarray(x, float), np.asarray(heights, float)
+    low = np.broadcast_to(np.asarray(bottom, float), top.shape)
+    top = low + top
+    left, right = x - width / 2, x + width / 2
+    corners = np.stack([np.stack(c, -1) for c in ((left, low), (left, top), (right, top),
+                                                 (right, low))], 1)  # (bars, 4, 2)
+    drawn = PolyCollection(corners, facecolors="none" if hatch else color, hatch=hatch,
+                           edgecolors="#888888" if hatch else "none", linewidths=1 if hatch else 0,
+                           label=label)
+    drawn.sticky_edges.y.append(0.0)  # as a bar's base: no margin below an axis at 0
+    ax.add_collection(drawn)
+    return drawn
+
+
 def _hatch(ax, hidden) -> None:
     """Hatch the cells where `hidden` (a bool matrix) is True."""
     import numpy as np

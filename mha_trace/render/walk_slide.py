@@ -7,7 +7,7 @@ from mha_trace.analyses.walk import Walk
 from mha_trace.io.page import slide
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, SLIDE_W, WIDTH_PX, _fitted,
                                     _pyplot, _rc, _save, _theme, _ticks, _values_on,
-                                    _weights_on)
+                                    _weights_on, bars)
 
 
 @slide.register(Walk)
@@ -33,7 +33,8 @@ def save_walk(path: str, title: str, walk, theme: str = "light") -> None:
     heads, keys = walk.heads, [t.token for t in walk.heads[0].terms]
     effect = heads[0].terms[0].effect is not None
     xs, size = _ticks(len(keys), SLIDE_W / 3 * 0.8)
-    with plt.rc_context(_rc(fg)):
+    small = {"xtick.labelsize": MIN_TICK_PT, "ytick.labelsize": MIN_TICK_PT, "axes.facecolor": bg}
+    with plt.rc_context({**_rc(fg), **small}):  # set once: tick_params on each of 36 axes took 0.1 s
         fig, axes = plt.subplots(len(heads), 3, squeeze=False,
                                  figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI,
                                  facecolor=bg, gridspec_kw=_layout(heads, keys, xs, size, walk))
@@ -85,17 +86,16 @@ def _walk_row(plt, row, hw, sqrt_dk: float, shown: int, fg: str, bg: str, name=s
     dots = np.array([0.0 if t.masked else t.dot for t in hw.terms])
     scaled = np.array([0.0 if t.masked else t.scaled for t in hw.terms])
     weights = np.array([t.weight for t in hw.terms])
-    row[0].bar(x - 0.2, dots, 0.4, color="#3b528b", label="q·k")
-    row[0].bar(x + 0.2, scaled, 0.4, color="#5ec962", label=f"q·k ÷ √d_k (÷ {sqrt_dk:.2f})")
+    bars(row[0], x - 0.2, dots, 0.4, color="#3b528b", label="q·k")
+    bars(row[0], x + 0.2, scaled, 0.4, color="#5ec962", label=f"q·k ÷ √d_k (÷ {sqrt_dk:.2f})")
     if effect:  # the weights beside the effect weights (--effect)
-        row[1].bar(x - 0.2, weights, 0.4, color="#9b5fc0", label="weight")
-        row[1].bar(x + 0.2, [t.effect for t in hw.terms], 0.4, color="#f58231",
-                   label="effect: weight × ‖v·W_O‖, renormalised")
+        bars(row[1], x - 0.2, weights, 0.4, color="#9b5fc0", label="weight")
+        bars(row[1], x + 0.2, [t.effect for t in hw.terms], 0.4, color="#f58231",
+             label="effect: weight × ‖v·W_O‖, renormalised")
     else:
-        row[1].bar(x, weights, 0.7, color=plt.get_cmap("viridis")(weights / max(weights.max(), 1e-9)))
-    row[1].bar(x[masked], np.full(masked.sum(), 0.02), 0.7, fill=False, hatch="///",
-               edgecolor="#888888")
-    row[2].bar(np.arange(len(hw.output)), hw.output, 0.7, color="#21918c")
+        bars(row[1], x, weights, 0.7, color=plt.get_cmap("viridis")(weights / max(weights.max(), 1e-9)))
+    bars(row[1], x[masked], np.full(masked.sum(), 0.02), 0.7, hatch="///")
+    bars(row[2], np.arange(len(hw.output)), hw.output, 0.7)
     if len(x) <= 8 and few:  # room for the numbers themselves (a 0 too)
         _values_on(row[0], np.concatenate([x - 0.2, x + 0.2]), np.concatenate([dots, scaled]), fg, 13)
         if not effect:
@@ -107,7 +107,5 @@ def _walk_row(plt, row, hw, sqrt_dk: float, shown: int, fg: str, bg: str, name=s
         _values_on(row[2], np.arange(len(hw.output)), hw.output, fg, 16)
     row[0].set_ylabel(f"head {name(hw.head)}", fontsize=18, rotation=0, ha="right", va="center")
     for ax in row:
-        ax.set_facecolor(bg)
         ax.axhline(0, color=fg, linewidth=0.8)
-        ax.tick_params(labelsize=MIN_TICK_PT)
         ax.locator_params(axis="y", nbins=3)

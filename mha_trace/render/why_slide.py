@@ -4,7 +4,7 @@ above zero, down below), the score itself a dot, and the weights beside."""
 import numpy as np
 
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, SLIDE_W, WIDTH_PX, _fitted,
-                                    _pyplot, _rc, _save, _theme, _ticks, _weights_on)
+                                    _pyplot, _rc, _save, _theme, _ticks, _weights_on, bars)
 
 COLOURS = ["#3b528b", "#21918c", "#5ec962", "#f58231", "#e6194b", "#911eb4", "#42d4f4", "#9a6324"]
 
@@ -20,7 +20,7 @@ def save_why(path: str, title: str, walk, theme: str = "light") -> None:
         colours = _colours(walk.why)
         for (parts_ax, weights_ax), why in zip(axes, walk.why):
             _stack(parts_ax, why, fg, colours)
-            weights_ax.bar(np.arange(len(keys)), why.weights(), 0.7, color="#21918c")
+            bars(weights_ax, np.arange(len(keys)), why.weights(), 0.7)
             if len(walk.why) <= 2 and len(keys) <= 20:  # room for the numbers themselves
                 _weights_on(weights_ax, range(len(keys)), why.weights(), fg, 13)
                 for x, score in enumerate(why.score):
@@ -68,7 +68,7 @@ def _stack(ax, why, fg: str, colours: dict) -> None:
     x = np.arange(parts.shape[1])
     up, down = np.zeros(len(x)), np.zeros(len(x))
     for name, values, colour in rows:
-        ax.bar(x, values, 0.7, bottom=np.where(values >= 0, up, down), color=colour, label=name)
+        bars(ax, x, values, 0.7, bottom=np.where(values >= 0, up, down), color=colour, label=name)
         up, down = up + np.maximum(values, 0), down + np.minimum(values, 0)
     ax.plot(x, why.score, "o", color=fg, markersize=8, label="score")
     ax.margins(y=0.1)

@@ -101,7 +101,7 @@ def test_cost_never_imports_torch():
 
 
 @pytest.mark.parametrize("args,message", [
-    (("--preset", "gpt5"), "--preset 'gpt5' is not bundled (presets: bert-base, gpt2-small, gpt3-175b, "
+    (("--preset", "gpt5"), "--preset 'gpt5' is not bundled (presets: bert-base, gpt2-medium, gpt2-small, gpt3-175b, "
                            "llama2-70b, llama2-7b, mistral-7b, smollm2-135m)"),
     (("--d-model", "100", "--heads", "7"),
      "--heads: d_model=100 is not divisible by heads=7 (valid head counts: 1, 2, 4, 5, 10, 20, 25, 50, 100)"),

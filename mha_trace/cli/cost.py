@@ -6,13 +6,14 @@ import typer
 
 from mha_trace.cli.app import app
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
+from mha_trace.core.costs import preset_names
 from mha_trace.io.output import Output, emit
 
 
 @app.command(short_help="Parameters, FLOPs, score memory and KV cache, exactly.")
 @output_options()
 def cost(
-    preset: Annotated[str | None, typer.Option("--preset", help="Published model dimensions: gpt2-small, bert-base, gpt3-175b, llama2-7b, llama2-70b, mistral-7b; flags override them. Example: --preset gpt3-175b")] = None,
+    preset: Annotated[str | None, typer.Option("--preset", help=f"Published model dimensions: {', '.join(preset_names())}; flags override them. Example: --preset gpt3-175b")] = None,
     batch: Annotated[int | None, typer.Option("--batch", "-b", help="Batch size B (default 1 with a preset, else 2). Example: --batch 8")] = None,
     seq: Annotated[int | None, typer.Option("--seq", "-t", help="Sequence length T (default: the preset's context, else 10). Example: --seq 4096")] = None,
     d_model: Annotated[int | None, typer.Option("--d-model", "-d", help="Model width (default 512). Example: --d-model 8192")] = None,
@@ -24,14 +25,23 @@ def cost(
     formulas: Annotated[bool, typer.Option("--formulas", help="Show each formula with the numbers put in. Example: --formulas")] = False,
     window: Annotated[int | None, typer.Option("--window", help="Sliding-window attention: the KV cache keeps at most W tokens per layer (default: the preset's). Example: --window 4096")] = None,
     rope: Annotated[bool | None, typer.Option("--rope/--no-rope", help="Rotary positions (default: the preset's); they add no parameters. Example: --rope")] = None,
+    io: Annotated[bool, typer.Option("--io", help="Count the bytes each kernel reads from and writes to main memory (HBM): standard attention against the tiled pass (FlashAttention-2's loop). Example: --preset gpt2-medium --batch 64 --dtype float16 --io --backward")] = False,
+    backward: Annotated[bool, typer.Option("--backward", help="With --io: the backward pass too (training), as in Dao et al. 2022, Fig. 2. Example: --io --backward")] = False,
+    sram: Annotated[int | None, typer.Option("--sram", help="With --io: bytes of on-chip SRAM a tile may use (default 196608, an A100's 192 KB per streaming multiprocessor); the tiles follow from it. Example: --io --sram 98304")] = None,
+    block_q: Annotated[int | None, typer.Option("--block-q", help="With --io: rows of a query tile (B_r), in both passes (default: from --sram). Example: --io --block-q 128")] = None,
+    block_k: Annotated[int | None, typer.Option("--block-k", help="With --io: rows of a key/value tile (B_c), in both passes (default: from --sram). Example: --io --block-k 128")] = None,
+    causal: Annotated[bool | None, typer.Option("--causal/--no-causal", help="With --io: a causal mask, a kernel of its own in standard attention (default: the preset's, else none). Example: --io --causal")] = None,
+    dropout: Annotated[float | None, typer.Option("--dropout", help="With --io: attention dropout probability; above 0, a kernel of its own in standard attention (default: the preset's, else 0). Example: --io --dropout 0.1")] = None,
     out: Output = None,
 ):
-    """Parameters, FLOPs per stage, score memory (materialised vs tiled) and KV cache, exactly.
+    """Parameters, FLOPs per stage, score memory (materialised vs tiled) and KV cache, exactly;
+    with --io, the main-memory traffic of standard and tiled attention, kernel by kernel.
 
     Example: mha-trace cost --preset gpt3-175b --seq 2048 --dtype float16
     """
     from mha_trace.core.costs import cost_report
 
     report = cost_report(preset, batch, seq, d_model, heads, kv_heads, layers, dtype.value, bias,
-                         window, rope, formulas)
+                         window, rope, formulas, io, backward, sram, block_q, block_k, causal,
+                         dropout)
     emit(out, report.renderables, report.data)

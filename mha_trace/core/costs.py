@@ -250,15 +250,19 @@ class CostReport(Shows):
     preset: str | None = None
     source: str | None = None  # where the preset's dimensions were published
     formulas: bool = False  # show each formula with the numbers put in
+    io: object = None  # core.hbm.Io: main-memory traffic (`--io`), or None
 
 
 def cost_report(preset: str | None = None, batch: int | None = None, seq: int | None = None,
                 d_model: int | None = None, heads: int | None = None, kv_heads: int | None = None,
                 layers: int | None = None, dtype: str = "float32", bias: bool | None = None,
                 window: int | None = None, rope: bool | None = None,
-                formulas: bool = False) -> CostReport:
+                formulas: bool = False, io: bool = False, backward: bool = False,
+                sram: int | None = None, block_q: int | None = None, block_k: int | None = None,
+                causal: bool | None = None, dropout: float | None = None) -> CostReport:
     """The cost of attention at a preset's dimensions (gpt3-175b, ...), any of them overridden;
-    without a preset: batch 2, seq 10, d_model 512, heads 8, one layer."""
+    without a preset: batch 2, seq 10, d_model 512, heads 8, one layer. With `io`, the bytes
+    standard and tiled attention move to and from main memory (`backward` adds that pass)."""
     from mha_trace.core.validate import check_sizes, positive
 
     given = {"batch": batch, "seq": seq, "d_model": d_model, "heads": heads,
@@ -283,4 +287,17 @@ def cost_report(preset: str | None = None, batch: int | None = None, seq: int | 
     d = Dims(batch, seq, d_model, heads, kv_heads, dtype, bias=pick(bias, "bias", True),
              window=window, rope=pick(rope, "rope", False))
     label = p.get("name", "custom") if preset else "custom"
-    return CostReport(cost_rows(d, layers), d, layers, label, preset, p.get("source"), formulas)
+    io_only = {"backward": backward or None, "sram": sram, "block_q": block_q, "block_k": block_k,
+               "causal": causal, "dropout": dropout}
+    if not io and any(v is not None for v in io_only.values()):
+        name = next(k for k, v in io_only.items() if v is not None)
+        raise MhaError(f"{name} counts main-memory traffic: add --io", quantity=name)
+    traffic = None
+    if io:
+        from mha_trace.core.hbm import io as count
+
+        traffic = count(batch, heads, seq, d.d_k, d.itemsize, backward, sram, block_q, block_k,
+                        pick(causal, "causal", False), pick(dropout, "dropout", 0.0),
+                        p.get("io_reference"))
+    return CostReport(cost_rows(d, layers), d, layers, label, preset, p.get("source"), formulas,
+                      traffic)

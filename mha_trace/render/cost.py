@@ -12,13 +12,15 @@ def _count(n: int, unit: str) -> str:
     return f"{n:,}" if unit == "params" else si(n)
 
 
-def cost_renderables(rows, d, layers: int, label: str, source: str | None, formulas: bool) -> list:
+def _head(d, layers: int, label: str, source: str | None) -> list:
     head = Text(f"cost: {label}: batch={d.batch} seq={d.seq} d_model={d.d_model} heads={d.heads} "
                 f"kv_heads={d.kv_heads} (d_k={d.d_k}) layers={layers} {d.dtype} "
                 f"({d.itemsize} bytes) bias={'yes' if d.bias else 'no'}", style="bold")
-    out = [head]
-    if source:
-        out.append(Text(f"Source: {source}"))
+    return [head] + ([Text(f"Source: {source}")] if source else [])
+
+
+def cost_renderables(rows, d, layers: int, formulas: bool) -> list:
+    out = []
     for section, title, unit in (("parameters", "Parameters", "params"),
                                  ("flops", "FLOPs of one forward pass", "FLOPs")):
         table = new_table(title)
@@ -45,6 +47,11 @@ def cost_renderables(rows, d, layers: int, label: str, source: str | None, formu
         cells = [r.item] + ([f"{r.formula} = {r.numbers}"] if formulas else [])
         table.add_row(*cells, f"{r.total:,}", decimal_bytes(r.total), human_bytes(r.total))
     out.append(table)
+    out += _notes(d, formulas)
+    return out
+
+
+def _notes(d, formulas: bool) -> list:
     notes = ["Scores are per layer (one layer's T×T tensors are alive at a time); FLOPs count a "
              "multiply-add as 2. The tiled row follows FlashAttention-2 (Dao 2023), which keeps one "
              "fp32 logsumexp per query row for the backward pass; FlashAttention-1 (Dao et al. "
@@ -57,8 +64,49 @@ def cost_renderables(rows, d, layers: int, label: str, source: str | None, formu
                      f"KV cache keeps the last {d.window} tokens per layer (a rolling buffer).")
     if not formulas:
         notes.append("--formulas shows every formula with the numbers put in.")
-    out.append(Text(" ".join(notes)))
-    return out
+    return [Text(" ".join(notes))]
+
+
+def io_renderables(io, layers: int, formulas: bool) -> list:
+    """`cost --io`: each kernel's bytes to and from main memory, standard then tiled; the totals,
+    the tiles and what was published at these dimensions."""
+    passes = "forward and backward pass" if io.backward else "forward pass"
+    table = new_table(f"Main-memory (HBM) reads and writes of one {passes}")
+    for name, justify in (("path", "left"), ("pass", "left"), ("step", "left")):
+        table.add_column(name, justify=justify, overflow="fold")
+    if formulas:
+        table.add_column("formula", overflow="fold")
+    table.add_column("one layer", justify="right")
+    table.add_column(f"{layers} layer{'s' if layers != 1 else ''}", justify="right")
+    for path in ("standard", "tiled"):
+        for t in (t for t in io.terms if t.path == path):
+            cells = [path, t.pass_, t.step] + ([f"{t.formula} = {t.numbers}"] if formulas else [])
+            table.add_row(*cells, decimal_bytes(t.bytes), decimal_bytes(t.bytes * layers))
+        total = io.total(path)
+        table.add_row(path, "", "total", *([""] if formulas else []), decimal_bytes(total),
+                      decimal_bytes(total * layers), style="bold", end_section=True)
+    return [table, Text(" ".join(_io_notes(io)))]
+
+
+def _io_notes(io) -> list:
+    standard, tiled = io.total("standard"), io.total("tiled")
+    (fq, fk), (bq, bk) = io.tiles.forward, io.tiles.backward
+    notes = [f"Standard {decimal_bytes(standard)}, tiled {decimal_bytes(tiled)}: "
+             f"{standard / tiled:.1f}× fewer bytes.",
+             f"Tiles: forward {fq} query × {fk} key rows"
+             + (f", backward {bq} × {bk}" if io.backward and io.tiles.backward != io.tiles.forward else "")
+             + f" ({io.tiles.rule}).",
+             "Standard attention stores every N×N matrix it makes and reads it back; the tiled pass "
+             "keeps its N×N tiles in on-chip SRAM (masks and dropout too) and streams K and V past "
+             "each query tile: Θ(N²d²/M) bytes for M of SRAM (Dao et al. 2022, Theorem 2)."]
+    if io.skipped:
+        kept = tiled - io.skipped
+        notes.append(f"Skipping the tiles wholly above the causal diagonal (FlashAttention-2, "
+                     f"§3.1.1) moves {decimal_bytes(io.skipped)} fewer: {decimal_bytes(kept)}, "
+                     f"{standard / kept:.1f}× fewer than standard.")
+    if io.reference:
+        notes.append(f"Published: {io.reference}.")
+    return notes
 
 
 def cost_data(rows, d, layers: int, preset: str | None, source: str | None) -> dict:
@@ -76,9 +124,24 @@ def cost_data(rows, d, layers: int, preset: str | None, source: str | None) -> d
 
 @renderables.register(CostReport)
 def _cost(r, width: int, **_) -> list:
-    return cost_renderables(r.rows, r.dims, r.layers, r.label, r.source, r.formulas)
+    shown = (io_renderables(r.io, r.layers, r.formulas) if r.io  # the traffic alone
+             else cost_renderables(r.rows, r.dims, r.layers, r.formulas))
+    return _head(r.dims, r.layers, r.label, r.source) + shown
 
 
 @data.register(CostReport)
 def _cost_data(r, **_) -> dict:
-    return cost_data(r.rows, r.dims, r.layers, r.preset, r.source)
+    shown = cost_data(r.rows, r.dims, r.layers, r.preset, r.source)
+    if r.io:
+        io = r.io
+        shown["io"] = {
+            "backward": io.backward, "causal": io.causal, "dropout": io.dropout,
+            "tiles": {"forward": {"block_q": io.tiles.forward[0], "block_k": io.tiles.forward[1]},
+                      "backward": {"block_q": io.tiles.backward[0], "block_k": io.tiles.backward[1]},
+                      "rule": io.tiles.rule},
+            "terms": [{"path": t.path, "pass": t.pass_, "step": t.step, "formula": t.formula,
+                       "numbers": t.numbers, "bytes": t.bytes} for t in io.terms],
+            "totals": {"standard": io.total("standard"), "tiled": io.total("tiled"),
+                       "tiled_causal_skipping": io.total("tiled") - io.skipped},
+            "published": io.reference}
+    return shown

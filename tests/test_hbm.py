@@ -1,0 +1,165 @@
+"""`cost --io`: main-memory traffic, checked against what autograd's own kernels read and write,
+against a simulation of FlashAttention-2's loops, and against Dao et al. 2022 (Fig. 2, Theorem 2)."""
+
+import json
+from math import log
+
+import numpy as np
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from mha_trace.core.hbm import STATS, Tiles, io
+
+FIG2 = dict(B=64, H=16, N=1024, d=64, s=2, backward=True, causal=True, dropout=0.1)  # GPT-2 medium
+
+
+class KernelBytes(TorchDispatchMode):
+    """Each kernel torch runs, with the bytes of every tensor it reads or writes (views move none)."""
+
+    def __init__(self):
+        super().__init__()
+        self.kernels = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not func.is_view and func not in (torch.ops.aten.detach.default, torch.ops.aten._unsafe_view.default):
+            tensors = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
+            self.kernels.append((str(func), sum(t.numel() * t.element_size() for t in tensors)))
+        return out
+
+
+def standard_kernels(B, H, N, d, dtype, causal, dropout, backward):
+    """Standard attention in eager torch on the meta device, one kernel a step: the mask a kernel
+    that reads S and writes it (tril moves the same bytes as a causal fill computed from indices),
+    dropout torch's fused one, and autograd's own backward."""
+    q, v = (torch.empty(B, H, N, d, device="meta", dtype=dtype, requires_grad=True) for _ in range(2))
+    k_t = torch.empty(B, H, d, N, device="meta", dtype=dtype, requires_grad=True)
+    grad = torch.empty(B, H, N, d, device="meta", dtype=dtype)
+    with KernelBytes() as counted:
+        scores = q @ k_t
+        scores = scores.tril() if causal else scores
+        weights = scores.softmax(-1)
+        weights = torch.native_dropout(weights, dropout, True)[0] if dropout else weights
+        out = weights @ v
+        if backward:
+            out.backward(grad)
+    return counted.kernels
+
+
+@pytest.mark.parametrize("causal,dropout,backward", [(False, 0.0, False), (True, 0.1, False),
+                                                     (False, 0.0, True), (True, 0.1, True),
+                                                     (True, 0.0, True), (False, 0.2, True)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_the_standard_count_is_what_each_kernel_reads_and_writes(causal, dropout, backward, dtype):
+    B, H, N, d = 2, 3, 37, 8
+    kernels = standard_kernels(B, H, N, d, dtype, causal, dropout, backward)
+    terms = [t for t in io(B, H, N, d, dtype.itemsize, backward, causal=causal, dropout=dropout).terms
+             if t.path == "standard"]
+    assert [t.bytes for t in terms] == [n for _, n in kernels], (terms, kernels)
+
+
+def flash2_loops(N, d, s, t: Tiles, backward, causal):
+    """FlashAttention-2's Algorithms 1 and 2 (Dao 2023) walked tile by tile, counting every load
+    from and store to HBM; under `causal`, tiles wholly above the diagonal are skipped."""
+    moved = 0
+    Br, Bc = t.forward
+    for q0 in range(0, N, Br):
+        rows = min(Br, N - q0)
+        moved += rows * d * s  # load Q_i
+        for k0 in range(0, N, Bc):
+            if causal and k0 > q0 + rows - 1:
+                break
+            moved += 2 * min(Bc, N - k0) * d * s  # load K_j, V_j
+        moved += rows * d * s + rows * STATS  # store O_i, L_i
+    if backward:
+        moved += 2 * N * d * s + N * STATS  # D = rowsum(dO∘O)
+        Br, Bc = t.backward
+        for k0 in range(0, N, Bc):
+            cols = min(Bc, N - k0)
+            moved += 2 * cols * d * s  # load K_j, V_j
+            for q0 in range(0, N, Br):
+                rows = min(Br, N - q0)
+                if causal and q0 + rows - 1 < k0:
+                    continue
+                moved += 2 * rows * d * s + 2 * rows * STATS  # load Q_i, dO_i, L_i, D_i
+                moved += 2 * rows * d * s  # load and store dQ_i
+            moved += 2 * cols * d * s  # store dK_j, dV_j
+    return moved
+
+
+@pytest.mark.parametrize("N,d,s,blocks", [(1024, 64, 2, None), (1000, 64, 2, (128, 96)),
+                                          (37, 8, 4, (5, 7)), (300, 32, 2, (64, 64)), (9, 4, 4, (16, 2))])
+@pytest.mark.parametrize("backward", [False, True])
+def test_the_tiled_count_is_flashattention2s_loops_tile_by_tile(N, d, s, blocks, backward):
+    B, H = 3, 2
+    counted = io(B, H, N, d, s, backward, block_q=blocks and blocks[0], block_k=blocks and blocks[1],
+                 causal=True)
+    assert counted.total("tiled") == B * H * flash2_loops(N, d, s, counted.tiles, backward, False)
+    skipped = B * H * flash2_loops(N, d, s, counted.tiles, backward, True)
+    assert counted.total("tiled") - counted.skipped == skipped
+
+
+def test_gpt2_medium_against_dao_et_al_2022_figure_2():
+    """Fig. 2 left, measured on an A100: standard 40.3 GB, FlashAttention 4.4 GB (9.2×)."""
+    counted = io(**FIG2)
+    standard, tiled = counted.total("standard"), counted.total("tiled")
+    assert 0.85 * 40.3e9 <= standard <= 1.15 * 40.3e9
+    assert 5 <= standard / tiled <= 15
+    assert counted.tiles.forward == (384, 64) and counted.tiles.backward == (64, 384)  # 192 KB of SRAM
+
+
+def test_accesses_fall_as_the_block_grows():
+    """Fig. 2 middle: fewer HBM accesses with larger blocks."""
+    totals = [io(**FIG2, block_q=b, block_k=b).total("tiled") for b in (64, 128, 256, 512)]
+    assert totals == sorted(totals, reverse=True) and len(set(totals)) == 4
+    assert len({io(**FIG2, block_q=b, block_k=b).total("standard") for b in (64, 512)}) == 1
+
+
+def slope(xs, ys):
+    return np.polyfit([log(x) for x in xs], [log(y) for y in ys], 1)[0]
+
+
+def test_theorem_2_the_tiled_pass_moves_n2_d2_over_m():
+    """Θ(N²d²/M): on a log-log fit, slope 2 in N, -1 in M (and 2 in d), where the quadratic term rules."""
+    tiled = lambda N, d, M: io(1, 1, N, d, 2, backward=True, sram=M).total("tiled")
+    Ns, Ms, ds = [2 ** k for k in range(14, 19)], [2 ** k for k in range(15, 20)], [32, 64, 128]
+    assert 1.9 <= slope(Ns, [tiled(N, 64, 2 ** 16) for N in Ns]) <= 2.0
+    assert -1.0 <= slope(Ms, [tiled(2 ** 18, 64, M) for M in Ms]) <= -0.9
+    assert 1.9 <= slope(ds, [tiled(2 ** 18, d, 2 ** 20) for d in ds]) <= 2.0
+    standard = lambda N: io(1, 1, N, 64, 2, backward=True).total("standard")
+    assert 1.95 <= slope(Ns, [standard(N) for N in Ns]) <= 2.0  # Θ(N²) whatever the SRAM
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_cost_io_golden(cli, golden, width):
+    args = ("cost", "--preset", "gpt2-medium", "--batch", "64", "--dtype", "float16", "--io", "--backward")
+    text = cli(*args, "--width", str(width)).stdout
+    assert max(len(line) for line in text.splitlines()) <= width
+    golden(f"cost_io_gpt2_medium_{width}.txt", text)
+
+
+def test_cost_io_json_and_formulas(cli):
+    data = json.loads(cli("cost", "--preset", "gpt2-medium", "--batch", "64", "--dtype", "float16",
+                          "--io", "--backward", "--format", "json").stdout)["io"]
+    assert data["totals"]["standard"] == sum(t["bytes"] for t in data["terms"] if t["path"] == "standard")
+    assert data["totals"]["standard"] == io(**FIG2).total("standard")
+    assert data["tiles"]["forward"] == {"block_q": 384, "block_k": 64} and data["published"].startswith("Dao")
+    text = cli("cost", "--seq", "100", "--io", "--block-q", "32", "--block-k", "16", "--formulas",
+               "--width", "200").stdout
+    assert "B·H·(2·N·d·s·T_r) = 2·8·(2·100·64·4·4)" in text  # T_r = ⌈100/32⌉ = 4
+    table = text.split("Main-memory")[1].split("Standard ")[0]
+    assert "mask S" not in table and "dropout" not in table and " backward " not in table
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--block-q", "64"), "--block-q counts main-memory traffic: add --io"),
+    (("--io", "--block-k", "0"), "--block-k: block_k=0 must be a positive integer"),
+    (("--io", "--dropout", "1"), "--dropout: dropout=1.0 must be a probability in [0, 1)"),
+    (("--io", "--sram", "100"), "--sram: sram=100 bytes holds less than a tile of 2 rows of d_k=64 "
+                                "(at least 2048 bytes)"),
+])
+def test_cost_io_bad_input(cli, args, message):
+    result = cli("cost", *args)
+    assert (result.exit_code, result.stderr) == (2, f"Error: {message}\n")

@@ -9,6 +9,7 @@ import pytest
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 RUNS = [("shapes",), ("shapes", "--kv-heads", "2"), ("shapes", "--mask", "causal", "--pad", "2"),
         ("shapes", "--impl", "sdpa"), ("shapes", "--rope", "--seq", "4"),
+        ("shapes", "--impl", "tiled", "--mask", "causal", "--seq", "7", "--block-q", "3"),
         ("shapes", "--decode", "2", "--seq", "3", "--kv-heads", "2"),
         ("shapes", "--module", "example:committee", "--d-model", "64", "--heads", "4")]
 

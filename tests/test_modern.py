@@ -186,7 +186,7 @@ def test_mistral_cache_honours_its_window(cli):
 @pytest.mark.parametrize("args,message", [
     (("shapes", "--rope", "--d-model", "12", "--heads", "4"),
      "--rope turns pairs of dims, so d_k = d_model / heads = 3 must be even"),
-    (("shapes", "--compare-impl"), "--compare-impl goes with --impl sdpa (it compares the fused "
+    (("shapes", "--compare-impl"), "--compare-impl goes with --impl sdpa or tiled (it compares that "
                                    "path with the explicit one)"),
     (("shapes", "--decode", "2", "--pad", "1"), "--pad does not go with --decode (decoding appends real tokens)"),
     (("shapes", "--window", "0"), "--window: window=0 must be a positive integer (at least 1)"),

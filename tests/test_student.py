@@ -320,7 +320,7 @@ def test_the_first_wrong_step_is_where_the_layout_goes_wrong(cli, tmp_path):
     out = cli("verify", "--module", S + "MergedWithoutTranspose", "--d-model", "32", "--heads", "4").stdout
     flat = " ".join(out.split())
     assert "First wrong step: tests/student/student_bugs.py:37 context = context.reshape(B, T, self.d_model)" in flat
-    assert "the lecture's: view [2, 6, 32]" in flat and "(attention.py:134 context =" in flat
+    assert "the lecture's: view [2, 6, 32]" in flat and "(attention.py:141 context =" in flat
     assert "first different at [0, 0, 8]: yours" in flat
     path = tmp_path / "t13.py"
     path.write_text(open("tests/student/correct_renamed.py").read()

@@ -137,7 +137,9 @@ def run_checks(module, q, k, v, mask, dtype: str) -> list[Check]:
         out, weights = module(q, k, v, mask=mask)
     check_finite(out, weights)
     scale = lambda ref: TOLERANCE[dtype] * max(1.0, float(np.abs(np.asarray(ref, float)).max()))
-    fused = "the module runs the fused path (--impl sdpa), which returns no weights"
+    impl = getattr(module, "impl", "sdpa")
+    fused = (f"the module runs the {'tiled' if impl == 'tiled' else 'fused'} path (--impl {impl}), "
+             f"which returns no weights")
 
     def weights_check(reference: str, ref_w, rows=slice(None), note: str = "") -> Check:
         if weights is None:
@@ -201,7 +203,7 @@ def check_references(run: Run) -> VerifyReport:
                 f"kv_heads={s.kv_heads or s.heads} mask={s.mask}{f' pad={s.pad}' if s.pad else ''} "
                 f"seed={s.seed}")
     modern = "".join([" rope" if s.rope else "", f" window={s.window}" if s.window else "",
-                      " impl=sdpa" if s.impl != "explicit" else ""])
+                      f" impl={s.impl}" if s.impl != "explicit" else ""])
     desc += modern
     q, k, v = run.qkv
     with one_thread():

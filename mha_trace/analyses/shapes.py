@@ -27,6 +27,7 @@ class ShapesReport(Shows):
     parameters: dict  # per projection, from the module itself
     failure: Failure | None = None  # the op that raised (the user's module)
     returned: str = ""  # what forward returned, for a user's module
+    output: object = None  # the built-in module's output tensor (B, T, d_model)
 
     @property
     def sizes(self):
@@ -44,6 +45,12 @@ class ShapesReport(Shows):
     def largest(self) -> Step:
         """The step whose tensor has the most elements (the first of equals)."""
         return max(self.steps, key=lambda s: (math.prod(s.shape), -s.index))
+
+    @property
+    def largest_made(self) -> Step:
+        """The largest tensor the forward pass allocated itself (no input, no view)."""
+        made = [s for s in self.steps if s.bytes and s.op != "input"] or self.steps
+        return max(made, key=lambda s: (math.prod(s.shape), -s.index))
 
     @property
     def kv_cache_per_token(self) -> tuple[int, int] | None:
@@ -75,6 +82,12 @@ class ShapesReport(Shows):
         mask = "full" if self.run.mask is not None else "none"
         return forward_bytes(replace(self.sizes.dims(), mask=mask))["scores"]
 
+    def max_diff(self, other: "ShapesReport") -> float | None:
+        """The largest |difference| between this run's output and another's (None on meta)."""
+        if self.output is None or other.output is None or self.output.is_meta:
+            return None
+        return (self.output.double() - other.output.double()).abs().max().item()
+
     @property
     def kv_cache_by_phase(self) -> list[tuple[str, int, int]]:
         """Decoding: (phase, tokens in the cache, bytes of K and V) after each call, one layer."""
@@ -103,14 +116,14 @@ def trace_run(run: Run) -> ShapesReport:
         except ForwardFailed as failed:
             return ShapesReport(run, failed.trace.steps, layer_parameters(run.module),
                                 failed.trace.failure)
-    returned = ""
+    returned, output = "", result.output[0] if run.builtin else None
     if not run.builtin:
         from mha_trace.runs.returned import split_result
 
         output, weights = split_result(result.output, run.args[0])
         returned = f"output {list(output.shape)}" + (
             f" and weights {list(weights.shape)}" if weights is not None else " (no weights)")
-    return ShapesReport(run, result.steps, layer_parameters(run.module), None, returned)
+    return ShapesReport(run, result.steps, layer_parameters(run.module), None, returned, output)
 
 
 def layer_parameters(module) -> dict:

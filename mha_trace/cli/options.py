@@ -77,7 +77,7 @@ RopeOpt = Annotated[bool, typer.Option("--rope", help="Rotary positions (RoPE, a
 RopeBaseOpt = Annotated[float | None, typer.Option("--rope-base", help="RoPE's base: pair i turns by position · base^(-2i/d_k) (default 10000, or the config's; LLaMA 10000, SmolLM2 100000). Example: --rope-base 100000")]
 WindowOpt = Annotated[int | None, typer.Option("--window", help="Sliding-window attention (Mistral): a query sees at most W keys, itself included; implies a causal mask. Example: --window 4")]
 ConfigRopeBaseOpt = Annotated[float | None, typer.Option("--rope-base", help="RoPE's base (default: the config's, else 10000). Example: --rope-base 100000")]
-ImplOpt = Annotated[Impl, typer.Option("--impl", help="explicit (the lecture's formula) or sdpa (F.scaled_dot_product_attention, which never forms the weights). Example: --impl sdpa")]
+ImplOpt = Annotated[Impl, typer.Option("--impl", help="explicit (the lecture's formula), sdpa (F.scaled_dot_product_attention, which never forms the weights) or tiled (FlashAttention-2's loop, tile by tile: a running max, sum and output, no T×T tensor). Example: --impl tiled")]
 
 ConfigOpt = Annotated[str | None, typer.Option("--config", "-c", help="A TOML config file, or the name of a bundled one (see mha-trace configs); default: the chapter's 'The cat sat on mat'. Example: --config chicken-road")]
 HeadOpt = Annotated[str | None, typer.Option("--head", help="Show only head N (1-based, as the chapter numbers them); with --model, LAYER.HEAD. Example: --head 2, or --head 4.1", metavar="N|L.H")]

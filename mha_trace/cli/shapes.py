@@ -14,7 +14,9 @@ from mha_trace.io.output import Output, emit, make_console
 @output_options(step=True)
 @run_options("sizes", "config_name", "module", "model", "layer")
 def shapes(
-    compare_impl: Annotated[bool, typer.Option("--compare-impl", help="With --impl sdpa: also run the explicit path and compare what each allocates and which tensors the fused path never makes. Example: --impl sdpa --compare-impl")] = False,
+    compare_impl: Annotated[bool, typer.Option("--compare-impl", help="With --impl sdpa or tiled: also run the explicit path and compare what each allocates, which tensors the other path never makes, and how far the outputs differ. Example: --impl tiled --compare-impl")] = False,
+    block_q: Annotated[int | None, typer.Option("--block-q", help="With --impl tiled: rows of a query tile (default: half the sequence, 2 × 2 tiles). Example: --impl tiled --block-q 4")] = None,
+    block_k: Annotated[int | None, typer.Option("--block-k", help="With --impl tiled: rows of a key/value tile (default: half the keys). Example: --impl tiled --block-k 4")] = None,
     compact: Annotated[bool, typer.Option("--compact", help="For slides: the lecture table's eight rows (input, W_q, view, transpose, attention, transpose back, contiguous + view, W_o), each shape also in symbols. Example: --compact")] = False,
     decode: Annotated[int, typer.Option("--decode", help="After a prefill over --seq tokens, decode N more one at a time with a growing KV cache (implies a causal mask). Example: --decode 3")] = 0,
     include_inputs: IncludeInputsOpt = False,
@@ -27,12 +29,14 @@ def shapes(
     Example: mha-trace shapes --d-model 512 --heads 8 --seq 6 --mask causal
     Example: mha-trace shapes --model minilm --sentence "The cat sat on the mat." --layer 1
     Example: mha-trace shapes --decode 3 --mask causal --kv-heads 2
+    Example: mha-trace shapes --impl tiled --mask causal --compare-impl
     Example: mha-trace shapes --config cat-sat-on-mat --module examples/chapter_numpy_mha.py:MultiHeadAttention
     """
     from dataclasses import replace
 
     from mha_trace.runs.resolve import check_early, resolve
 
+    o = replace(o, block_q=block_q, block_k=block_k)
     check_early(o, "sizes")  # before torch: a wrong flag is refused at once
     from mha_trace.analyses.shapes import trace_run
 
@@ -41,9 +45,9 @@ def shapes(
         from mha_trace.runs.model_options import refuse_with_model
 
         refuse_with_model(compare_impl=compare_impl or None, include_inputs=include_inputs or None)
-    if compare_impl and o.impl != "sdpa":
-        raise MhaError("compare_impl goes with --impl sdpa (it compares the fused path with the "
-                       "explicit one)", quantity="compare_impl")
+    if compare_impl and o.impl not in ("sdpa", "tiled"):
+        raise MhaError("compare_impl goes with --impl sdpa or tiled (it compares that path with "
+                       "the explicit one)", quantity="compare_impl")
     check_include(include_inputs, None, out)
     report = trace_run(resolve(o, "sizes"))
     console = make_console(out)
@@ -82,11 +86,12 @@ def _compare_impl(o, report, data: dict) -> list:
     """--compare-impl: the explicit path traced too, and what each allocates."""
     from dataclasses import replace
 
-    from mha_trace.render.shapes import compare_impl_table
+    from mha_trace.render.modern import compare_impl_table
     from mha_trace.runs.resolve import resolve
     from mha_trace.analyses.shapes import trace_run
 
-    explicit = trace_run(resolve(replace(o, impl=None), "sizes"))
+    explicit = trace_run(resolve(replace(o, impl=None, block_q=None, block_k=None), "sizes"))
     data["compare_impl"] = {"explicit_bytes": explicit.bytes_allocated,
-                            "sdpa_bytes": report.bytes_allocated}
+                            f"{o.impl}_bytes": report.bytes_allocated,
+                            "max_abs_diff": report.max_diff(explicit)}
     return compare_impl_table(explicit, report)

@@ -8,8 +8,8 @@ Nothing in this file knows about tracing or printing: the tracer watches it from
 (torch.Size([2, 10, 512]), torch.Size([2, 8, 10, 10]))
 
 The options modern models use are plain switches, nanoGPT-style: `rope` (rotary positions, as
-LLaMA), `window` (sliding-window attention, as Mistral), `impl="sdpa"` (the fused kernel, which
-never forms the weights) and a `KVCache` for decoding one token at a time.
+LLaMA), `window` (sliding window, as Mistral), `impl="sdpa"` (the fused kernel) or `"tiled"`
+(FlashAttention-2's loop, written out) and a `KVCache` for decoding one token at a time.
 """
 
 import math
@@ -59,7 +59,7 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(self, d_model, heads, kv_heads=None, bias=True, rope=False, rope_base=10000.0,
-                 window=None, impl="explicit"):
+                 window=None, impl="explicit", block_q=None, block_k=None):
         super().__init__()
         kv_heads = kv_heads or heads
         self.d_model = d_model
@@ -68,7 +68,7 @@ class MultiHeadAttention(nn.Module):
         self.d_k = d_model // heads
         self.rope, self.rope_base = rope, rope_base  # rotary positions on Q and K
         self.window = window  # a query sees at most `window` keys, itself included
-        self.impl = impl  # "explicit": the lecture's formula; "sdpa": the fused kernel
+        self.impl, self.block_q, self.block_k = impl, block_q, block_k  # "explicit" | "sdpa" | "tiled"
 
         # four linear layers: Q, K, V projections (K and V smaller under GQA) and the output mix
         self.W_q = nn.Linear(d_model, d_model, bias=bias)
@@ -81,7 +81,7 @@ class MultiHeadAttention(nn.Module):
         cache: a KVCache when decoding; this call's tokens come after the ones it holds.
 
         Returns the output (B, T, d_model) and the per-head weights (B, H, T, T_keys), or None
-        for the weights with impl="sdpa".
+        for the weights with impl="sdpa" or "tiled".
         """
         k = q if k is None else k
         v = q if v is None else v
@@ -114,6 +114,13 @@ class MultiHeadAttention(nn.Module):
             context = F.scaled_dot_product_attention(Q, K, V, attn_mask=mask,
                                                      enable_gqa=self.kv_heads != self.heads)
             weights = None
+        elif self.impl == "tiled":
+            # FlashAttention-2's loop: tile by tile, the weights are never formed either
+            if self.kv_heads != self.heads:
+                K = K.repeat_interleave(self.heads // self.kv_heads, dim=1)  # (B, H, T_keys, d_k)
+                V = V.repeat_interleave(self.heads // self.kv_heads, dim=1)  # (B, H, T_keys, d_k)
+            context, _ = tiled_attention(Q, K, V, mask, self.block_q, self.block_k)  # (B, H, T, d_k)
+            weights = None
         else:
             # grouped-query attention: each K/V head serves heads // kv_heads query heads
             if self.kv_heads != self.heads:
@@ -135,3 +142,40 @@ class MultiHeadAttention(nn.Module):
 
         # output projection: mixes information across heads
         return self.W_o(context), weights
+
+
+def tiled_attention(Q, K, V, mask=None, block_q=None, block_k=None):
+    """FlashAttention-2's forward (Dao 2023, Algorithm 1): each query tile meets the key/value tiles
+    one by one, keeping a running max m, a running sum ℓ and an unnormalised output, so the
+    (T, T_keys) scores are never formed. Q (B, H, T, d_k); K, V (B, H, T_keys, d_k); mask
+    broadcastable to (B, H, T, T_keys), True where a query may look; blocks default to half.
+
+    Returns the output (B, H, T, d_k) and each row's logsumexp L (B, H, T), kept for the backward.
+    """
+    B, H, T, d_k = Q.shape
+    T_keys = K.size(2)
+    block_q, block_k = block_q or -(-T // 2), block_k or -(-T_keys // 2)  # default: 2 × 2 tiles
+    if mask is not None:
+        mask = mask.expand(B, H, T, T_keys)  # a view: every tile slices the same mask
+    outputs, logsumexps = [], []
+    for i in range(0, T, block_q):
+        Q_i = Q[:, :, i:i + block_q]  # (B, H, B_r, d_k): one query tile, kept on chip
+        m = torch.full(Q_i.shape[:-1], float("-inf"), dtype=Q.dtype, device=Q.device)  # (B, H, B_r)
+        l = torch.zeros(Q_i.shape[:-1], dtype=Q.dtype, device=Q.device)  # (B, H, B_r) running sum
+        O_i = torch.zeros_like(Q_i)  # (B, H, B_r, d_k) output, not yet divided by l
+        for j in range(0, T_keys, block_k):
+            K_j, V_j = K[:, :, j:j + block_k], V[:, :, j:j + block_k]  # (B, H, B_c, d_k)
+            S_ij = torch.matmul(Q_i, K_j.transpose(-2, -1)) / math.sqrt(d_k)  # (B, H, B_r, B_c)
+            if mask is not None:
+                S_ij = S_ij.masked_fill(~mask[:, :, i:i + block_q, j:j + block_k], float("-inf"))
+            m_new = torch.maximum(m, S_ij.amax(dim=-1))  # (B, H, B_r) the row max so far
+            m_safe = m_new.masked_fill(m_new == float("-inf"), 0.0)  # a row with no key yet
+            P_ij = torch.exp(S_ij - m_safe[..., None])  # (B, H, B_r, B_c) this tile's weights, unnormalised
+            rescale = torch.exp(m - m_safe)  # (B, H, B_r) exp(m_old - m_new): older terms shrink
+            l = rescale * l + P_ij.sum(dim=-1)  # (B, H, B_r)
+            O_i = rescale[..., None] * O_i + torch.matmul(P_ij, V_j)  # (B, H, B_r, d_k)
+            m = m_new
+        # divide once at the end; a row with every key masked has l = 0 and stays 0, as explicit
+        outputs.append(O_i / l.masked_fill(l == 0, 1.0)[..., None])  # (B, H, B_r, d_k)
+        logsumexps.append(m + torch.log(l))  # (B, H, B_r) L = m + log ℓ
+    return torch.cat(outputs, dim=2), torch.cat(logsumexps, dim=2)  # (B, H, T, d_k), (B, H, T)

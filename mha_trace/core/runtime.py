@@ -121,7 +121,7 @@ def guard_memory(dims: Dims, device: torch.device, runs: int = 1,
 
 
 LIMIT_SECONDS = 30  # the time guard: a trace estimated longer than this on 2 CPU cores is refused
-FLOP_RATES = {"explicit": 15e9, "sdpa": 70e9}  # FLOP/s measured on 2 cores (bench/ has the run)
+FLOP_RATES = {"explicit": 15e9, "sdpa": 70e9, "tiled": 10e9}  # FLOP/s measured on 2 cores (bench/ has the run)
 
 
 def guard_time(dims: Dims, device: torch.device, impl: str, runs: int = 1) -> None:

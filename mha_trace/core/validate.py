@@ -95,3 +95,21 @@ def check_sizes(batch: int, seq: int, d_model: int, heads: int | None, kv_heads:
         if kv_heads is not None:
             kv_heads_divide(heads, kv_heads)
     pad_fits(pad, seq)
+
+
+MAX_TILES = 1024  # query tile × key tile steps a tiled trace walks
+
+
+def check_tiles(impl: str | None, seq: int, block_q: int | None, block_k: int | None) -> None:
+    """Tile sizes go with the tiled path, are positive, and cut `seq` into at most MAX_TILES."""
+    for name, value in (("block_q", block_q), ("block_k", block_k)):
+        if value is not None:
+            if impl != "tiled":
+                raise MhaError(f"{name} sets the tiles of --impl tiled (add --impl tiled)",
+                               quantity=name)
+            positive(name, value)
+    tiles = -(-seq // (block_q or -(-seq // 2))) * -(-seq // (block_k or -(-seq // 2)))
+    if impl == "tiled" and tiles > MAX_TILES:
+        raise MhaError(f"block_q={block_q} and block_k={block_k} cut seq={seq} into {tiles:,} "
+                       f"tiles; a trace walks at most {MAX_TILES:,} (larger blocks)",
+                       quantity="block_q" if block_q else "block_k")

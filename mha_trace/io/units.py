@@ -1,4 +1,5 @@
-"""What every medium shows alike: sizes in bytes (binary, one decimal) and a token's leading space.
+"""What every medium shows alike: sizes in bytes (binary, one decimal), shapes, and a token's
+leading space.
 """
 
 WORD_START = "␣"  # a byte-level token's leading space (SentencePiece writes ▁; a slide font draws
@@ -12,3 +13,8 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     raise AssertionError  # unreachable
+
+
+def shape_text(t: tuple) -> str:
+    """(2, 10, 512) -> '[2, 10, 512]', as torch prints a size."""
+    return "[" + ", ".join(map(str, t)) + "]"

@@ -7,18 +7,16 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from mha_trace.core.costs import DTYPE_BYTES, human_bytes
+from mha_trace.core.costs import human_bytes
+from mha_trace.io.units import shape_text
 from mha_trace.errors import printable
 from mha_trace.io.output import display_path, new_table
 from mha_trace.records import data, renderables
 from mha_trace.analyses.shapes import ShapesReport
+from mha_trace.render.modern import modern_notes
 
 SHORT_DTYPES = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
                 "bool": "bool", "int64": "i64"}
-
-
-def shape_text(t: tuple) -> str:
-    return "[" + ", ".join(map(str, t)) + "]"
 
 
 def stride_text(t: tuple, compact: bool = False) -> str:
@@ -51,7 +49,7 @@ def title(report: ShapesReport) -> str:
     if run.config is not None and run.sentence is None:  # a model run names its sentence itself
         who += f"the config \"{printable(run.config.title)}\", "
     extra = "".join([" rope" if r.rope else "", f" window={r.window}" if r.window else "",
-                     " impl=sdpa" if r.impl != "explicit" else "",
+                     f" impl={r.impl}" if r.impl != "explicit" else "",
                      f" decode={r.decode}" if r.decode else ""])
     d_k = f" (d_k={r.d_model // r.heads})" if r.d_model % r.heads == 0 else ""
     return (f"shapes: {who}batch={r.batch} seq={r.seq} d_model={r.d_model} heads={r.heads}{kv}"
@@ -186,55 +184,6 @@ def phase_label(report: ShapesReport, phase: str) -> str:
         return f"prefill: tokens 0–{T - 1}"
     step = int(phase.rsplit(" ", 1)[1])
     return f"step {step}: token {T + step - 1}"
-
-
-def modern_notes(report: ShapesReport) -> list[str]:
-    """RoPE, the sliding window, the fused path and the KV cache, in plain words."""
-    r, lines = report.sizes, []
-    if r.rope:
-        lines.append(f"RoPE: Q and K of each head are turned pair by pair (dims i and i + d_k/2, "
-                     f"the rotate-half pairing of LLaMA) by position · {r.rope_base:g}^(-2i/d_k); "
-                     f"V is not turned, and no parameter is added.")
-    if r.window is not None:
-        lines.append(f"Sliding window: query i sees keys i - {r.window - 1} .. i (at most "
-                     f"{r.window}, itself included); the band is built inside forward.")
-    if r.impl == "sdpa":
-        saved = report.fused_savings
-        lines.append(f"Fused path: F.scaled_dot_product_attention never forms the "
-                     f"[{r.batch}, {r.heads}, {report.query_len}, {report.key_len}] scores or "
-                     f"weights; the explicit path allocates {human_bytes(saved)} for them "
-                     f"(QKᵀ, ÷√d_k, softmax{', the two masked_fills' if report.run.mask is not None else ''}).")
-    cache = report.kv_cache_by_phase
-    if cache:
-        per_token = cache[-1][2] // cache[-1][1]
-        kv = r.kv_heads or r.heads
-        steps = ", ".join(f"{tokens} tokens {human_bytes(size)}" for _, tokens, size in cache)
-        lines.append(f"KV cache (one layer): {steps}; {human_bytes(per_token)} per token "
-                     f"(2 · B · Hkv · d_k · s = 2 · {r.batch} · {kv} · {r.d_model // r.heads} · "
-                     f"{DTYPE_BYTES[r.dtype]}). It grows by concatenation: each step's torch.cat "
-                     f"copies the whole cache (a preallocated cache would write in place).")
-    return lines
-
-
-def compare_impl_table(explicit: ShapesReport, fused: ShapesReport) -> list:
-    """Explicit against fused: what each allocates, and the tensors only the explicit path makes."""
-    table = new_table("Explicit against fused (the same sizes, mask and weights)")
-    table.add_column("implementation")
-    table.add_column("new tensors", justify="right")
-    table.add_column("allocated", justify="right")
-    table.add_column("largest tensor")
-    for name, rep in (("explicit (the lecture's formula)", explicit),
-                      ("sdpa (F.scaled_dot_product_attention)", fused)):
-        big = rep.largest
-        table.add_row(name, str(sum(1 for s in rep.steps if s.bytes)), human_bytes(rep.bytes_allocated),
-                      f"{big.op} {shape_text(big.shape)}")
-    gone = [s for s in explicit.steps if len(s.shape) == 4 and s.shape[-1] == explicit.key_len
-            and s.shape[-2] == explicit.query_len and s.bytes]
-    lines = ["Never materialised by the fused path: " + "; ".join(
-        f"row {s.index} {s.op} {shape_text(s.shape)} {human_bytes(s.bytes)}" for s in gone) + "."]
-    lines.append(f"Saved: {human_bytes(explicit.bytes_allocated - fused.bytes_allocated)} of "
-                 f"{human_bytes(explicit.bytes_allocated)}; the outputs agree (the tests check it).")
-    return [table, Text("\n".join(lines))]
 
 
 def shapes_notes(report: ShapesReport) -> Group:

@@ -53,7 +53,9 @@ class RunOptions:
     rope: bool = False
     rope_base: float | None = None
     window: int | None = None
-    impl: str | None = None  # "explicit" | "sdpa"
+    impl: str | None = None  # "explicit" | "sdpa" | "tiled"
+    block_q: int | None = None  # impl "tiled": rows of a query tile (default: half of them)
+    block_k: int | None = None  # ... and of a key/value tile
     decode: int = 0
 
     def given(self, *names: str) -> dict:
@@ -64,7 +66,7 @@ class RunOptions:
 from mha_trace.core.costs import DTYPE_BYTES  # noqa: E402 (no torch: the dtypes by name)
 
 # each option's values, declared once: the command line's choices and the API's checks read them
-CHOICES = {"mask": ("none", "causal"), "impl": ("explicit", "sdpa"), "dtype": tuple(DTYPE_BYTES),
+CHOICES = {"mask": ("none", "causal"), "impl": ("explicit", "sdpa", "tiled"), "dtype": tuple(DTYPE_BYTES),
            "device": ("cpu", "cuda", "mps", "meta")}
 
 
@@ -125,10 +127,14 @@ def check_options(o: RunOptions) -> None:
         if value is not None and value not in allowed:
             raise MhaError(f"{name} {value!r} is not one of {', '.join(allowed)}", quantity=name)
     for name in ("batch", "seq", "d_model", "heads", "kv_heads", "pad", "seed", "layer",
-                 "window", "decode", "max_tokens", "at_step"):
+                 "window", "decode", "max_tokens", "at_step", "block_q", "block_k"):
         value = getattr(o, name)
         if value is not None and (type(value) is not int):
             raise MhaError(f"{name} must be a whole number, got {value!r}", quantity=name)
+    from mha_trace.core.validate import check_tiles
+
+    seq = o.seq if isinstance(o.seq, int) and o.seq > 0 else SIZE_DEFAULTS["seq"]
+    check_tiles(getattr(o.impl, "value", o.impl), seq, o.block_q, o.block_k)
     if o.max_tokens is not None and o.max_tokens < 1:
         raise MhaError(f"max_tokens={o.max_tokens} is not a number of tokens (at least 1)",
                        quantity="max_tokens")

@@ -40,8 +40,10 @@ class Sizes:
     rope: bool = False  # rotary positions on Q and K
     rope_base: float = 10000.0
     window: int | None = None  # sliding window: a query sees at most this many keys (causal)
-    impl: str = "explicit"  # "explicit" | "sdpa" (the fused kernel)
+    impl: str = "explicit"  # "explicit" | "sdpa" (the fused kernel) | "tiled" (FlashAttention-2's loop)
     decode: int = 0  # after a prefill over `seq` tokens, this many one-token steps
+    block_q: int | None = None  # impl "tiled": rows of a query tile (default: half of them)
+    block_k: int | None = None  # ... and of a key/value tile
 
     @property
     def modern(self) -> bool:
@@ -50,7 +52,7 @@ class Sizes:
 
     def module_options(self) -> dict:
         return {"rope": self.rope, "rope_base": self.rope_base, "window": self.window,
-                "impl": self.impl}
+                "impl": self.impl, "block_q": self.block_q, "block_k": self.block_k}
 
     def dims(self, bias: bool = True) -> Dims:
         return Dims(self.batch, self.seq, self.d_model, self.heads, self.kv_heads or self.heads,

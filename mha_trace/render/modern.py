@@ -1,0 +1,88 @@
+"""The attention modern models run, in words beside the shapes table: RoPE, the sliding window,
+the fused and the tiled path, the KV cache; and the explicit path against the fused or tiled one."""
+
+from rich.text import Text
+
+from mha_trace.analyses.shapes import ShapesReport
+from mha_trace.core.costs import DTYPE_BYTES, human_bytes
+from mha_trace.io.output import new_table
+from mha_trace.io.units import shape_text
+
+
+def modern_notes(report: ShapesReport) -> list[str]:
+    """RoPE, the sliding window, the fused path and the KV cache, in plain words."""
+    r, lines = report.sizes, []
+    if r.rope:
+        lines.append(f"RoPE: Q and K of each head are turned pair by pair (dims i and i + d_k/2, "
+                     f"the rotate-half pairing of LLaMA) by position · {r.rope_base:g}^(-2i/d_k); "
+                     f"V is not turned, and no parameter is added.")
+    if r.window is not None:
+        lines.append(f"Sliding window: query i sees keys i - {r.window - 1} .. i (at most "
+                     f"{r.window}, itself included); the band is built inside forward.")
+    if r.impl == "sdpa":
+        saved = report.fused_savings
+        lines.append(f"Fused path: F.scaled_dot_product_attention never forms the "
+                     f"[{r.batch}, {r.heads}, {report.query_len}, {report.key_len}] scores or "
+                     f"weights; the explicit path allocates {human_bytes(saved)} for them "
+                     f"(QKᵀ, ÷√d_k, softmax{', the two masked_fills' if report.run.mask is not None else ''}).")
+    if r.impl == "tiled":
+        lines.append(_tiled_note(report))
+    cache = report.kv_cache_by_phase
+    if cache:
+        per_token = cache[-1][2] // cache[-1][1]
+        kv = r.kv_heads or r.heads
+        steps = ", ".join(f"{tokens} tokens {human_bytes(size)}" for _, tokens, size in cache)
+        lines.append(f"KV cache (one layer): {steps}; {human_bytes(per_token)} per token "
+                     f"(2 · B · Hkv · d_k · s = 2 · {r.batch} · {kv} · {r.d_model // r.heads} · "
+                     f"{DTYPE_BYTES[r.dtype]}). It grows by concatenation: each step's torch.cat "
+                     f"copies the whole cache (a preallocated cache would write in place).")
+    return lines
+
+
+IMPLS = {"sdpa": ("fused", "sdpa (F.scaled_dot_product_attention)"),
+         "tiled": ("tiled", "tiled (FlashAttention-2's loop)")}
+
+
+def _tiled_note(report: ShapesReport) -> str:
+    """The tiled path in words: its tiles, and the largest tensor it makes."""
+    r, T, Tk = report.sizes, report.query_len, report.key_len
+    bq, bk = r.block_q or -(-T // 2), r.block_k or -(-Tk // 2)
+    big = report.largest_made
+    tiles = lambda n, block, kind: (f"{-(-n // block)} {kind} tile{'s' if block < n else ''} of "
+                                    f"{min(block, n)} row{'s' if min(block, n) > 1 else ''}"
+                                    + (f" (the last {n % block})" if block < n and n % block else ""))
+    return (f"Tiled path (FlashAttention-2's loop): {tiles(T, bq, 'query')} × "
+            f"{tiles(Tk, bk, 'key')}; for each query tile a running max m, sum ℓ and "
+            f"unnormalised output, rescaled by exp(m_old − m_new) as each key tile arrives, then "
+            f"divided by ℓ once; L = m + log ℓ is kept for the backward. No [{r.batch}, {r.heads}, "
+            f"{T}, {Tk}] tensor is formed: the largest is row {big.index} {big.op} "
+            f"{shape_text(big.shape)}.")
+
+
+def compare_impl_table(explicit: ShapesReport, other: ShapesReport) -> list:
+    """Explicit against the fused or tiled path: what each allocates, the tensors only the
+    explicit path makes, and how far the outputs differ."""
+    short, name = IMPLS[other.sizes.impl]
+    table = new_table(f"Explicit against {short} (the same sizes, mask and weights)")
+    table.add_column("implementation")
+    table.add_column("new tensors", justify="right")
+    table.add_column("allocated", justify="right")
+    table.add_column("largest tensor made")
+    for label, rep in (("explicit (the lecture's formula)", explicit), (name, other)):
+        big = rep.largest_made
+        table.add_row(label, str(sum(1 for s in rep.steps if s.bytes)), human_bytes(rep.bytes_allocated),
+                      f"{big.op} {shape_text(big.shape)}")
+    gone = [s for s in explicit.steps if len(s.shape) == 4 and s.shape[-1] == explicit.key_len
+            and s.shape[-2] == explicit.query_len and s.bytes]
+    lines = [f"Never materialised by the {short} path: " + "; ".join(
+        f"row {s.index} {s.op} {shape_text(s.shape)} {human_bytes(s.bytes)}" for s in gone) + "."]
+    diff = other.max_diff(explicit)
+    agree = ("the outputs are not computed on meta" if diff is None else
+             f"the outputs differ by at most {diff:.2e} ({other.sizes.dtype}: the sums run in "
+             f"another order)" if diff else "the outputs are bit-identical")
+    saved = explicit.bytes_allocated - other.bytes_allocated
+    lines.append(f"Saved: {human_bytes(saved)} of {human_bytes(explicit.bytes_allocated)}; {agree}."
+                 if saved >= 0 else
+                 f"In all the {short} path allocates {human_bytes(-saved)} more here (every tile's "
+                 f"temporaries counted, as if none were freed; none is T×T); {agree}.")
+    return [table, Text("\n".join(lines))]

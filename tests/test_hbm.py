@@ -143,8 +143,9 @@ def test_cost_io_golden(cli, golden, width):
 def test_cost_io_json_and_formulas(cli):
     data = json.loads(cli("cost", "--preset", "gpt2-medium", "--batch", "64", "--dtype", "float16",
                           "--io", "--backward", "--format", "json").stdout)["io"]
-    assert data["totals"]["standard"] == sum(t["bytes"] for t in data["terms"] if t["path"] == "standard")
-    assert data["totals"]["standard"] == io(**FIG2).total("standard")
+    assert data["standard_bytes"] == sum(t["bytes"] for t in data["terms"] if t["path"] == "standard")
+    assert data["standard_bytes"] == io(**FIG2).total("standard") and data["tiled_bytes"] == io(**FIG2).total("tiled")
+    assert 0.85 * 40.3e9 <= data["standard_bytes"] <= 1.15 * 40.3e9 and 5 <= data["standard_bytes"] / data["tiled_bytes"] <= 15
     assert data["tiles"]["forward"] == {"block_q": 384, "block_k": 64} and data["published"].startswith("Dao")
     text = cli("cost", "--seq", "100", "--io", "--block-q", "32", "--block-k", "16", "--formulas",
                "--width", "200").stdout

@@ -141,7 +141,7 @@ def _cost_data(r, **_) -> dict:
                       "rule": io.tiles.rule},
             "terms": [{"path": t.path, "pass": t.pass_, "step": t.step, "formula": t.formula,
                        "numbers": t.numbers, "bytes": t.bytes} for t in io.terms],
-            "totals": {"standard": io.total("standard"), "tiled": io.total("tiled"),
-                       "tiled_causal_skipping": io.total("tiled") - io.skipped},
+            "standard_bytes": io.total("standard"), "tiled_bytes": io.total("tiled"),
+            "tiled_bytes_skipping_causal_tiles": io.total("tiled") - io.skipped,
             "published": io.reference}
     return shown

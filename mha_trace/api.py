@@ -64,9 +64,11 @@ def heads(config=None, *, head: int | None = None, effect: bool = False, **optio
 
 
 def explain(config=None, token: str | None = None, position: int | None = None, *,
-            head: int | None = None, effect: bool = False, why: bool = False, **options):
+            head: int | None = None, effect: bool = False, why: bool = False,
+            impl: str = "explicit", block_k: int | None = None, **options):
     """One token through every head (or just `head`), every product written out; effect=True
-    adds each key's ‖v·W_O‖ and effect weight; why=True splits each score into the head's dims.
+    adds each key's ‖v·W_O‖ and effect weight; why=True splits each score into the head's dims;
+    impl="tiled" walks the row through FlashAttention-2's loop, `block_k` keys a tile.
 
     >>> explain("cat-sat-on-mat", token="cat", head=1).heads[0].terms[1].weight
     0.2509...
@@ -87,7 +89,24 @@ def explain(config=None, token: str | None = None, position: int | None = None, 
         from mha_trace.analyses.why import config_why
 
         w = replace(w, why=config_why(view, w.position, [head] if head else range(1, view.heads + 1)))
-    return w
+    return _tiled(w, impl, block_k, why or effect)
+
+
+def _tiled(w, impl: str, block_k: int | None, explicit_only: bool):
+    """The walk as it is, or (impl="tiled") its rows through FlashAttention-2's loop."""
+    if impl not in ("explicit", "tiled"):
+        raise MhaError(f"impl {impl!r} is not one of explicit, tiled (sdpa forms no weights to "
+                       f"walk)", quantity="impl")
+    if impl == "explicit":
+        if block_k is not None:
+            raise MhaError("block_k sets the key tiles of impl='tiled'", quantity="block_k")
+        return w
+    if explicit_only:
+        raise MhaError("why and effect go with the explicit walk; impl='tiled' shows the online "
+                       "softmax alone", quantity="impl")
+    from mha_trace.analyses.tiled_walk import tiled_walk
+
+    return tiled_walk(w, block_k)
 
 
 def ablate(config=None, removed=(2,), **options):
@@ -185,10 +204,12 @@ class Model:
 
     def explain(self, text: str | None = None, *, token: str | None = None,
                 position: int | None = None, head: str | None = None, layer: int | None = None,
-                effect: bool = False, why: bool = False, by_head: bool = False):
+                effect: bool = False, why: bool = False, by_head: bool = False,
+                impl: str = "explicit", block_k: int | None = None):
         """One token through a layer's heads (`head="6.12"` picks the layer and the head);
         effect=True adds each key's ‖v·W_O‖ and effect weight; why=True splits each score by
-        source (by_head=True: each earlier head a source of its own)."""
+        source (by_head=True: each earlier head a source of its own); impl="tiled" walks the
+        row through FlashAttention-2's loop, `block_k` keys a tile."""
         from mha_trace.analyses.model_heads import head_in_layer, model_walk
 
         if by_head and not why:
@@ -203,7 +224,7 @@ class Model:
             from mha_trace.analyses.why import with_why
 
             w = with_why(w, run, only, by_head)
-        return w
+        return _tiled(w, impl, block_k, why or effect)
 
     def trace(self, text: str | None = None, layer: int = 1):
         """One layer's attention on the text's hidden states, traced op by op."""

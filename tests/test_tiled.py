@@ -99,3 +99,54 @@ def test_at_4096_tokens_no_tensor_is_t_by_t(cli):
 def test_tile_option_errors(cli, args, message):
     result = cli("shapes", *args)
     assert (result.exit_code, result.stderr) == (2, f"Error: {message}\n")
+
+
+def chapter_head(h: int):
+    """The chapter's Q, K, V of head h (1-based), its columns, as torch tensors (B = H = 1)."""
+    from mha_trace.runs.config import load_config
+
+    c = load_config("cat-sat-on-mat")
+    cols = slice((h - 1) * c.d_k, h * c.d_k)
+    return [torch.tensor(c.__getattribute__(m), dtype=torch.float64)[:, cols][None, None] for m in "QKV"]
+
+
+@pytest.mark.parametrize("block_k", [1, 2, 3, 5])
+def test_explain_tiled_is_the_online_softmax_of_the_chapters_rows(cli, block_k):
+    """After each key tile, o ÷ ℓ is the softmax over the keys seen so far times their values; after
+    the last, the row's output and logsumexp, as torch computes them at once."""
+    for position, token in enumerate(["The", "cat", "sat", "on", "mat"]):
+        data = json.loads(cli("explain", "--token", token, "--impl", "tiled", "--block-k", str(block_k),
+                              "--decimals", "10", "--format", "json").stdout)
+        for head in data["heads"]:
+            Q, K, V = chapter_head(head["head"])
+            scores = (Q[0, 0, position] @ K[0, 0].T) / math.sqrt(Q.size(-1))
+            seen = 0
+            for tile in head["tiles"]:
+                seen += len(tile["keys"])
+                so_far = torch.softmax(scores[:seen], -1) @ V[0, 0, :seen]
+                assert torch.tensor(tile["o"], dtype=torch.float64) / tile["l_new"] == pytest.approx(so_far, abs=1e-9)
+                assert tile["m_new"] == pytest.approx(float(scores[:seen].max()), abs=1e-9)
+            out, lse = tiled_attention(Q, K, V, block_k=block_k)
+            assert head["output"] == pytest.approx(out[0, 0, position].tolist(), abs=1e-9)
+            assert head["logsumexp"] == pytest.approx(float(torch.logsumexp(scores, -1)), abs=1e-9)
+            assert head["logsumexp"] == pytest.approx(float(lse[0, 0, position]), abs=1e-9)
+            assert head["output"] == pytest.approx(head["explicit"], abs=1e-9)
+
+
+def test_explain_tiled_shows_the_rescale_when_the_max_rises(cli, golden):
+    text = cli("explain", "--token", "sat", "--impl", "tiled", "--block-k", "2", "--head", "1").stdout
+    golden("explain_tiled_sat.txt", text)
+    assert "1.4142   0.4931" in text  # tile 2's 'sat' raises the max 0.7071 to 1.4142: exp(0.7071 - 1.4142)
+    assert max(len(line) for line in cli("explain", "--impl", "tiled", "--width", "80").stdout.splitlines()) <= 80
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--impl", "sdpa"), "--impl sdpa never forms the weights, so there is no row to walk (explicit or tiled)"),
+    (("--block-k", "2"), "--block-k sets the key tiles of --impl tiled (add --impl tiled)"),
+    (("--impl", "tiled", "--why"), "--why goes with the explicit walk; --impl tiled shows the online softmax alone"),
+    (("--impl", "tiled", "--block-k", "0"), "--block-k: block_k=0 must be a positive integer (at least 1)"),
+    (("--impl", "tiled", "--png", "x.png"), "--png: this view has no slide (--html or --svg save it as it shows)"),
+])
+def test_explain_tiled_errors(cli, args, message):
+    result = cli("explain", *args)
+    assert (result.exit_code, result.stderr) == (2, f"Error: {message}\n")

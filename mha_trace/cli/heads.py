@@ -82,6 +82,8 @@ def explain(
     effect: EffectOpt = False,
     why: Annotated[bool, typer.Option("--why", help="Split each key's score by where q and k come from: a config's d_k products; a model's token and position embeddings, each earlier layer's attention and MLP output, and biases (norms frozen, so the parts add up); the weights again without each source. Example: --why --head 2")] = False,
     by_head: Annotated[bool, typer.Option("--by-head", help="With --why on a model: each earlier layer's heads as sources of their own. Example: --why --by-head")] = False,
+    impl: Annotated[Impl, typer.Option("--impl", help="explicit (the softmax of the whole row, as the chapter writes it) or tiled (the row through FlashAttention-2's loop: keys in tiles, a running max, rescale and sum). Example: --impl tiled --token cat")] = Impl.explicit,
+    block_k: Annotated[int | None, typer.Option("--block-k", help="With --impl tiled: keys per tile (default: half of them, two tiles). Example: --impl tiled --block-k 2")] = None,
     o=None,
     out: Output = None,
 ):
@@ -91,10 +93,12 @@ def explain(
     Example: mha-trace explain --token cat
     Example: mha-trace explain --model minilm --token it --head 6.12
     Example: mha-trace explain --model minilm --token it --head 3.1 --why
+    Example: mha-trace explain --token cat --impl tiled --block-k 2
     """
     from mha_trace.runs.resolve import check_early, resolve
 
     check_early(o)  # before torch: a wrong flag is refused at once
+    _check_tiled(impl.value, block_k, o, why, effect)
     from mha_trace.analyses.analysis import run_heads
     from mha_trace.analyses.walk import find_position, walk
 
@@ -118,6 +122,12 @@ def explain(
             return _module_explain(run, view, token, position, head, why, decimals, out,
                                    include_inputs)
         w = walk(view, find_position(view.tokens, token, position))
+    if impl.value == "tiled":
+        from mha_trace.analyses.tiled_walk import tiled_walk
+
+        t = tiled_walk(w, block_k)
+        return emit(out, lambda: t.renderables(decimals=decimals, head=head),
+                    lambda: with_inputs(t.data(decimals=decimals, head=head), run, include_inputs))
     if why:
         from mha_trace.analyses.why import with_why
 
@@ -125,6 +135,25 @@ def explain(
     emit(out, lambda: w.renderables(decimals=decimals, head=head),
          lambda: with_inputs(w.data(decimals=decimals, head=head), run, include_inputs), page=w,
          slide=w, head=head)
+
+
+def _check_tiled(impl: str, block_k, o, why: bool, effect: bool) -> None:
+    """explain walks the explicit row or the tiled one; the tiled walk stands alone."""
+    if impl == "sdpa":
+        raise MhaError("impl sdpa never forms the weights, so there is no row to walk (explicit "
+                       "or tiled)", quantity="impl")
+    if block_k is not None and impl != "tiled":
+        raise MhaError("block_k sets the key tiles of --impl tiled (add --impl tiled)",
+                       quantity="block_k")
+    if block_k is not None:
+        from mha_trace.core.validate import positive
+
+        positive("block_k", block_k)
+    clash = [flag for flag, given in (("--why", why), ("--effect", effect), ("--module", o.module))
+             if given]
+    if impl == "tiled" and clash:
+        raise MhaError(f"{', '.join(clash)} go{'es' if len(clash) == 1 else ''} with the explicit "
+                       f"walk; --impl tiled shows the online softmax alone")
 
 
 def _model_walk(o, head: str | None, token, position, effect: bool):

@@ -65,10 +65,12 @@ def heads(config=None, *, head: int | None = None, effect: bool = False, **optio
 
 def explain(config=None, token: str | None = None, position: int | None = None, *,
             head: int | None = None, effect: bool = False, why: bool = False,
-            impl: str = "explicit", block_k: int | None = None, **options):
+            impl: str = "explicit", block_k: int | None = None, rope_planes: bool = False,
+            **options):
     """One token through every head (or just `head`), every product written out; effect=True
     adds each key's ‖v·W_O‖ and effect weight; why=True splits each score into the head's dims;
-    impl="tiled" walks the row through FlashAttention-2's loop, `block_k` keys a tile.
+    impl="tiled" walks the row through FlashAttention-2's loop, `block_k` keys a tile;
+    rope_planes=True splits each score by RoPE's rotation planes (with rope=True).
 
     >>> explain("cat-sat-on-mat", token="cat", head=1).heads[0].terms[1].weight
     0.2509...
@@ -89,11 +91,19 @@ def explain(config=None, token: str | None = None, position: int | None = None, 
         from mha_trace.analyses.why import config_why
 
         w = replace(w, why=config_why(view, w.position, [head] if head else range(1, view.heads + 1)))
-    return _tiled(w, impl, block_k, why or effect)
+    return _variant(w, impl, block_k, why or effect, rope_planes)
 
 
-def _tiled(w, impl: str, block_k: int | None, explicit_only: bool):
-    """The walk as it is, or (impl="tiled") its rows through FlashAttention-2's loop."""
+def _variant(w, impl: str, block_k: int | None, explicit_only: bool, rope_planes: bool):
+    """The walk as it is, its row through FlashAttention-2's loop (impl="tiled"), or its scores
+    split by RoPE's planes (rope_planes=True)."""
+    if rope_planes:
+        if impl != "explicit" or explicit_only:
+            raise MhaError("rope_planes=True splits the explicit walk's scores (not with why, "
+                           "effect or impl='tiled')", quantity="rope_planes")
+        from mha_trace.analyses.rope_planes import rope_planes as split
+
+        return split(w)
     if impl not in ("explicit", "tiled"):
         raise MhaError(f"impl {impl!r} is not one of explicit, tiled (sdpa forms no weights to "
                        f"walk)", quantity="impl")
@@ -205,11 +215,12 @@ class Model:
     def explain(self, text: str | None = None, *, token: str | None = None,
                 position: int | None = None, head: str | None = None, layer: int | None = None,
                 effect: bool = False, why: bool = False, by_head: bool = False,
-                impl: str = "explicit", block_k: int | None = None):
+                impl: str = "explicit", block_k: int | None = None, rope_planes: bool = False):
         """One token through a layer's heads (`head="6.12"` picks the layer and the head);
         effect=True adds each key's ‖v·W_O‖ and effect weight; why=True splits each score by
         source (by_head=True: each earlier head a source of its own); impl="tiled" walks the
-        row through FlashAttention-2's loop, `block_k` keys a tile."""
+        row through FlashAttention-2's loop, `block_k` keys a tile; rope_planes=True splits
+        each score by RoPE's rotation planes."""
         from mha_trace.analyses.model_heads import head_in_layer, model_walk
 
         if by_head and not why:
@@ -224,7 +235,7 @@ class Model:
             from mha_trace.analyses.why import with_why
 
             w = with_why(w, run, only, by_head)
-        return _tiled(w, impl, block_k, why or effect)
+        return _variant(w, impl, block_k, why or effect, rope_planes)
 
     def trace(self, text: str | None = None, layer: int = 1):
         """One layer's attention on the text's hidden states, traced op by op."""

@@ -14,6 +14,7 @@ CALLS = {
     "trace": lambda: mha_trace.trace(*_module_and_input()),
     "heads": lambda: mha_trace.heads("cat-sat-on-mat"),
     "explain": lambda: mha_trace.explain("cat-sat-on-mat", token="cat"),
+    "explain(rope_planes)": lambda: mha_trace.explain("chicken-road", token="it", rope=True, rope_planes=True),
     "explain(tiled)": lambda: mha_trace.explain("cat-sat-on-mat", token="sat", impl="tiled", block_k=2),
     "ablate": lambda: mha_trace.ablate("cat-sat-on-mat", removed=(1,)),
     "compare": lambda: mha_trace.compare("cat-sat-on-mat"),

@@ -84,6 +84,7 @@ def explain(
     by_head: Annotated[bool, typer.Option("--by-head", help="With --why on a model: each earlier layer's heads as sources of their own. Example: --why --by-head")] = False,
     impl: Annotated[Impl, typer.Option("--impl", help="explicit (the softmax of the whole row, as the chapter writes it) or tiled (the row through FlashAttention-2's loop: keys in tiles, a running max, rescale and sum). Example: --impl tiled --token cat")] = Impl.explicit,
     block_k: Annotated[int | None, typer.Option("--block-k", help="With --impl tiled: keys per tile (default: half of them, two tiles). Example: --impl tiled --block-k 2")] = None,
+    rope_planes: Annotated[bool, typer.Option("--rope-planes", help="Split each key's score by RoPE's rotation planes (dims i and i + d_k/2), each with its frequency: a config with --rope, or a model with RoPE (smollm2, one head). Example: --rope --config chicken-road --token it --rope-planes")] = False,
     o=None,
     out: Output = None,
 ):
@@ -98,7 +99,7 @@ def explain(
     from mha_trace.runs.resolve import check_early, resolve
 
     check_early(o)  # before torch: a wrong flag is refused at once
-    _check_tiled(impl.value, block_k, o, why, effect)
+    _check_tiled(impl.value, block_k, o, why, effect, rope_planes)
     from mha_trace.analyses.analysis import run_heads
     from mha_trace.analyses.walk import find_position, walk
 
@@ -122,10 +123,11 @@ def explain(
             return _module_explain(run, view, token, position, head, why, decimals, out,
                                    include_inputs)
         w = walk(view, find_position(view.tokens, token, position))
-    if impl.value == "tiled":
+    if impl.value == "tiled" or rope_planes:
+        from mha_trace.analyses.rope_planes import rope_planes as split
         from mha_trace.analyses.tiled_walk import tiled_walk
 
-        t = tiled_walk(w, block_k)
+        t = tiled_walk(w, block_k) if impl.value == "tiled" else split(w, head)
         return emit(out, lambda: t.renderables(decimals=decimals, head=head),
                     lambda: with_inputs(t.data(decimals=decimals, head=head), run, include_inputs))
     if why:
@@ -137,8 +139,11 @@ def explain(
          slide=w, head=head)
 
 
-def _check_tiled(impl: str, block_k, o, why: bool, effect: bool) -> None:
-    """explain walks the explicit row or the tiled one; the tiled walk stands alone."""
+def _check_tiled(impl: str, block_k, o, why: bool, effect: bool, rope_planes: bool) -> None:
+    """explain walks the explicit row, the tiled one or the RoPE planes; the last two alone."""
+    if impl == "tiled" and rope_planes:
+        raise MhaError("--rope-planes splits the explicit walk's scores (not with --impl tiled)",
+                       quantity="rope_planes")
     if impl == "sdpa":
         raise MhaError("impl sdpa never forms the weights, so there is no row to walk (explicit "
                        "or tiled)", quantity="impl")
@@ -151,9 +156,10 @@ def _check_tiled(impl: str, block_k, o, why: bool, effect: bool) -> None:
         positive("block_k", block_k)
     clash = [flag for flag, given in (("--why", why), ("--effect", effect), ("--module", o.module))
              if given]
-    if impl == "tiled" and clash:
+    if (impl == "tiled" or rope_planes) and clash:
+        shows = "--impl tiled shows the online softmax" if impl == "tiled" else "--rope-planes shows the planes"
         raise MhaError(f"{', '.join(clash)} go{'es' if len(clash) == 1 else ''} with the explicit "
-                       f"walk; --impl tiled shows the online softmax alone")
+                       f"walk; {shows} alone")
 
 
 def _model_walk(o, head: str | None, token, position, effect: bool):

@@ -1,0 +1,70 @@
+"""`explain --rope-planes`: each score as the sum of RoPE's rotation planes, checked against the
+same config without RoPE turned by hand (the complex-number form of the rotation), and on
+SmolLM2 against the walk's own scores."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+SENTENCE = "The cat sat on the mat because the cat"
+
+
+def test_the_planes_are_the_unturned_pairs_turned_by_the_distance(cli):
+    """q'·k' over plane i = (a·b) cos φ + (a₂b₁ − a₁b₂) sin φ, φ = (n − m)·θ_i, with a, b the pair
+    of q and k before RoPE (the run without --rope) and m, n their positions."""
+    planes = json.loads(cli("explain", "--config", "chicken-road", "--rope", "--token", "it", "--rope-planes", "--decimals", "10",
+                            "--format", "json").stdout)
+    plain = json.loads(cli("explain", "--config", "chicken-road", "--token", "it", "--decimals", "10",
+                           "--format", "json").stdout)
+    turned = json.loads(cli("explain", "--config", "chicken-road", "--rope", "--token", "it", "--decimals", "10",
+                            "--format", "json").stdout)
+    m, half = planes["position"], len(planes["planes"])
+    thetas = 10000.0 ** (-np.arange(half) * 2 / (2 * half))
+    assert [p["theta"] for p in planes["planes"]] == pytest.approx(thetas)
+    for head, before, after in zip(planes["heads"], plain["heads"], turned["heads"]):
+        a = np.array(before["query"])
+        for n, key in enumerate(before["keys"]):
+            b = np.array([k for _, k in key["products"]])
+            phi = (n - m) * thetas
+            by_hand = ((a[:half] * b[:half] + a[half:] * b[half:]) * np.cos(phi)
+                       + (a[half:] * b[:half] - a[:half] * b[half:]) * np.sin(phi)) / math.sqrt(2 * half)
+            assert [row[n] for row in head["parts"]] == pytest.approx(by_hand, abs=1e-9)
+            assert sum(row[n] for row in head["parts"]) == pytest.approx(after["keys"][n]["scaled"], abs=1e-9)
+            assert sum(row[n] for row in head["unturned"]) == pytest.approx(key["scaled"], abs=1e-9)
+
+
+def test_the_planes_table_fits_and_says_what_the_frequency_belongs_to(cli, golden):
+    text = cli("explain", "--config", "chicken-road", "--rope", "--token", "it", "--rope-planes", "--head", "2").stdout
+    golden("explain_rope_planes_chicken.txt", text)
+    assert "the frequency belongs to a pair of dims, not to a head" in " ".join(text.split())
+    narrow = cli("explain", "--config", "chicken-road", "--rope", "--token", "it", "--rope-planes", "--width", "80")
+    assert max(len(line) for line in narrow.stdout.splitlines()) <= 80
+
+
+@pytest.mark.slow
+def test_smollm2s_planes_add_up_to_its_scores(cli):
+    data = json.loads(cli("explain", "--model", "smollm2", "--sentence", SENTENCE, "--token", "mat", "--head", "3.1",
+                          "--rope-planes", "--decimals", "8", "--format", "json").stdout)
+    walk = json.loads(cli("explain", "--model", "smollm2", "--sentence", SENTENCE, "--token", "mat", "--head", "3.1",
+                          "--decimals", "8", "--format", "json").stdout)
+    head, keys = data["heads"][0], walk["heads"][0]["keys"]
+    assert len(data["planes"]) == 32 and data["rope_base"] == 100000.0
+    seen = [j for j, k in enumerate(keys) if not k["masked"]]
+    parts = np.array(head["parts"])
+    assert parts[:, seen].sum(axis=0) == pytest.approx([keys[j]["scaled"] for j in seen], abs=1e-5)
+    here = data["position"]  # the query's own key: both turned by the same angle, nothing changes
+    assert parts[:, here] == pytest.approx(np.array(head["unturned"])[:, here], abs=1e-6)
+    weights = np.exp(parts[:, seen].sum(axis=0))
+    assert weights / weights.sum() == pytest.approx([keys[j]["weight"] for j in seen], abs=1e-5)
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--rope-planes",), "--rope-planes splits scores that RoPE turned: add --rope (or a model with RoPE, such as smollm2)"),
+    (("--rope", "--rope-planes", "--why"), "--why goes with the explicit walk; --rope-planes shows the planes alone"),
+    (("--rope", "--rope-planes", "--impl", "tiled"), "--rope-planes splits the explicit walk's scores (not with --impl tiled)"),
+])
+def test_rope_planes_errors(cli, args, message):
+    result = cli("explain", *args)
+    assert (result.exit_code, result.stderr) == (2, f"Error: {message}\n")

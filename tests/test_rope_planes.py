@@ -68,3 +68,44 @@ def test_smollm2s_planes_add_up_to_its_scores(cli):
 def test_rope_planes_errors(cli, args, message):
     result = cli("explain", *args)
     assert (result.exit_code, result.stderr) == (2, f"Error: {message}\n")
+
+
+@pytest.mark.slow
+def test_the_surveys_shares_are_explains_planes_summed_over_every_query(cli):
+    """One sentence: a head's share of plane i is Σ over queries and the keys each sees of
+    |part_i| (explain --rope-planes, query by query), over the same sum of every plane."""
+    survey = json.loads(cli("survey", "--model", "smollm2", "--sentence", SENTENCE, "--rope-planes",
+                            "--format", "json").stdout)
+    plain = json.loads(cli("survey", "--model", "smollm2", "--sentence", SENTENCE, "--format", "json").stdout)
+    total = np.zeros(32)
+    for position in range(9):
+        data = json.loads(cli("explain", "--model", "smollm2", "--sentence", SENTENCE, "--position", str(position),
+                              "--head", "3.1", "--rope-planes", "--decimals", "10", "--format", "json").stdout)
+        head = data["heads"][0]
+        seen = [j for j, masked in enumerate(head["masked"]) if not masked]
+        total += np.abs(np.array(head["parts"])[:, seen]).sum(axis=1)
+    assert survey["plane_shares"][2][0] == pytest.approx(total / total.sum(), abs=1e-4)
+    assert np.array(survey["plane_shares"]).sum(-1) == pytest.approx(np.ones((30, 9)), abs=2e-3)  # 32 rounded shares
+    grid = next(b for b in plain["behaviours"] if b["name"] == "previous token")["scores"]
+    assert np.array(survey["previous_token"]) == pytest.approx(np.array(grid), abs=1e-4)
+
+
+@pytest.mark.slow
+def test_on_the_corpus_smollm2s_previous_token_heads_lean_on_the_fastest_planes(cli):
+    """Barbero et al. 2025, checked: the fastest quarter of the planes carries more of the
+    previous-token heads' |q·k| than of the median head's; the guide shows this very run."""
+    from pathlib import Path
+
+    data = json.loads(cli("survey", "--model", "smollm2", "--rope-planes", "--format", "json").stdout)
+    previous, fast = np.array(data["previous_token"]), np.array(data["band_shares"])[..., 0]
+    assert data["spearman_previous_vs_fastest_band"] >= 0.5
+    assert (fast[previous >= 0.5] > np.median(fast)).all() and (previous >= 0.5).sum() >= 3
+    assert np.array(data["band_shares"]).max() < 0.9  # no head on one band alone
+    guide = " ".join((Path(__file__).parent.parent / "docs" / "modern.md").read_text().split())
+    assert f"Spearman ρ = {data['spearman_previous_vs_fastest_band']:.2f}" in guide
+    assert f"give the fastest band {fast[previous >= 0.5].min():.0%}–{fast[previous >= 0.5].max():.0%}" in guide
+    for i in np.argsort(-previous.ravel(), kind="stable")[:5]:  # the table's rows, as the guide shows them
+        layer, head = divmod(int(i), 9)
+        row = f"{layer + 1}.{head + 1} {previous[layer, head]:.3f} " + " ".join(
+            f"{x:.0%}" for x in np.array(data["band_shares"])[layer, head])
+        assert row in guide

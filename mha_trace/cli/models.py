@@ -28,6 +28,7 @@ def survey(
     induction: Annotated[bool, typer.Option("--induction", help="With a causal model: 50 random whole-word tokens repeated twice (three seeds); each head's induction score, the previous-token heads below, and the loss on both halves. Example: --model smollm2 --induction")] = False,
     ablate_top: Annotated[int, typer.Option("--ablate-top", min=0, max=50, help="With --induction: also the repeated half's loss with the K best induction heads removed. Example: --ablate-top 5")] = 0,
     composition: Annotated[bool, typer.Option("--composition", help="With a decoder (smollm2, --checkpoint): Q-, K- and V-composition of every head with every head of an earlier layer, from the weights, beside random matrices of the same shapes; for a trained run, whom its induction heads read. Example: --model smollm2 --composition")] = False,
+    rope_planes: Annotated[bool, typer.Option("--rope-planes", help="With a RoPE model (smollm2): each head's |q·k| by band of rotation planes over the sentences, beside its previous-token score. Example: --model smollm2 --rope-planes")] = False,
     effect: Annotated[bool, typer.Option("--effect", help="Also, per layer, the share of weight and the share of effect (weight × the length of what the key's value moves through W_O, renormalised) that go to the sinks, and what that says. Example: --effect")] = False,
     max_tokens: MaxTokensOpt = None,
     device: ComputeDeviceOpt = Device.cpu,
@@ -46,12 +47,16 @@ def survey(
     Example: mha-trace survey --checkpoint run.pt --composition --png composition.png
     Example: mha-trace survey --model smollm2 --induction --ablate-top 5
     Example: mha-trace survey --checkpoint run.pt
+    Example: mha-trace survey --model smollm2 --rope-planes
     """
     from mha_trace.runs.resolve import RunOptions, with_checkpoint
 
     model = with_checkpoint(RunOptions(model=None if checkpoint else model, checkpoint=checkpoint,
                                        at_step=at_step, device=device.value,
                                        max_tokens=max_tokens))
+    if rope_planes and (composition or induction or ablate_top or effect or source is not None):
+        raise MhaError("--rope-planes is a survey of its own: not with --composition, "
+                       "--induction, --effect or a probe", quantity="rope_planes")
     if composition:
         if induction or ablate_top or effect or any(x is not None for x in (sentence, sentences, source)) or corpus:
             raise MhaError("--composition reads the weights alone: it goes with no sentence, "
@@ -80,7 +85,12 @@ def survey(
               else m.probe_corpus if m.capabilities.trained_run else corpora.bundled())
     with progress(len(chosen.sentences) if len(chosen.sentences) > 1 else 0,
                   "encoding the sentences") as advance:
-        result = run_survey(m, chosen, source.lower() if source else None, to, advance, effect)
+        if rope_planes:
+            from mha_trace.analyses.rope_survey import rope_shares
+
+            result = rope_shares(m, chosen, advance)
+        else:
+            result = run_survey(m, chosen, source.lower() if source else None, to, advance, effect)
     console = make_console(out)
     emit(out, lambda: result.renderables(console.width, top=top, grids=grids),
          lambda: result.data(top=top), console)

@@ -32,7 +32,7 @@ def _table(r: RopeShares, title: str, order: np.ndarray, top: int):
     return table
 
 
-def survey_renderables(r: RopeShares, top: int) -> list:
+def rope_survey_renderables(r: RopeShares, top: int) -> list:
     bands, size = r.bands, len(r.frequencies) // BANDS
     turns = ", ".join(f"{name}: one turn every {turn_text(r.frequencies[b * size])}–"
                       f"{turn_text(r.frequencies[b * size + size - 1])} tokens"
@@ -72,7 +72,7 @@ def _verdict(r: RopeShares, positional, fast, bands) -> list[str]:
     return lines
 
 
-def survey_data(r: RopeShares, top: int) -> dict:
+def rope_survey_data(r: RopeShares, top: int) -> dict:
     return {"command": "survey", "rope_planes": True, "model": r.card.name, "corpus": r.corpus,
             "sentences": r.sentences, "bands": BANDS,
             "planes": [{"plane": i, "theta": float(t), "wavelength": wavelength(t)}
@@ -85,9 +85,9 @@ def survey_data(r: RopeShares, top: int) -> dict:
 
 @renderables.register(RopeShares)
 def _survey(r, width: int, top: int = 5, **_) -> list:
-    return survey_renderables(r, max(top, 5))
+    return rope_survey_renderables(r, max(top, 5))
 
 
 @data.register(RopeShares)
 def _survey_data(r, top: int = 5, **_) -> dict:
-    return survey_data(r, top)
+    return rope_survey_data(r, top)

@@ -109,3 +109,21 @@ def test_on_the_corpus_smollm2s_previous_token_heads_lean_on_the_fastest_planes(
         row = f"{layer + 1}.{head + 1} {previous[layer, head]:.3f} " + " ".join(
             f"{x:.0%}" for x in np.array(data["band_shares"])[layer, head])
         assert row in guide
+
+
+def test_the_rope_slide_maps_every_planes_part(cli, monkeypatch):
+    from mha_trace.render import rope_slide
+
+    made = []
+    monkeypatch.setattr(rope_slide, "_save", lambda plt, fig, path, bg: made.append(fig))
+    args = ("explain", "--config", "chicken-road", "--rope", "--token", "it", "--rope-planes", "--head", "2")
+    data = json.loads(cli(*args, "--format", "json").stdout)
+    assert cli(*args, "--png", "x.png").exit_code == 0
+    (fig,) = made
+    assert tuple(fig.get_size_inches() * fig.dpi) == (1920, 1080)
+    shown = [label.get_text().split("\n")[0] for label in fig.axes[0].get_xticklabels()]
+    columns = [data["tokens"].index(token) for token in shown]
+    parts = np.array(data["heads"][0]["parts"])[:, columns]
+    assert np.asarray(fig.axes[0].images[0].get_array()) == pytest.approx(parts, abs=1e-4)
+    assert cli("explain", "--config", "chicken-road", "--rope", "--rope-planes", "--png", "x.png").stderr == (
+        "Error: --png: the slide shows at most 4 heads: pick one with --head (e.g. --head 1)\n")

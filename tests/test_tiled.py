@@ -6,6 +6,7 @@ import json
 import math
 import random
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -145,8 +146,38 @@ def test_explain_tiled_shows_the_rescale_when_the_max_rises(cli, golden):
     (("--block-k", "2"), "--block-k sets the key tiles of --impl tiled (add --impl tiled)"),
     (("--impl", "tiled", "--why"), "--why goes with the explicit walk; --impl tiled shows the online softmax alone"),
     (("--impl", "tiled", "--block-k", "0"), "--block-k: block_k=0 must be a positive integer (at least 1)"),
-    (("--impl", "tiled", "--png", "x.png"), "--png: this view has no slide (--html or --svg save it as it shows)"),
+    (("--impl", "tiled", "--model", "minilm", "--png", "x.png"),
+     "--png: the slide shows at most 4 heads: pick one with --head (e.g. --head 1.1)"),
 ])
 def test_explain_tiled_errors(cli, args, message):
     result = cli("explain", *args)
     assert (result.exit_code, result.stderr) == (2, f"Error: {message}\n")
+
+
+def test_the_tiled_slide_draws_each_tiles_scores_sums_and_outputs(cli, monkeypatch):
+    """1920×1080; for each head the scores by tile, ℓ stacked as rescale × ℓ_old + Σ p, and o ÷ ℓ
+    after each tile ending on the row's output; looked at in docs/modern.md's story."""
+    from mha_trace.render import tiled_slide
+
+    made = []
+    monkeypatch.setattr(tiled_slide, "_save", lambda plt, fig, path, bg: made.append(fig))
+    data = json.loads(cli("explain", "--token", "sat", "--impl", "tiled", "--block-k", "2", "--format", "json").stdout)
+    assert cli("explain", "--token", "sat", "--impl", "tiled", "--block-k", "2", "--png", "x.png").exit_code == 0
+    (fig,) = made
+    assert tuple(fig.get_size_inches() * fig.dpi) == (1920, 1080)
+    axes = [a for a in fig.axes]
+    for row, head in zip(np.array(axes).reshape(-1, 3), data["heads"]):
+        from matplotlib.collections import PolyCollection
+
+        heights = [h for c in row[0].collections if isinstance(c, PolyCollection) for h in _heights(c)]
+        assert heights == pytest.approx([s for t in head["tiles"] for s in t["scores"]], abs=1e-4)
+        kept, added = (_heights(c) for c in row[1].collections[:2])
+        assert [k + a for k, a in zip(kept, added)] == pytest.approx([t["l_new"] for t in head["tiles"]], abs=1e-4)
+        last = [line.get_ydata()[-1] for line in row[2].get_lines() if len(line.get_ydata()) == len(head["tiles"])]
+        assert last == pytest.approx(head["output"][:len(last)], abs=1e-4)
+
+
+def _heights(collection) -> list:
+    """The heights of bars drawn as one collection, left to right."""
+    return [h for _, h in sorted((p.vertices[0, 0], p.vertices[1, 1] - p.vertices[0, 1])
+                                 for p in collection.get_paths())]

@@ -94,3 +94,6 @@ def _planes(t, width: int, decimals: int = 4, head: int | None = None, **_) -> l
 @data.register(RopePlanes)
 def _planes_data(t, decimals: int = 4, head: int | None = None, **_) -> dict:
     return planes_data(t, decimals, head or t.walk.only)
+
+
+import mha_trace.render.rope_slide  # noqa: E402,F401 (registers the slide of what this file shows)

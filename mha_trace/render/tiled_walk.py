@@ -81,3 +81,6 @@ def _tiled(t, width: int, decimals: int = 4, head: int | None = None, **_) -> li
 @data.register(TiledWalk)
 def _tiled_data(t, decimals: int = 4, head: int | None = None, **_) -> dict:
     return tiled_data(t, decimals, head or t.walk.only)
+
+
+import mha_trace.render.tiled_slide  # noqa: E402,F401 (registers the slide of what this file shows)

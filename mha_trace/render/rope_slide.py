@@ -1,0 +1,53 @@
+"""The RoPE planes' slide (`explain --rope-planes --png`): for each head, every plane's part of
+each key's score as a map (planes down, keys across, red up and blue down), and beside it how
+the head's |parts| divide between the planes, fastest at the top."""
+
+import numpy as np
+
+from mha_trace.analyses.rope_planes import RopePlanes
+from mha_trace.errors import MhaError
+from mha_trace.io.page import slide
+from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc,
+                                    _save, _theme)
+from mha_trace.render.rope_planes import shown_keys, turn_text
+
+MAX_ROWS = 4  # heads on one slide
+
+
+@slide.register(RopePlanes)
+def rope_slide(t: RopePlanes, path: str, theme: str = "light", head: int | None = None, **_) -> None:
+    only = head or t.walk.only
+    heads = [h for h in t.heads if only is None or h.head == only]
+    if len(heads) > MAX_ROWS:
+        raise MhaError(f"the slide shows at most {MAX_ROWS} heads: pick one with --head "
+                       f"(e.g. --head {t.walk.view.head_name(1)})", quantity="png")
+    w = t.walk
+    plt = _pyplot()
+    fg, bg = _theme(theme)
+    small = {"xtick.labelsize": MIN_TICK_PT, "ytick.labelsize": MIN_TICK_PT, "axes.facecolor": bg}
+    planes = len(t.frequencies)
+    every = max(1, planes // 8)  # plane labels: at most 8 a column
+    with plt.rc_context({**_rc(fg), **small}):
+        fig, axes = plt.subplots(len(heads), 2, squeeze=False, figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI),
+                                 dpi=DPI, facecolor=bg, constrained_layout=True,
+                                 gridspec_kw={"width_ratios": [3, 2]})
+        for (grid, share), h in zip(axes, heads):
+            keys = shown_keys(t, h)
+            parts = h.parts[:, keys]
+            top = float(np.abs(parts).max()) or 1.0
+            image = grid.imshow(parts, cmap="RdBu_r", vmin=-top, vmax=top, aspect="auto")
+            grid.set_xticks(range(len(keys)), [f"{t.tokens[j]}\nΔ{t.distances[j]}" for j in keys])
+            ticks = list(range(0, planes, every))
+            grid.set_yticks(ticks, [f"{i}: turn {turn_text(t.frequencies[i])}" for i in ticks])
+            grid.set_ylabel(f"head {w.view.head_name(h.head)}", fontsize=18)
+            fig.colorbar(image, ax=grid, fraction=0.04).ax.tick_params(labelsize=MIN_TICK_PT)
+            size = np.abs(parts).sum(axis=1)
+            share.barh(np.arange(planes), size / (size.sum() or 1.0), color="#21918c")
+            share.invert_yaxis()
+            share.set_yticks(ticks, [str(i) for i in ticks])
+            share.xaxis.set_major_formatter(plt.FuncFormatter(lambda x, _: f"{x:.0%}"))
+        axes[0][0].set_title("each plane's part of the score (q·k ÷ √d_k)", fontsize=20, color=fg)
+        axes[0][1].set_title("each plane's share of Σ|part|", fontsize=20, color=fg)
+        fig.suptitle(_fitted(f"The score by RoPE plane: {w.view.through(w.token, only, w.position)}", 95),
+                     fontsize=26, color=fg)
+    _save(plt, fig, path, bg)

@@ -14,6 +14,8 @@ from mha_trace.analyses.walk import Walk
 from mha_trace.errors import MhaError
 from mha_trace.records import Shows
 
+MAX_KEYS = 6  # key columns a table or slide shows (the most-weighted ones); JSON has every key
+
 
 @dataclass
 class PlaneHead:
@@ -80,3 +82,10 @@ def _head(hw, position: int, positions, frequencies, half: int, sqrt_dk: float) 
 def wavelength(theta: float) -> float:
     """Tokens for one full turn of a plane: 2π / θ."""
     return 2 * math.pi / theta
+
+
+def shown_keys(t: RopePlanes, h) -> list:
+    """The keys a head's table shows: every one the query sees, or its MAX_KEYS heaviest."""
+    seen = [j for j, masked in enumerate(h.masked) if not masked]
+    heaviest = sorted(seen, key=lambda j: -h.weights[j])[:MAX_KEYS]
+    return sorted(heaviest)

@@ -1,6 +1,8 @@
-"""What every medium shows alike: sizes in bytes (binary, one decimal), shapes, and a token's
-leading space.
+"""What every medium shows alike: sizes in bytes (binary, one decimal), shapes, a RoPE plane's
+turn and a token's leading space.
 """
+
+import math
 
 WORD_START = "␣"  # a byte-level token's leading space (SentencePiece writes ▁; a slide font draws
 # that as an underscore), the same in the terminal, the page, the slides and JSON
@@ -18,3 +20,9 @@ def human_bytes(n: float) -> str:
 def shape_text(t: tuple) -> str:
     """(2, 10, 512) -> '[2, 10, 512]', as torch prints a size."""
     return "[" + ", ".join(map(str, t)) + "]"
+
+
+def turn_text(theta: float) -> str:
+    """Tokens for one full turn of a plane: 6.28, 62.8, 1,387."""
+    turn = 2 * math.pi / theta
+    return f"{turn:.3g}" if turn < 1000 else f"{turn:,.0f}"

@@ -5,20 +5,11 @@ import math
 import numpy as np
 from rich.text import Text
 
-from mha_trace.analyses.rope_planes import RopePlanes, wavelength
+from mha_trace.analyses.rope_planes import RopePlanes, shown_keys, wavelength
 from mha_trace.io.output import new_table
+from mha_trace.io.units import turn_text
 from mha_trace.records import data, renderables
 from mha_trace.render.matrices import fmt
-
-MAX_KEYS = 6  # key columns in the terminal (the most-weighted ones); JSON has every key
-
-
-def shown_keys(t: RopePlanes, h) -> list:
-    """The keys a head's table shows: every one the query sees, or its MAX_KEYS heaviest."""
-    seen = [j for j, masked in enumerate(h.masked) if not masked]
-    heaviest = sorted(seen, key=lambda j: -h.weights[j])[:MAX_KEYS]
-    return sorted(heaviest)
-
 
 def planes_renderables(t: RopePlanes, decimals: int, only: int | None) -> list:
     w = t.walk
@@ -60,12 +51,6 @@ def _shares(t: RopePlanes, h, keys: list) -> str:
     return (f"The faster half of the planes (0–{half - 1}) carries {fast:.0%} of Σ|part| over these "
             f"keys, the slower half {1 - fast:.0%}; the largest is plane {top} (one turn every "
             f"{turn_text(t.frequencies[top])} tokens).")
-
-
-def turn_text(theta: float) -> str:
-    """Tokens for one full turn of a plane: 6.28, 62.8, 1,387."""
-    turn = wavelength(theta)
-    return f"{turn:.3g}" if turn < 1000 else f"{turn:,.0f}"
 
 
 def planes_data(t: RopePlanes, decimals: int, only: int | None) -> dict:

@@ -9,7 +9,8 @@ from mha_trace.errors import MhaError
 from mha_trace.io.page import slide
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc,
                                     _save, _theme)
-from mha_trace.render.rope_planes import shown_keys, turn_text
+from mha_trace.analyses.rope_planes import shown_keys
+from mha_trace.io.units import turn_text
 
 MAX_ROWS = 4  # heads on one slide
 

@@ -8,7 +8,7 @@ from mha_trace.analyses.rope_planes import wavelength
 from mha_trace.analyses.rope_survey import BANDS, RopeShares
 from mha_trace.io.output import new_table
 from mha_trace.records import data, renderables
-from mha_trace.render.rope_planes import turn_text
+from mha_trace.io.units import turn_text
 
 PREVIOUS = 0.5  # a previous-token head: at least half its weight on the token before
 

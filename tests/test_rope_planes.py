@@ -127,3 +127,32 @@ def test_the_rope_slide_maps_every_planes_part(cli, monkeypatch):
     assert np.asarray(fig.axes[0].images[0].get_array()) == pytest.approx(parts, abs=1e-4)
     assert cli("explain", "--config", "chicken-road", "--rope", "--rope-planes", "--png", "x.png").stderr == (
         "Error: --png: the slide shows at most 4 heads: pick one with --head (e.g. --head 1)\n")
+
+
+@pytest.mark.slow
+def test_a_run_trained_with_rope_splits_by_plane_too(cli, tmp_path):
+    """`train --rope`: RoPE in every layer and no learned positions; its walks split by plane add
+    up to its own scores, and its survey by plane covers every head."""
+    import torch
+
+    from mha_trace.models.trained import Trained
+
+    run = tmp_path / "rope.pt"
+    assert cli("train", "--rope", "--steps", "60", "--snapshots", "2", "--save", str(run)).exit_code == 0
+    model = Trained(str(run), None)
+    assert model.capabilities.rope and model.rope_base == 10000.0 and model.toy.position is None
+    assert all(block.rope for block in model.toy.blocks)
+    planes = json.loads(cli("explain", "--checkpoint", str(run), "--head", "2.1", "--position", "20",
+                            "--rope-planes", "--decimals", "10", "--format", "json").stdout)
+    walk = json.loads(cli("explain", "--checkpoint", str(run), "--head", "2.1", "--position", "20",
+                          "--decimals", "10", "--format", "json").stdout)
+    keys = walk["heads"][0]["keys"]
+    seen = [j for j, k in enumerate(keys) if not k["masked"]]
+    sums = np.array(planes["heads"][0]["parts"]).sum(axis=0)
+    assert sums[seen] == pytest.approx([keys[j]["scaled"] for j in seen], abs=1e-8)
+    # the walk's own scores against the trained model's attention, recomputed here from its weights
+    ids = torch.tensor([[int(t) for t in model.default_text.split()]])
+    _, inputs, weights = model.toy(ids)
+    assert [keys[j]["weight"] for j in seen] == pytest.approx(weights[1][0, 0, 20, :21].tolist(), abs=1e-6)
+    survey = json.loads(cli("survey", "--checkpoint", str(run), "--rope-planes", "--format", "json").stdout)
+    assert np.array(survey["band_shares"]).shape == (2, 4, 4)

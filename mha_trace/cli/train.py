@@ -26,6 +26,7 @@ def train(
     steps: Annotated[int | None, typer.Option("--steps", min=1, max=100_000, help="Optimiser steps (default: the task's: 600 for induction). Example: --steps 1500")] = None,
     lr: Annotated[float | None, typer.Option("--lr", min=1e-6, max=1.0, help="AdamW's learning rate (default: the task's). Example: --lr 0.003")] = None,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seeds the weights, the data and the probe: the same seed, the same run. Example: --seed 1")] = 0,
+    rope: Annotated[bool, typer.Option("--rope", help="RoPE on q and k in every layer instead of learned positions (then explain --checkpoint --rope-planes splits its scores by plane). Example: --rope")] = False,
     identical_heads: Annotated[bool, typer.Option("--identical-heads", help="Exercise 3: every head of a layer starts with the same weights (and stays so). Example: --task difference --identical-heads")] = False,
     snapshots: Annotated[int, typer.Option("--snapshots", min=2, max=200, help="Snapshots kept, log-spaced from step 0 to the last. Example: --snapshots 40")] = 20,
     save_to: Annotated[str | None, typer.Option("--save", help="Save the run (weights at every snapshot, the optimiser, the data's generator) for heads --checkpoint and --resume. Example: --save run.pt", metavar="FILE")] = None,
@@ -49,7 +50,7 @@ def train(
     one_thread_for_models()
     given = {"task": (task, "induction"), "layers": (layers, None), "heads": (heads, None),
              "d-model": (d_model, 64), "vocab": (vocab, 16), "seq": (seq, 32), "batch": (batch, 32),
-             "lr": (lr, None), "seed": (seed, 0), "identical-heads": (identical_heads, False),
+             "lr": (lr, None), "seed": (seed, 0), "identical-heads": (identical_heads, False), "rope": (rope, False),
              "snapshots": (snapshots, 20)}
     _check_resume(resume, [flag for flag, (value, default) in given.items() if value != default])
     before = checkpoints.read_checkpoint(resume, option="resume") if resume is not None else None
@@ -61,7 +62,7 @@ def train(
     else:
         spec = training.Spec.of(task, layers=layers, heads=heads, d_model=d_model, vocab=vocab,
                                 seq=seq, batch=batch, steps=steps, lr=lr, seed=seed,
-                                identical_heads=identical_heads, snapshots=snapshots)
+                                identical_heads=identical_heads, snapshots=snapshots, rope=rope)
     spec.check()
     if spec.seconds > 60:
         import sys

@@ -6,6 +6,7 @@ sequence the run's snapshots were taken on.
 """
 
 import contextlib
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -22,7 +23,8 @@ class Trained:
                                 text=False, trained_run=True)
     kv_heads = None
     limits = Limits()  # the defaults; models.load_model gives each call its own
-    rope_base = None  # learned positions, added at the input
+    rope_base = None  # learned positions, added at the input (a run trained with --rope: RoPE's)
+    toy_rope_base = 10000.0  # the lecture module's default base, which `train --rope` uses
 
     def __init__(self, path: str, step: int | None):
         from mha_trace.models.checkpoints import read_checkpoint
@@ -35,6 +37,9 @@ class Trained:
             raise MhaError(f"{printable(path)} has no snapshot at step {step} (saved: "
                            f"{', '.join(map(str, saved))})", quantity="at_step")
         self.spec, self.step, self.saved_steps, self.path = run.spec, step, saved, path
+        if run.spec.rope:  # positions turned into q and k, none learned at the input
+            self.capabilities = replace(self.capabilities, rope=True)
+            self.rope_base = self.toy_rope_base
         self.key = f"{path}@{step}"  # what load_trained() takes back
         self.name = f"{Path(path).name} at step {step}"
         self.layers, self.heads, self.d_model = run.spec.layers, run.spec.heads, run.spec.d_model
@@ -110,8 +115,10 @@ class Trained:
     # the residual stream by source (models.stream, `explain --why`)
     def embedding_parts(self, ids) -> dict:
         T = len(ids)
-        return {"token": self.toy.embed(torch.tensor(list(ids), device=self.device)),
-                "position": self.toy.position.weight[:T]}
+        token = self.toy.embed(torch.tensor(list(ids), device=self.device))
+        if self.toy.position is None:  # RoPE: positions live in q and k, not in the stream
+            return {"token": token}
+        return {"token": token, "position": self.toy.position.weight[:T]}
 
     def stream_steps(self, layer: int) -> list:
         return [] if layer == 0 else [self.toy.blocks[layer - 1]]

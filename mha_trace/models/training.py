@@ -54,6 +54,7 @@ class Spec:
     seed: int = 0
     identical_heads: bool = False
     snapshots: int = 20
+    rope: bool = False  # RoPE on q and k in every layer, in place of learned positions
 
     @classmethod
     def of(cls, task: str = "induction", **given) -> "Spec":
@@ -126,13 +127,15 @@ BOUNDS = {"layers": (1, 8), "heads": (1, 16), "d_model": (4, 512), "vocab": (2, 
 
 
 class Toy(nn.Module):
-    """Embeddings, `layers` × (x + the lecture's attention(x), causal), unembedding."""
+    """Embeddings, `layers` × (x + the lecture's attention(x), causal), unembedding; positions
+    learned at the input, or (spec.rope) turned into q and k by RoPE."""
 
     def __init__(self, s: Spec):
         super().__init__()
         self.embed = nn.Embedding(s.vocab, s.d_model)
-        self.position = nn.Embedding(s.seq, s.d_model)
-        self.blocks = nn.ModuleList(MultiHeadAttention(s.d_model, s.heads) for _ in range(s.layers))
+        self.position = None if s.rope else nn.Embedding(s.seq, s.d_model)  # RoPE: none learned
+        self.blocks = nn.ModuleList(MultiHeadAttention(s.d_model, s.heads, rope=s.rope)
+                                    for _ in range(s.layers))
         self.unembed = nn.Linear(s.d_model, s.vocab)
 
     def forward(self, ids):
@@ -141,8 +144,9 @@ class Toy(nn.Module):
         return self.unembed(x), inputs, weights
 
     def embedded(self, ids) -> torch.Tensor:
-        """(B, T, D): the token's vector plus its position's."""
-        return self.embed(ids) + self.position.weight[:ids.size(1)]
+        """(B, T, D): the token's vector plus its position's (with RoPE, the token's alone)."""
+        x = self.embed(ids)
+        return x if self.position is None else x + self.position.weight[:ids.size(1)]
 
     def layers_from(self, x, first: int = 1, last: int | None = None, keep: int | None = None,
                     mask=None, caches=None):

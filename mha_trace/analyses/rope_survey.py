@@ -54,7 +54,7 @@ def rope_shares(model, corpus, on_sentence=lambda: None) -> RopeShares:
                        quantity="rope_planes")
     with model.resident(), batch_work():
         runs = encode_all(model, corpus.sentences, keep_inputs=True, on_sentence=on_sentence)
-        sums = sum(_plane_sizes(model, r.inputs) for r in runs)
+        sums = sum(_plane_sizes(model, _stacked(group)) for group in _by_length(runs))
     previous = gather([detect(r.weights, r.tokens, r.ids, model.capabilities.causal)
                        for r in runs])["previous token"].mean
     first = model.attention_module(1)
@@ -64,8 +64,24 @@ def rope_shares(model, corpus, on_sentence=lambda: None) -> RopeShares:
                       sums / sums.sum(-1, keepdims=True), previous)
 
 
+def _by_length(runs) -> list:
+    """The sentences in groups of equal token length (each group one batch)."""
+    groups = {}
+    for r in runs:
+        groups.setdefault(len(r.tokens), []).append(r)
+    return list(groups.values())
+
+
+def _stacked(group) -> list:
+    """Each layer's input of a group of equal-length sentences, as one batch (B, T, D)."""
+    import torch
+
+    return [torch.cat([r.inputs[i] for r in group]) for i in range(len(group[0].inputs))]
+
+
 def _plane_sizes(model, inputs) -> np.ndarray:
-    """(layers, heads, planes): Σ over queries and the keys each sees of |q'·k'| in each plane."""
+    """(layers, heads, planes): Σ over the batch's sentences, their queries and the keys each
+    sees of |q'·k'| in each plane."""
     import torch
 
     from mha_trace.core.attention import rope
@@ -74,16 +90,16 @@ def _plane_sizes(model, inputs) -> np.ndarray:
     with torch.no_grad():
         for layer in range(1, model.layers + 1):
             a = model.attention_module(layer)
-            x = model.attention_input(inputs, layer).double()  # (1, T, D)
-            T, half = x.size(1), a.d_k // 2
-            Q = _linear(a.W_q, x).view(1, T, a.heads, a.d_k).transpose(1, 2)
-            K = _linear(a.W_k, x).view(1, T, a.kv_heads, a.d_k).transpose(1, 2)
+            x = model.attention_input(inputs, layer).double()  # (B, T, D)
+            B, T, half = x.size(0), x.size(1), a.d_k // 2
+            Q = _linear(a.W_q, x).view(B, T, a.heads, a.d_k).transpose(1, 2)
+            K = _linear(a.W_k, x).view(B, T, a.kv_heads, a.d_k).transpose(1, 2)
             Q, K = rope(Q, 0, a.rope_base), rope(K, 0, a.rope_base)
-            K = K.repeat_interleave(a.heads // a.kv_heads, dim=1)  # (1, H, T, d_k)
+            K = K.repeat_interleave(a.heads // a.kv_heads, dim=1)  # (B, H, T, d_k)
             parts = (torch.einsum("bhqi,bhki->bhiqk", Q[..., :half], K[..., :half])
                      + torch.einsum("bhqi,bhki->bhiqk", Q[..., half:], K[..., half:]))
             seen = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # causal: a query sees keys up to itself
-            sizes.append((parts.abs() * seen).sum((-2, -1))[0].cpu().numpy())  # (H, planes)
+            sizes.append((parts.abs() * seen).sum((0, -2, -1)).cpu().numpy())  # (H, planes)
     return np.stack(sizes)
 
 

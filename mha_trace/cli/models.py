@@ -47,7 +47,7 @@ def survey(
     Example: mha-trace survey --checkpoint run.pt --composition --png composition.png
     Example: mha-trace survey --model smollm2 --induction --ablate-top 5
     Example: mha-trace survey --checkpoint run.pt
-    Example: mha-trace survey --model smollm2 --rope-planes
+    Example: mha-trace survey --model smollm2 --rope-planes --sentence "The cat sat on the mat because the cat was tired."
     """
     from mha_trace.runs.resolve import RunOptions, with_checkpoint
 

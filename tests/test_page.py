@@ -156,6 +156,34 @@ def test_explain_walk_shows_every_product(cli, tmp_path, browser):
     assert p.clean()
 
 
+def test_the_tiled_page_steps_through_the_tiles(cli, tmp_path, browser):
+    """explain --impl tiled --html: n and p step a tile at a time; each head's readout says that
+    tile's running max, rescale and sum, as the JSON has them, and the last one the row's output."""
+    import json
+
+    t = json.loads(cli("explain", "--token", "sat", "--impl", "tiled", "--block-k", "2", "--format", "json").stdout)
+    p = Opened(browser, _written(cli, tmp_path, "explain", "--token", "sat", "--impl", "tiled", "--block-k", "2"))
+    page = p.page
+    readout = lambda head: page.text_content(f"p.readout[data-head='{head}']")
+    assert page.text_content("#tile-step") == "tile 1 of 3" and page.is_disabled("#tile-back")
+    for step in range(3):
+        for head in t["heads"]:
+            tile = head["tiles"][step]
+            assert f"= {tile['m_new']:.4f}\n" in readout(head["head"])
+            assert f"+ Σ p = {tile['l_new']:.4f}" in readout(head["head"])
+            rows = page.eval_on_selector_all(f"details[data-head='{head['head']}'] tr[data-tile]",
+                                             "rs => rs.map(r => [+r.dataset.tile, r.className])")
+            assert all(("sel" in cls) == (tile_no == step + 1) for tile_no, cls in rows)
+        if step < 2:
+            page.keyboard.press("n")
+    assert page.text_content("#tile-step") == "tile 3 of 3" and page.is_disabled("#tile-next")
+    out = t["heads"][0]["output"]
+    assert f"output o ÷ ℓ = [{out[0]:.4f}, {out[1]:.4f}]" in readout(1)
+    page.keyboard.press("p")
+    assert page.text_content("#tile-step") == "tile 2 of 3"
+    assert p.clean()
+
+
 def test_the_effect_toggle_redraws_lines_readout_and_tiles(cli, tmp_path, browser):
     """--effect: "e" (or the button) switches every line and tile from the weights to the effect
     weights, checked against transformers' (tests/fixtures/effect_reference.npz)."""

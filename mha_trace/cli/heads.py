@@ -130,7 +130,7 @@ def explain(
         t = tiled_walk(w, block_k) if impl.value == "tiled" else split(w, head)
         return emit(out, lambda: t.renderables(decimals=decimals, head=head),
                     lambda: with_inputs(t.data(decimals=decimals, head=head), run, include_inputs),
-                    slide=t, head=head)
+                    page=t if impl.value == "tiled" else None, slide=t, head=head)
     if why:
         from mha_trace.analyses.why import with_why
 

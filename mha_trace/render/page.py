@@ -1,4 +1,4 @@
-"""The interactive page's data for each record that has one (Heads, Walk, ShapesReport),
+"""The interactive page's data for each record that has one (Heads, Walk, TiledWalk, ShapesReport),
 registered with `mha_trace.io.page.page_data`. Weights are kept to what the view shows (16 bits
 each, base64: to four decimals, as the terminal and the JSON round them; `--format json` keeps the full precision)."""
 
@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from mha_trace.analyses.analysis import Heads
+from mha_trace.analyses.tiled_walk import TiledWalk
 from mha_trace.analyses.walk import Walk
 from mha_trace.errors import MhaError
 from mha_trace.io.page import page_data
@@ -82,6 +83,24 @@ def walk_page(w) -> dict:
                       for hw in w.heads if (w.only is None or hw.head == w.only)
                       and (not why or hw.head in why)],
             "concat": _round(w.concat), "output": _round(w.output)}
+
+
+@page_data.register(TiledWalk)
+def tiled_page(t) -> dict:
+    """The tiled walk, to step through tile by tile: every tile's numbers, as the terminal's."""
+    w = t.walk
+    number = lambda x: None if x == float("-inf") else round(float(x), 4)  # JSON has no -inf
+    return {"kind": "tiled", "title": f"{w.view.through(w.token, w.only, w.position)}, the tiled way",
+            "token": w.token, "position": w.position, "block_k": t.block_k,
+            "heads": [{"head": h.head, "name": w.view.head_name(h.head),
+                       "tiles": [{"keys": tile.keys, "scores": [number(x) for x in tile.scores],
+                                  "p": _round(tile.p), "m_old": number(tile.m_old),
+                                  "m": number(tile.m_new), "rescale": number(tile.rescale),
+                                  "l_old": number(tile.l_old), "l": number(tile.l_new),
+                                  "o": _round(tile.o)} for tile in h.tiles],
+                       "output": _round(h.output), "explicit": _round(h.explicit),
+                       "lse": number(h.lse)}
+                      for h in t.heads if w.only is None or h.head == w.only]}
 
 
 @page_data.register(ShapesReport)

@@ -84,3 +84,4 @@ def _tiled_data(t, decimals: int = 4, head: int | None = None, **_) -> dict:
 
 
 import mha_trace.render.tiled_slide  # noqa: E402,F401 (registers the slide of what this file shows)
+import mha_trace.render.page  # noqa: E402,F401 (registers the page of what this file shows)

@@ -1,4 +1,5 @@
-/* mha-trace's interactive page: the head view, the model view, a token's walk, the trace.
+/* mha-trace's interactive page: the head view, the model view, a token's walk (also tile by
+   tile), the trace.
    Plain JavaScript, no library, no network. The data comes from the #mha-data JSON block; every
    text from it is written with textContent, never parsed as HTML. */
 (function () {
@@ -303,6 +304,64 @@
     return table;
   }
 
+  /* ---- tiled: one query row through FlashAttention-2's loop, a tile at a time ---- */
+  function tiledView() {
+    const num = (x) => (x === null ? "−inf" : fmt(x));
+    const vec = (v) => `[${v.slice(0, 8).map((x) => fmt(x)).join(", ")}${v.length > 8 ? ", …" : ""}]`;
+    let step = 0;
+    const last = data.heads[0].tiles.length - 1;
+    const counter = el("span", {class: "mono", id: "tile-step"});
+    const back = el("button", {id: "tile-back", text: "◀ previous tile (p)", onclick: () => go(step - 1)});
+    const next = el("button", {id: "tile-next", text: "next tile (n) ▶", onclick: () => go(step + 1)});
+    root.append(el("p", {text: `The query is '${data.token}' (position ${data.position}); the keys ` +
+      `come in tiles of ${data.block_k}. For each tile: m = max(m_old, its scores); rescale = ` +
+      "exp(m_old − m) shrinks what was summed so far; p = exp(score − m); ℓ = rescale · ℓ_old + Σ p; " +
+      "o = rescale · o_old + Σ p · v. After the last tile the output is o ÷ ℓ. Step with the " +
+      "buttons or the n and p keys."}), el("div", {class: "controls"}, back, next, counter));
+    const heads = data.heads.map((hw, n) => {
+      const table = el("table", {class: "walk tiled"});
+      table.append(el("tr", {}, ...["tile", "key", "score", "p = exp(s − m)"].map((t, i) =>
+        el("th", {class: i > 1 ? "num" : "", text: t}))));
+      const rows = hw.tiles.map((tile, i) => tile.keys.map((key, j) => {
+        const row = el("tr", {"data-tile": i + 1},
+          el("td", {text: j ? "" : String(i + 1)}), el("td", {class: "tok", text: key}),
+          el("td", {class: "num", text: num(tile.scores[j])}), el("td", {class: "num", text: fmt(tile.p[j])}));
+        table.append(row);
+        return row;
+      }));
+      const readout = el("p", {class: "readout mono", "aria-live": "polite", "data-head": hw.head});
+      const details = el("details", {class: "head", "data-head": hw.head, open: ""},
+        el("summary", {text: `head ${hw.name}`}), table, readout);
+      root.append(details);
+      return {hw, rows, readout};
+    });
+    function go(i) {
+      step = Math.max(0, Math.min(last, i));
+      counter.textContent = `tile ${step + 1} of ${last + 1}`;
+      back.disabled = step === 0;
+      next.disabled = step === last;
+      heads.forEach(({hw, rows, readout}) => {
+        rows.forEach((tileRows, t) => tileRows.forEach((r) => {
+          r.classList.toggle("sel", t === step);
+          r.classList.toggle("masked", t > step);  // not read yet
+        }));
+        const tile = hw.tiles[step];
+        const lines = [`m = max(${num(tile.m_old)}, this tile's scores) = ${num(tile.m)}`,
+          step ? `rescale = exp(${num(tile.m_old)} − ${num(tile.m)}) = ${fmt(tile.rescale)}` : "rescale: nothing summed yet",
+          `ℓ = ${fmt(tile.rescale)} · ${fmt(tile.l_old)} + Σ p = ${fmt(tile.l)}`,
+          `o = ${vec(tile.o)}; o ÷ ℓ so far = ${vec(tile.o.map((x) => (tile.l ? x / tile.l : 0)))}`];
+        if (step === last) lines.push(`output o ÷ ℓ = ${vec(hw.output)}; softmax(scores) · V at once: ` +
+                                      `${vec(hw.explicit)}; L = m + log ℓ = ${num(hw.lse)}`);
+        readout.textContent = lines.join("\n");
+      });
+    }
+    document.addEventListener("keydown", (e) => {
+      if (e.key === "n") next.click();
+      if (e.key === "p") back.click();
+    });
+    go(0);
+  }
+
   /* ---- shapes: the trace beside the module's source ---- */
   function shapesView() {
     const table = el("table", {class: "steps"});
@@ -351,5 +410,5 @@
     if (rows.length) select(Math.max(0, first));
   }
 
-  ({heads: headsView, explain: explainView, shapes: shapesView})[data.kind]();
+  ({heads: headsView, explain: explainView, tiled: tiledView, shapes: shapesView})[data.kind]();
 })();

@@ -86,6 +86,8 @@ def test_the_surveys_shares_are_explains_planes_summed_over_every_query(cli):
         total += np.abs(np.array(head["parts"])[:, seen]).sum(axis=1)
     assert survey["plane_shares"][2][0] == pytest.approx(total / total.sum(), abs=1e-4)
     assert np.array(survey["plane_shares"]).sum(-1) == pytest.approx(np.ones((30, 9)), abs=2e-3)  # 32 rounded shares
+    text = cli("survey", "--model", "smollm2", "--sentence", SENTENCE, "--rope-planes", "--width", "80").stdout
+    assert max(len(line) for line in text.splitlines()) <= 80 and "Spearman ρ" in text
     grid = next(b for b in plain["behaviours"] if b["name"] == "previous token")["scores"]
     assert np.array(survey["previous_token"]) == pytest.approx(np.array(grid), abs=1e-4)
 

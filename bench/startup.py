@@ -31,6 +31,7 @@ TARGETS = {  # name: (wall ratio, peak-RSS ratio) targets from the issues; None 
     "mha-trace shapes --d-model 7 --heads 2 (refused)": (0.3, None),
     "mha-trace explain --heads 3 (refused)": (0.3, None),
     "mha-trace cost --preset gpt3-175b": (0.25, None),
+    "mha-trace cost --preset gpt2-medium --io --backward": (0.25, None),  # arithmetic, like cost
     "mha-trace heads --model minilm": (1.0, 1.4),
     "mha-trace survey --model minilm": (None, None),  # ≤ 3× heads --model minilm: printed below
     "mha-trace explain --model minilm (layer 6) --png": (1.5, None),
@@ -58,9 +59,13 @@ def commands(slow: bool = False) -> dict:
         "mha-trace shapes (GPT-3, meta)": cli + ["shapes", *gpt3],
         "mha-trace shapes --d-model 7 --heads 2 (refused)": cli + ["shapes", "--d-model", "7", "--heads", "2"],
         "mha-trace explain --heads 3 (refused)": cli + ["explain", "--heads", "3"],
+        "mha-trace shapes --impl tiled": cli + ["shapes", "--impl", "tiled"],
+        "mha-trace explain --token sat --impl tiled": cli + ["explain", "--token", "sat", "--impl", "tiled"],
     }
     if subprocess.run(cli + ["cost", "--help"], capture_output=True).returncode == 0:
         cmds["mha-trace cost --preset gpt3-175b"] = cli + ["cost", "--preset", "gpt3-175b"]
+        cmds["mha-trace cost --preset gpt2-medium --io --backward"] = cli + [
+            "cost", "--preset", "gpt2-medium", "--batch", "64", "--dtype", "float16", "--io", "--backward"]
     sentence = "The animal didn't cross the street because it was too tired."
     if subprocess.run(cli + ["heads", "--model", "minilm", "--head", "1.1"], capture_output=True).returncode == 0:
         cmds["mha-trace heads --model minilm"] = cli + ["heads", "--model", "minilm", "--sentence", sentence]
@@ -82,6 +87,8 @@ def commands(slow: bool = False) -> dict:
         cmds["mha-trace survey --model smollm2 --effect"] = cli + ["survey", "--model", "smollm2", "--effect"]
         cmds["mha-trace survey --model smollm2 --composition"] = cli + ["survey", "--model", "smollm2",
                                                                        "--composition"]
+        cmds["mha-trace survey --model smollm2 --rope-planes"] = cli + ["survey", "--model", "smollm2",
+                                                                       "--rope-planes"]
         cmds["mha-trace ablate --model smollm2 --rank"] = cli + ["ablate", "--model", "smollm2",
                                                                  "--sentence", sentence, "--rank"]
         if slow:

@@ -92,8 +92,9 @@ class Trained:
                 first, x = resume
             elif caches is not None:
                 start = caches[0].seen
-                first, x = 1, self.toy.embed(torch.tensor(rows, device=self.device)) + \
-                    self.toy.position.weight[start:start + len(rows[0])]
+                first, x = 1, self.toy.embed(torch.tensor(rows, device=self.device))
+                if self.toy.position is not None:  # learned positions (RoPE turns q and k instead)
+                    x = x + self.toy.position.weight[start:start + len(rows[0])]
             else:
                 first, x = 1, self.toy.embedded(torch.tensor(rows, device=self.device))
             x = x.expand(batch, *x.shape[1:]) if batch > 1 else x

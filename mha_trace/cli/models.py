@@ -170,3 +170,43 @@ def prune(o, out: Output):
     with progress(steps(m, c), "ranking the heads, then removing them") as advance:
         p = run_prune(m, c, advance)
     emit(out, p.renderables, p.data, slide=p)
+
+
+@app.command(short_help="Which activations carry the difference between two texts (activation patching).")
+@output_options()
+def patch(
+    model: Annotated[str, typer.Option("--model", help="A causal model: smollm2 (or --checkpoint). Example: --model smollm2", metavar="NAME")] = "smollm2",
+    checkpoint: CheckpointOpt = None,
+    at_step: AtStepOpt = None,
+    clean: Annotated[str | None, typer.Option("--clean", help="The clean text (default: an indirect-object sentence; a run's probe). Example: --clean \"When Mary and John went to the store, John gave a drink to\"")] = None,
+    corrupt: Annotated[str | None, typer.Option("--corrupt", help="The corrupted text, as many tokens as --clean (default: the subject renamed; the probe with its first half re-drawn). Example: --corrupt \"When Mary and John went to the store, Mary gave a drink to\"")] = None,
+    metric: Annotated[str | None, typer.Option("--metric", help="logit-diff:A,B (the logit of token A minus B's at the last position) or loss (the next-token loss on the tokens both texts share). Example: --metric \"logit-diff: Mary, John\"")] = None,
+    noising: Annotated[bool, typer.Option("--noising", help="Copy from the corrupted run into the clean one (the share each activation destroys) instead of clean into corrupted (the share it restores). Example: --noising")] = False,
+    top: Annotated[int, typer.Option("--top", min=1, max=50, help="How many heads to name. Example: --top 5")] = 8,
+    max_tokens: MaxTokensOpt = None,
+    device: ComputeDeviceOpt = Device.cpu,
+    out: Output = None,
+):
+    """Activation patching: run a clean and a corrupted text, copy one activation from one run into
+    the other, and measure how much of the metric's gap it carries: the residual stream entering
+    each layer at each position, then each head's output. Without --clean and --corrupt: an
+    indirect-object sentence (SmolLM2, about 10 seconds) or a run's probe.
+
+    Example: mha-trace patch --model smollm2 --clean "The capital of France is" --corrupt "The capital of Italy is" --metric "logit-diff: Paris, Rome"
+    Example: mha-trace patch --checkpoint run.pt --noising
+    """
+    from mha_trace.analyses.patching import default_pair, parse_metric, patch as run_patch
+    from mha_trace.io.output import progress
+    from mha_trace.runs.resolve import RunOptions, load, with_checkpoint
+
+    m = load(with_checkpoint(RunOptions(model=None if checkpoint else model, checkpoint=checkpoint,
+                                        at_step=at_step, device=device.value, max_tokens=max_tokens)))
+    if (clean is None) != (corrupt is None):
+        raise MhaError("--clean and --corrupt go together (or neither: the default pair)",
+                       quantity="corrupt")
+    default_clean, default_corrupt, default_metric = default_pair(m)
+    chosen = parse_metric(m, metric or default_metric)
+    with progress(m.layers, "patching, layer by layer") as advance:
+        result = run_patch(m, clean or default_clean, corrupt or default_corrupt, chosen, noising,
+                           advance)
+    emit(out, lambda: result.renderables(top=top), result.data)

@@ -1,0 +1,189 @@
+"""Activation patching (`mha-trace patch`): run a clean and a corrupted text of the same length,
+copy one activation from one run into the other, and measure how much of the metric's gap it
+carries. Two grids: the residual stream entering each layer at each position (coarse: where the
+information is), and each head's output at every position (which heads carry it). Denoising
+copies clean into the corrupted run (the fraction restored); noising copies corrupted into the
+clean run (the fraction destroyed). Plain data; the model runs in batches of copies, one copy a
+patch, resumed at the patched layer.
+"""
+
+import contextlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from mha_trace.errors import MhaError
+from mha_trace.models.base import ModelCard
+from mha_trace.records import Shows
+
+
+@dataclass(frozen=True)
+class Metric:
+    """What a run is scored by, from its final hidden states (B, T, D): `logit-diff` is the logit
+    of token `a` minus that of `b` at the last position; `loss` the mean next-token loss over the
+    positions whose next token the two texts share (`targets`: position -> that token)."""
+
+    kind: str  # "logit-diff" | "loss"
+    a: int | None = None
+    b: int | None = None
+    label: str = ""
+
+    def __call__(self, model, hidden, targets: dict) -> np.ndarray:
+        import torch
+        import torch.nn.functional as F
+
+        if self.kind == "logit-diff":
+            logits = model.logits(hidden)  # (B, V) at the last position
+            return (logits[:, self.a] - logits[:, self.b]).double().cpu().numpy()
+        at = list(targets)
+        logits = torch.stack([model.unembed(hidden[i, at]) for i in range(hidden.size(0))])
+        wanted = torch.tensor(list(targets.values()), device=hidden.device)
+        nll = F.cross_entropy(logits.flatten(0, 1), wanted.repeat(hidden.size(0)), reduction="none")
+        return nll.view(hidden.size(0), len(at)).mean(-1).double().cpu().numpy()
+
+
+@dataclass
+class Patching(Shows):
+    renderer = "mha_trace.render.patching"  # how it shows, imported when first shown
+
+    card: ModelCard
+    clean: tuple  # the clean text's tokens
+    corrupt: tuple  # the corrupted text's tokens
+    metric: str
+    noising: bool
+    clean_value: float
+    corrupt_value: float
+    residual: np.ndarray  # (layers, positions): the metric with that residual entry patched
+    heads: np.ndarray  # (layers, heads): the metric with that head's output patched
+
+    def fraction(self, values: np.ndarray) -> np.ndarray:
+        """Denoising: the share of the clean − corrupt gap a patch restores; noising: the share
+        it destroys. 0 where the gap is 0."""
+        gap = self.clean_value - self.corrupt_value
+        if gap == 0:
+            return np.zeros_like(values)
+        base = self.clean_value if self.noising else self.corrupt_value
+        return (values - base) / gap * (-1 if self.noising else 1)
+
+
+def parse_metric(model, text: str) -> Metric:
+    """`logit-diff:A,B` (each a single token of the model's) or `loss`."""
+    check_patchable(model)
+    if text == "loss":
+        return Metric("loss", label="the next-token loss on the tokens both texts share")
+    kind, _, words = text.partition(":")
+    pair = [w for w in words.split(",")] if kind == "logit-diff" else []
+    if len(pair) != 2 or not all(w.strip() for w in pair):
+        raise MhaError(f"metric {text!r} is not 'loss' or 'logit-diff:A,B' (e.g. logit-diff:"
+                       f"{' Paris, London' if model.capabilities.text else '3,7'})", quantity="metric")
+    ids = []
+    for word in pair:
+        found = model.tokenize(word)
+        if len(found) != 1:
+            raise MhaError(f"metric word '{word}' is {len(found)} tokens for {model.name}; a logit "
+                           f"difference compares single tokens (a leading space often makes one)",
+                           quantity="metric")
+        ids.append(found[0])
+    return Metric("logit-diff", ids[0], ids[1], f"logit({pair[0].strip()}) − logit({pair[1].strip()})")
+
+
+def patch(model, clean: str, corrupt: str, metric: Metric, noising: bool = False,
+          on_layer=lambda: None) -> Patching:
+    """Both grids: every layer's residual input at every position, and every head's output, each
+    patched alone from the source run (clean when denoising) into the target run."""
+    import torch
+
+    (clean_ids, clean_tokens, _), (corrupt_ids, corrupt_tokens, _) = (model.pieces(t) for t in (clean, corrupt))
+    check_patchable(model)
+    if len(clean_ids) != len(corrupt_ids):
+        raise MhaError(f"the clean and the corrupted text must be the same length in tokens to "
+                       f"patch position by position: {len(clean_ids)} and {len(corrupt_ids)}",
+                       quantity="corrupt")
+    targets = {t: clean_ids[t + 1] for t in range(len(clean_ids) - 1)
+               if clean_ids[t + 1] == corrupt_ids[t + 1]}  # the next tokens both texts share
+    if metric.kind == "loss" and not targets:
+        raise MhaError("the loss is taken over the next tokens both texts share, and these share "
+                       "none: corrupt fewer tokens, or use logit-diff:A,B", quantity="metric")
+    source, target = (corrupt_ids, clean_ids) if noising else (clean_ids, corrupt_ids)
+    with model.resident(), torch.no_grad():
+        clean_hidden, _, _ = model.run(clean_ids)
+        corrupt_hidden, _, _ = model.run(corrupt_ids)
+        values = [metric(model, h, targets)[0] for h in (clean_hidden, corrupt_hidden)]
+        contexts, source_inputs = _contexts(model, source)  # what the patches copy
+        _, target_inputs, _ = model.run(target)
+        residual, heads = [], []
+        for layer in range(1, model.layers + 1):
+            row = _layer_row(model, target, target_inputs[layer - 1], source_inputs[layer - 1],
+                             contexts[layer - 1], layer, metric, targets)
+            residual.append(row[:len(target)])
+            heads.append(row[len(target):])
+            on_layer()
+    card = ModelCard.of(model)
+    return Patching(card, tuple(clean_tokens), tuple(corrupt_tokens), metric.label, noising, float(values[0]), float(values[1]),
+                    np.array(residual), np.array(heads))
+
+
+def check_patchable(model) -> None:
+    if not model.capabilities.causal:
+        raise MhaError(f"patch scores a causal model's next token; {model.name} is an encoder "
+                       f"(try --model smollm2 or --checkpoint run.pt)", quantity="model")
+
+
+def default_pair(model) -> tuple[str, str, str]:
+    """(clean, corrupt, metric) when none is given: for a trained run its probe and the probe with
+    its first half's tokens re-drawn (what the repeat copies is gone), scored by the loss; for a
+    language model an indirect-object sentence and the same with the subject named the other
+    name (Wang et al. 2022), scored by the logit difference of the two names."""
+    if model.capabilities.trained_run:
+        import torch
+
+        ids = [int(t) for t in model.default_text.split()]
+        half = len(ids) // 2
+        g = torch.Generator().manual_seed(1)
+        fresh = torch.randint(0, model.vocab_size, (half,), generator=g).tolist()
+        return model.default_text, " ".join(map(str, fresh + ids[half:])), "loss"
+    return ("When Mary and John went to the store, John gave a drink to",
+            "When Mary and John went to the store, Mary gave a drink to", "logit-diff: Mary, John")
+
+
+def _contexts(model, ids) -> tuple[list, list]:
+    """Each layer's attention context (the W_o input, (1, T, H·d_k)) and input, for one run."""
+    found = []
+    hooks = [model.attention_module(layer).W_o.register_forward_pre_hook(
+        lambda _, args: found.append(args[0].clone())) for layer in range(1, model.layers + 1)]
+    try:
+        _, inputs, _ = model.run(ids)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return found, inputs
+
+
+def _layer_row(model, ids, x, source_x, context, layer: int, metric, targets) -> np.ndarray:
+    """One batch of copies of the target run, resumed at `layer`: copy t (one a position) takes
+    the source's residual entry at t; copy T + h (one a head) takes the source's output of head h
+    (its slice of the W_o input, every position). The metric of each copy."""
+    attention = model.attention_module(layer)
+    T, H, d = len(ids), attention.heads, attention.d_k
+    x = x.expand(T + H, -1, -1).clone()  # (T + H copies, T, D)
+    for t in range(T):
+        x[t, t] = source_x[0, t]
+
+    def swap(_, args):
+        patched = args[0].clone()
+        for h in range(H):
+            patched[T + h, :, h * d:(h + 1) * d] = context[0, :, h * d:(h + 1) * d]
+        return (patched,)
+
+    with _hooked(attention.W_o, swap):
+        hidden, _, _ = model.run(ids, batch=T + H, resume=(layer, x))
+    return metric(model, hidden, targets)
+
+
+@contextlib.contextmanager
+def _hooked(module, hook):
+    handle = module.register_forward_pre_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()

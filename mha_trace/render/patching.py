@@ -1,0 +1,84 @@
+"""Render `patch`: the residual stream grid (layer × position), the head grid (layer × head),
+the heads that carry the most, and JSON."""
+
+import numpy as np
+from rich.text import Text
+
+from mha_trace.analyses.patching import Patching
+from mha_trace.io.output import new_table
+from mha_trace.records import data, renderables
+
+STRONG = 0.2  # a share shown in bold
+
+
+def _cell(x: float) -> Text:
+    return Text(f"{x:.2f}", style="bold" if abs(x) >= STRONG else "")
+
+
+def patching_renderables(p: Patching, top: int, width: int) -> list:
+    way = ("noising: each activation from the corrupted run into the clean one; the share of the "
+           "gap it destroys" if p.noising else
+           "denoising: each activation from the clean run into the corrupted one; the share of the "
+           "gap it restores")
+    differ = [t for t, (a, b) in enumerate(zip(p.clean, p.corrupt)) if a != b]
+    out = [Text(f"patch: {p.card.name}, metric {p.metric}", style="bold"),
+           Text(f"Clean: {' '.join(p.clean)}  ({p.clean_value:.4f})\n"
+                f"Corrupted: {' '.join(p.corrupt)}  ({p.corrupt_value:.4f})\n"
+                f"The texts differ at position{'s' if len(differ) != 1 else ''} "
+                f"{', '.join(map(str, differ)) or 'none'}. Each cell: {way} "
+                f"(1 = all of it; 0 = none; bold: {STRONG} or more either way)."),
+           _residual(p, differ, width),
+           _grid(p.fraction(p.heads), "Each head's output, at every position",
+                 [str(h + 1) for h in range(p.heads.shape[1])], "layer \\ head")]
+    f = p.fraction(p.heads)
+    order = np.argsort(-np.abs(f).ravel(), kind="stable")[:top]
+    heads = ", ".join(f"{i // f.shape[1] + 1}.{i % f.shape[1] + 1} {f.ravel()[i]:+.2f}" for i in order)
+    out.append(Text(f"The heads that carry the most: {heads}. Positions marked * are where the two "
+                    f"texts differ; a residual entry patched there carries the difference itself. "
+                    f"A head's output is its slice of the W_O input, every position at once (with "
+                    f"shared K/V heads, each query head's own output)."))
+    return out
+
+
+def _residual(p: Patching, differ: list, width: int):
+    """Positions down, layers across: every layer that fits the width (every k-th when not)."""
+    layers = p.residual.shape[0]
+    label = max(len(f"{t} {token}*") for t, token in enumerate(p.clean))
+    fits = max(1, (width - label - 2) // 7)
+    step = -(-layers // fits)
+    shown = list(range(0, layers, step))
+    f = p.fraction(p.residual)[shown].T  # (positions, shown layers)
+    title = ("The residual stream entering each layer, by position" if step == 1 else
+             f"The residual stream entering one layer in {step}, by position (--format json: all)")
+    rows = [f"{t} {token}{'*' if t in differ else ''}" for t, token in enumerate(p.clean)]
+    return _grid(f, title, [f"L{layer + 1}" for layer in shown], "position", rows)
+
+
+def _grid(f: np.ndarray, title: str, columns: list, corner: str, rows: list | None = None):
+    table = new_table(title)
+    table.add_column(corner, justify="left" if rows else "right")
+    for name in columns:
+        table.add_column(name, justify="right")
+    for i, row in enumerate(f):
+        table.add_row(rows[i] if rows else str(i + 1), *(_cell(x) for x in row))
+    return table
+
+
+def patching_data(p: Patching) -> dict:
+    r = lambda a: np.round(np.asarray(a, float), 6).tolist()
+    return {"command": "patch", "model": p.card.name, "metric": p.metric,
+            "direction": "noising" if p.noising else "denoising",
+            "clean": {"tokens": list(p.clean), "metric": round(p.clean_value, 6)},
+            "corrupt": {"tokens": list(p.corrupt), "metric": round(p.corrupt_value, 6)},
+            "residual": {"metric": r(p.residual), "fraction": r(p.fraction(p.residual))},
+            "heads": {"metric": r(p.heads), "fraction": r(p.fraction(p.heads))}}
+
+
+@renderables.register(Patching)
+def _patching(p, width: int, top: int = 8, **_) -> list:
+    return patching_renderables(p, top, width)
+
+
+@data.register(Patching)
+def _patching_data(p, **_) -> dict:
+    return patching_data(p)

@@ -1,0 +1,144 @@
+"""`mha-trace patch`: activation patching, checked against a forward pass of the trained run written
+out here by hand (no hooks, no resume), against identities from first principles, and on SmolLM2's
+indirect-object sentence."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from mha_trace.analyses.patching import default_pair, parse_metric, patch
+from mha_trace.models.trained import Trained
+
+pytestmark = pytest.mark.slow  # trains (the shared default run) or loads SmolLM2
+
+
+def by_hand(toy, ids, patched_layer=None, head=None, source_context=None):
+    """The trained model's forward, written out: embeddings, each layer's heads (causal), W_o and
+    the residual, then the unembedding; optionally one head's context taken from another run.
+    Returns (final hidden (T, D), each layer's context (T, H·d_k))."""
+    x = toy.embed(ids) + toy.position.weight[:len(ids)]
+    T, contexts = len(ids), []
+    for layer, block in enumerate(toy.blocks, 1):
+        H, d = block.heads, block.d_k
+        q = block.W_q(x).view(T, H, d).transpose(0, 1)
+        k = block.W_k(x).view(T, H, d).transpose(0, 1)
+        v = block.W_v(x).view(T, H, d).transpose(0, 1)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+        scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        context = (scores.softmax(-1) @ v).transpose(0, 1).reshape(T, H * d)
+        if layer == patched_layer:
+            context = context.clone()
+            context[:, head * d:(head + 1) * d] = source_context[:, head * d:(head + 1) * d]
+        contexts.append(context)
+        x = x + block.W_o(context)
+    return x, contexts
+
+
+def loss_on_shared(toy, hidden, clean, corrupt) -> float:
+    at = [t for t in range(len(clean) - 1) if clean[t + 1] == corrupt[t + 1]]
+    logits = toy.unembed(hidden[at])
+    return torch.nn.functional.cross_entropy(logits, torch.tensor([clean[t + 1] for t in at])).item()
+
+
+@pytest.fixture(scope="module")
+def trained(default_run):
+    model = Trained(str(default_run), None)
+    clean, corrupt, metric = default_pair(model)
+    return model, clean, corrupt, patch(model, clean, corrupt, parse_metric(model, metric))
+
+
+def test_each_heads_patch_is_the_forward_pass_written_out(trained):
+    model, clean, corrupt, p = trained
+    a, b = ([int(t) for t in text.split()] for text in (clean, corrupt))
+    with torch.no_grad():
+        _, clean_contexts = by_hand(model.toy, torch.tensor(a))
+        hidden, _ = by_hand(model.toy, torch.tensor(b))
+        assert p.corrupt_value == pytest.approx(loss_on_shared(model.toy, hidden, a, b), abs=1e-5)
+        for layer in range(1, model.layers + 1):
+            for head in range(model.heads):
+                hidden, _ = by_hand(model.toy, torch.tensor(b), layer, head, clean_contexts[layer - 1])
+                assert p.heads[layer - 1, head] == pytest.approx(loss_on_shared(model.toy, hidden, a, b), abs=1e-5)
+
+
+def test_identities_from_first_principles(trained):
+    """Where the two texts agree, the first layer's input is the same in both: patching it changes
+    nothing (0). Copying the first layer's input at every position where they differ makes the
+    corrupted run the clean one (1), whatever the model; here each differing position alone does not."""
+    model, clean, corrupt, p = trained
+    a, b = clean.split(), corrupt.split()
+    same = [t for t in range(len(a)) if a[t] == b[t]]
+    differ = [t for t in range(len(a)) if a[t] != b[t]]
+    assert p.fraction(p.residual)[0, same] == pytest.approx(0, abs=1e-6)
+    x_clean = model.run([int(t) for t in a])[1][0]
+    hidden, _, _ = model.run([int(t) for t in b], resume=(1, x_clean))
+    metric = parse_metric(model, "loss")
+    targets = {t: int(a[t + 1]) for t in range(len(a) - 1) if a[t + 1] == b[t + 1]}
+    assert metric(model, hidden, targets)[0] == pytest.approx(p.clean_value, abs=1e-6)
+    assert len(differ) == len(a) // 2 - sum(a[t] == b[t] for t in range(len(a) // 2))
+
+
+def test_the_induction_heads_carry_the_repeat(trained):
+    """Re-drawing the probe's first half breaks the copy: the second layer's heads (the induction
+    heads read the earlier copy) restore most of the loss gap, the first layer's little."""
+    _, _, _, p = trained
+    f = p.fraction(p.heads)
+    assert p.corrupt_value > p.clean_value
+    assert f[1].max() >= 0.3 and f[1].max() > f[0].max()
+
+
+def test_smollm2_moves_the_name_from_s2_to_the_end(cli):
+    """The indirect-object sentence (Wang et al. 2022): SmolLM2 prefers the right name in the clean
+    text and the other in the corrupted one; the only position that differs carries all of it at the
+    first layer, and by the last layers the final position does."""
+    data = json.loads(cli("patch", "--model", "smollm2", "--format", "json").stdout)
+    assert data["clean"]["metric"] > 0 > data["corrupt"]["metric"]
+    residual = np.array(data["residual"]["fraction"])  # (layers, positions)
+    differ = [t for t, (x, y) in enumerate(zip(data["clean"]["tokens"], data["corrupt"]["tokens"])) if x != y]
+    assert differ == [9] and residual[0, 9] == pytest.approx(1, abs=1e-5)
+    assert residual[0, :9] == pytest.approx(0, abs=1e-6)  # before it, both texts are the same
+    assert residual[-1, -1] >= 0.9 and abs(residual[-1, 9]) < 0.1
+    assert (residual[:20, 9] > 0.95).all() and (residual[24:, -1] > 0.9).all()  # the guide's story
+    from pathlib import Path
+
+    guide = (Path(__file__).parent.parent / "docs" / "patching.md").read_text()
+    f = np.array(data["heads"]["fraction"])
+    top = np.argsort(-np.abs(f).ravel(), kind="stable")[:3]
+    named = ", ".join(f"{i // 9 + 1}.{i % 9 + 1} {f.ravel()[i]:+.2f}" for i in top)
+    assert f"({data['clean']['metric']:.4f})" in guide and f"({data['corrupt']['metric']:.4f})" in guide
+    assert named in " ".join(guide.split())
+    text = cli("patch", "--model", "smollm2", "--clean", "Mary gave John a", "--corrupt", "John gave Mary a",
+               "--width", "100").stdout  # a shorter pair: the layout, every layer in one in 3
+    assert max(len(line) for line in text.splitlines()) <= 100 and "one layer in 3" in text
+
+
+def test_noising_copies_the_other_way(trained, cli, default_run):
+    """Noising: the corrupted run's activation into the clean one; a text that differs at one
+    position only, patched there at the first layer, becomes the other run entirely (1)."""
+    model, clean, _, _ = trained
+    ids = clean.split()
+    one = " ".join(ids[:20] + [str((int(ids[20]) + 1) % 16)] + ids[21:])
+    for way in ((), ("--noising",)):
+        data = json.loads(cli("patch", "--checkpoint", str(default_run), "--corrupt", one, "--clean", clean,
+                              "--metric", "loss", *way, "--format", "json").stdout)
+        assert data["direction"] == ("noising" if way else "denoising")
+        assert np.array(data["residual"]["fraction"])[0, 20] == pytest.approx(1, abs=1e-5)
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--clean", "The cat sat"), "--corrupt: --clean and --corrupt go together (or neither: the default pair)"),
+    (("--clean", "The cat sat on the mat", "--corrupt", "The dog sat", "--metric", "loss"),
+     "--corrupt: the clean and the corrupted text must be the same length in tokens to patch position by "
+     "position: 6 and 3"),
+    (("--metric", "logit-diff:Paris"), "--metric 'logit-diff:Paris' is not 'loss' or 'logit-diff:A,B' "
+                                      "(e.g. logit-diff: Paris, London)"),
+    (("--metric", "logit-diff: Mary, Zanzibarian"), "--metric word ' Zanzibarian' is 4 tokens for "
+     "SmolLM2-135M-Instruct; a logit difference compares single tokens (a leading space often makes one)"),
+    (("--model", "minilm"), "--model: patch scores a causal model's next token; all-MiniLM-L6-v2 is an encoder "
+                            "(try --model smollm2 or --checkpoint run.pt)"),
+])
+def test_patch_errors(cli, args, message):
+    result = cli("patch", *args)
+    assert (result.exit_code, result.stderr) == (2, f"Error: {message}\n")

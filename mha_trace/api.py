@@ -91,32 +91,9 @@ def explain(config=None, token: str | None = None, position: int | None = None, 
         from mha_trace.analyses.why import config_why
 
         w = replace(w, why=config_why(view, w.position, [head] if head else range(1, view.heads + 1)))
-    return _variant(w, impl, block_k, why or effect, rope_planes)
+    from mha_trace.analyses.variants import shown_as
 
-
-def _variant(w, impl: str, block_k: int | None, explicit_only: bool, rope_planes: bool):
-    """The walk as it is, its row through FlashAttention-2's loop (impl="tiled"), or its scores
-    split by RoPE's planes (rope_planes=True)."""
-    if rope_planes:
-        if impl != "explicit" or explicit_only:
-            raise MhaError("rope_planes=True splits the explicit walk's scores (not with why, "
-                           "effect or impl='tiled')", quantity="rope_planes")
-        from mha_trace.analyses.rope_planes import rope_planes as split
-
-        return split(w)
-    if impl not in ("explicit", "tiled"):
-        raise MhaError(f"impl {impl!r} is not one of explicit, tiled (sdpa forms no weights to "
-                       f"walk)", quantity="impl")
-    if impl == "explicit":
-        if block_k is not None:
-            raise MhaError("block_k sets the key tiles of impl='tiled'", quantity="block_k")
-        return w
-    if explicit_only:
-        raise MhaError("why and effect go with the explicit walk; impl='tiled' shows the online "
-                       "softmax alone", quantity="impl")
-    from mha_trace.analyses.tiled_walk import tiled_walk
-
-    return tiled_walk(w, block_k)
+    return shown_as(w, impl, block_k, why or effect, rope_planes)
 
 
 def ablate(config=None, removed=(2,), **options):
@@ -235,7 +212,9 @@ class Model:
             from mha_trace.analyses.why import with_why
 
             w = with_why(w, run, only, by_head)
-        return _variant(w, impl, block_k, why or effect, rope_planes)
+        from mha_trace.analyses.variants import shown_as
+
+        return shown_as(w, impl, block_k, why or effect, rope_planes)
 
     def trace(self, text: str | None = None, layer: int = 1):
         """One layer's attention on the text's hidden states, traced op by op."""
@@ -299,6 +278,20 @@ class Model:
 
         return predict(self.model, text_of(text), whole_numbers([top], "top")[0],
                        whole_numbers([generate], "generate", least=0)[0])
+
+    def patch(self, clean: str | None = None, corrupt: str | None = None, *,
+              metric: str | None = None, noising: bool = False):
+        """Activation patching (like `mha-trace patch`): each residual entry and each head's
+        output copied from the clean run into the corrupted one (noising=True: the other way);
+        without texts, an indirect-object sentence or a trained run's probe."""
+        from mha_trace.analyses.patching import default_pair, parse_metric, patch
+
+        pair = default_pair(self.model)
+        if (clean is None) != (corrupt is None):
+            raise MhaError("clean and corrupt go together (or neither)", quantity="corrupt")
+        return patch(self.model, text_of(clean) if clean else pair[0],
+                     text_of(corrupt) if corrupt else pair[1],
+                     parse_metric(self.model, metric or pair[2]), bool(noising))
 
     def cache(self, text: str | None = None, *, policies=("full", "window", "sinks", "h2o"),
               budgets=(64, 128, 256), sinks: int = 4, tokens: int = 512, renumber: bool = False):

@@ -30,6 +30,7 @@ CALLS = {
     "model.survey": lambda: _minilm().survey("The cat sat on the mat."),
     "model.ablate": lambda: _minilm().ablate(heads=["1.3"]),
     "model.rank": lambda: _minilm().rank("The cat sat."),
+    "model.patch (smollm2)": lambda: mha_trace.model("smollm2").patch("The cat sat", "The dog sat", metric="loss"),
     "model.cache (smollm2)": lambda: mha_trace.model("smollm2").cache("The cat sat on the mat.", budgets=[4],
                                                             policies="window", sinks=1),
 }

@@ -280,18 +280,24 @@ class Model:
                        whole_numbers([generate], "generate", least=0)[0])
 
     def patch(self, clean: str | None = None, corrupt: str | None = None, *,
-              metric: str | None = None, noising: bool = False):
+              metric: str | None = None, noising: bool = False, sender: str | None = None,
+              receiver: str | None = None):
         """Activation patching (like `mha-trace patch`): each residual entry and each head's
         output copied from the clean run into the corrupted one (noising=True: the other way);
-        without texts, an indirect-object sentence or a trained run's probe."""
-        from mha_trace.analyses.patching import default_pair, parse_metric, patch
+        without texts, an indirect-object sentence or a trained run's probe. sender="1.1",
+        receiver="2.4": path patching through the receiver's q, k and v."""
+        from mha_trace.analyses.patching import default_pair, parse_metric, patch, path_patch
+        from mha_trace.models.guards import parse_head
 
-        pair = default_pair(self.model)
-        if (clean is None) != (corrupt is None):
-            raise MhaError("clean and corrupt go together (or neither)", quantity="corrupt")
-        return patch(self.model, text_of(clean) if clean else pair[0],
-                     text_of(corrupt) if corrupt else pair[1],
-                     parse_metric(self.model, metric or pair[2]), bool(noising))
+        pair = default_pair(self.model, path=sender is not None)
+        if (clean is None) != (corrupt is None) or (sender is None) != (receiver is None):
+            raise MhaError("clean and corrupt go together, and so do sender and receiver")
+        texts = (text_of(clean) if clean else pair[0], text_of(corrupt) if corrupt else pair[1])
+        chosen = parse_metric(self.model, metric or pair[2])
+        if sender is None:
+            return patch(self.model, *texts, chosen, bool(noising))
+        return path_patch(self.model, *texts, chosen, parse_head(sender), parse_head(receiver),
+                          bool(noising))
 
     def cache(self, text: str | None = None, *, policies=("full", "window", "sinks", "h2o"),
               budgets=(64, 128, 256), sinks: int = 4, tokens: int = 512, renumber: bool = False):

@@ -136,9 +136,67 @@ def test_noising_copies_the_other_way(trained, cli, default_run):
                                       "(e.g. logit-diff: Paris, London)"),
     (("--metric", "logit-diff: Mary, Zanzibarian"), "--metric word ' Zanzibarian' is 4 tokens for "
      "SmolLM2-135M-Instruct; a logit difference compares single tokens (a leading space often makes one)"),
+    (("--metric", "induction"), "--metric induction scores one receiving head: give --sender and --receiver "
+                                "(path patching)"),
     (("--model", "minilm"), "--model: patch scores a causal model's next token; all-MiniLM-L6-v2 is an encoder "
                             "(try --model smollm2 or --checkpoint run.pt)"),
 ])
 def test_patch_errors(cli, args, message):
     result = cli("patch", *args)
     assert (result.exit_code, result.stderr) == (2, f"Error: {message}\n")
+
+
+def test_path_patching_is_the_receivers_weights_written_out(trained, cli, default_run):
+    """Sender 1.h's output difference (clean − corrupted) added to the receiver's key input only:
+    its weights by hand, from the corrupted run's second-layer input, give the induction score
+    patch reports; through the values nothing in the weights moves (exactly the corrupted score)."""
+    model, clean, corrupt, _ = trained
+    a, b = (torch.tensor([int(t) for t in text.split()]) for text in (clean, corrupt))
+    toy, T, half = model.toy, len(a), len(a) // 2
+    block1, block2 = toy.blocks
+    d = block2.d_k
+    for sender, receiver in ((1, 4), (2, 2)):
+        data = json.loads(cli("patch", "--checkpoint", str(default_run), "--sender", f"1.{sender}",
+                              "--receiver", f"2.{receiver}", "--format", "json").stdout)
+        with torch.no_grad():
+            _, ctx_a = by_hand(toy, a)
+            _, ctx_b = by_hand(toy, b)
+            cols = slice((sender - 1) * d, sender * d)
+            delta = (ctx_a[0][:, cols] - ctx_b[0][:, cols]) @ block1.W_o.weight[:, cols].T
+            x2 = toy.embed(b) + toy.position.weight[:T] + block1.W_o(ctx_b[0])
+            r = slice((receiver - 1) * d, receiver * d)
+            for via, (xq, xk) in {"k": (x2, x2 + delta), "q": (x2 + delta, x2), "v": (x2, x2)}.items():
+                q, k = block2.W_q(xq)[:, r], block2.W_k(xk)[:, r]
+                scores = (q @ k.T / math.sqrt(d)).masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+                w = scores.softmax(-1)
+                score = sum(w[t, t - half + 1] for t in range(half, T)).item() / (T - half)
+                assert data["via"][via]["metric"] == pytest.approx(score, abs=1e-6)
+        assert data["via"]["v"]["metric"] == pytest.approx(data["corrupt"], abs=1e-9)
+
+
+def test_the_induction_heads_read_the_previous_token_head_through_their_keys(cli, default_run):
+    """The induction circuit, proved on the default run: for each induction head, the layer-1
+    head whose output restores most of its induction score through its keys is the one survey
+    --composition names as its strongest K partner; through the keys the best restores half or
+    more, through the queries at most a tenth."""
+    composition = json.loads(cli("survey", "--checkpoint", str(default_run), "--composition",
+                                 "--format", "json").stdout)
+    partners = {"{}.{}".format(*c["head"]): "{}.{}".format(*c["k_partner"]) for c in composition["induction_heads"]}
+    assert partners
+    through_keys = []
+    for receiver, partner in partners.items():
+        shares = {}
+        for sender in range(1, 5):
+            data = json.loads(cli("patch", "--checkpoint", str(default_run), "--sender", f"1.{sender}",
+                                  "--receiver", receiver, "--format", "json").stdout)
+            shares[f"1.{sender}"] = data["via"]
+        best = max(shares, key=lambda s: shares[s]["k"]["fraction"])
+        assert best == partner and abs(shares[best]["q"]["fraction"]) <= 0.1
+        assert shares[best]["v"]["fraction"] == pytest.approx(0, abs=1e-9)
+        through_keys.append(shares[best]["k"]["fraction"])
+    assert max(through_keys) >= 0.5 and min(through_keys) >= 0.3
+    from pathlib import Path
+
+    guide = " ".join((Path(__file__).parent.parent / "docs" / "patching.md").read_text().split())
+    shares = ", ".join(f"{x:.0%}" for x in [dict(zip(partners, through_keys))[h] for h in sorted(partners)])
+    assert f"restores {shares.rsplit(', ', 1)[0]} and {shares.rsplit(', ', 1)[1]} of the induction score gap" in guide

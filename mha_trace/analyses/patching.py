@@ -71,6 +71,9 @@ def parse_metric(model, text: str) -> Metric:
     check_patchable(model)
     if text == "loss":
         return Metric("loss", label="the next-token loss on the tokens both texts share")
+    if text == "induction":
+        return Metric("induction", label="the receiver's induction score (its weight on the token "
+                                         "after the query's earlier copy)")
     kind, _, words = text.partition(":")
     pair = [w for w in words.split(",")] if kind == "logit-diff" else []
     if len(pair) != 2 or not all(w.strip() for w in pair):
@@ -95,6 +98,9 @@ def patch(model, clean: str, corrupt: str, metric: Metric, noising: bool = False
 
     (clean_ids, clean_tokens, _), (corrupt_ids, corrupt_tokens, _) = (model.pieces(t) for t in (clean, corrupt))
     check_patchable(model)
+    if metric.kind == "induction":
+        raise MhaError("metric induction scores one receiving head: give --sender and --receiver "
+                       "(path patching)", quantity="metric")
     if len(clean_ids) != len(corrupt_ids):
         raise MhaError(f"the clean and the corrupted text must be the same length in tokens to "
                        f"patch position by position: {len(clean_ids)} and {len(corrupt_ids)}",
@@ -129,11 +135,12 @@ def check_patchable(model) -> None:
                        f"(try --model smollm2 or --checkpoint run.pt)", quantity="model")
 
 
-def default_pair(model) -> tuple[str, str, str]:
+def default_pair(model, path: bool = False) -> tuple[str, str, str]:
     """(clean, corrupt, metric) when none is given: for a trained run its probe and the probe with
-    its first half's tokens re-drawn (what the repeat copies is gone), scored by the loss; for a
-    language model an indirect-object sentence and the same with the subject named the other
-    name (Wang et al. 2022), scored by the logit difference of the two names."""
+    its first half's tokens re-drawn (what the repeat copies is gone), scored by the loss (`path`
+    patching: by the receiver's induction score); for a language model an indirect-object
+    sentence and the same with the subject named the other name (Wang et al. 2022), scored by the
+    logit difference of the two names."""
     if model.capabilities.trained_run:
         import torch
 
@@ -141,7 +148,7 @@ def default_pair(model) -> tuple[str, str, str]:
         half = len(ids) // 2
         g = torch.Generator().manual_seed(1)
         fresh = torch.randint(0, model.vocab_size, (half,), generator=g).tolist()
-        return model.default_text, " ".join(map(str, fresh + ids[half:])), "loss"
+        return model.default_text, " ".join(map(str, fresh + ids[half:])), "induction" if path else "loss"
     return ("When Mary and John went to the store, John gave a drink to",
             "When Mary and John went to the store, Mary gave a drink to", "logit-diff: Mary, John")
 
@@ -187,3 +194,107 @@ def _hooked(module, hook):
         yield
     finally:
         handle.remove()
+
+
+@dataclass
+class PathPatching(Shows):
+    """Path patching (Wang et al. 2022): the sender head's output from the source run reaches the
+    receiver head only through the receiver's query, key or value input; every other path and
+    every other head stays as the target run has it."""
+
+    renderer = "mha_trace.render.patching"
+
+    card: ModelCard
+    sender: tuple  # (layer, head), from 1
+    receiver: tuple
+    metric: str
+    noising: bool
+    clean_value: float
+    corrupt_value: float
+    via: dict  # "q" | "k" | "v" | "qkv" -> the metric with that input patched
+
+    def fraction(self, value: float) -> float:
+        return float(Patching.fraction(self, np.array([value]))[0])
+
+
+def path_patch(model, clean: str, corrupt: str, metric: Metric, sender: tuple, receiver: tuple,
+               noising: bool = False) -> PathPatching:
+    """The metric with the sender's output difference added to the receiver layer's input as the
+    receiver's q, k or v reads it (and all three), only the receiver head's output kept from that."""
+    import torch
+
+    from mha_trace.analyses.model_analysis import check_heads
+
+    check_patchable(model)
+    check_heads(model, [sender, receiver])
+    if sender[0] >= receiver[0]:
+        raise MhaError(f"the sender {sender[0]}.{sender[1]} must be in an earlier layer than the "
+                       f"receiver {receiver[0]}.{receiver[1]}: a head reads only what layers before "
+                       f"its own wrote", quantity="receiver")
+    (clean_ids, _, _), (corrupt_ids, _, _) = (model.pieces(t) for t in (clean, corrupt))
+    if len(clean_ids) != len(corrupt_ids):
+        raise MhaError(f"the clean and the corrupted text must be the same length in tokens: "
+                       f"{len(clean_ids)} and {len(corrupt_ids)}", quantity="corrupt")
+    targets = {t: clean_ids[t + 1] for t in range(len(clean_ids) - 1)
+               if clean_ids[t + 1] == corrupt_ids[t + 1]}
+    source, target = (corrupt_ids, clean_ids) if noising else (clean_ids, corrupt_ids)
+    with model.resident(), torch.no_grad():
+        source_contexts, source_inputs = _contexts(model, source)
+        target_contexts, inputs = _contexts(model, target)
+        if metric.kind == "induction":  # the receiver's own induction score, in each run
+            runs = {True: source_inputs, False: inputs}
+            values = [_through(model, ids, runs[ids is source], 0.0, receiver, "", metric, targets)
+                      for ids in (clean_ids, corrupt_ids)]
+        else:
+            values = [metric(model, model.run(ids)[0], targets)[0] for ids in (clean_ids, corrupt_ids)]
+        delta = (_head_output(model, sender, source_contexts[sender[0] - 1])
+                 - _head_output(model, sender, target_contexts[sender[0] - 1]))  # (1, T, D)
+        via = {name: float(_through(model, target, inputs, delta, receiver, name, metric, targets))
+               for name in ("q", "k", "v", "qkv")}
+    return PathPatching(ModelCard.of(model), tuple(sender), tuple(receiver), metric.label, noising,
+                        float(values[0]), float(values[1]), via)
+
+
+def induction_score(weights) -> float:
+    """A head's mean weight, from each query of a repeated second half, on the key just after the
+    query's earlier copy (the probe: T random tokens whose second half repeats the first)."""
+    T = weights.size(-1)
+    half = T // 2
+    return float(sum(weights[t, t - half + 1] for t in range(half, T)) / (T - half))
+
+
+def _head_output(model, at: tuple, context):
+    """One head's share of its layer's output: its slice of the W_o input through its W_o columns."""
+    attention = model.attention_module(at[0])
+    d = attention.d_k
+    cols = slice((at[1] - 1) * d, at[1] * d)
+    return context[..., cols] @ attention.W_o.weight[:, cols].T
+
+
+def _through(model, ids, inputs, delta, receiver: tuple, via: str, metric, targets):
+    """The target run with the receiver head's output recomputed from an input that carries the
+    sender's difference in q, k or v only (the layer's norm applied to it as the layer applies it)."""
+    import torch
+
+    layer, head = receiver
+    attention = model.attention_module(layer)
+    norm = model.attention_norm_of(layer) or (lambda x: x)
+    plain, moved = norm(inputs[layer - 1]), norm(inputs[layer - 1] + delta)
+    q, k, v = (moved if name in via else plain for name in "qkv")
+    T, d = len(ids), attention.d_k
+    mask = torch.ones(T, T, dtype=torch.bool, device=plain.device).tril()
+    captured = []
+    with _hooked(attention.W_o, lambda _, args: captured.append(args[0].clone())):
+        _, weights = attention(q, k, v, mask=mask)
+    if metric.kind == "induction":
+        return induction_score(weights[0, head - 1])
+    cols = slice((head - 1) * d, head * d)
+
+    def swap(_, args):
+        patched = args[0].clone()
+        patched[..., cols] = captured[0][..., cols]
+        return (patched,)
+
+    with _hooked(attention.W_o, swap):
+        hidden, _, _ = model.run(ids, resume=(layer, inputs[layer - 1]))
+    return metric(model, hidden, targets)[0]

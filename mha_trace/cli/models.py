@@ -180,8 +180,10 @@ def patch(
     at_step: AtStepOpt = None,
     clean: Annotated[str | None, typer.Option("--clean", help="The clean text (default: an indirect-object sentence; a run's probe). Example: --clean \"When Mary and John went to the store, John gave a drink to\"")] = None,
     corrupt: Annotated[str | None, typer.Option("--corrupt", help="The corrupted text, as many tokens as --clean (default: the subject renamed; the probe with its first half re-drawn). Example: --corrupt \"When Mary and John went to the store, Mary gave a drink to\"")] = None,
-    metric: Annotated[str | None, typer.Option("--metric", help="logit-diff:A,B (the logit of token A minus B's at the last position) or loss (the next-token loss on the tokens both texts share). Example: --metric \"logit-diff: Mary, John\"")] = None,
+    metric: Annotated[str | None, typer.Option("--metric", help="logit-diff:A,B (the logit of token A minus B's at the last position), loss (the next-token loss on the tokens both texts share) or, with --receiver, induction (the receiver's induction score). Example: --metric \"logit-diff: Mary, John\"")] = None,
     noising: Annotated[bool, typer.Option("--noising", help="Copy from the corrupted run into the clean one (the share each activation destroys) instead of clean into corrupted (the share it restores). Example: --noising")] = False,
+    sender: Annotated[str | None, typer.Option("--sender", help="Path patching: the head whose output is copied (with --receiver). Example: --sender 1.1 --receiver 2.4")] = None,
+    receiver: Annotated[str | None, typer.Option("--receiver", help="Path patching: the later head that receives it, through its queries, keys or values alone (a trained run's metric defaults to this head's induction score). Example: --receiver 2.4")] = None,
     top: Annotated[int, typer.Option("--top", min=1, max=50, help="How many heads to name. Example: --top 5")] = 8,
     max_tokens: MaxTokensOpt = None,
     device: ComputeDeviceOpt = Device.cpu,
@@ -194,8 +196,9 @@ def patch(
 
     Example: mha-trace patch --model smollm2 --clean "The capital of France is" --corrupt "The capital of Italy is" --metric "logit-diff: Paris, Rome"
     Example: mha-trace patch --checkpoint run.pt --noising
+    Example: mha-trace patch --checkpoint run.pt --sender 1.1 --receiver 2.4
     """
-    from mha_trace.analyses.patching import default_pair, parse_metric, patch as run_patch
+    from mha_trace.analyses.patching import default_pair, parse_metric, path_patch, patch as run_patch
     from mha_trace.io.output import progress
     from mha_trace.runs.resolve import RunOptions, load, with_checkpoint
 
@@ -204,8 +207,16 @@ def patch(
     if (clean is None) != (corrupt is None):
         raise MhaError("--clean and --corrupt go together (or neither: the default pair)",
                        quantity="corrupt")
-    default_clean, default_corrupt, default_metric = default_pair(m)
+    if (sender is None) != (receiver is None):
+        raise MhaError("--sender and --receiver go together (path patching)", quantity="receiver")
+    default_clean, default_corrupt, default_metric = default_pair(m, path=sender is not None)
     chosen = parse_metric(m, metric or default_metric)
+    if sender is not None:
+        from mha_trace.models.guards import parse_head
+
+        result = path_patch(m, clean or default_clean, corrupt or default_corrupt, chosen,
+                            parse_head(sender), parse_head(receiver), noising)
+        return emit(out, result.renderables, result.data)
     with progress(m.layers, "patching, layer by layer") as advance:
         result = run_patch(m, clean or default_clean, corrupt or default_corrupt, chosen, noising,
                            advance)

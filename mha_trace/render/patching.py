@@ -4,7 +4,7 @@ the heads that carry the most, and JSON."""
 import numpy as np
 from rich.text import Text
 
-from mha_trace.analyses.patching import Patching
+from mha_trace.analyses.patching import PathPatching, Patching
 from mha_trace.io.output import new_table
 from mha_trace.records import data, renderables
 
@@ -82,3 +82,39 @@ def _patching(p, width: int, top: int = 8, **_) -> list:
 @data.register(Patching)
 def _patching_data(p, **_) -> dict:
     return patching_data(p)
+
+
+def path_renderables(p: PathPatching) -> list:
+    (sl, sh), (rl, rh) = p.sender, p.receiver
+    way = "from the corrupted run into the clean one" if p.noising else "from the clean run into the corrupted one"
+    table = new_table(f"Head {sl}.{sh}'s output, {way}, into head {rl}.{rh} through one input")
+    for name in ("through", "metric", "share of the gap"):
+        table.add_column(name, justify="left" if name == "through" else "right")
+    names = {"q": "its queries", "k": "its keys", "v": "its values", "qkv": "all three"}
+    for key, value in p.via.items():
+        table.add_row(names[key], f"{value:.4f}", _cell(p.fraction(value)))
+    return [Text(f"patch: {p.card.name}, path {sl}.{sh} → {rl}.{rh}, metric {p.metric}", style="bold"),
+            Text(f"Clean {p.clean_value:.4f}, corrupted {p.corrupt_value:.4f}. The sender's output "
+                 f"difference reaches the receiver only through the input named; every other path, "
+                 f"and every other head of the receiver's layer, is the target run's (Wang et al. "
+                 f"2022's path patching). A head's weights do not depend on its values: a score "
+                 f"read off them moves through q and k alone."),
+            table]
+
+
+def path_data(p: PathPatching) -> dict:
+    return {"command": "patch", "model": p.card.name, "metric": p.metric,
+            "direction": "noising" if p.noising else "denoising",
+            "sender": f"{p.sender[0]}.{p.sender[1]}", "receiver": f"{p.receiver[0]}.{p.receiver[1]}",
+            "clean": round(p.clean_value, 6), "corrupt": round(p.corrupt_value, 6),
+            "via": {k: {"metric": round(v, 6), "fraction": round(p.fraction(v), 6)} for k, v in p.via.items()}}
+
+
+@renderables.register(PathPatching)
+def _path(p, width: int, **_) -> list:
+    return path_renderables(p)
+
+
+@data.register(PathPatching)
+def _path_data(p, **_) -> dict:
+    return path_data(p)

@@ -136,6 +136,10 @@ def test_noising_copies_the_other_way(trained, cli, default_run):
                                       "(e.g. logit-diff: Paris, London)"),
     (("--metric", "logit-diff: Mary, Zanzibarian"), "--metric word ' Zanzibarian' is 4 tokens for "
      "SmolLM2-135M-Instruct; a logit difference compares single tokens (a leading space often makes one)"),
+    (("--clean", " ".join(["The cat sat on the mat and"] * 6), "--corrupt", " ".join(["The dog sat on the mat and"] * 6),
+      "--metric", "loss"), "--clean: patch runs SmolLM2-135M-Instruct over 316 copies of 42 tokens: about 63 s on 2 "
+                           "cores, and the guard stops at 30 s (20 tokens fit); shorten the sentence, or --max-seconds "
+                           "64 goes on anyway"),
     (("--metric", "induction"), "--metric induction scores one receiving head: give --sender and --receiver "
                                 "(path patching)"),
     (("--model", "minilm"), "--model: patch scores a causal model's next token; all-MiniLM-L6-v2 is an encoder "

@@ -14,6 +14,7 @@ import numpy as np
 
 from mha_trace.errors import MhaError
 from mha_trace.models.base import ModelCard
+from mha_trace.models.guards import check_time
 from mha_trace.records import Shows
 
 
@@ -105,6 +106,7 @@ def patch(model, clean: str, corrupt: str, metric: Metric, noising: bool = False
         raise MhaError(f"the clean and the corrupted text must be the same length in tokens to "
                        f"patch position by position: {len(clean_ids)} and {len(corrupt_ids)}",
                        quantity="corrupt")
+    check_time(model, len(clean_ids), patch_copies(model, len(clean_ids)), "patch", "clean")
     targets = {t: clean_ids[t + 1] for t in range(len(clean_ids) - 1)
                if clean_ids[t + 1] == corrupt_ids[t + 1]}  # the next tokens both texts share
     if metric.kind == "loss" and not targets:
@@ -127,6 +129,15 @@ def patch(model, clean: str, corrupt: str, metric: Metric, noising: bool = False
     card = ModelCard.of(model)
     return Patching(card, tuple(clean_tokens), tuple(corrupt_tokens), metric.label, noising, float(values[0]), float(values[1]),
                     np.array(residual), np.array(heads))
+
+
+BATCHED = 0.4  # a batch of copies costs about this share of running them one by one (2 cores)
+
+
+def patch_copies(model, tokens: int) -> int:
+    """Whole passes' worth of copies a patch runs: a batch of (tokens + heads) copies a layer,
+    each from its layer to the last (half the layers on average), at the batched rate."""
+    return round(BATCHED * (model.layers + 1) / 2 * (tokens + model.heads))
 
 
 def check_patchable(model) -> None:

@@ -186,6 +186,7 @@ def patch(
     receiver: Annotated[str | None, typer.Option("--receiver", help="Path patching: the later head that receives it, through its queries, keys or values alone (a trained run's metric defaults to this head's induction score). Example: --receiver 2.4")] = None,
     top: Annotated[int, typer.Option("--top", min=1, max=50, help="How many heads to name. Example: --top 5")] = 8,
     max_tokens: MaxTokensOpt = None,
+    max_seconds: MaxSecondsOpt = None,
     device: ComputeDeviceOpt = Device.cpu,
     out: Output = None,
 ):

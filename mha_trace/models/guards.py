@@ -21,9 +21,9 @@ def seconds(model, tokens: int, copies: int = 1, passes: int = 1) -> float:
     return fixed + passes * copies * (linear * tokens + square * tokens * tokens)
 
 
-def check_time(model, tokens: int, copies: int, what: str) -> None:
+def check_time(model, tokens: int, copies: int, what: str, quantity: str = "sentence") -> None:
     """The time guard: refuse work estimated over its limit, with the estimate and the longest
-    sentence that fits, unless --max-seconds raises it."""
+    sentence that fits, unless --max-seconds raises it (`quantity`: the option that sets the text)."""
     estimate, limit = seconds(model, tokens, copies), model.limits.seconds(LIMIT_SECONDS)
     if estimate <= limit:
         return
@@ -32,7 +32,7 @@ def check_time(model, tokens: int, copies: int, what: str) -> None:
     raise MhaError(f"{what} runs {model.name} over {copies} copies of {tokens} tokens: about "
                    f"{estimate:.0f} s on 2 cores, and the guard stops at {limit:g} s ({fits} "
                    f"tokens fit); shorten the sentence, or --max-seconds {estimate + 1:.0f} goes "
-                   f"on anyway", quantity="sentence")
+                   f"on anyway", quantity=quantity)
 
 
 def check_tokens(model, count: int, counted: str = "") -> None:

@@ -56,6 +56,13 @@ class Patching(Shows):
     corrupt_value: float
     residual: np.ndarray  # (layers, positions): the metric with that residual entry patched
     heads: np.ndarray  # (layers, heads): the metric with that head's output patched
+    attribution: np.ndarray  # (layers, heads): the same, estimated from one backward pass
+
+    @property
+    def rank_correlation(self) -> float:
+        """Spearman's ρ over the heads between the exact patches and their attribution estimates."""
+        ranks = [np.argsort(np.argsort(x.ravel())) for x in (self.heads, self.attribution)]
+        return float(np.corrcoef(*ranks)[0, 1])
 
     def fraction(self, values: np.ndarray) -> np.ndarray:
         """Denoising: the share of the clean − corrupt gap a patch restores; noising: the share
@@ -119,6 +126,7 @@ def patch(model, clean: str, corrupt: str, metric: Metric, noising: bool = False
         values = [metric(model, h, targets)[0] for h in (clean_hidden, corrupt_hidden)]
         contexts, source_inputs = _contexts(model, source)  # what the patches copy
         _, target_inputs, _ = model.run(target)
+        attribution = _attribution(model, target, contexts, metric, targets, values[0 if noising else 1])
         residual, heads = [], []
         for layer in range(1, model.layers + 1):
             row = _layer_row(model, target, target_inputs[layer - 1], source_inputs[layer - 1],
@@ -127,8 +135,9 @@ def patch(model, clean: str, corrupt: str, metric: Metric, noising: bool = False
             heads.append(row[len(target):])
             on_layer()
     card = ModelCard.of(model)
-    return Patching(card, tuple(clean_tokens), tuple(corrupt_tokens), metric.label, noising, float(values[0]), float(values[1]),
-                    np.array(residual), np.array(heads))
+    return Patching(card, tuple(clean_tokens), tuple(corrupt_tokens), metric.label, noising,
+                    float(values[0]), float(values[1]), np.array(residual), np.array(heads),
+                    attribution)
 
 
 BATCHED = 0.4  # a batch of copies costs about this share of running them one by one (2 cores)
@@ -162,6 +171,48 @@ def default_pair(model, path: bool = False) -> tuple[str, str, str]:
         return model.default_text, " ".join(map(str, fresh + ids[half:])), "induction" if path else "loss"
     return ("When Mary and John went to the store, John gave a drink to",
             "When Mary and John went to the store, Mary gave a drink to", "logit-diff: Mary, John")
+
+
+def _attribution(model, ids, source_contexts, metric, targets, base: float) -> np.ndarray:
+    """Attribution patching (Nanda 2023): each head's patch estimated to first order, the metric's
+    gradient at the target run (one backward pass) times the head's change of output:
+    base + Σ (source − target) · ∂metric/∂output over the head's slice and every position."""
+    import torch
+
+    probes, hooks = [], []
+
+    def add_probe(_, args):  # a zero added to the W_o input: its gradient is the context's,
+        probe = torch.zeros_like(args[0], requires_grad=True)  # every path through later layers kept
+        probes.append((probe, args[0].detach()))
+        return (args[0] + probe,)
+
+    for layer in range(1, model.layers + 1):
+        hooks.append(model.attention_module(layer).W_o.register_forward_pre_hook(add_probe))
+    try:
+        with torch.enable_grad():
+            hidden, _, _ = model.run(ids, grad=True)
+            _metric_tensor(model, metric, hidden, targets).backward()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    rows = []
+    for layer, (probe, context) in enumerate(probes, 1):
+        attention = model.attention_module(layer)
+        change = ((source_contexts[layer - 1] - context) * probe.grad)[0].sum(0)  # (H·d_k,)
+        rows.append(base + change.view(attention.heads, attention.d_k).sum(-1).double().cpu().numpy())
+    return np.array(rows)
+
+
+def _metric_tensor(model, metric, hidden, targets):
+    """The metric of one run as a tensor, for its gradient."""
+    import torch
+    import torch.nn.functional as F
+
+    if metric.kind == "logit-diff":
+        logits = model.logits(hidden)
+        return logits[0, metric.a] - logits[0, metric.b]
+    logits = model.unembed(hidden[0, list(targets)])
+    return F.cross_entropy(logits, torch.tensor(list(targets.values()), device=hidden.device))
 
 
 def _contexts(model, ids) -> tuple[list, list]:

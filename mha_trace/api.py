@@ -292,7 +292,7 @@ class Model:
         pair = default_pair(self.model, path=sender is not None)
         if (clean is None) != (corrupt is None) or (sender is None) != (receiver is None):
             raise MhaError("clean and corrupt go together, and so do sender and receiver")
-        texts = (text_of(clean) if clean else pair[0], text_of(corrupt) if corrupt else pair[1])
+        texts = pair[:2] if clean is None else (text_of(clean), text_of(corrupt))
         chosen = parse_metric(self.model, metric or pair[2])
         if sender is None:
             return patch(self.model, *texts, chosen, bool(noising))

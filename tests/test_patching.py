@@ -142,6 +142,7 @@ def test_noising_copies_the_other_way(trained, cli, default_run):
       "--metric", "loss"), "--clean: patch runs SmolLM2-135M-Instruct over 316 copies of 42 tokens: about 63 s on 2 "
                            "cores, and the guard stops at 30 s (20 tokens fit); shorten the sentence, or --max-seconds "
                            "64 goes on anyway"),
+    (("--clean", "", "--corrupt", ""), "--clean text is empty: give a text to run"),
     (("--metric", "induction"), "--metric induction scores one receiving head: give --sender and --receiver "
                                 "(path patching)"),
     (("--model", "minilm"), "--model: patch scores a causal model's next token; all-MiniLM-L6-v2 is an encoder "
@@ -240,3 +241,10 @@ def test_attribution_is_the_gradient_times_each_heads_change(trained):
 
     guide = " ".join((Path(__file__).parent.parent / "docs" / "patching.md").read_text().split())
     assert f"{p.rank_correlation:.2f} on the trained run's probe" in guide
+
+
+def test_a_pair_without_a_gap_says_so_and_a_bad_run_text_names_its_option(cli, default_run):
+    same = cli("patch", "--checkpoint", str(default_run), "--clean", "1 2 3", "--corrupt", "1 2 4", "--metric", "loss")
+    assert "there is no gap, and every share is 0" in " ".join(same.stdout.split())
+    bad = cli("patch", "--checkpoint", str(default_run), "--clean", "a b", "--corrupt", "1 2")
+    assert bad.exit_code == 2 and bad.stderr.startswith("Error: --clean: this run's text is token ids 0 to 15")

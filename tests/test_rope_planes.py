@@ -71,6 +71,13 @@ def test_rope_planes_errors(cli, args, message):
 
 
 @pytest.mark.slow
+def test_a_survey_of_a_too_short_sentence_is_refused_in_one_line(cli):
+    result = cli("survey", "--model", "smollm2", "--rope-planes", "--sentence", "Hi")
+    assert (result.exit_code, result.stderr) == (2, "Error: --sentence: 'Hi' is only 1 token (Hi); a survey "
+                                                    "scores each query's previous and next token, so it needs at least 3\n")
+
+
+@pytest.mark.slow
 def test_the_surveys_shares_are_explains_planes_summed_over_every_query(cli):
     """One sentence: a head's share of plane i is Σ over queries and the keys each sees of
     |part_i| (explain --rope-planes, query by query), over the same sum of every plane."""

@@ -176,12 +176,7 @@ def survey(model, corpus, source: str | None = None, targets: list[str] | None =
     with model.resident(), batch_work():  # SmolLM2: dequantised once for all the sentences
         runs = encode_all(model, corpus.sentences, keep_inputs=False, effect=effect,
                           on_sentence=on_sentence)
-    short = next((r for r in runs if len(r.tokens) < 3), None)
-    if short is not None:
-        n = len(short.tokens)
-        raise MhaError(f"'{short.text}' is only {n} token{'s' if n != 1 else ''} "
-                       f"({' '.join(short.tokens)}); a survey scores each query's previous and next "
-                       f"token, so it needs at least 3", quantity="sentence")
+    check_lengths(runs)
     detectors = gather([detect(r.weights, r.tokens, r.ids, model.capabilities.causal) for r in runs])
     probe = None
     if source is not None:
@@ -193,6 +188,16 @@ def survey(model, corpus, source: str | None = None, targets: list[str] | None =
     card = ModelCard.of(model)
     return Survey(card, corpus.name, [ModelText(card, r.text) for r in runs], detectors, antecedents(runs, corpus.antecedents),
                   probe, moved)
+
+
+def check_lengths(runs) -> None:
+    """A survey scores each query's previous and next token: every sentence needs 3 tokens."""
+    short = next((r for r in runs if len(r.tokens) < 3), None)
+    if short is not None:
+        n = len(short.tokens)
+        raise MhaError(f"'{short.text}' is only {n} token{'s' if n != 1 else ''} "
+                       f"({' '.join(short.tokens)}); a survey scores each query's previous and next "
+                       f"token, so it needs at least 3", quantity="sentence")
 
 
 def antecedents(runs, probes: list) -> list:

@@ -104,8 +104,8 @@ def patch(model, clean: str, corrupt: str, metric: Metric, noising: bool = False
     patched alone from the source run (clean when denoising) into the target run."""
     import torch
 
-    (clean_ids, clean_tokens, _), (corrupt_ids, corrupt_tokens, _) = (model.pieces(t) for t in (clean, corrupt))
     check_patchable(model)
+    (clean_ids, clean_tokens, _), (corrupt_ids, corrupt_tokens, _) = _texts(model, clean, corrupt)
     if metric.kind == "induction":
         raise MhaError("metric induction scores one receiving head: give --sender and --receiver "
                        "(path patching)", quantity="metric")
@@ -147,6 +147,19 @@ def patch_copies(model, tokens: int) -> int:
     """Whole passes' worth of copies a patch runs: a batch of (tokens + heads) copies a layer,
     each from its layer to the last (half the layers on average), at the batched rate."""
     return round(BATCHED * (model.layers + 1) / 2 * (tokens + model.heads))
+
+
+def _texts(model, clean: str, corrupt: str) -> tuple:
+    """Each text's (ids, tokens, words), a problem with one named by its own option."""
+    found = []
+    for name, text in (("clean", clean), ("corrupt", corrupt)):
+        if not isinstance(text, str) or not text.strip():
+            raise MhaError(f"{name} text is empty: give a text to run", quantity=name)
+        try:
+            found.append(model.pieces(text))
+        except MhaError as e:
+            raise MhaError(e.message.removeprefix("sentence "), e.exit_code, quantity=name) from None
+    return found
 
 
 def check_patchable(model) -> None:
@@ -293,7 +306,7 @@ def path_patch(model, clean: str, corrupt: str, metric: Metric, sender: tuple, r
         raise MhaError(f"the sender {sender[0]}.{sender[1]} must be in an earlier layer than the "
                        f"receiver {receiver[0]}.{receiver[1]}: a head reads only what layers before "
                        f"its own wrote", quantity="receiver")
-    (clean_ids, _, _), (corrupt_ids, _, _) = (model.pieces(t) for t in (clean, corrupt))
+    (clean_ids, _, _), (corrupt_ids, _, _) = _texts(model, clean, corrupt)
     if len(clean_ids) != len(corrupt_ids):
         raise MhaError(f"the clean and the corrupted text must be the same length in tokens: "
                        f"{len(clean_ids)} and {len(corrupt_ids)}", quantity="corrupt")

@@ -44,6 +44,7 @@ class RopeShares(Shows):
 def rope_shares(model, corpus, on_sentence=lambda: None) -> RopeShares:
     """Every head's |part| per plane, summed over each query and every key it sees in every
     sentence of the corpus, then as shares; and each head's previous-token score."""
+    from mha_trace.analyses.model_analysis import check_lengths
     from mha_trace.core.detectors import detect, gather
     from mha_trace.models.sentence import encode_all
     from mha_trace.speedups import batch_work
@@ -54,6 +55,7 @@ def rope_shares(model, corpus, on_sentence=lambda: None) -> RopeShares:
                        quantity="rope_planes")
     with model.resident(), batch_work():
         runs = encode_all(model, corpus.sentences, keep_inputs=True, on_sentence=on_sentence)
+        check_lengths(runs)
         sums = sum(_plane_sizes(model, _stacked(group)) for group in _by_length(runs))
     previous = gather([detect(r.weights, r.tokens, r.ids, model.capabilities.causal)
                        for r in runs])["previous token"].mean

@@ -211,14 +211,13 @@ def patch(
     if (sender is None) != (receiver is None):
         raise MhaError("--sender and --receiver go together (path patching)", quantity="receiver")
     default_clean, default_corrupt, default_metric = default_pair(m, path=sender is not None)
+    texts = (default_clean, default_corrupt) if clean is None else (clean, corrupt)
     chosen = parse_metric(m, metric or default_metric)
     if sender is not None:
         from mha_trace.models.guards import parse_head
 
-        result = path_patch(m, clean or default_clean, corrupt or default_corrupt, chosen,
-                            parse_head(sender), parse_head(receiver), noising)
+        result = path_patch(m, *texts, chosen, parse_head(sender), parse_head(receiver), noising)
         return emit(out, result.renderables, result.data)
     with progress(m.layers, "patching, layer by layer") as advance:
-        result = run_patch(m, clean or default_clean, corrupt or default_corrupt, chosen, noising,
-                           advance)
+        result = run_patch(m, *texts, chosen, noising, advance)
     emit(out, lambda: result.renderables(top=top), result.data)

@@ -26,7 +26,9 @@ def patching_renderables(p: Patching, top: int, width: int) -> list:
                 f"Corrupted: {' '.join(p.corrupt)}  ({p.corrupt_value:.4f})\n"
                 f"The texts differ at position{'s' if len(differ) != 1 else ''} "
                 f"{', '.join(map(str, differ)) or 'none'}. Each cell: {way} "
-                f"(1 = all of it; 0 = none; bold: {STRONG} or more either way)."),
+                f"(1 = all of it; 0 = none; bold: {STRONG} or more either way)."
+                + (" The two runs score the same: there is no gap, and every share is 0."
+                   if p.clean_value == p.corrupt_value else "")),
            _residual(p, differ, width),
            _grid(p.fraction(p.heads), "Each head's output, at every position",
                  [str(h + 1) for h in range(p.heads.shape[1])], "layer \\ head")]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mha_trace.core.ranks import spearman
 from mha_trace.errors import MhaError
 from mha_trace.models.base import ModelCard
 from mha_trace.models.guards import check_time
@@ -61,8 +62,7 @@ class Patching(Shows):
     @property
     def rank_correlation(self) -> float:
         """Spearman's ρ over the heads between the exact patches and their attribution estimates."""
-        ranks = [np.argsort(np.argsort(x.ravel())) for x in (self.heads, self.attribution)]
-        return float(np.corrcoef(*ranks)[0, 1])
+        return spearman(self.heads, self.attribution)
 
     def fraction(self, values: np.ndarray) -> np.ndarray:
         """Denoising: the share of the clean − corrupt gap a patch restores; noising: the share

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mha_trace.core.ranks import spearman
 from mha_trace.errors import MhaError
 from mha_trace.models.base import ModelCard
 from mha_trace.records import Shows
@@ -30,9 +31,8 @@ class RopeShares(Shows):
     @property
     def rank_correlation(self) -> float:
         """Spearman's ρ over every head between the previous-token score and the fastest band's
-        share (ranks by argsort; a tie is vanishingly rare in these floats)."""
-        ranks = [np.argsort(np.argsort(x.ravel())) for x in (self.previous, self.bands[..., 0])]
-        return float(np.corrcoef(*ranks)[0, 1])
+        share."""
+        return spearman(self.previous, self.bands[..., 0])
 
     @property
     def bands(self) -> np.ndarray:

@@ -345,6 +345,19 @@ def _weights_on(ax, xs, values, fg: str, size: int, rotation: int = 0) -> None:
                     rotation=rotation)
 
 
+MAX_SLIDE_ROWS = 4  # heads a walk's slide shows, one row each
+
+
+def slide_heads(walk, heads: list, only: int | None) -> list:
+    """The heads a slide of a walk's rows draws: the one asked for, or all of them when they fit
+    (each row `.head`, from 1); more is refused in one line naming --head."""
+    shown = [h for h in heads if only is None or h.head == only]
+    if len(shown) > MAX_SLIDE_ROWS:
+        raise MhaError(f"the slide shows at most {MAX_SLIDE_ROWS} heads: pick one with --head "
+                       f"(e.g. --head {walk.view.head_name(1)})", quantity="png")
+    return shown
+
+
 def bars(ax, x, heights, width: float, bottom=0.0, color="#21918c", label: str | None = None,
          hatch: str | None = None):
     """Axes.bar's bars, drawn as one collection: Axes.bar adds a patch a bar and updates the

@@ -4,24 +4,18 @@ the head's |parts| divide between the planes, fastest at the top."""
 
 import numpy as np
 
-from mha_trace.analyses.rope_planes import RopePlanes
-from mha_trace.errors import MhaError
+from mha_trace.analyses.rope_planes import RopePlanes, shown_keys
 from mha_trace.io.page import slide
-from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc,
-                                    _save, _theme)
-from mha_trace.analyses.rope_planes import shown_keys
 from mha_trace.io.units import turn_text
+from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc,
+                                    _save, _theme, slide_heads)
 
-MAX_ROWS = 4  # heads on one slide
 
 
 @slide.register(RopePlanes)
 def rope_slide(t: RopePlanes, path: str, theme: str = "light", head: int | None = None, **_) -> None:
     only = head or t.walk.only
-    heads = [h for h in t.heads if only is None or h.head == only]
-    if len(heads) > MAX_ROWS:
-        raise MhaError(f"the slide shows at most {MAX_ROWS} heads: pick one with --head "
-                       f"(e.g. --head {t.walk.view.head_name(1)})", quantity="png")
+    heads = slide_heads(t.walk, t.heads, only)
     w = t.walk
     plt = _pyplot()
     fg, bg = _theme(theme)

@@ -7,22 +7,17 @@ import math
 import numpy as np
 
 from mha_trace.analyses.tiled_walk import TiledWalk
-from mha_trace.errors import MhaError
 from mha_trace.io.page import slide
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc,
-                                    _save, _theme, bars)
+                                    _save, _theme, slide_heads, bars)
 
-MAX_ROWS = 4  # heads on one slide
 TILE_COLOURS = ["#3b528b", "#21918c", "#5ec962", "#f58231", "#e6194b", "#911eb4"]
 
 
 @slide.register(TiledWalk)
 def tiled_slide(t: TiledWalk, path: str, theme: str = "light", head: int | None = None, **_) -> None:
     only = head or t.walk.only
-    heads = [h for h in t.heads if only is None or h.head == only]
-    if len(heads) > MAX_ROWS:
-        raise MhaError(f"the slide shows at most {MAX_ROWS} heads: pick one with --head "
-                       f"(e.g. --head {t.walk.view.head_name(1)})", quantity="png")
+    heads = slide_heads(t.walk, t.heads, only)
     w = t.walk
     title = f"Tiles of {t.block_k} keys: {w.view.through(w.token, only, w.position)}"
     plt = _pyplot()

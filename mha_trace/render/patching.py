@@ -12,7 +12,8 @@ STRONG = 0.2  # a share shown in bold
 
 
 def _cell(x: float) -> Text:
-    return Text(f"{x:.2f}", style="bold" if abs(x) >= STRONG else "")
+    shown = f"{x:.2f}"
+    return Text("0.00" if float(shown) == 0 else shown, style="bold" if abs(x) >= STRONG else "")  # no -0.00
 
 
 def patching_renderables(p: Patching, top: int, width: int) -> list:

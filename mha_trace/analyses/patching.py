@@ -17,6 +17,7 @@ from mha_trace.errors import MhaError
 from mha_trace.models.base import ModelCard
 from mha_trace.models.guards import check_time
 from mha_trace.records import Shows
+from mha_trace.speedups import batch_work
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,9 @@ class Patching(Shows):
     residual: np.ndarray  # (layers, positions): the metric with that residual entry patched
     heads: np.ndarray  # (layers, heads): the metric with that head's output patched
     attribution: np.ndarray  # (layers, heads): the same, estimated from one backward pass
+    queries: np.ndarray | None = None  # (layers, heads): each head's queries patched (by_input)
+    kv_groups: np.ndarray | None = None  # (layers, K/V heads): each group's keys and values
+    by_position: tuple | None = None  # ((layer, head), (positions,)): that head, one position a copy
 
     @property
     def rank_correlation(self) -> float:
@@ -99,12 +103,18 @@ def parse_metric(model, text: str) -> Metric:
 
 
 def patch(model, clean: str, corrupt: str, metric: Metric, noising: bool = False,
-          on_layer=lambda: None) -> Patching:
+          on_layer=lambda: None, by_input: bool = False, by_position: tuple | None = None) -> Patching:
     """Both grids: every layer's residual input at every position, and every head's output, each
-    patched alone from the source run (clean when denoising) into the target run."""
+    patched alone from the source run (clean when denoising) into the target run. by_input: also
+    each head's query and each K/V group's keys and values; by_position (layer, head): that
+    head's output one position at a time."""
     import torch
 
+    from mha_trace.analyses.model_analysis import check_heads
+
     check_patchable(model)
+    if by_position is not None:
+        check_heads(model, [by_position])
     (clean_ids, clean_tokens, _), (corrupt_ids, corrupt_tokens, _) = _texts(model, clean, corrupt)
     if metric.kind == "induction":
         raise MhaError("metric induction scores one receiving head: give --sender and --receiver "
@@ -113,40 +123,48 @@ def patch(model, clean: str, corrupt: str, metric: Metric, noising: bool = False
         raise MhaError(f"the clean and the corrupted text must be the same length in tokens to "
                        f"patch position by position: {len(clean_ids)} and {len(corrupt_ids)}",
                        quantity="corrupt")
-    check_time(model, len(clean_ids), patch_copies(model, len(clean_ids)), "patch", "clean")
-    targets = {t: clean_ids[t + 1] for t in range(len(clean_ids) - 1)
-               if clean_ids[t + 1] == corrupt_ids[t + 1]}  # the next tokens both texts share
+    check_time(model, len(clean_ids), patch_copies(model, len(clean_ids), by_input), "patch", "clean")
+    targets = _shared_targets(clean_ids, corrupt_ids)
     if metric.kind == "loss" and not targets:
         raise MhaError("the loss is taken over the next tokens both texts share, and these share "
                        "none: corrupt fewer tokens, or use logit-diff:A,B", quantity="metric")
-    source, target = (corrupt_ids, clean_ids) if noising else (clean_ids, corrupt_ids)
-    with model.resident(), torch.no_grad():
-        clean_hidden, _, _ = model.run(clean_ids)
-        corrupt_hidden, _, _ = model.run(corrupt_ids)
-        values = [metric(model, h, targets)[0] for h in (clean_hidden, corrupt_hidden)]
-        contexts, source_inputs = _contexts(model, source)  # what the patches copy
-        _, target_inputs, _ = model.run(target)
-        attribution = _attribution(model, target, contexts, metric, targets, values[0 if noising else 1])
-        residual, heads = [], []
+    source_ids, target_ids = (corrupt_ids, clean_ids) if noising else (clean_ids, corrupt_ids)
+    with model.resident(), batch_work(), torch.no_grad():  # every core for the copies
+        source, target = _capture(model, source_ids), _capture(model, target_ids)
+        values = [metric(model, run.hidden, targets)[0] for run in
+                  ((target, source) if noising else (source, target))]
+        base = values[0 if noising else 1]
+        attribution = _attribution(model, target_ids, source.contexts, metric, targets, base)
+        copies = _Copies(model, target_ids, source_ids, source, target, metric, targets)
+        grids = {kind: [] for kind in ("residual", "heads", "queries", "kv_groups")}
         for layer in range(1, model.layers + 1):
-            row = _layer_row(model, target, target_inputs[layer - 1], source_inputs[layer - 1],
-                             contexts[layer - 1], layer, metric, targets)
-            residual.append(row[:len(target)])
-            heads.append(row[len(target):])
+            for kind, row in copies.layer(layer, base, by_input).items():
+                grids[kind].append(row)
             on_layer()
-    card = ModelCard.of(model)
-    return Patching(card, tuple(clean_tokens), tuple(corrupt_tokens), metric.label, noising,
-                    float(values[0]), float(values[1]), np.array(residual), np.array(heads),
-                    attribution)
+        positions = None if by_position is None else (tuple(by_position),
+                                                      copies.by_position(*by_position, base))
+    return Patching(ModelCard.of(model), tuple(clean_tokens), tuple(corrupt_tokens), metric.label,
+                    noising, float(values[0]), float(values[1]), np.array(grids["residual"]),
+                    np.array(grids["heads"]), attribution,
+                    np.array(grids["queries"]) if by_input else None,
+                    np.array(grids["kv_groups"]) if by_input else None, positions)
 
 
 BATCHED = 0.4  # a batch of copies costs about this share of running them one by one (2 cores)
 
 
-def patch_copies(model, tokens: int) -> int:
-    """Whole passes' worth of copies a patch runs: a batch of (tokens + heads) copies a layer,
-    each from its layer to the last (half the layers on average), at the batched rate."""
-    return round(BATCHED * (model.layers + 1) / 2 * (tokens + model.heads))
+def patch_copies(model, tokens: int, by_input: bool = False) -> int:
+    """Whole passes' worth of copies a patch runs: a batch of (tokens + heads) copies a layer
+    (by_input: heads + K/V groups more), each from its layer to the last (half the layers on
+    average), at the batched rate."""
+    extra = model.heads + model.kv_heads if by_input else 0
+    return round(BATCHED * (model.layers + 1) / 2 * (tokens + model.heads + extra))
+
+
+def _shared_targets(clean_ids, corrupt_ids) -> dict:
+    """position -> the next token, where both texts have the same next token."""
+    return {t: clean_ids[t + 1] for t in range(len(clean_ids) - 1)
+            if clean_ids[t + 1] == corrupt_ids[t + 1]}
 
 
 def _texts(model, clean: str, corrupt: str) -> tuple:
@@ -228,38 +246,121 @@ def _metric_tensor(model, metric, hidden, targets):
     return F.cross_entropy(logits, torch.tensor(list(targets.values()), device=hidden.device))
 
 
-def _contexts(model, ids) -> tuple[list, list]:
-    """Each layer's attention context (the W_o input, (1, T, H·d_k)) and input, for one run."""
-    found = []
-    hooks = [model.attention_module(layer).W_o.register_forward_pre_hook(
-        lambda _, args: found.append(args[0].clone())) for layer in range(1, model.layers + 1)]
+@dataclass
+class _Run:
+    """One run's activations, each a list over the layers of (1, T, ·): the layer's input (the
+    residual stream), its W_o input (the heads' outputs side by side) and its q, k, v
+    projections (before RoPE); and the final hidden states."""
+
+    inputs: list
+    contexts: list
+    projections: dict  # "q" | "k" | "v" -> one tensor a layer
+    hidden: object
+
+
+def _capture(model, ids) -> _Run:
+    found = {name: [] for name in ("context", "q", "k", "v")}
+    hooks = []
+    for layer in range(1, model.layers + 1):
+        attention = model.attention_module(layer)
+        hooks.append(attention.W_o.register_forward_pre_hook(
+            lambda _, args: found["context"].append(args[0].clone())))
+        for name in "qkv":
+            hooks.append(getattr(attention, f"W_{name}").register_forward_hook(
+                lambda _, __, out, name=name: found[name].append(out.clone())))
     try:
-        _, inputs, _ = model.run(ids)
+        hidden, inputs, _ = model.run(ids)
     finally:
         for hook in hooks:
             hook.remove()
-    return found, inputs
+    return _Run(inputs, found["context"], {name: found[name] for name in "qkv"}, hidden)
 
 
-def _layer_row(model, ids, x, source_x, context, layer: int, metric, targets) -> np.ndarray:
-    """One batch of copies of the target run, resumed at `layer`: copy t (one a position) takes
-    the source's residual entry at t; copy T + h (one a head) takes the source's output of head h
-    (its slice of the W_o input, every position). The metric of each copy."""
-    attention = model.attention_module(layer)
-    T, H, d = len(ids), attention.heads, attention.d_k
-    x = x.expand(T + H, -1, -1).clone()  # (T + H copies, T, D)
-    for t in range(T):
-        x[t, t] = source_x[0, t]
+class _Copies:
+    """Batches of copies of the target run, each with one activation taken from the source run,
+    resumed at the patched layer. Before the first position where the texts differ both runs
+    are the same (a causal model): the copies start there, reading that prefix's keys and values
+    from a cache, and a patch before it changes nothing."""
 
-    def swap(_, args):
-        patched = args[0].clone()
-        for h in range(H):
-            patched[T + h, :, h * d:(h + 1) * d] = context[0, :, h * d:(h + 1) * d]
-        return (patched,)
+    def __init__(self, model, ids, source_ids, source: _Run, target: _Run, metric, targets: dict):
+        from mha_trace.core.attention import KVCache
 
-    with _hooked(attention.W_o, swap):
-        hidden, _, _ = model.run(ids, batch=T + H, resume=(layer, x))
-    return metric(model, hidden, targets)
+        self.model, self.ids, self.source, self.target = model, ids, source, target
+        self.metric, self.targets = metric, targets
+        self.start = next((t for t, (a, b) in enumerate(zip(source_ids, ids)) if a != b), len(ids))
+        self.prefix = None
+        if 0 < self.start < len(ids):
+            self.prefix = [KVCache() for _ in range(model.layers)]
+            model.run(ids[:self.start], caches=self.prefix)
+
+    def layer(self, layer: int, base: float, by_input: bool) -> dict:
+        """One batch for a layer: the metric with the residual stream entering it patched at each
+        position, with each head's output patched, and (by_input) with each head's queries and
+        each K/V group's keys and values."""
+        T, H = len(self.ids), self.model.heads
+        edits = {"residual": [("residual", t) for t in range(self.start, T)],
+                 "heads": [("head", h, None) for h in range(H)]}
+        if by_input:
+            edits |= {"queries": [("q", h) for h in range(H)],
+                      "kv_groups": [("kv", g) for g in range(self.model.kv_heads)]}
+        values, rows, at = self.run(layer, [e for group in edits.values() for e in group]), {}, 0
+        for kind, group in edits.items():
+            rows[kind], at = values[at:at + len(group)], at + len(group)
+        rows["residual"] = np.concatenate([np.full(self.start, base), rows["residual"]])
+        return rows
+
+    def by_position(self, layer: int, head: int, base: float) -> np.ndarray:
+        """The metric with one head's output patched at each position alone."""
+        T = len(self.ids)
+        row = np.full(T, base)
+        row[self.start:] = self.run(layer, [("head", head - 1, t) for t in range(self.start, T)])
+        return row
+
+    def run(self, layer: int, edits: list) -> np.ndarray:
+        """The metric of one copy per edit: ("residual", t), ("head", h, t or None: every
+        position), ("q", h) one head's queries, ("kv", g) one K/V group's keys and values."""
+        import torch
+
+        if not edits:
+            return np.zeros(0)
+        model, s, n = self.model, self.start, len(edits)
+        attention = model.attention_module(layer)
+        d = attention.d_k
+        x = self.target.inputs[layer - 1][:, s:].expand(n, -1, -1).clone()  # (copies, T − s, D)
+        cuts = {"context": [], "q": [], "k": [], "v": []}  # (copy, columns, rows) to take
+        for i, edit in enumerate(edits):
+            if edit[0] == "residual":
+                x[i, edit[1] - s] = self.source.inputs[layer - 1][0, edit[1]]
+            elif edit[0] == "head":
+                rows = slice(None) if edit[2] is None else slice(edit[2] - s, edit[2] - s + 1)
+                cuts["context"].append((i, slice(edit[1] * d, (edit[1] + 1) * d), rows))
+            else:
+                for name in ("q",) if edit[0] == "q" else ("k", "v"):
+                    cuts[name].append((i, slice(edit[1] * d, (edit[1] + 1) * d), slice(None)))
+        source = {"context": self.source.contexts[layer - 1],
+                  **{name: self.source.projections[name][layer - 1] for name in "qkv"}}
+
+        def taking(name):
+            def take(value):
+                value = value.clone()
+                for i, cols, rows in cuts[name]:
+                    value[i, rows, cols] = source[name][0, s:][rows, cols]
+                return value
+            return take
+
+        caches = None if self.prefix is None else [_expanded(c, n) for c in self.prefix]
+        T = len(self.ids) - s
+        mask = torch.ones(T, s + T, dtype=torch.bool, device=x.device).tril(s)
+        hooks = [attention.W_o.register_forward_pre_hook(lambda _, args: (taking("context")(args[0]),))]
+        hooks += [getattr(attention, f"W_{name}").register_forward_hook(
+            lambda _, __, out, name=name: taking(name)(out)) for name in "qkv" if cuts[name]]
+        try:
+            hidden, _, _ = model.run(self.ids[s:], batch=n, resume=(layer, x), caches=caches, mask=mask)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        whole = torch.cat([self.target.hidden[:, :s].expand(n, -1, -1), hidden], dim=1)
+        return self.metric(model, whole, self.targets)
 
 
 @contextlib.contextmanager
@@ -269,6 +370,15 @@ def _hooked(module, hook):
         yield
     finally:
         handle.remove()
+
+
+def _expanded(cache, n: int):
+    """A fresh cache holding `cache`'s keys and values once for each of n copies."""
+    from mha_trace.core.attention import KVCache
+
+    fresh = KVCache()
+    fresh.k, fresh.v = cache.k.expand(n, -1, -1, -1), cache.v.expand(n, -1, -1, -1)
+    return fresh
 
 
 @dataclass
@@ -310,12 +420,12 @@ def path_patch(model, clean: str, corrupt: str, metric: Metric, sender: tuple, r
     if len(clean_ids) != len(corrupt_ids):
         raise MhaError(f"the clean and the corrupted text must be the same length in tokens: "
                        f"{len(clean_ids)} and {len(corrupt_ids)}", quantity="corrupt")
-    targets = {t: clean_ids[t + 1] for t in range(len(clean_ids) - 1)
-               if clean_ids[t + 1] == corrupt_ids[t + 1]}
+    targets = _shared_targets(clean_ids, corrupt_ids)
     source, target = (corrupt_ids, clean_ids) if noising else (clean_ids, corrupt_ids)
-    with model.resident(), torch.no_grad():
-        source_contexts, source_inputs = _contexts(model, source)
-        target_contexts, inputs = _contexts(model, target)
+    with model.resident(), batch_work(), torch.no_grad():  # every core for the copies
+        source_run, target_run = _capture(model, source), _capture(model, target)
+        source_contexts, source_inputs = source_run.contexts, source_run.inputs
+        target_contexts, inputs = target_run.contexts, target_run.inputs
         if metric.kind == "induction":  # the receiver's own induction score, in each run
             runs = {True: source_inputs, False: inputs}
             values = [_through(model, ids, runs[ids is source], 0.0, receiver, "", metric, targets)

@@ -152,14 +152,15 @@ class Toy(nn.Module):
                     mask=None, caches=None):
         """Layers `first` to `last` (from 1) on x, layer `first`'s input: (the residual stream after
         them, each one's input and weights, for the first `keep` rows). mask: in place of the
-        causal one; caches: one per layer when decoding (the KV-cache lab)."""
+        causal one; caches: one per layer, every layer's (as SmolLM2's), when decoding (the KV-cache
+        lab) or resuming after a shared prefix (patching)."""
         T = x.size(1)
         if mask is None:
             mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # causal
         inputs, weights = [], []
         for i, block in enumerate(self.blocks[first - 1:last]):
             inputs.append(x[:keep])
-            attended, w = block(x, mask=mask, cache=None if caches is None else caches[i])
+            attended, w = block(x, mask=mask, cache=None if caches is None else caches[first - 1 + i])
             x = x + attended
             weights.append(w[:keep])
         return x, inputs, weights

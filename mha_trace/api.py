@@ -281,11 +281,13 @@ class Model:
 
     def patch(self, clean: str | None = None, corrupt: str | None = None, *,
               metric: str | None = None, noising: bool = False, sender: str | None = None,
-              receiver: str | None = None):
+              receiver: str | None = None, by_input: bool = False, by_position: str | None = None):
         """Activation patching (like `mha-trace patch`): each residual entry and each head's
         output copied from the clean run into the corrupted one (noising=True: the other way);
-        without texts, an indirect-object sentence or a trained run's probe. sender="1.1",
-        receiver="2.4": path patching through the receiver's q, k and v."""
+        without texts, an indirect-object sentence or a trained run's probe. by_input=True: each
+        head's queries and each K/V group's keys and values too; by_position="24.1": that head
+        one position at a time. sender="1.1", receiver="2.4": path patching through the
+        receiver's q, k and v."""
         from mha_trace.analyses.patching import default_pair, parse_metric, patch, path_patch
         from mha_trace.models.guards import parse_head
 
@@ -295,7 +297,8 @@ class Model:
         texts = pair[:2] if clean is None else (text_of(clean), text_of(corrupt))
         chosen = parse_metric(self.model, metric or pair[2])
         if sender is None:
-            return patch(self.model, *texts, chosen, bool(noising))
+            at = None if by_position is None else parse_head(by_position)
+            return patch(self.model, *texts, chosen, bool(noising), by_input=bool(by_input), by_position=at)
         return path_patch(self.model, *texts, chosen, parse_head(sender), parse_head(receiver),
                           bool(noising))
 

@@ -4,6 +4,7 @@ CLI wrote, clicks and hovers it, and checks the DOM against the records the CLI 
 request may leave the page and no script error may happen. Two screenshots are kept as goldens.
 """
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -357,3 +358,33 @@ def test_one_run_says_the_same_numbers_in_every_medium(cli, tmp_path, browser):
     assert [r[0] for r in rows] == [p[0] for p in printed]  # the same row numbers, from 0
     assert [r[-1] for r in rows] == [p[-2] + " " + p[-1] if p[-1].endswith("B") else p[-1]
                                      for p in printed]  # the same allocation text: 6.2 KiB, view
+
+
+def test_the_patching_page_shows_every_grid_with_the_numbers_of_the_json(browser, cli, default_run, tmp_path):
+    """`patch --html`: the residual, head, query and K/V-group grids and one head by position, each
+    cell the share JSON gives (two decimals), its readout the four-decimal share, the metric and
+    attribution's estimate; a trained run's heads each have their own K/V (no sharing is claimed)."""
+    args = ("patch", "--checkpoint", str(default_run), "--by-input", "--by-position", "2.3")
+    data = json.loads(cli(*args, "--format", "json").stdout)
+    out = tmp_path / "patch.html"
+    assert cli(*args, "--html", str(out)).exit_code == 0
+    opened = Opened(browser, out.as_uri())
+    page = opened.page
+    heads = np.array(data["heads"]["fraction"])
+    cells = page.eval_on_selector_all("#patch-heads td", "cs => cs.map(c => c.textContent)")
+    assert [float(x) for x in cells] == pytest.approx(np.round(heads, 2).ravel().tolist(), abs=1e-9)
+    residual = np.array(data["residual"]["fraction"]).T  # positions down, layers across
+    assert page.eval_on_selector_all("#patch-residual td", "cs => cs.length") == residual.size
+    page.hover("#patch-heads td[data-row='1'][data-col='2']")
+    said = page.inner_text("#patch-readout")
+    attribution = data["heads"]["attribution"]["fraction"][1][2]
+    assert said.startswith(f"head 2.3: restores {heads[1, 2]:.4f} of the gap (metric "
+                           f"{data['heads']['metric'][1][2]:.4f}); attribution patching's estimate "
+                           f"{attribution:.4f}"), said
+    page.hover("#patch-kv td[data-row='1'][data-col='0']")
+    assert page.inner_text("#patch-readout").startswith(
+        f"layer 2, K/V group 1: restores {data['kv_groups']['fraction'][1][0]:.4f}")
+    assert "serves" not in page.inner_text("body")  # four heads, four K/V groups: nothing shared
+    positions = page.eval_on_selector_all("#patch-positions td", "cs => cs.map(c => c.textContent)")
+    assert [float(x) for x in positions] == pytest.approx(np.round(data["by_position"]["fraction"], 2), abs=1e-9)
+    assert opened.clean()

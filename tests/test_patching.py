@@ -4,18 +4,20 @@ indirect-object sentence."""
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from mha_trace.analyses.patching import default_pair, parse_metric, patch
+from mha_trace.core.attention import rope
 from mha_trace.models.trained import Trained
 
 pytestmark = pytest.mark.slow  # trains (the shared default run) or loads SmolLM2
 
 
-def by_hand(toy, ids, patched_layer=None, head=None, source_context=None):
+def by_hand(toy, ids, patched_layer=None, head=None, source_context=None, rows=slice(None)):
     """The trained model's forward, written out: embeddings, each layer's heads (causal), W_o and
     the residual, then the unembedding; optionally one head's context taken from another run.
     Returns (final hidden (T, D), each layer's context (T, H·d_k))."""
@@ -31,7 +33,7 @@ def by_hand(toy, ids, patched_layer=None, head=None, source_context=None):
         context = (scores.softmax(-1) @ v).transpose(0, 1).reshape(T, H * d)
         if layer == patched_layer:
             context = context.clone()
-            context[:, head * d:(head + 1) * d] = source_context[:, head * d:(head + 1) * d]
+            context[rows, head * d:(head + 1) * d] = source_context[rows, head * d:(head + 1) * d]
         contexts.append(context)
         x = x + block.W_o(context)
     return x, contexts
@@ -248,3 +250,120 @@ def test_a_pair_without_a_gap_says_so_and_a_bad_run_text_names_its_option(cli, d
     assert "there is no gap, and every share is 0" in " ".join(same.stdout.split())
     bad = cli("patch", "--checkpoint", str(default_run), "--clean", "a b", "--corrupt", "1 2")
     assert bad.exit_code == 2 and bad.stderr.startswith("Error: --clean: this run's text is token ids 0 to 15")
+
+
+def smollm2_attention_by_hand(attention, x, source, group=None, query_head=None):
+    """One SmolLM2 attention layer written out with every query head holding its own copy of its
+    group's keys and values (repeat_interleave first, RoPE after): a K/V group patched is the keys
+    and values of its query heads, all of them, from the source's input; a query head patched is
+    its own queries. x, source: the layer's normed input in the target and the source run."""
+    T, H, G, d = x.size(1), attention.heads, attention.kv_heads, attention.d_k
+    share = H // G
+
+    def heads_of(W, inp, n):
+        return W(inp).view(1, T, n, d).transpose(1, 2).repeat_interleave(H // n, dim=1)  # (1, H, T, d)
+
+    (Q, K, V), (Qs, Ks, Vs) = ([heads_of(W, inp, n) for W, n in ((attention.W_q, H), (attention.W_k, G),
+                                                                  (attention.W_v, G))] for inp in (x, source))
+    for h in range(H):
+        if group is not None and h // share == group:
+            K[:, h], V[:, h] = Ks[:, h], Vs[:, h]
+        if h == query_head:
+            Q[:, h] = Qs[:, h]
+    Q, K = (rope(t, 0, attention.rope_base) for t in (Q, K))
+    scores = (Q @ K.transpose(-1, -2) / math.sqrt(d)).masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    context = (scores.softmax(-1) @ V).transpose(1, 2).reshape(1, T, H * d)
+    return attention.W_o(context), torch.zeros(1, H, T, T)
+
+
+def test_a_kv_group_patch_is_the_keys_and_values_of_its_query_heads_patched_jointly(monkeypatch):
+    """GQA made explicit on SmolLM2 (3 K/V groups, 9 query heads a layer): the K/V-group grid equals
+    the layer written out with the keys and values of the group's three query heads taken from the
+    clean run together; the query grid, one head's queries alone. Where the texts first differ is
+    position 3: the copies start there, from the cached prefix; the by-hand runs start at 0."""
+    import mha_trace
+
+    model = mha_trace.model("smollm2").model
+    clean, corrupt = "The capital of France is", "The capital of Italy is"
+    metric = parse_metric(model, "logit-diff: Paris, Rome")
+    p = patch(model, clean, corrupt, metric, by_input=True, by_position=(24, 1))
+    a, b = model.tokenize(clean), model.tokenize(corrupt)
+    assert p.kv_groups.shape == (30, 3) and p.queries.shape == (30, 9)
+    with torch.no_grad():
+        source_inputs, target_inputs = model.run(a)[1], model.run(b)[1]
+        for layer, group, head in ((24, 1, 0), (21, 0, 4), (2, 2, 8)):
+            block = model.blocks[layer - 1]
+            source = block.attention_norm(source_inputs[layer - 1])
+            for kind, grid, at, options in (("kv", p.kv_groups, group, {"group": group}),
+                                            ("q", p.queries, head, {"query_head": head})):
+                monkeypatch.setattr(block.attention, "forward", lambda q, mask=None, cache=None:
+                                    smollm2_attention_by_hand(block.attention, q, source, **options))
+                hidden, _, _ = model.run(b, resume=(layer, target_inputs[layer - 1]))
+                monkeypatch.undo()
+                assert grid[layer - 1, at] == pytest.approx(metric(model, hidden, {})[0], abs=1e-4), (kind, layer)
+    f = p.fraction(p.kv_groups)
+    assert abs(f[23, 1]) > 0.05  # the test is not of zeros: layer 24's second group carries some
+    assert p.by_position[0] == (24, 1) and p.by_position[1][:3] == pytest.approx(p.corrupt_value, abs=0)
+
+
+def test_one_heads_output_one_position_at_a_time_is_the_forward_pass_written_out(default_run):
+    """--by-position on the trained run: head 2.1's clean output at one position alone, checked
+    against the by-hand forward pass at every position."""
+    model = Trained(str(default_run), None)
+    clean, corrupt, metric = default_pair(model)
+    p = patch(model, clean, corrupt, parse_metric(model, metric), by_position=(2, 1))
+    a, b = ([int(t) for t in text.split()] for text in (clean, corrupt))
+    with torch.no_grad():
+        _, clean_contexts = by_hand(model.toy, torch.tensor(a))
+        for t in range(len(a)):
+            hidden, _ = by_hand(model.toy, torch.tensor(b), 2, 0, clean_contexts[1], rows=slice(t, t + 1))
+            assert p.by_position[1][t] == pytest.approx(loss_on_shared(model.toy, hidden, a, b), abs=1e-5)
+    assert np.ptp(p.by_position[1]) > 0.01  # some positions carry more than others
+
+
+def test_the_slides_draw_the_shares_json_gives(cli, default_run, monkeypatch):
+    """`patch --png`: the residual stream, every head and every K/V group on one scale from −1 to
+    1, each share written in its cell (a small grid); path patching's four inputs as bars."""
+    from mha_trace.render import patching_slide
+
+    made = []
+    monkeypatch.setattr(patching_slide, "_save", lambda plt, fig, p, bg: made.append(fig))
+    args = ("patch", "--checkpoint", str(default_run), "--by-input")
+    data = json.loads(cli(*args, "--format", "json").stdout)
+    assert cli(*args, "--png", "p.png").exit_code == 0
+    axes = [ax for ax in made[-1].axes if ax.get_title()]
+    assert [ax.get_title() for ax in axes] == ["residual stream", "heads' outputs", "K/V groups"]
+    for ax, key in zip(axes[1:], ("heads", "kv_groups")):
+        image = ax.get_images()[0]
+        np.testing.assert_allclose(image.get_array(), data[key]["fraction"], atol=1e-6)
+        assert image.get_clim() == (-1, 1)
+        assert [t.get_text() for t in ax.texts] == [f"{x:.2f}" if round(x, 2) else "0.00"
+                                                    for x in np.ravel(data[key]["fraction"])]
+    np.testing.assert_allclose(axes[0].get_images()[0].get_array(), np.array(data["residual"]["fraction"]).T, atol=1e-6)
+    path = ("patch", "--checkpoint", str(default_run), "--sender", "1.2", "--receiver", "2.4")
+    via = json.loads(cli(*path, "--format", "json").stdout)["via"]
+    assert cli(*path, "--png", "q.png").exit_code == 0
+    bars = [patch.get_width() for patch in made[-1].axes[0].patches]
+    assert bars == pytest.approx([via[k]["fraction"] for k in ("q", "k", "v", "qkv")], abs=1e-6)  # JSON: 6 places
+
+
+def test_every_heads_patch_on_smollm2_equals_transformers_hooks():
+    """Against an independent reference: transformers' LlamaForCausalLM (eager, float32) with a
+    forward pre-hook on each layer's o_proj, one pass a head (tests/fixtures/make_patching_reference.py),
+    on 10 prompt pairs: every one of the 270 heads' denoising values, and the clean and corrupted
+    metrics, within 1e-4 (the batched, prefix-cached copies change no number)."""
+    import mha_trace
+
+    reference = np.load(Path(__file__).parent / "fixtures" / "patching_reference.npz")
+    pairs = json.loads(str(reference["meta"]))["pairs"]
+    model = mha_trace.model("smollm2").model
+    assert len(pairs) >= 10
+    for i, (clean, corrupt, a, b) in enumerate(pairs):
+        assert model.tokenize(clean) == reference[f"p{i}_clean_ids"].tolist()
+        assert model.tokenize(corrupt) == reference[f"p{i}_corrupt_ids"].tolist()
+        p = patch(model, clean, corrupt, parse_metric(model, f"logit-diff:{a},{b}"))
+        clean_value, corrupt_value = reference[f"p{i}_values"]
+        assert (p.clean_value, p.corrupt_value) == pytest.approx((clean_value, corrupt_value), abs=1e-4)
+        np.testing.assert_allclose(p.heads, reference[f"p{i}_heads"], atol=1e-4, rtol=0)
+        shares = (reference[f"p{i}_heads"] - corrupt_value) / (clean_value - corrupt_value)
+        np.testing.assert_allclose(p.fraction(p.heads), shares, atol=1e-4, rtol=0)

@@ -20,6 +20,9 @@ from mha_trace.records import Shows
 from mha_trace.speedups import batch_work
 
 
+LOGIT_ROWS = 512  # positions unembedded at once for the loss (SmolLM2: 100 MB of logits)
+
+
 @dataclass(frozen=True)
 class Metric:
     """What a run is scored by, from its final hidden states (B, T, D): `logit-diff` is the logit
@@ -38,11 +41,13 @@ class Metric:
         if self.kind == "logit-diff":
             logits = model.logits(hidden)  # (B, V) at the last position
             return (logits[:, self.a] - logits[:, self.b]).double().cpu().numpy()
-        at = list(targets)
-        logits = torch.stack([model.unembed(hidden[i, at]) for i in range(hidden.size(0))])
+        at, B = list(targets), hidden.size(0)
         wanted = torch.tensor(list(targets.values()), device=hidden.device)
-        nll = F.cross_entropy(logits.flatten(0, 1), wanted.repeat(hidden.size(0)), reduction="none")
-        return nll.view(hidden.size(0), len(at)).mean(-1).double().cpu().numpy()
+        step = max(1, LOGIT_ROWS // len(at))  # copies a pass through the unembedding
+        nll = torch.cat([F.cross_entropy(model.unembed(hidden[i:i + step, at].flatten(0, 1)),
+                                         wanted.repeat(min(step, B - i)), reduction="none")
+                         for i in range(0, B, step)])
+        return nll.view(B, len(at)).mean(-1).double().cpu().numpy()
 
 
 @dataclass
@@ -123,7 +128,9 @@ def patch(model, clean: str, corrupt: str, metric: Metric, noising: bool = False
         raise MhaError(f"the clean and the corrupted text must be the same length in tokens to "
                        f"patch position by position: {len(clean_ids)} and {len(corrupt_ids)}",
                        quantity="corrupt")
-    check_time(model, len(clean_ids), patch_copies(model, len(clean_ids), by_input), "patch", "clean")
+    start = next((t for t, (a, b) in enumerate(zip(clean_ids, corrupt_ids)) if a != b), len(clean_ids))
+    check_time(model, len(clean_ids), patch_copies(model, len(clean_ids), by_input, start,
+                                                   metric.kind == "loss"), "patch", "clean")
     targets = _shared_targets(clean_ids, corrupt_ids)
     if metric.kind == "loss" and not targets:
         raise MhaError("the loss is taken over the next tokens both texts share, and these share "
@@ -151,14 +158,16 @@ def patch(model, clean: str, corrupt: str, metric: Metric, noising: bool = False
 
 
 BATCHED = 0.4  # a batch of copies costs about this share of running them one by one (2 cores)
+LOSS = 1.7  # the loss unembeds every shared position of every copy: about this much more
 
 
-def patch_copies(model, tokens: int, by_input: bool = False) -> int:
+def patch_copies(model, tokens: int, by_input: bool = False, start: int = 0, loss: bool = False) -> int:
     """Whole passes' worth of copies a patch runs: a batch of (tokens + heads) copies a layer
     (by_input: heads + K/V groups more), each from its layer to the last (half the layers on
-    average), at the batched rate."""
-    extra = model.heads + model.kv_heads if by_input else 0
-    return round(BATCHED * (model.layers + 1) / 2 * (tokens + model.heads + extra))
+    average) over the tokens from the first that differs (`start`), at the batched rate."""
+    extra = model.heads + (model.kv_heads or model.heads) if by_input else 0
+    copies = (tokens - start + model.heads + extra) * (model.layers + 1) / 2
+    return max(1, round(BATCHED * copies * (tokens - start) / tokens * (LOSS if loss else 1)))
 
 
 def _shared_targets(clean_ids, corrupt_ids) -> dict:
@@ -302,7 +311,7 @@ class _Copies:
                  "heads": [("head", h, None) for h in range(H)]}
         if by_input:
             edits |= {"queries": [("q", h) for h in range(H)],
-                      "kv_groups": [("kv", g) for g in range(self.model.kv_heads)]}
+                      "kv_groups": [("kv", g) for g in range(self.model.kv_heads or H)]}
         values, rows, at = self.run(layer, [e for group in edits.values() for e in group]), {}, 0
         for kind, group in edits.items():
             rows[kind], at = values[at:at + len(group)], at + len(group)

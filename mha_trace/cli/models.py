@@ -173,7 +173,7 @@ def prune(o, out: Output):
 
 
 @app.command(short_help="Which activations carry the difference between two texts (activation patching).")
-@output_options()
+@output_options(png=True, scale=False)
 def patch(
     model: Annotated[str, typer.Option("--model", help="A causal model: smollm2 (or --checkpoint). Example: --model smollm2", metavar="NAME")] = "smollm2",
     checkpoint: CheckpointOpt = None,
@@ -184,6 +184,8 @@ def patch(
     noising: Annotated[bool, typer.Option("--noising", help="Copy from the corrupted run into the clean one (the share each activation destroys) instead of clean into corrupted (the share it restores). Example: --noising")] = False,
     sender: Annotated[str | None, typer.Option("--sender", help="Path patching: the head whose output is copied (with --receiver). Example: --sender 1.1 --receiver 2.4")] = None,
     receiver: Annotated[str | None, typer.Option("--receiver", help="Path patching: the later head that receives it, through its queries, keys or values alone (a trained run's metric defaults to this head's induction score). Example: --receiver 2.4")] = None,
+    by_input: Annotated[bool, typer.Option("--by-input", help="Also patch each head's queries alone and each K/V group's keys and values (on SmolLM2 one K/V group serves three query heads: patching it moves all three). Example: --by-input")] = False,
+    by_position: Annotated[str | None, typer.Option("--by-position", help="One head's output patched one position at a time: where it carries the difference. Example: --by-position 24.1", metavar="L.H")] = None,
     top: Annotated[int, typer.Option("--top", min=1, max=50, help="How many heads to name. Example: --top 5")] = 8,
     max_tokens: MaxTokensOpt = None,
     max_seconds: MaxSecondsOpt = None,
@@ -197,6 +199,7 @@ def patch(
 
     Example: mha-trace patch --model smollm2 --clean "The capital of France is" --corrupt "The capital of Italy is" --metric "logit-diff: Paris, Rome"
     Example: mha-trace patch --checkpoint run.pt --noising
+    Example: mha-trace patch --model smollm2 --by-input --by-position 24.1 --html patch.html
     Example: mha-trace patch --checkpoint run.pt --sender 1.1 --receiver 2.4
     """
     from mha_trace.analyses.patching import default_pair, parse_metric, path_patch, patch as run_patch
@@ -204,7 +207,8 @@ def patch(
     from mha_trace.runs.resolve import RunOptions, load, with_checkpoint
 
     m = load(with_checkpoint(RunOptions(model=None if checkpoint else model, checkpoint=checkpoint,
-                                        at_step=at_step, device=device.value, max_tokens=max_tokens)))
+                                        at_step=at_step, device=device.value, max_tokens=max_tokens,
+                                        max_seconds=max_seconds)))
     if (clean is None) != (corrupt is None):
         raise MhaError("--clean and --corrupt go together (or neither: the default pair)",
                        quantity="corrupt")
@@ -213,11 +217,15 @@ def patch(
     default_clean, default_corrupt, default_metric = default_pair(m, path=sender is not None)
     texts = (default_clean, default_corrupt) if clean is None else (clean, corrupt)
     chosen = parse_metric(m, metric or default_metric)
-    if sender is not None:
-        from mha_trace.models.guards import parse_head
+    from mha_trace.models.guards import parse_head
 
+    if sender is not None:
+        if by_input or by_position:
+            raise MhaError("--by-input and --by-position patch every head; path patching "
+                           "(--sender/--receiver) follows one path", quantity="receiver")
         result = path_patch(m, *texts, chosen, parse_head(sender), parse_head(receiver), noising)
-        return emit(out, result.renderables, result.data)
+        return emit(out, result.renderables, result.data, slide=result)
+    at = None if by_position is None else parse_head(by_position)
     with progress(m.layers, "patching, layer by layer") as advance:
-        result = run_patch(m, *texts, chosen, noising, advance)
-    emit(out, lambda: result.renderables(top=top), result.data)
+        result = run_patch(m, *texts, chosen, noising, advance, by_input, at)
+    emit(out, lambda: result.renderables(top=top), result.data, page=result, slide=result)

@@ -1,5 +1,5 @@
-"""The interactive page's data for each record that has one (Heads, Walk, TiledWalk, ShapesReport),
-registered with `mha_trace.io.page.page_data`. Weights are kept to what the view shows (16 bits
+"""The interactive page's data for each record that has one (Heads, Walk, TiledWalk, ShapesReport,
+Patching), registered with `mha_trace.io.page.page_data`. Weights are kept to what the view shows (16 bits
 each, base64: to four decimals, as the terminal and the JSON round them; `--format json` keeps the full precision)."""
 
 import base64
@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from mha_trace.analyses.analysis import Heads
+from mha_trace.analyses.patching import Patching
 from mha_trace.analyses.tiled_walk import TiledWalk
 from mha_trace.analyses.walk import Walk
 from mha_trace.errors import MhaError
@@ -122,3 +123,18 @@ def shapes_page(report) -> dict:
     return {"kind": "shapes", "title": title,
             "file": Path(source).name, "source": lines, "steps": steps}
 
+
+
+@page_data.register(Patching)
+def patching_page(p) -> dict:
+    """The patching grids as shares of the gap (four decimals, as the terminal's two and JSON's six
+    round them), with the metric each copy gave and attribution's estimate beside each head."""
+    grid = lambda a: None if a is None else {"fraction": _round(p.fraction(a)), "metric": _round(a)}
+    return {"kind": "patching", "title": f"patch: {p.card.name}, {p.metric}",
+            "noising": p.noising, "clean": list(p.clean), "corrupt": list(p.corrupt),
+            "values": [round(p.clean_value, 4), round(p.corrupt_value, 4)],
+            "residual": grid(p.residual), "heads": grid(p.heads), "attribution": grid(p.attribution),
+            "spearman": round(p.rank_correlation, 4), "queries": grid(p.queries),
+            "kv_groups": grid(p.kv_groups),
+            "by_position": None if p.by_position is None else {
+                "head": list(p.by_position[0]), **grid(p.by_position[1])}}

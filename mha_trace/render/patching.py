@@ -33,6 +33,7 @@ def patching_renderables(p: Patching, top: int, width: int) -> list:
            _residual(p, differ, width),
            _grid(p.fraction(p.heads), "Each head's output, at every position",
                  [str(h + 1) for h in range(p.heads.shape[1])], "layer \\ head")]
+    out += _by_input(p) + _by_position(p, differ)
     f, a = p.fraction(p.heads), p.fraction(p.attribution)
     order = np.argsort(-np.abs(f).ravel(), kind="stable")[:top]
     heads = ", ".join(f"{i // f.shape[1] + 1}.{i % f.shape[1] + 1} {f.ravel()[i]:+.2f} "
@@ -45,6 +46,34 @@ def patching_renderables(p: Patching, top: int, width: int) -> list:
                     f"A head's output is its slice of the W_O input, every position at once (with "
                     f"shared K/V heads, each query head's own output)."))
     return out
+
+
+def _by_input(p: Patching) -> list:
+    """Each head's queries alone, and each K/V group's keys and values (shared by its query heads)."""
+    if p.queries is None:
+        return []
+    H, G = p.queries.shape[1], p.kv_groups.shape[1]
+    share = H // G
+    groups = [str(g + 1) if share == 1 else f"{g + 1} (heads {g * share + 1}-{(g + 1) * share})"
+              for g in range(G)]
+    said = (f"One K/V group serves {share} query heads ({G} groups, {H} heads a "
+            f"layer): patching its keys and values moves what all {share} read, while a head's "
+            f"queries are its own." if share > 1 else
+            "Each head has its own keys and values here (no grouped-query sharing).")
+    return [_grid(p.fraction(p.queries), "Each head's queries alone", [str(h + 1) for h in range(H)],
+                  "layer \\ head"),
+            _grid(p.fraction(p.kv_groups), "Each K/V group's keys and values", groups,
+                  "layer \\ K/V"),
+            Text(said)]
+
+
+def _by_position(p: Patching, differ: list) -> list:
+    if p.by_position is None:
+        return []
+    (layer, head), values = p.by_position
+    rows = [f"{t} {token}{'*' if t in differ else ''}" for t, token in enumerate(p.clean)]
+    return [_grid(p.fraction(values)[:, None], f"Head {layer}.{head}'s output, one position at a time",
+                  ["share"], "position", rows)]
 
 
 def _residual(p: Patching, differ: list, width: int):
@@ -80,7 +109,14 @@ def patching_data(p: Patching) -> dict:
             "residual": {"metric": r(p.residual), "fraction": r(p.fraction(p.residual))},
             "heads": {"metric": r(p.heads), "fraction": r(p.fraction(p.heads)),
                       "attribution": {"metric": r(p.attribution), "fraction": r(p.fraction(p.attribution))},
-                      "spearman_exact_vs_attribution": round(p.rank_correlation, 6)}}
+                      "spearman_exact_vs_attribution": round(p.rank_correlation, 6)},
+            **({} if p.queries is None else {
+                "queries": {"metric": r(p.queries), "fraction": r(p.fraction(p.queries))},
+                "kv_groups": {"metric": r(p.kv_groups), "fraction": r(p.fraction(p.kv_groups)),
+                              "query_heads_each": p.queries.shape[1] // p.kv_groups.shape[1]}}),
+            **({} if p.by_position is None else {"by_position": {
+                "head": f"{p.by_position[0][0]}.{p.by_position[0][1]}",
+                "metric": r(p.by_position[1]), "fraction": r(p.fraction(p.by_position[1]))}})}
 
 
 @renderables.register(Patching)
@@ -127,3 +163,7 @@ def _path(p, width: int, **_) -> list:
 @data.register(PathPatching)
 def _path_data(p, **_) -> dict:
     return path_data(p)
+
+
+import mha_trace.render.page  # noqa: E402,F401 (registers the page of what this file shows)
+import mha_trace.render.patching_slide  # noqa: E402,F401 (registers the slide of what this file shows)

@@ -1,5 +1,5 @@
 /* mha-trace's interactive page: the head view, the model view, a token's walk (also tile by
-   tile), the trace.
+   tile), the trace, the patching grids.
    Plain JavaScript, no library, no network. The data comes from the #mha-data JSON block; every
    text from it is written with textContent, never parsed as HTML. */
 (function () {
@@ -410,5 +410,65 @@
     if (rows.length) select(Math.max(0, first));
   }
 
-  ({heads: headsView, explain: explainView, tiled: tiledView, shapes: shapesView})[data.kind]();
+  /* ---- patching: the share of the gap each patched activation restores (or destroys) ---- */
+  function patchingView() {
+    const [clean, corrupt] = data.values;
+    const differ = data.clean.map((t, i) => t !== data.corrupt[i]);
+    const way = data.noising ? "destroys" : "restores";
+    const readout = el("p", {class: "readout mono", id: "patch-readout", "aria-live": "polite"});
+    const shade = (x) => {  // red: restores, blue: works against; white: nothing
+      const a = Math.min(1, Math.abs(x));
+      const [r, g, b] = x >= 0 ? [214, 39, 40] : [31, 119, 180];
+      return `rgba(${r},${g},${b},${(a * 0.85).toFixed(3)})`;
+    };
+    function grid(id, title, g, rows, cols, describe) {
+      const table = el("table", {class: "patch", id});
+      table.append(el("tr", {}, el("th", {text: ""}), ...cols.map((c) => el("th", {class: "num", text: c}))));
+      g.fraction.forEach((row, i) => table.append(el("tr", {}, el("th", {class: "tok", text: rows[i]}),
+        ...row.map((x, j) => {
+          const shown = fmt(x, 2) === "-0.00" ? "0.00" : fmt(x, 2);
+          const cell = el("td", {class: "num", tabindex: 0, text: shown, style: `background:${shade(x)}`,
+                                 "data-row": i, "data-col": j});
+          const say = () => { readout.textContent = describe(i, j, x, g.metric[i][j]); };
+          cell.addEventListener("mouseenter", say);
+          cell.addEventListener("focus", say);
+          return cell;
+        }))));
+      root.append(el("h2", {text: title}), el("div", {class: "scroll"}, table));
+    }
+    const positions = data.clean.map((t, i) => `${i} ${t}${differ[i] ? "*" : ""}`);
+    const layers = data.heads.fraction.map((_, l) => String(l + 1));
+    const heads = data.heads.fraction[0].map((_, h) => String(h + 1));
+    const share = (x) => `${way} ${fmt(x, 4)} of the gap`;
+    root.append(el("p", {text: `Clean: ${data.clean.join(" ")} (${fmt(clean)}). Corrupted: ` +
+      `${data.corrupt.join(" ")} (${fmt(corrupt)}). Each cell: the share of the gap the activation ` +
+      `${way} when copied ${data.noising ? "from the corrupted run into the clean one" : "from the clean run into the corrupted one"}` +
+      " (1 = all of it; red restores, blue works against). Hover or focus a cell for its numbers. " +
+      "Positions marked * are where the texts differ."}), readout);
+    const residual = {fraction: data.residual.fraction[0].map((_, t) => data.residual.fraction.map((r) => r[t])),
+                      metric: data.residual.metric[0].map((_, t) => data.residual.metric.map((r) => r[t]))};
+    grid("patch-residual", "The residual stream entering each layer, by position", residual, positions, layers,
+         (t, l, x, m) => `position ${t} '${data.clean[t]}', entering layer ${l + 1}: ${share(x)} (metric ${fmt(m)})`);
+    grid("patch-heads", `Each head's output (attribution patching's ranking follows it with Spearman ρ = ${fmt(data.spearman, 2)})`,
+         data.heads, layers, heads, (l, h, x, m) => `head ${l + 1}.${h + 1}: ${share(x)} (metric ${fmt(m)}); ` +
+         `attribution patching's estimate ${fmt(data.attribution.fraction[l][h], 4)}`);
+    if (data.queries) {
+      const share3 = data.queries.fraction[0].length / data.kv_groups.fraction[0].length;
+      grid("patch-queries", "Each head's queries alone", data.queries, layers, heads,
+           (l, h, x, m) => `head ${l + 1}.${h + 1}'s queries: ${share(x)} (metric ${fmt(m)})`);
+      grid("patch-kv", `Each K/V group's keys and values${share3 > 1 ? ` (each serves ${share3} query heads)` : ""}`,
+           data.kv_groups, layers, data.kv_groups.fraction[0].map((_, g) => share3 > 1 ?
+             `${g + 1} (heads ${g * share3 + 1}-${(g + 1) * share3})` : String(g + 1)),
+           (l, g, x, m) => `layer ${l + 1}, K/V group ${g + 1}${share3 > 1 ? ` (query heads ${g * share3 + 1}-${(g + 1) * share3} read it)` : ""}: ${share(x)} (metric ${fmt(m)})`);
+    }
+    if (data.by_position) {
+      const [l, h] = data.by_position.head;
+      grid("patch-positions", `Head ${l}.${h}'s output, one position at a time`,
+           {fraction: [data.by_position.fraction], metric: [data.by_position.metric]}, [`${l}.${h}`], positions,
+           (_, t, x, m) => `head ${l}.${h} at position ${t} '${data.clean[t]}' alone: ${share(x)} (metric ${fmt(m)})`);
+    }
+  }
+
+  ({heads: headsView, explain: explainView, tiled: tiledView, shapes: shapesView,
+    patching: patchingView})[data.kind]();
 })();

@@ -1,0 +1,105 @@
+"""`patch --png`: the residual stream (position × layer) beside every head (layer × head), and with
+--by-input the K/V groups, each cell the share of the metric's gap a patch restores (or destroys),
+on one diverging scale from −1 to 1; path patching's four inputs as bars."""
+
+import numpy as np
+
+from mha_trace.analyses.patching import PathPatching, Patching
+from mha_trace.io.page import slide
+from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc,
+                                    _save, _theme)
+
+WRITTEN = 64  # a grid of at most this many cells has each share written in it
+MARKED = 3  # the heads that carry the most, ringed and named
+RING = "#2ca02c"  # apart from both ends of the red-blue scale
+
+
+@slide.register(Patching)
+def patching_slide(p: Patching, path: str, theme: str = "light", **_) -> None:
+    plt = _pyplot()
+    fg, bg = _theme(theme)
+    panels = [("residual stream", p.fraction(p.residual).T, "layer", "position"),
+              ("heads' outputs", p.fraction(p.heads), "head", "layer")]
+    if p.kv_groups is not None:
+        panels.append(("K/V groups", p.fraction(p.kv_groups), "K/V group", "layer"))
+    with plt.rc_context(_rc(fg)):
+        fig, axes = plt.subplots(1, len(panels), figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI,
+                                 facecolor=bg, constrained_layout=True,
+                                 gridspec_kw={"width_ratios": [3, 2, 1][:len(panels)]})
+        for ax, (title, grid, across, down) in zip(axes, panels):
+            image = ax.imshow(grid, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
+            ax.set_facecolor(bg)
+            ax.set_title(title, fontsize=22, color=fg)
+            ax.set_xlabel(across, fontsize=18)
+            ax.set_ylabel(down, fontsize=18)
+            _ticks(ax, grid.shape[1], "x")
+            _ticks(ax, grid.shape[0], "y")
+            ax.tick_params(labelsize=MIN_TICK_PT)
+            if grid.size <= WRITTEN:
+                _write_cells(ax, grid)
+        differ = [t for t, (a, b) in enumerate(zip(p.clean, p.corrupt)) if a != b]
+        axes[0].set_yticks(range(len(p.clean)), [f"{t} {token}{'*' if t in differ else ''}"
+                                                 for t, token in enumerate(p.clean)]
+                           if len(p.clean) <= 40 else [str(t) for t in range(len(p.clean))])
+        if p.heads.size > WRITTEN:
+            _ring_top(axes[1], p.fraction(p.heads), bg)
+        bar = fig.colorbar(image, ax=list(axes), shrink=0.8)
+        bar.set_label("share of the gap " + ("destroyed" if p.noising else "restored")
+                      + " (1 = all of it)", fontsize=18)
+        bar.ax.tick_params(labelsize=MIN_TICK_PT)
+        way = "corrupted into clean" if p.noising else "clean into corrupted"
+        fig.suptitle(_fitted(f"{p.card.name}: {way}, clean {p.clean_value:.2f}, corrupted "
+                             f"{p.corrupt_value:.2f}", 90) + "\n" + _fitted(p.metric, 90),
+                     fontsize=24, color=fg)
+    _save(plt, fig, path, bg)
+
+
+def _ticks(ax, n: int, axis: str) -> None:
+    """Every row or column numbered from 1 when they fit; every k-th when not."""
+    step = max(1, -(-n // (15 if axis == "x" else 30)))
+    (ax.set_xticks if axis == "x" else ax.set_yticks)(list(range(0, n, step)),
+                                                      [str(i + 1) for i in range(0, n, step)])
+
+
+def _write_cells(ax, grid: np.ndarray) -> None:
+    for (row, col), x in np.ndenumerate(grid):
+        shown = f"{x:.2f}"
+        ax.text(col, row, "0.00" if float(shown) == 0 else shown, ha="center", va="center",
+                fontsize=MIN_TICK_PT + 3, color="white" if abs(x) > 0.6 else "black")
+
+
+def _ring_top(ax, f: np.ndarray, bg: str) -> None:
+    """The MARKED heads that carry the most, ringed, each with its name and share."""
+    for i in np.argsort(-np.abs(f).ravel(), kind="stable")[:MARKED]:
+        layer, head = divmod(int(i), f.shape[1])
+        ax.scatter([head], [layer], s=500, facecolors="none", edgecolors=RING, linewidths=3, zorder=3)
+        ax.annotate(f"{layer + 1}.{head + 1} {f[layer, head]:+.2f}", (head, layer), xytext=(14, 10),
+                    textcoords="offset points", color=RING, fontsize=MIN_TICK_PT, fontweight="bold",
+                    zorder=4, bbox={"boxstyle": "round,pad=0.15", "facecolor": bg, "edgecolor": "none"})
+
+
+@slide.register(PathPatching)
+def path_slide(p: PathPatching, path: str, theme: str = "light", **_) -> None:
+    plt = _pyplot()
+    fg, bg = _theme(theme)
+    names = {"q": "its queries", "k": "its keys", "v": "its values", "qkv": "all three"}
+    shares = [p.fraction(p.via[key]) for key in names]
+    (sl, sh), (rl, rh) = p.sender, p.receiver
+    with plt.rc_context(_rc(fg)):
+        fig, ax = plt.subplots(figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI, facecolor=bg,
+                               constrained_layout=True)
+        ax.set_facecolor(bg)
+        ax.barh(range(4), shares, color=["#3b528b", "#d62728", "#5ec962", "#888888"], height=0.6)
+        for y, share in enumerate(shares):
+            shown = f"{share:+.2f}"
+            ax.text(share, y, f"  {'0.00' if float(shown) == 0 else shown}  ", va="center", ha="left" if share >= 0 else "right",
+                    fontsize=24, color=fg)
+        ax.set_yticks(range(4), [f"through {name}" for name in names.values()], fontsize=24)
+        ax.invert_yaxis()
+        ax.axvline(0, color=fg, linewidth=1)
+        ax.set_xlim(min(-0.1, min(shares) - 0.25), max(1.1, max(shares) + 0.25))
+        ax.set_xlabel("share of the gap " + ("destroyed" if p.noising else "restored"), fontsize=22)
+        ax.tick_params(axis="x", labelsize=MIN_TICK_PT + 3)
+        fig.suptitle(_fitted(f"{p.card.name}: head {sl}.{sh}'s output into head {rl}.{rh}", 90)
+                     + "\n" + _fitted(p.metric, 90), fontsize=26, color=fg)
+    _save(plt, fig, path, bg)

@@ -18,7 +18,8 @@ import torch
 
 import mha_trace
 from mha_trace.analyses.composition import composition
-from mha_trace.analyses.patching import default_pair, parse_metric, path_patch
+from mha_trace.analyses.patch_inputs import default_pair, parse_metric
+from mha_trace.analyses.path_patching import path_patch
 
 SEEDS = range(5)
 

@@ -288,7 +288,9 @@ class Model:
         head's queries and each K/V group's keys and values too; by_position="24.1": that head
         one position at a time. sender="1.1", receiver="2.4": path patching through the
         receiver's q, k and v."""
-        from mha_trace.analyses.patching import default_pair, parse_metric, patch, path_patch
+        from mha_trace.analyses.patch_inputs import default_pair, parse_metric
+        from mha_trace.analyses.path_patching import path_patch
+        from mha_trace.analyses.patching import patch
         from mha_trace.models.guards import parse_head
 
         pair = default_pair(self.model, path=sender is not None)

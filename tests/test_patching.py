@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from mha_trace.analyses.patching import default_pair, parse_metric, patch
+from mha_trace.analyses.patch_inputs import default_pair, parse_metric
+from mha_trace.analyses.patching import patch
 from mha_trace.core.attention import rope
 from mha_trace.models.trained import Trained
 
@@ -95,7 +96,8 @@ def test_smollm2_moves_the_name_from_s2_to_the_end(cli):
     """The indirect-object sentence (Wang et al. 2022): SmolLM2 prefers the right name in the clean
     text and the other in the corrupted one; the only position that differs carries all of it at the
     first layer, and by the last layers the final position does."""
-    data = json.loads(cli("patch", "--model", "smollm2", "--format", "json").stdout)
+    data = json.loads(cli("patch", "--model", "smollm2", "--by-input", "--by-position", "24.4",
+                          "--format", "json").stdout)
     assert data["clean"]["metric"] > 0 > data["corrupt"]["metric"]
     residual = np.array(data["residual"]["fraction"])  # (layers, positions)
     differ = [t for t, (x, y) in enumerate(zip(data["clean"]["tokens"], data["corrupt"]["tokens"])) if x != y]
@@ -111,6 +113,12 @@ def test_smollm2_moves_the_name_from_s2_to_the_end(cli):
     assert f"({data['clean']['metric']:.4f})" in guide and f"({data['corrupt']['metric']:.4f})" in guide
     for i in top:
         assert f"{i // 9 + 1}.{i % 9 + 1} {f.ravel()[i]:+.2f} (" in " ".join(guide.split())
+    said = " ".join(guide.split())  # --by-input and --by-position, as the guide tells them
+    q, kv = (np.array(data[k]["fraction"]) for k in ("queries", "kv_groups"))
+    at = data["by_position"]["fraction"]
+    assert f"its queries alone {q[23, 3]:+.0%}".replace("-", "−") in said
+    assert f"its K/V group (2, heads 4-6) restores {kv[23, 1]:.0%}" in said and data["kv_groups"]["query_heads_each"] == 3
+    assert f"{at[-1]:.0%} of the gap at the last position, {at[10]:.0%} at" in said
     rho = data["heads"]["spearman_exact_vs_attribution"]
     assert rho >= 0.8 and f"Spearman ρ = {rho:.2f} on SmolLM2" in " ".join(guide.split())
     text = cli("patch", "--model", "smollm2", "--clean", "Mary gave John a", "--corrupt", "John gave Mary a",
@@ -141,9 +149,9 @@ def test_noising_copies_the_other_way(trained, cli, default_run):
     (("--metric", "logit-diff: Mary, Zanzibarian"), "--metric word ' Zanzibarian' is 4 tokens for "
      "SmolLM2-135M-Instruct; a logit difference compares single tokens (a leading space often makes one)"),
     (("--clean", " ".join(["The cat sat on the mat and"] * 6), "--corrupt", " ".join(["The dog sat on the mat and"] * 6),
-      "--metric", "loss"), "--clean: patch runs SmolLM2-135M-Instruct over 316 copies of 42 tokens: about 63 s on 2 "
-                           "cores, and the guard stops at 30 s (20 tokens fit); shorten the sentence, or --max-seconds "
-                           "64 goes on anyway"),
+      "--metric", "loss"), "--clean: patch runs SmolLM2-135M-Instruct over 514 copies of 42 tokens: about 102 s on 2 "
+                           "cores, and the guard stops at 30 s (12 tokens fit); shorten the sentence, or --max-seconds "
+                           "103 goes on anyway"),
     (("--clean", "", "--corrupt", ""), "--clean text is empty: give a text to run"),
     (("--metric", "induction"), "--metric induction scores one receiving head: give --sender and --receiver "
                                 "(path patching)"),
@@ -347,23 +355,26 @@ def test_the_slides_draw_the_shares_json_gives(cli, default_run, monkeypatch):
     assert bars == pytest.approx([via[k]["fraction"] for k in ("q", "k", "v", "qkv")], abs=1e-6)  # JSON: 6 places
 
 
-def test_every_heads_patch_on_smollm2_equals_transformers_hooks():
+PATCHING_REFERENCE = np.load(Path(__file__).parent / "fixtures" / "patching_reference.npz")
+PAIRS = json.loads(str(PATCHING_REFERENCE["meta"]))["pairs"]
+
+
+@pytest.mark.parametrize("i", range(len(PAIRS)))
+def test_every_heads_patch_on_smollm2_equals_transformers_hooks(i):
     """Against an independent reference: transformers' LlamaForCausalLM (eager, float32) with a
     forward pre-hook on each layer's o_proj, one pass a head (tests/fixtures/make_patching_reference.py),
-    on 10 prompt pairs: every one of the 270 heads' denoising values, and the clean and corrupted
-    metrics, within 1e-4 (the batched, prefix-cached copies change no number)."""
+    on 10 prompt pairs (one test each): every one of the 270 heads' denoising values, and the
+    clean and corrupted metrics, within 1e-4 (the batched, prefix-cached copies change no number)."""
     import mha_trace
 
-    reference = np.load(Path(__file__).parent / "fixtures" / "patching_reference.npz")
-    pairs = json.loads(str(reference["meta"]))["pairs"]
+    reference, (clean, corrupt, a, b) = PATCHING_REFERENCE, PAIRS[i]
     model = mha_trace.model("smollm2").model
-    assert len(pairs) >= 10
-    for i, (clean, corrupt, a, b) in enumerate(pairs):
-        assert model.tokenize(clean) == reference[f"p{i}_clean_ids"].tolist()
-        assert model.tokenize(corrupt) == reference[f"p{i}_corrupt_ids"].tolist()
-        p = patch(model, clean, corrupt, parse_metric(model, f"logit-diff:{a},{b}"))
-        clean_value, corrupt_value = reference[f"p{i}_values"]
-        assert (p.clean_value, p.corrupt_value) == pytest.approx((clean_value, corrupt_value), abs=1e-4)
-        np.testing.assert_allclose(p.heads, reference[f"p{i}_heads"], atol=1e-4, rtol=0)
-        shares = (reference[f"p{i}_heads"] - corrupt_value) / (clean_value - corrupt_value)
-        np.testing.assert_allclose(p.fraction(p.heads), shares, atol=1e-4, rtol=0)
+    assert len(PAIRS) >= 10
+    assert model.tokenize(clean) == reference[f"p{i}_clean_ids"].tolist()
+    assert model.tokenize(corrupt) == reference[f"p{i}_corrupt_ids"].tolist()
+    p = patch(model, clean, corrupt, parse_metric(model, f"logit-diff:{a},{b}"))
+    clean_value, corrupt_value = reference[f"p{i}_values"]
+    assert (p.clean_value, p.corrupt_value) == pytest.approx((clean_value, corrupt_value), abs=1e-4)
+    np.testing.assert_allclose(p.heads, reference[f"p{i}_heads"], atol=1e-4, rtol=0)
+    shares = (reference[f"p{i}_heads"] - corrupt_value) / (clean_value - corrupt_value)
+    np.testing.assert_allclose(p.fraction(p.heads), shares, atol=1e-4, rtol=0)

@@ -195,14 +195,16 @@ def patch(
     """Activation patching: run a clean and a corrupted text, copy one activation from one run into
     the other, and measure how much of the metric's gap it carries: the residual stream entering
     each layer at each position, then each head's output. Without --clean and --corrupt: an
-    indirect-object sentence (SmolLM2, about 10 seconds) or a run's probe.
+    indirect-object sentence (SmolLM2, about 5 seconds) or a run's probe.
 
     Example: mha-trace patch --model smollm2 --clean "The capital of France is" --corrupt "The capital of Italy is" --metric "logit-diff: Paris, Rome"
     Example: mha-trace patch --checkpoint run.pt --noising
     Example: mha-trace patch --model smollm2 --by-input --by-position 24.1 --html patch.html
     Example: mha-trace patch --checkpoint run.pt --sender 1.1 --receiver 2.4
     """
-    from mha_trace.analyses.patching import default_pair, parse_metric, path_patch, patch as run_patch
+    from mha_trace.analyses.patch_inputs import default_pair, parse_metric
+    from mha_trace.analyses.path_patching import path_patch
+    from mha_trace.analyses.patching import patch as run_patch
     from mha_trace.io.output import progress
     from mha_trace.runs.resolve import RunOptions, load, with_checkpoint
 

@@ -4,7 +4,8 @@ the heads that carry the most, and JSON."""
 import numpy as np
 from rich.text import Text
 
-from mha_trace.analyses.patching import PathPatching, Patching
+from mha_trace.analyses.path_patching import PathPatching
+from mha_trace.analyses.patching import Patching
 from mha_trace.io.output import new_table
 from mha_trace.records import data, renderables
 

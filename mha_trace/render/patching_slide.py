@@ -4,7 +4,8 @@ on one diverging scale from −1 to 1; path patching's four inputs as bars."""
 
 import numpy as np
 
-from mha_trace.analyses.patching import PathPatching, Patching
+from mha_trace.analyses.path_patching import PathPatching
+from mha_trace.analyses.patching import Patching
 from mha_trace.io.page import slide
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc,
                                     _save, _theme)

@@ -286,8 +286,7 @@ class Model:
         output copied from the clean run into the corrupted one (noising=True: the other way);
         without texts, an indirect-object sentence or a trained run's probe. by_input=True: each
         head's queries and each K/V group's keys and values too; by_position="24.1": that head
-        one position at a time. sender="1.1", receiver="2.4": path patching through the
-        receiver's q, k and v."""
+        a position at a time. sender="1.1", receiver="2.4": path patching through q, k and v."""
         from mha_trace.analyses.patch_inputs import default_pair, parse_metric
         from mha_trace.analyses.path_patching import path_patch
         from mha_trace.analyses.patching import patch

@@ -199,7 +199,7 @@ def patch(
 
     Example: mha-trace patch --model smollm2 --clean "The capital of France is" --corrupt "The capital of Italy is" --metric "logit-diff: Paris, Rome"
     Example: mha-trace patch --checkpoint run.pt --noising
-    Example: mha-trace patch --model smollm2 --by-input --by-position 24.1 --html patch.html
+    Example: mha-trace patch --checkpoint run.pt --by-input --by-position 2.1 --html patch.html --png patch.png
     Example: mha-trace patch --checkpoint run.pt --sender 1.1 --receiver 2.4
     """
     from mha_trace.analyses.patch_inputs import default_pair, parse_metric

@@ -31,7 +31,7 @@ def check_time(model, tokens: int, copies: int, what: str, quantity: str = "sent
         if seconds(model, 1, copies) <= limit else 0
     raise MhaError(f"{what} runs {model.name} over {copies} copies of {tokens} tokens: about "
                    f"{estimate:.0f} s on 2 cores, and the guard stops at {limit:g} s ({fits} "
-                   f"tokens fit); shorten the sentence, or --max-seconds {estimate + 1:.0f} goes "
+                   f"{'token fits' if fits == 1 else 'tokens fit'}); shorten the sentence, or --max-seconds {estimate + 1:.0f} goes "
                    f"on anyway", quantity=quantity)
 
 

@@ -286,7 +286,7 @@ class Model:
         output copied from the clean run into the corrupted one (noising=True: the other way);
         without texts, an indirect-object sentence or a trained run's probe. by_input=True: each
         head's queries and each K/V group's keys and values too; by_position="24.1": that head
-        a position at a time. sender="1.1", receiver="2.4": path patching through q, k and v."""
+        a position at a time. sender="1.1" (or "1.1,1.2": together), receiver="2.4": path patching through q, k, v."""
         from mha_trace.analyses.patch_inputs import default_pair, parse_metric
         from mha_trace.analyses.path_patching import path_patch
         from mha_trace.analyses.patching import patch
@@ -300,8 +300,8 @@ class Model:
         if sender is None:
             at = None if by_position is None else parse_head(by_position)
             return patch(self.model, *texts, chosen, bool(noising), by_input=bool(by_input), by_position=at)
-        return path_patch(self.model, *texts, chosen, parse_head(sender), parse_head(receiver),
-                          bool(noising))
+        senders = [parse_head(s.strip()) for s in str(sender).split(",")]
+        return path_patch(self.model, *texts, chosen, senders, parse_head(receiver), bool(noising))
 
     def cache(self, text: str | None = None, *, policies=("full", "window", "sinks", "h2o"),
               budgets=(64, 128, 256), sinks: int = 4, tokens: int = 512, renumber: bool = False):

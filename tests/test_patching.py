@@ -172,14 +172,16 @@ def test_path_patching_is_the_receivers_weights_written_out(trained, cli, defaul
     toy, T, half = model.toy, len(a), len(a) // 2
     block1, block2 = toy.blocks
     d = block2.d_k
-    for sender, receiver in ((1, 4), (2, 2)):
-        data = json.loads(cli("patch", "--checkpoint", str(default_run), "--sender", f"1.{sender}",
+    for senders, receiver in (((1,), 4), ((2,), 2), ((1, 3), 2)):  # several senders: their sum
+        data = json.loads(cli("patch", "--checkpoint", str(default_run), "--sender", ",".join(f"1.{s}" for s in senders),
                               "--receiver", f"2.{receiver}", "--format", "json").stdout)
         with torch.no_grad():
             _, ctx_a = by_hand(toy, a)
             _, ctx_b = by_hand(toy, b)
-            cols = slice((sender - 1) * d, sender * d)
-            delta = (ctx_a[0][:, cols] - ctx_b[0][:, cols]) @ block1.W_o.weight[:, cols].T
+            delta = 0
+            for sender in senders:
+                cols = slice((sender - 1) * d, sender * d)
+                delta = delta + (ctx_a[0][:, cols] - ctx_b[0][:, cols]) @ block1.W_o.weight[:, cols].T
             x2 = toy.embed(b) + toy.position.weight[:T] + block1.W_o(ctx_b[0])
             r = slice((receiver - 1) * d, receiver * d)
             for via, (xq, xk) in {"k": (x2, x2 + delta), "q": (x2 + delta, x2), "v": (x2, x2)}.items():

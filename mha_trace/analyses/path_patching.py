@@ -16,14 +16,14 @@ from mha_trace.speedups import batch_work
 
 @dataclass
 class PathPatching(Shows):
-    """Path patching (Wang et al. 2022): the sender head's output from the source run reaches the
-    receiver head only through the receiver's query, key or value input; every other path and
-    every other head stays as the target run has it."""
+    """Path patching (Wang et al. 2022): the sender heads' output from the source run (several
+    together: their outputs summed) reaches the receiver head only through the receiver's query,
+    key or value input; every other path and every other head stays as the target run has it."""
 
     renderer = "mha_trace.render.patching"
 
     card: ModelCard
-    sender: tuple  # (layer, head), from 1
+    senders: tuple  # ((layer, head), ...), from 1: patched together
     receiver: tuple
     metric: str
     noising: bool
@@ -35,20 +35,22 @@ class PathPatching(Shows):
         return float(Patching.fraction(self, np.array([value]))[0])
 
 
-def path_patch(model, clean: str, corrupt: str, metric: Metric, sender: tuple, receiver: tuple,
+def path_patch(model, clean: str, corrupt: str, metric: Metric, senders: list, receiver: tuple,
                noising: bool = False) -> PathPatching:
-    """The metric with the sender's output difference added to the receiver layer's input as the
-    receiver's q, k or v reads it (and all three), only the receiver head's output kept from that."""
+    """The metric with the senders' output difference (summed) added to the receiver layer's input
+    as the receiver's q, k or v reads it (and all three), only the receiver head's output kept."""
     import torch
 
     from mha_trace.analyses.model_analysis import check_heads
 
     check_patchable(model)
-    check_heads(model, [sender, receiver])
-    if sender[0] >= receiver[0]:
-        raise MhaError(f"the sender {sender[0]}.{sender[1]} must be in an earlier layer than the "
-                       f"receiver {receiver[0]}.{receiver[1]}: a head reads only what layers before "
-                       f"its own wrote", quantity="receiver")
+    senders = list(dict.fromkeys(tuple(s) for s in senders))  # each once
+    check_heads(model, [*senders, receiver])
+    for sender in senders:
+        if sender[0] >= receiver[0]:
+            raise MhaError(f"the sender {sender[0]}.{sender[1]} must be in an earlier layer than the "
+                           f"receiver {receiver[0]}.{receiver[1]}: a head reads only what layers "
+                           f"before its own wrote", quantity="receiver")
     (clean_ids, _, _), (corrupt_ids, _, _) = texts_of(model, clean, corrupt)
     if len(clean_ids) != len(corrupt_ids):
         raise MhaError(f"the clean and the corrupted text must be the same length in tokens: "
@@ -65,11 +67,11 @@ def path_patch(model, clean: str, corrupt: str, metric: Metric, sender: tuple, r
                       for ids in (clean_ids, corrupt_ids)]
         else:
             values = [metric(model, model.run(ids)[0], targets)[0] for ids in (clean_ids, corrupt_ids)]
-        delta = (_head_output(model, sender, source_contexts[sender[0] - 1])
-                 - _head_output(model, sender, target_contexts[sender[0] - 1]))  # (1, T, D)
+        delta = sum(_head_output(model, s, source_contexts[s[0] - 1])
+                    - _head_output(model, s, target_contexts[s[0] - 1]) for s in senders)  # (1, T, D)
         via = {name: float(_through(model, target, inputs, delta, receiver, name, metric, targets))
                for name in ("q", "k", "v", "qkv")}
-    return PathPatching(ModelCard.of(model), tuple(sender), tuple(receiver), metric.label, noising,
+    return PathPatching(ModelCard.of(model), tuple(senders), tuple(receiver), metric.label, noising,
                         float(values[0]), float(values[1]), via)
 
 

@@ -182,7 +182,7 @@ def patch(
     corrupt: Annotated[str | None, typer.Option("--corrupt", help="The corrupted text, as many tokens as --clean (default: the subject renamed; the probe with its first half re-drawn). Example: --corrupt \"When Mary and John went to the store, Mary gave a drink to\"")] = None,
     metric: Annotated[str | None, typer.Option("--metric", help="logit-diff:A,B (the logit of token A minus B's at the last position), loss (the next-token loss on the tokens both texts share) or, with --receiver, induction (the receiver's induction score). Example: --metric \"logit-diff: Mary, John\"")] = None,
     noising: Annotated[bool, typer.Option("--noising", help="Copy from the corrupted run into the clean one (the share each activation destroys) instead of clean into corrupted (the share it restores). Example: --noising")] = False,
-    sender: Annotated[str | None, typer.Option("--sender", help="Path patching: the head whose output is copied (with --receiver). Example: --sender 1.1 --receiver 2.4")] = None,
+    sender: Annotated[str | None, typer.Option("--sender", help="Path patching: the head whose output is copied (with --receiver), or several, comma-separated, copied together. Example: --sender 1.1,1.2 --receiver 2.4")] = None,
     receiver: Annotated[str | None, typer.Option("--receiver", help="Path patching: the later head that receives it, through its queries, keys or values alone (a trained run's metric defaults to this head's induction score). Example: --receiver 2.4")] = None,
     by_input: Annotated[bool, typer.Option("--by-input", help="Also patch each head's queries alone and each K/V group's keys and values (on SmolLM2 one K/V group serves three query heads: patching it moves all three). Example: --by-input")] = False,
     by_position: Annotated[str | None, typer.Option("--by-position", help="One head's output patched one position at a time: where it carries the difference. Example: --by-position 24.1", metavar="L.H")] = None,
@@ -225,7 +225,8 @@ def patch(
         if by_input or by_position:
             raise MhaError("--by-input and --by-position patch every head; path patching "
                            "(--sender/--receiver) follows one path", quantity="receiver")
-        result = path_patch(m, *texts, chosen, parse_head(sender), parse_head(receiver), noising)
+        senders = [parse_head(part.strip()) for part in sender.split(",")]
+        result = path_patch(m, *texts, chosen, senders, parse_head(receiver), noising)
         return emit(out, result.renderables, result.data, slide=result)
     at = None if by_position is None else parse_head(by_position)
     with progress(m.layers, "patching, layer by layer") as advance:

@@ -131,27 +131,32 @@ def _patching_data(p, **_) -> dict:
 
 
 def path_renderables(p: PathPatching) -> list:
-    (sl, sh), (rl, rh) = p.sender, p.receiver
+    senders, (rl, rh) = sender_names(p), p.receiver
     way = "from the corrupted run into the clean one" if p.noising else "from the clean run into the corrupted one"
-    table = new_table(f"Head {sl}.{sh}'s output, {way}, into head {rl}.{rh} through one input")
+    whose = f"Head {senders}'s output" if len(p.senders) == 1 else f"Heads {senders}' outputs, together,"
+    table = new_table(f"{whose} {way}, into head {rl}.{rh} through one input")
     for name in ("through", "metric", "share of the gap"):
         table.add_column(name, justify="left" if name == "through" else "right")
     names = {"q": "its queries", "k": "its keys", "v": "its values", "qkv": "all three"}
     for key, value in p.via.items():
         table.add_row(names[key], f"{value:.4f}", _cell(p.fraction(value)))
-    return [Text(f"patch: {p.card.name}, path {sl}.{sh} → {rl}.{rh}, metric {p.metric}", style="bold"),
+    return [Text(f"patch: {p.card.name}, path {senders} → {rl}.{rh}, metric {p.metric}", style="bold"),
             Text(f"Clean {p.clean_value:.4f}, corrupted {p.corrupt_value:.4f}. The sender's output "
-                 f"difference reaches the receiver only through the input named; every other path, "
+                 f"difference (several senders': their sum) reaches the receiver only through the input named; every other path, "
                  f"and every other head of the receiver's layer, is the target run's (Wang et al. "
                  f"2022's path patching). A head's weights do not depend on its values: a score "
                  f"read off them moves through q and k alone."),
             table]
 
 
+def sender_names(p: PathPatching) -> str:
+    return " + ".join(f"{l}.{h}" for l, h in p.senders)
+
+
 def path_data(p: PathPatching) -> dict:
     return {"command": "patch", "model": p.card.name, "metric": p.metric,
             "direction": "noising" if p.noising else "denoising",
-            "sender": f"{p.sender[0]}.{p.sender[1]}", "receiver": f"{p.receiver[0]}.{p.receiver[1]}",
+            "sender": sender_names(p).replace(" + ", ","), "receiver": f"{p.receiver[0]}.{p.receiver[1]}",
             "clean": round(p.clean_value, 6), "corrupt": round(p.corrupt_value, 6),
             "via": {k: {"metric": round(v, 6), "fraction": round(p.fraction(v), 6)} for k, v in p.via.items()}}
 

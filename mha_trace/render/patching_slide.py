@@ -7,6 +7,7 @@ import numpy as np
 from mha_trace.analyses.path_patching import PathPatching
 from mha_trace.analyses.patching import Patching
 from mha_trace.io.page import slide
+from mha_trace.render.patching import sender_names
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc,
                                     _save, _theme)
 
@@ -85,7 +86,7 @@ def path_slide(p: PathPatching, path: str, theme: str = "light", **_) -> None:
     fg, bg = _theme(theme)
     names = {"q": "its queries", "k": "its keys", "v": "its values", "qkv": "all three"}
     shares = [p.fraction(p.via[key]) for key in names]
-    (sl, sh), (rl, rh) = p.sender, p.receiver
+    senders, (rl, rh) = sender_names(p), p.receiver
     with plt.rc_context(_rc(fg)):
         fig, ax = plt.subplots(figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI, facecolor=bg,
                                constrained_layout=True)
@@ -101,6 +102,7 @@ def path_slide(p: PathPatching, path: str, theme: str = "light", **_) -> None:
         ax.set_xlim(min(-0.1, min(shares) - 0.25), max(1.1, max(shares) + 0.25))
         ax.set_xlabel("share of the gap " + ("destroyed" if p.noising else "restored"), fontsize=22)
         ax.tick_params(axis="x", labelsize=MIN_TICK_PT + 3)
-        fig.suptitle(_fitted(f"{p.card.name}: head {sl}.{sh}'s output into head {rl}.{rh}", 90)
+        whose = f"head {senders}'s output" if len(p.senders) == 1 else f"heads {senders}, together,"
+        fig.suptitle(_fitted(f"{p.card.name}: {whose} into head {rl}.{rh}", 90)
                      + "\n" + _fitted(p.metric, 90), fontsize=26, color=fg)
     _save(plt, fig, path, bg)

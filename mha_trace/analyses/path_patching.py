@@ -34,6 +34,11 @@ class PathPatching(Shows):
     def fraction(self, value: float) -> float:
         return float(Patching.fraction(self, np.array([value]))[0])
 
+    @property
+    def sender_names(self) -> str:
+        """'1.1' or '1.1 + 1.3'."""
+        return " + ".join(f"{layer}.{head}" for layer, head in self.senders)
+
 
 def path_patch(model, clean: str, corrupt: str, metric: Metric, senders: list, receiver: tuple,
                noising: bool = False) -> PathPatching:

@@ -131,7 +131,7 @@ def _patching_data(p, **_) -> dict:
 
 
 def path_renderables(p: PathPatching) -> list:
-    senders, (rl, rh) = sender_names(p), p.receiver
+    senders, (rl, rh) = p.sender_names, p.receiver
     way = "from the corrupted run into the clean one" if p.noising else "from the clean run into the corrupted one"
     whose = f"Head {senders}'s output" if len(p.senders) == 1 else f"Heads {senders}' outputs, together,"
     table = new_table(f"{whose} {way}, into head {rl}.{rh} through one input")
@@ -149,14 +149,10 @@ def path_renderables(p: PathPatching) -> list:
             table]
 
 
-def sender_names(p: PathPatching) -> str:
-    return " + ".join(f"{l}.{h}" for l, h in p.senders)
-
-
 def path_data(p: PathPatching) -> dict:
     return {"command": "patch", "model": p.card.name, "metric": p.metric,
             "direction": "noising" if p.noising else "denoising",
-            "sender": sender_names(p).replace(" + ", ","), "receiver": f"{p.receiver[0]}.{p.receiver[1]}",
+            "sender": p.sender_names.replace(" + ", ","), "receiver": f"{p.receiver[0]}.{p.receiver[1]}",
             "clean": round(p.clean_value, 6), "corrupt": round(p.corrupt_value, 6),
             "via": {k: {"metric": round(v, 6), "fraction": round(p.fraction(v), 6)} for k, v in p.via.items()}}
 

@@ -7,7 +7,6 @@ import numpy as np
 from mha_trace.analyses.path_patching import PathPatching
 from mha_trace.analyses.patching import Patching
 from mha_trace.io.page import slide
-from mha_trace.render.patching import sender_names
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc,
                                     _save, _theme)
 
@@ -86,7 +85,7 @@ def path_slide(p: PathPatching, path: str, theme: str = "light", **_) -> None:
     fg, bg = _theme(theme)
     names = {"q": "its queries", "k": "its keys", "v": "its values", "qkv": "all three"}
     shares = [p.fraction(p.via[key]) for key in names]
-    senders, (rl, rh) = sender_names(p), p.receiver
+    senders, (rl, rh) = p.sender_names, p.receiver
     with plt.rc_context(_rc(fg)):
         fig, ax = plt.subplots(figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI, facecolor=bg,
                                constrained_layout=True)

@@ -298,10 +298,10 @@ class Model:
         texts = pair[:2] if clean is None else (text_of(clean), text_of(corrupt))
         chosen = parse_metric(self.model, metric or pair[2])
         if sender is None:
-            at = None if by_position is None else parse_head(by_position)
+            at = None if by_position is None else parse_head(by_position, "by_position")
             return patch(self.model, *texts, chosen, bool(noising), by_input=bool(by_input), by_position=at)
-        senders = [parse_head(s.strip()) for s in str(sender).split(",")]
-        return path_patch(self.model, *texts, chosen, senders, parse_head(receiver), bool(noising))
+        senders = [parse_head(s.strip(), "sender") for s in str(sender).split(",")]
+        return path_patch(self.model, *texts, chosen, senders, parse_head(receiver, "receiver"), bool(noising))
 
     def cache(self, text: str | None = None, *, policies=("full", "window", "sinks", "h2o"),
               budgets=(64, 128, 256), sinks: int = 4, tokens: int = 512, renumber: bool = False):

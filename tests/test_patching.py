@@ -155,6 +155,11 @@ def test_noising_copies_the_other_way(trained, cli, default_run):
     (("--clean", "", "--corrupt", ""), "--clean text is empty: give a text to run"),
     (("--metric", "induction"), "--metric induction scores one receiving head: give --sender and --receiver "
                                 "(path patching)"),
+    (("--by-position", "31.1"), "--by-position: head 31.1 is out of range (SmolLM2-135M-Instruct has layers 1 to 30 "
+                                "and heads 1 to 9 in each)"),
+    (("--sender", "1.1,", "--receiver", "2.4"), "--sender: head '' is not LAYER.HEAD, e.g. 4.1 (layer 4, head 1)"),
+    (("--sender", "1.1", "--receiver", "2.4", "--by-input"), "--receiver: --by-input and --by-position patch every "
+                                                             "head; path patching (--sender/--receiver) follows one path"),
     (("--model", "minilm"), "--model: patch scores a causal model's next token; all-MiniLM-L6-v2 is an encoder "
                             "(try --model smollm2 or --checkpoint run.pt)"),
 ])
@@ -314,6 +319,9 @@ def test_a_kv_group_patch_is_the_keys_and_values_of_its_query_heads_patched_join
     f = p.fraction(p.kv_groups)
     assert abs(f[23, 1]) > 0.05  # the test is not of zeros: layer 24's second group carries some
     assert p.by_position[0] == (24, 1) and p.by_position[1][:3] == pytest.approx(p.corrupt_value, abs=0)
+    text = str(p)  # the view says what a group is
+    assert "One K/V group serves 3 query heads (3 groups, 9 heads a layer)" in " ".join(text.split())
+    assert "2 (heads 4-6)" in text and "Head 24.1's output, one position at a time" in text
 
 
 def test_one_heads_output_one_position_at_a_time_is_the_forward_pass_written_out(default_run):

@@ -14,11 +14,11 @@ from mha_trace.analyses.ablated import Ablation
 from mha_trace.models.base import ModelCard, ModelText
 from mha_trace.records import Shows
 
-def check_heads(model, heads: list[tuple[int, int]]) -> None:
+def check_heads(model, heads: list[tuple[int, int]], quantity: str = "head") -> None:
     for layer, head in heads:
         if not 1 <= layer <= model.layers or not 1 <= head <= model.heads:
             raise MhaError(f"head {layer}.{head} is out of range ({model.name} has layers 1 to "
-                           f"{model.layers} and heads 1 to {model.heads} in each)", quantity="head")
+                           f"{model.layers} and heads 1 to {model.heads} in each)", quantity=quantity)
 
 
 def _run_with(model, ids, plan: dict, batch: int = 1, resume=None):

@@ -68,7 +68,7 @@ def patch(model, clean: str, corrupt: str, metric: Metric, noising: bool = False
 
     check_patchable(model)
     if by_position is not None:
-        check_heads(model, [by_position])
+        check_heads(model, [by_position], "by_position")
     (clean_ids, clean_tokens, _), (corrupt_ids, corrupt_tokens, _) = texts_of(model, clean, corrupt)
     if metric.kind == "induction":
         raise MhaError("metric induction scores one receiving head: give --sender and --receiver "

@@ -50,7 +50,8 @@ def path_patch(model, clean: str, corrupt: str, metric: Metric, senders: list, r
 
     check_patchable(model)
     senders = list(dict.fromkeys(tuple(s) for s in senders))  # each once
-    check_heads(model, [*senders, receiver])
+    check_heads(model, senders, "sender")
+    check_heads(model, [receiver], "receiver")
     for sender in senders:
         if sender[0] >= receiver[0]:
             raise MhaError(f"the sender {sender[0]}.{sender[1]} must be in an earlier layer than the "

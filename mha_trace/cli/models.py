@@ -225,10 +225,10 @@ def patch(
         if by_input or by_position:
             raise MhaError("--by-input and --by-position patch every head; path patching "
                            "(--sender/--receiver) follows one path", quantity="receiver")
-        senders = [parse_head(part.strip()) for part in sender.split(",")]
-        result = path_patch(m, *texts, chosen, senders, parse_head(receiver), noising)
+        senders = [parse_head(part.strip(), "sender") for part in sender.split(",")]
+        result = path_patch(m, *texts, chosen, senders, parse_head(receiver, "receiver"), noising)
         return emit(out, result.renderables, result.data, slide=result)
-    at = None if by_position is None else parse_head(by_position)
+    at = None if by_position is None else parse_head(by_position, "by_position")
     with progress(m.layers, "patching, layer by layer") as advance:
         result = run_patch(m, *texts, chosen, noising, advance, by_input, at)
     emit(out, lambda: result.renderables(top=top), result.data, page=result, slide=result)

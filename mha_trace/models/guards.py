@@ -82,7 +82,7 @@ def check_sentence(text: str) -> str:
     return text
 
 
-def parse_head(text: str) -> tuple[int, int]:
+def parse_head(text: str, quantity: str = "head") -> tuple[int, int]:
     """'4.1' -> (4, 1): layer and head, both counted from 1, in ASCII digits."""
     import re
 
@@ -91,5 +91,5 @@ def parse_head(text: str) -> tuple[int, int]:
         from mha_trace.errors import printable
 
         raise MhaError(f"head '{printable(text)}' is not LAYER.HEAD, e.g. 4.1 (layer 4, head 1)",
-                       quantity="head")
+                       quantity=quantity)
     return int(found[1]), int(found[2])

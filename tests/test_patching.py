@@ -388,3 +388,15 @@ def test_every_heads_patch_on_smollm2_equals_transformers_hooks(i):
     np.testing.assert_allclose(p.heads, reference[f"p{i}_heads"], atol=1e-4, rtol=0)
     shares = (reference[f"p{i}_heads"] - corrupt_value) / (clean_value - corrupt_value)
     np.testing.assert_allclose(p.fraction(p.heads), shares, atol=1e-4, rtol=0)
+
+
+def test_the_copies_of_many_layers_share_a_pass_and_split_into_passes_alike(trained, monkeypatch):
+    """A layer's copies join the batch as the pass reaches it; a batch that would outgrow
+    COPY_TOKENS starts a new pass. One pass a layer gives the same numbers."""
+    from mha_trace.analyses import patching
+
+    model, clean, corrupt, p = trained
+    monkeypatch.setattr(patching, "COPY_TOKENS", 1)
+    apart = patch(model, clean, corrupt, parse_metric(model, "loss"), by_position=(2, 2))
+    np.testing.assert_allclose(apart.heads, p.heads, atol=1e-6)
+    np.testing.assert_allclose(apart.residual, p.residual, atol=1e-6)

@@ -4,11 +4,12 @@ carries. Two grids: the residual stream entering each layer at each position (co
 information is), and each head's output at every position (which heads carry it). Denoising
 copies clean into the corrupted run (the fraction restored); noising copies corrupted into the
 clean run (the fraction destroyed); `by_input` adds each head's queries and each K/V group's keys
-and values, `by_position` one head a position at a time. Plain data; the model runs one batch of
-copies a layer, one copy a patch, resumed at the patched layer from the first position where the
-texts differ. Path patching is in `path_patching`.
+and values, `by_position` one head a position at a time. Plain data; the copies, one a patch, run
+in one pass that each layer's copies join when it reaches that layer, from the first position
+where the texts differ. Path patching is in `path_patching`.
 """
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,13 +93,18 @@ def patch(model, clean: str, corrupt: str, metric: Metric, noising: bool = False
         base = values[0 if noising else 1]
         attribution = _attribution(model, target_ids, source.contexts, metric, targets, base)
         copies = _Copies(model, target_ids, source_ids, source, target, metric, targets)
-        grids = {kind: [] for kind in ("residual", "heads", "queries", "kv_groups")}
-        for layer in range(1, model.layers + 1):
-            for kind, row in copies.layer(layer, base, by_input).items():
-                grids[kind].append(row)
-            on_layer()
-        positions = None if by_position is None else (tuple(by_position),
-                                                      copies.by_position(*by_position, base))
+        plan = {layer: copies.edits(layer, by_input, by_position) for layer in range(1, model.layers + 1)}
+        found = copies.run({layer: [e for kind in kinds.values() for e in kind] for layer, kinds in plan.items()},
+                           on_layer)
+        grids = {kind: [] for kind in ("residual", "heads", "queries", "kv_groups", "by_position")}
+        for layer, kinds in plan.items():
+            at = 0
+            for kind, edits in kinds.items():
+                grids[kind].append(found[layer][at:at + len(edits)])
+                at += len(edits)
+        fill = lambda row: np.concatenate([np.full(copies.start, base), row])  # before: nothing moves
+        positions = None if by_position is None else (tuple(by_position), fill(grids["by_position"][0]))
+        grids["residual"] = [fill(row) for row in grids["residual"]]
     return Patching(ModelCard.of(model), tuple(clean_tokens), tuple(corrupt_tokens), metric.label,
                     noising, float(values[0]), float(values[1]), np.array(grids["residual"]),
                     np.array(grids["heads"]), attribution,
@@ -106,6 +112,7 @@ def patch(model, clean: str, corrupt: str, metric: Metric, noising: bool = False
                     np.array(grids["kv_groups"]) if by_input else None, positions)
 
 
+COPY_TOKENS = 16384  # copies × tokens in one pass at most (SmolLM2: about 100 MB a feed-forward)
 BATCHED = 0.4  # a batch of copies costs about this share of running them one by one (2 cores)
 LOSS = 1.7  # the loss unembeds every shared position of every copy: about this much more
 
@@ -166,74 +173,96 @@ class _Copies:
             self.prefix = [KVCache() for _ in range(model.layers)]
             model.run(ids[:self.start], caches=self.prefix)
 
-    def layer(self, layer: int, base: float, by_input: bool) -> dict:
-        """One batch for a layer: the metric with the residual stream entering it patched at each
-        position, with each head's output patched, and (by_input) with each head's queries and
-        each K/V group's keys and values."""
+    def edits(self, layer: int, by_input: bool, by_position: tuple | None) -> dict:
+        """A layer's copies, by grid: the residual stream entering it at each position from the
+        first that differs, each head's output, (by_input) each head's queries and each K/V group's
+        keys and values, (by_position at this layer) that head at each position alone."""
         T, H = len(self.ids), self.model.heads
         edits = {"residual": [("residual", t) for t in range(self.start, T)],
                  "heads": [("head", h, None) for h in range(H)]}
         if by_input:
             edits |= {"queries": [("q", h) for h in range(H)],
                       "kv_groups": [("kv", g) for g in range(self.model.kv_heads or H)]}
-        values, rows, at = self.run(layer, [e for group in edits.values() for e in group]), {}, 0
-        for kind, group in edits.items():
-            rows[kind], at = values[at:at + len(group)], at + len(group)
-        rows["residual"] = np.concatenate([np.full(self.start, base), rows["residual"]])
-        return rows
+        if by_position is not None and by_position[0] == layer:
+            edits["by_position"] = [("head", by_position[1] - 1, t) for t in range(self.start, T)]
+        return edits
 
-    def by_position(self, layer: int, head: int, base: float) -> np.ndarray:
-        """The metric with one head's output patched at each position alone."""
-        T = len(self.ids)
-        row = np.full(T, base)
-        row[self.start:] = self.run(layer, [("head", head - 1, t) for t in range(self.start, T)])
-        return row
+    def run(self, plan: dict, on_layer=lambda: None) -> dict:
+        """The metric of one copy per edit (layer -> edits: ("residual", t), ("head", h, t or None:
+        every position), ("q", h) one head's queries, ("kv", g) one K/V group's keys and values).
+        A layer's copies join the batch when the pass reaches that layer, so the copies of many
+        layers share one pass; a new pass starts where the batch would outgrow COPY_TOKENS."""
+        found, group, tokens = {}, [], len(self.ids) - self.start
+        for layer in plan:
+            if group and (sum(len(plan[g]) for g in group) + len(plan[layer])) * tokens > COPY_TOKENS:
+                found |= self._pass(group, plan, on_layer)
+                group = []
+            group.append(layer)
+        return found | self._pass(group, plan, on_layer)
 
-    def run(self, layer: int, edits: list) -> np.ndarray:
-        """The metric of one copy per edit: ("residual", t), ("head", h, t or None: every
-        position), ("q", h) one head's queries, ("kv", g) one K/V group's keys and values."""
+    def _pass(self, group: list, plan: dict, on_layer) -> dict:
+        """One pass from the group's first layer to the last, each group layer's copies added."""
         import torch
 
-        if not edits:
-            return np.zeros(0)
-        model, s, n = self.model, self.start, len(edits)
-        attention = model.attention_module(layer)
-        d = attention.d_k
-        x = self.target.inputs[layer - 1][:, s:].expand(n, -1, -1).clone()  # (copies, T − s, D)
-        cuts = {"context": [], "q": [], "k": [], "v": []}  # (copy, columns, rows) to take
+        model, s, x, spans = self.model, self.start, None, {}
+        T = len(self.ids) - s
+        mask = torch.ones(T, s + T, dtype=torch.bool, device=self.target.hidden.device).tril(s)
+        for layer in range(group[0], model.layers + 1):
+            if layer in group:
+                at = 0 if x is None else x.size(0)
+                new, cuts = self._copies(layer, plan[layer], at)
+                spans[layer] = (at, at + new.size(0))
+                x = new if x is None else torch.cat([x, new])
+            with self._hooked(layer, cuts if layer in group else {}):
+                caches = None if self.prefix is None else [_expanded(c, x.size(0)) for c in self.prefix]
+                x, _, _ = model.run(self.ids[s:], batch=x.size(0), resume=(layer, x), caches=caches,
+                                    mask=mask, last=layer)
+            if layer in group:
+                on_layer()
+        whole = torch.cat([self.target.hidden[:, :s].expand(x.size(0), -1, -1), x], dim=1)
+        values = self.metric(model, whole, self.targets)
+        return {layer: values[a:b] for layer, (a, b) in spans.items()}
+
+    def _copies(self, layer: int, edits: list, at: int) -> tuple:
+        """The copies of the target run's input to `layer` from the first differing position, each
+        residual edit made; and what the hooks take from the source: name -> [(copy, columns,
+        rows)], copies counted from `at`."""
+        s, d = self.start, self.model.attention_module(layer).d_k
+        x = self.target.inputs[layer - 1][:, s:].expand(len(edits), -1, -1).clone()  # (copies, T − s, D)
+        cuts = {"context": [], "q": [], "k": [], "v": []}
         for i, edit in enumerate(edits):
             if edit[0] == "residual":
                 x[i, edit[1] - s] = self.source.inputs[layer - 1][0, edit[1]]
             elif edit[0] == "head":
                 rows = slice(None) if edit[2] is None else slice(edit[2] - s, edit[2] - s + 1)
-                cuts["context"].append((i, slice(edit[1] * d, (edit[1] + 1) * d), rows))
+                cuts["context"].append((at + i, slice(edit[1] * d, (edit[1] + 1) * d), rows))
             else:
                 for name in ("q",) if edit[0] == "q" else ("k", "v"):
-                    cuts[name].append((i, slice(edit[1] * d, (edit[1] + 1) * d), slice(None)))
+                    cuts[name].append((at + i, slice(edit[1] * d, (edit[1] + 1) * d), slice(None)))
+        return x, cuts
+
+    @contextlib.contextmanager
+    def _hooked(self, layer: int, cuts: dict):
+        """The layer's W_o input and q, k, v projections with the cut parts taken from the source."""
+        attention, s = self.model.attention_module(layer), self.start
         source = {"context": self.source.contexts[layer - 1],
                   **{name: self.source.projections[name][layer - 1] for name in "qkv"}}
 
-        def taking(name):
-            def take(value):
-                value = value.clone()
-                for i, cols, rows in cuts[name]:
-                    value[i, rows, cols] = source[name][0, s:][rows, cols]
-                return value
-            return take
+        def taking(name, value):
+            value = value.clone()
+            for i, cols, rows in cuts[name]:
+                value[i, rows, cols] = source[name][0, s:][rows, cols]
+            return value
 
-        caches = None if self.prefix is None else [_expanded(c, n) for c in self.prefix]
-        T = len(self.ids) - s
-        mask = torch.ones(T, s + T, dtype=torch.bool, device=x.device).tril(s)
-        hooks = [attention.W_o.register_forward_pre_hook(lambda _, args: (taking("context")(args[0]),))]
+        hooks = [attention.W_o.register_forward_pre_hook(lambda _, args: (taking("context", args[0]),))
+                 ] if cuts.get("context") else []
         hooks += [getattr(attention, f"W_{name}").register_forward_hook(
-            lambda _, __, out, name=name: taking(name)(out)) for name in "qkv" if cuts[name]]
+            lambda _, __, out, name=name: taking(name, out)) for name in "qkv" if cuts.get(name)]
         try:
-            hidden, _, _ = model.run(self.ids[s:], batch=n, resume=(layer, x), caches=caches, mask=mask)
+            yield
         finally:
             for hook in hooks:
                 hook.remove()
-        whole = torch.cat([self.target.hidden[:, :s].expand(n, -1, -1), hidden], dim=1)
-        return self.metric(model, whole, self.targets)
 
 
 def _expanded(cache, n: int):

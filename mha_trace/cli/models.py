@@ -195,7 +195,7 @@ def patch(
     """Activation patching: run a clean and a corrupted text, copy one activation from one run into
     the other, and measure how much of the metric's gap it carries: the residual stream entering
     each layer at each position, then each head's output. Without --clean and --corrupt: an
-    indirect-object sentence (SmolLM2, about 5 seconds) or a run's probe.
+    indirect-object sentence (SmolLM2, about 4 seconds) or a run's probe.
 
     Example: mha-trace patch --model smollm2 --clean "The capital of France is" --corrupt "The capital of Italy is" --metric "logit-diff: Paris, Rome"
     Example: mha-trace patch --checkpoint run.pt --noising

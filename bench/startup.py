@@ -91,6 +91,7 @@ def commands(slow: bool = False) -> dict:
                                                                        "--rope-planes"]
         cmds["mha-trace ablate --model smollm2 --rank"] = cli + ["ablate", "--model", "smollm2",
                                                                  "--sentence", sentence, "--rank"]
+        cmds["mha-trace patch --model smollm2 (the indirect object)"] = cli + ["patch", "--model", "smollm2"]
         if slow:
             cmds["mha-trace ablate --model smollm2 --prune"] = cli + ["ablate", "--model", "smollm2",
                                                                       "--prune"]

@@ -388,3 +388,21 @@ def test_the_patching_page_shows_every_grid_with_the_numbers_of_the_json(browser
     positions = page.eval_on_selector_all("#patch-positions td", "cs => cs.map(c => c.textContent)")
     assert [float(x) for x in positions] == pytest.approx(np.round(data["by_position"]["fraction"], 2), abs=1e-9)
     assert opened.clean()
+
+
+def test_the_path_patching_page_shows_each_input_as_the_json_does(browser, cli, default_run, tmp_path):
+    """`patch --sender 1.1,1.2 --receiver 2.4 --html`: the four inputs, each with its metric and
+    its share of the gap as JSON gives them."""
+    args = ("patch", "--checkpoint", str(default_run), "--sender", "1.1,1.2", "--receiver", "2.4")
+    via = json.loads(cli(*args, "--format", "json").stdout)["via"]
+    out = tmp_path / "path.html"
+    assert cli(*args, "--html", str(out)).exit_code == 0
+    opened = Opened(browser, out.as_uri())
+    rows = opened.page.eval_on_selector_all("#path-table tr[data-input]", "rs => rs.map(r => [r.dataset.input, "
+                                            "r.cells[1].textContent, r.cells[2].textContent])")
+    assert [r[0] for r in rows] == ["q", "k", "v", "qkv"]
+    for key, metric, share in rows:
+        assert float(metric) == pytest.approx(via[key]["metric"], abs=5e-5)
+        assert float(share) == pytest.approx(round(via[key]["fraction"], 2), abs=1e-9)
+    assert "1.1 + 1.2 reaches 2.4 only through the input named" in opened.page.inner_text("body")
+    assert opened.clean()

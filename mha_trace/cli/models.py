@@ -227,7 +227,7 @@ def patch(
                            "(--sender/--receiver) follows one path", quantity="receiver")
         senders = [parse_head(part.strip(), "sender") for part in sender.split(",")]
         result = path_patch(m, *texts, chosen, senders, parse_head(receiver, "receiver"), noising)
-        return emit(out, result.renderables, result.data, slide=result)
+        return emit(out, result.renderables, result.data, page=result, slide=result)
     at = None if by_position is None else parse_head(by_position, "by_position")
     with progress(m.layers, "patching, layer by layer") as advance:
         result = run_patch(m, *texts, chosen, noising, advance, by_input, at)

@@ -1,5 +1,5 @@
 """The interactive page's data for each record that has one (Heads, Walk, TiledWalk, ShapesReport,
-Patching), registered with `mha_trace.io.page.page_data`. Weights are kept to what the view shows (16 bits
+Patching, PathPatching), registered with `mha_trace.io.page.page_data`. Weights are kept to what the view shows (16 bits
 each, base64: to four decimals, as the terminal and the JSON round them; `--format json` keeps the full precision)."""
 
 import base64
@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from mha_trace.analyses.analysis import Heads
+from mha_trace.analyses.path_patching import PathPatching
 from mha_trace.analyses.patching import Patching
 from mha_trace.analyses.tiled_walk import TiledWalk
 from mha_trace.analyses.walk import Walk
@@ -138,3 +139,14 @@ def patching_page(p) -> dict:
             "kv_groups": grid(p.kv_groups),
             "by_position": None if p.by_position is None else {
                 "head": list(p.by_position[0]), **grid(p.by_position[1])}}
+
+
+@page_data.register(PathPatching)
+def path_page(p) -> dict:
+    """Path patching's four inputs, each with its metric and share of the gap."""
+    return {"kind": "path", "title": f"patch: {p.card.name}, path {p.sender_names} → "
+                                     f"{p.receiver[0]}.{p.receiver[1]}, {p.metric}",
+            "noising": p.noising, "senders": p.sender_names,
+            "receiver": f"{p.receiver[0]}.{p.receiver[1]}", "values": [round(p.clean_value, 4), round(p.corrupt_value, 4)],
+            "via": [{"input": key, "metric": round(v, 4), "fraction": round(p.fraction(v), 4)}
+                    for key, v in p.via.items()]}

@@ -1,5 +1,5 @@
 /* mha-trace's interactive page: the head view, the model view, a token's walk (also tile by
-   tile), the trace, the patching grids.
+   tile), the trace, the patching grids and a patched path.
    Plain JavaScript, no library, no network. The data comes from the #mha-data JSON block; every
    text from it is written with textContent, never parsed as HTML. */
 (function () {
@@ -469,6 +469,26 @@
     }
   }
 
+  /* ---- path: one sender's (or several senders') output into a receiver, through each input ---- */
+  function pathView() {
+    const names = {q: "its queries", k: "its keys", v: "its values", qkv: "all three"};
+    const way = data.noising ? "destroys" : "restores";
+    root.append(el("p", {text: `Clean ${fmt(data.values[0])}, corrupted ${fmt(data.values[1])}. The ` +
+      `output of ${data.senders} reaches ${data.receiver} only through the input named; every other ` +
+      "path is the target run's (Wang et al. 2022's path patching). A head's weights do not depend " +
+      "on its values: a score read off them moves through q and k alone."}));
+    const table = el("table", {class: "walk", id: "path-table"});
+    table.append(el("tr", {}, ...["through", "metric", `share of the gap it ${way}`].map((t, i) =>
+      el("th", {class: i ? "num" : "", text: t}))));
+    data.via.forEach((row) => {
+      const bar = el("span", {class: "bar", style: `width:${Math.round(Math.min(1, Math.abs(row.fraction)) * 200)}px`});
+      table.append(el("tr", {"data-input": row.input}, el("td", {text: names[row.input]}),
+        el("td", {class: "num", text: fmt(row.metric)}),
+        el("td", {class: "num"}, `${fmt(row.fraction, 2) === "-0.00" ? "0.00" : fmt(row.fraction, 2)} `, bar)));
+    });
+    root.append(table);
+  }
+
   ({heads: headsView, explain: explainView, tiled: tiledView, shapes: shapesView,
-    patching: patchingView})[data.kind]();
+    patching: patchingView, path: pathView})[data.kind]();
 })();

@@ -265,6 +265,14 @@ def test_a_pair_without_a_gap_says_so_and_a_bad_run_text_names_its_option(cli, d
     assert "there is no gap, and every share is 0" in " ".join(same.stdout.split())
     bad = cli("patch", "--checkpoint", str(default_run), "--clean", "a b", "--corrupt", "1 2")
     assert bad.exit_code == 2 and bad.stderr.startswith("Error: --clean: this run's text is token ids 0 to 15")
+    twice = cli("patch", "--checkpoint", str(default_run), "--clean", "1 2 3 4", "--corrupt", "1 2 3 4",
+                "--by-input", "--by-position", "2.1", "--format", "json")  # the same text: nothing to copy
+    data = json.loads(twice.stdout)
+    for key in ("residual", "heads", "queries", "kv_groups", "by_position"):
+        assert np.array(data[key]["fraction"]) == pytest.approx(0, abs=0), key
+        assert np.array(data[key]["metric"]) == pytest.approx(data["clean"]["metric"], abs=1e-6), key
+    text = cli("patch", "--checkpoint", str(default_run), "--clean", "1 2 3 4", "--corrupt", "1 2 3 4").stdout
+    assert "The two texts are the same, token for token." in " ".join(text.split())
 
 
 def smollm2_attention_by_hand(attention, x, source, group=None, query_head=None):

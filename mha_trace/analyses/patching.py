@@ -193,6 +193,9 @@ class _Copies:
         A layer's copies join the batch when the pass reaches that layer, so the copies of many
         layers share one pass; a new pass starts where the batch would outgrow COPY_TOKENS."""
         found, group, tokens = {}, [], len(self.ids) - self.start
+        if tokens == 0:  # the same text twice: every copy is the target run
+            same = self.metric(self.model, self.target.hidden, self.targets)[0]
+            return {layer: np.full(len(edits), same) for layer, edits in plan.items()}
         for layer in plan:
             if group and (sum(len(plan[g]) for g in group) + len(plan[layer])) * tokens > COPY_TOKENS:
                 found |= self._pass(group, plan, on_layer)

@@ -26,8 +26,9 @@ def patching_renderables(p: Patching, top: int, width: int) -> list:
     out = [Text(f"patch: {p.card.name}, metric {p.metric}", style="bold"),
            Text(f"Clean: {' '.join(p.clean)}  ({p.clean_value:.4f})\n"
                 f"Corrupted: {' '.join(p.corrupt)}  ({p.corrupt_value:.4f})\n"
-                f"The texts differ at position{'s' if len(differ) != 1 else ''} "
-                f"{', '.join(map(str, differ)) or 'none'}. Each cell: {way} "
+                + (f"The texts differ at position{'s' if len(differ) != 1 else ''} "
+                   f"{', '.join(map(str, differ))}." if differ else "The two texts are the same, token for token.")
+                + f" Each cell: {way} "
                 f"(1 = all of it; 0 = none; bold: {STRONG} or more either way)."
                 + (" The two runs score the same: there is no gap, and every share is 0."
                    if p.clean_value == p.corrupt_value else "")),

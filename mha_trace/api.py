@@ -282,11 +282,10 @@ class Model:
     def patch(self, clean: str | None = None, corrupt: str | None = None, *,
               metric: str | None = None, noising: bool = False, sender: str | None = None,
               receiver: str | None = None, by_input: bool = False, by_position: str | None = None):
-        """Activation patching (like `mha-trace patch`): each residual entry and each head's
-        output copied from the clean run into the corrupted one (noising=True: the other way);
-        without texts, an indirect-object sentence or a trained run's probe. by_input=True: each
-        head's queries and each K/V group's keys and values too; by_position="24.1": that head
-        a position at a time. sender="1.1" (or "1.1,1.2": together), receiver="2.4": path patching through q, k, v."""
+        """Activation patching (like `mha-trace patch`): each residual entry and head output copied
+        clean → corrupted (noising=True: the other way); without texts, an indirect-object sentence
+        or a trained run's probe. by_input=True adds queries and K/V groups; by_position="24.1" one
+        head a position at a time; sender="1.1" (or "1.1,1.2", a list), receiver="2.4": path patching."""
         from mha_trace.analyses.patch_inputs import default_pair, parse_metric
         from mha_trace.analyses.path_patching import path_patch
         from mha_trace.analyses.patching import patch
@@ -300,7 +299,8 @@ class Model:
         if sender is None:
             at = None if by_position is None else parse_head(by_position, "by_position")
             return patch(self.model, *texts, chosen, bool(noising), by_input=bool(by_input), by_position=at)
-        senders = [parse_head(s.strip(), "sender") for s in str(sender).split(",")]
+        senders = [parse_head(str(s).strip(), "sender") for s in (  # "1.1,1.2" or a list
+            sender if isinstance(sender, (list, tuple)) else str(sender).split(","))]
         return path_patch(self.model, *texts, chosen, senders, parse_head(receiver, "receiver"), bool(noising))
 
     def cache(self, text: str | None = None, *, policies=("full", "window", "sinks", "h2o"),

@@ -410,3 +410,15 @@ def test_the_copies_of_many_layers_share_a_pass_and_split_into_passes_alike(trai
     apart = patch(model, clean, corrupt, parse_metric(model, "loss"), by_position=(2, 2))
     np.testing.assert_allclose(apart.heads, p.heads, atol=1e-6)
     np.testing.assert_allclose(apart.residual, p.residual, atol=1e-6)
+
+
+def test_the_api_takes_senders_as_one_string_or_a_list(default_run):
+    import mha_trace
+
+    m = mha_trace.model(str(default_run))
+    together = m.patch(sender="1.1,1.2", receiver="2.4")
+    assert together.sender_names == "1.1 + 1.2" and together.data()["sender"] == "1.1,1.2"
+    assert m.patch(sender=["1.2", "1.1"], receiver="2.4").via == pytest.approx(together.via, abs=1e-9)
+    with pytest.raises(mha_trace.MhaError) as e:
+        m.patch(sender="1.1,x", receiver="2.4")
+    assert e.value.quantity == "sender"

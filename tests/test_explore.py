@@ -70,7 +70,7 @@ def test_session_from_flags_traces_at_batch_2_like_shapes():
     ({"pane": "nope"}, "pane 'nope' is not one of trace, heads, token, split, ablate"),
     ({"mask": "diagonal"}, "mask 'diagonal' is not one of none, causal, window"),
     ({"model": "minilm", "d_model": 64}, "--d-model does not go with --model"),
-    ({"model": "gpt5"}, "model 'gpt5' is not one of minilm, smollm2 (or a run saved by mha-trace train: --checkpoint run.pt)"),
+    ({"model": "gpt5"}, "model 'gpt5' is not one of minilm, smollm2, whisper (or a run saved by mha-trace train: --checkpoint run.pt)"),
     ({"layer": 2}, "--layer goes with --model (e.g. --model minilm)"),
     ({"config": "chicken-road", "seq": 4}, "--config fixes the sizes"),
     ({"d_model": 10, "heads": 3}, "d_model=10 is not divisible by heads=3"),

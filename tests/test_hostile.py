@@ -597,7 +597,7 @@ def test_head_specs_in_every_digit_class(cli, spec):
     (("heads", "--model", "minilm", "--sentence", "   "), "--sentence is empty"),
     (("explain", "--model", "minilm", "--sentence", ""), "--sentence is empty"),
     (("survey", "--sentence", " "), "--sentence is empty"),
-    (("heads", "--model", ""), "--model '' is not one of minilm, smollm2 (or a run saved by mha-trace train: --checkpoint run.pt)"),
+    (("heads", "--model", ""), "--model '' is not one of minilm, smollm2, whisper (or a run saved by mha-trace train: --checkpoint run.pt)"),
     (("survey", "--from", "", "--to", "a"), "--from is empty"),
     (("survey", "--from", "it", "--to", ","), "--to is empty"),
     (("survey", "--from", "zebra", "--to", "cat"), "--from: no sentence holds 'zebra'"),

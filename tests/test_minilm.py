@@ -191,7 +191,7 @@ def test_a_missing_package_names_the_install_command(cli, monkeypatch):
      "--token 'dog' is not in the sentence (tokens: [CLS], the, cat, sat, [SEP])"),
     (("explain", "--model", "minilm", "--sentence", "the cat saw the cat", "--token", "cat"), 2,
      "--token 'cat' appears at positions 2, 5 (pick one with --position)"),
-    (("heads", "--model", "gpt9"), 2, "--model 'gpt9' is not one of minilm, smollm2 (or a run saved by mha-trace train: --checkpoint run.pt)"),
+    (("heads", "--model", "gpt9"), 2, "--model 'gpt9' is not one of minilm, smollm2, whisper (or a run saved by mha-trace train: --checkpoint run.pt)"),
     (("heads", "--model", "minilm", "--config", "chicken-road"), 2,
      "--config does not go with --model (a pretrained model fixes its own sizes, weights and input)"),
     (("heads", "--layer", "2"), 2, "--layer goes with --model (e.g. --model minilm)"),

@@ -22,6 +22,7 @@ CHECKS = {  # what each name is read with: its text, and a token of it to follow
     "tiny-llama": (TEXT, "it"),
     "run.pt": (None, None),  # a trained run reads its probe (token ids), its first token
 }
+HEARS = {"whisper": "examples/audio/cat.wav"}  # a model that hears audio, and a clip for it
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -32,7 +33,8 @@ def tiny_registered():
 
 
 def test_every_registered_model_is_checked_here():
-    assert set(registry.MODELS) | {registry.TRAINED.key} == set(CHECKS)
+    assert set(registry.MODELS) | {registry.TRAINED.key} == set(CHECKS) | set(HEARS)
+    assert {k for k, e in registry.MODELS.items() if e.audio} == set(HEARS)
 
 
 @pytest.fixture(params=sorted(CHECKS))
@@ -122,6 +124,25 @@ def test_every_view_runs_on_it_through_the_same_door(named, cli):
         assert result.exit_code == 0, result.stderr
         lab = json.loads(result.stdout)
         assert len(lab["results"]) == 2
+
+
+@pytest.mark.parametrize("name", sorted(HEARS))
+def test_a_model_that_hears_satisfies_its_interface_and_runs_its_views_through_the_door(name, cli):
+    """An encoder-decoder that hears: the audio interface its capabilities declare, its kept
+    reference (tests/test_whisper.py checks every number of it), its survey through the same
+    door, and every text view refused in one line that names what it does."""
+    from mha_trace.runs.resolve import RunOptions, load
+
+    m = load(RunOptions(model=name, audio=HEARS[name]))
+    assert m.capabilities.audio and isinstance(m, base.AudioModel)
+    assert not isinstance(m, base.AttentionModel)  # it reads no text: no sentence to encode
+    assert (FIXTURES / f"{name}_reference.npz").exists()
+    assert registry.entry(m.key).pass_seconds and registry.entry(m.key).install
+    result = cli("survey", "--model", name, "--audio", HEARS[name], "--timestamps", "--format", "json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["words"], result.stderr
+    for args in _views(name, "The cat sat on the mat.", "cat"):
+        result = cli(*args)
+        assert result.exit_code == 2 and f"--model {name} --audio" in result.stderr, args
 
 
 def test_a_second_door_refuses_what_the_first_refuses():

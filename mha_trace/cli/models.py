@@ -15,7 +15,7 @@ from mha_trace.io.output import Output, emit, make_console
 @output_options(png=("composition", "--png draws the composition slide: it goes with --composition"),
                 scale=False)
 def survey(
-    model: Annotated[str, typer.Option("--model", help="The pretrained model: minilm. Example: --model minilm", metavar="NAME")] = "minilm",
+    model: Annotated[str, typer.Option("--model", help="The pretrained model: minilm, smollm2, or whisper (it hears --audio FILE). Example: --model minilm", metavar="NAME")] = "minilm",
     sentence: Annotated[str | None, typer.Option("--sentence", "-s", help="Score heads on this one text instead of the bundled corpus. Example: --sentence \"The cat sat on the mat.\"")] = None,
     checkpoint: CheckpointOpt = None,
     at_step: AtStepOpt = None,
@@ -30,6 +30,9 @@ def survey(
     composition: Annotated[bool, typer.Option("--composition", help="With a decoder (smollm2, --checkpoint): Q-, K- and V-composition of every head with every head of an earlier layer, from the weights, beside random matrices of the same shapes; for a trained run, whom its induction heads read. Example: --model smollm2 --composition")] = False,
     rope_planes: Annotated[bool, typer.Option("--rope-planes", help="With a RoPE model (smollm2): each head's |q·k| by band of rotation planes over the sentences, beside its previous-token score. Example: --model smollm2 --rope-planes")] = False,
     effect: Annotated[bool, typer.Option("--effect", help="Also, per layer, the share of weight and the share of effect (weight × the length of what the key's value moves through W_O, renormalised) that go to the sinks, and what that says. Example: --effect")] = False,
+    audio: Annotated[str | None, typer.Option("--audio", help="With --model whisper: the recording it hears (a WAV file, at most 30 s; other rates are resampled to 16 kHz). Example: --audio examples/audio/cat.wav", metavar="FILE")] = None,
+    alignment: Annotated[bool, typer.Option("--alignment", help="With --model whisper (the survey it runs): each decoder cross-attention head ranked by how well it follows the sound, beside the model's published alignment heads. Example: --model whisper --audio talk.wav --alignment")] = False,
+    timestamps: Annotated[bool, typer.Option("--timestamps", help="With --model whisper: also each word's start and end, from the alignment heads as Whisper computes them, on a time axis. Example: --model whisper --audio talk.wav --timestamps")] = False,
     max_tokens: MaxTokensOpt = None,
     device: ComputeDeviceOpt = Device.cpu,
     out: Output = None,
@@ -48,12 +51,17 @@ def survey(
     Example: mha-trace survey --model smollm2 --induction --ablate-top 5
     Example: mha-trace survey --checkpoint run.pt
     Example: mha-trace survey --model smollm2 --rope-planes --sentence "The cat sat on the mat because the cat was tired."
+    Example: mha-trace survey --model whisper --audio examples/audio/cat.wav --alignment --timestamps
     """
     from mha_trace.runs.resolve import RunOptions, with_checkpoint
 
     model = with_checkpoint(RunOptions(model=None if checkpoint else model, checkpoint=checkpoint,
                                        at_step=at_step, device=device.value,
-                                       max_tokens=max_tokens))
+                                       max_tokens=max_tokens, audio=audio))
+    if model.audio is not None or alignment or timestamps:
+        return _hearing(model, alignment, timestamps, out, composition or induction or ablate_top
+                        or effect or rope_planes or corpus or grids or any(
+                            x is not None for x in (sentence, sentences, source)))
     if rope_planes and (composition or induction or ablate_top or effect or source is not None):
         raise MhaError("--rope-planes is a survey of its own: not with --composition, "
                        "--induction, --effect or a probe", quantity="rope_planes")
@@ -232,3 +240,21 @@ def patch(
     with progress(m.layers, "patching, layer by layer") as advance:
         result = run_patch(m, *texts, chosen, noising, advance, by_input, at)
     emit(out, lambda: result.renderables(top=top), result.data, page=result, slide=result)
+
+
+def _hearing(model, alignment: bool, timestamps: bool, out, other: bool):
+    """survey --model whisper --audio FILE [--alignment] [--timestamps]."""
+    from mha_trace.analyses.alignment import hear
+    from mha_trace.io.audio import read_wav
+    from mha_trace.runs.resolve import load
+
+    if model.audio is None:
+        raise MhaError("--alignment and --timestamps read what Whisper hears: add --model whisper "
+                       "--audio FILE.wav")
+    if other:
+        raise MhaError("--audio is Whisper's survey of its own: it goes with --alignment and "
+                       "--timestamps, no sentence, corpus, probe or other survey", quantity="audio")
+    samples = read_wav(model.audio)
+    result = hear(load(model), samples, model.audio, timestamps)
+    console = make_console(out)
+    emit(out, lambda: result.renderables(console.width), lambda: result.data(), console)

@@ -11,6 +11,17 @@ def check_name(name: str) -> None:
     entry(name)
 
 
+def check_hearing(name: str | None, audio: str | None) -> None:
+    """A model that hears (whisper) needs --audio, and --audio needs such a model."""
+    hears = name is not None and entry(name).audio
+    if audio is not None and not hears:
+        raise MhaError("--audio is what Whisper hears: it goes with --model whisper", quantity="audio")
+    if hears and audio is None:
+        raise MhaError(f"{entry(name).title} hears audio, not text: mha-trace survey --model {name} "
+                       f"--audio FILE.wav (its cross-attention heads; --timestamps for each word's "
+                       f"timing)", quantity="audio")
+
+
 LIMIT_SECONDS = 30  # the time guard: work estimated longer than this on 2 cores is refused
 
 

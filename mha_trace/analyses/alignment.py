@@ -1,0 +1,220 @@
+"""Where Whisper's decoder listens: each cross-attention head scored by how well its weights follow
+the text through time, and word timings from the alignment heads (`survey --model whisper`).
+
+The score needs nothing but the attention: for each text token a head puts its weight somewhere
+on the 1,500 frames; a head that aligns text to sound puts it on one place (peaked) that moves
+forward as the text does (monotone). A head's alignment score is the Spearman correlation between
+the tokens' order and the frames they weigh most, times the mean weight of each token's top frame
+against the uniform 1/frames, both over the speech only. Whisper's published alignment heads
+(config.json) are read only to compare with.
+
+Word timings follow Whisper (openai-whisper's timing.py, as faster-whisper does it): the chosen heads'
+weights over the speech frames, each head's standardised over the tokens, a median filter of
+width 7 along time, their average, then dynamic time warping from the first token and frame to
+the last; a word starts where the path enters its first token's row.
+"""
+
+import string
+from dataclasses import dataclass
+
+import numpy as np
+
+from mha_trace.models.base import ModelCard
+from mha_trace.records import Shows
+
+FRAMES_PER_SECOND = 50  # the encoder's frames: 20 ms each
+CHOSEN = 8  # as many heads as Whisper publishes for tiny.en
+MEDIAN_WIDTH = 7
+PREPENDED, APPENDED = "\"'“¿([{-", "\"'.。,，!！?？:：”)]}、"
+
+
+@dataclass
+class Hearing(Shows):
+    """`survey --model whisper --audio FILE`: what Whisper heard, each cross-attention head's
+    disagreement with the others, the published alignment heads beside, and (--timestamps) each
+    word's timing from the published heads."""
+
+    renderer = "mha_trace.render.alignment"  # how it shows, imported when first shown
+    card: ModelCard
+    audio: str  # the file's name
+    seconds: float
+    text: str
+    tokens: tuple  # the text tokens as they read
+    disagreement: np.ndarray  # (layers, heads) seconds: lower follows the sound more closely
+    published: tuple  # the model's own alignment heads, (layer, head) from 1
+    words: list | None  # [Word] with --timestamps
+
+    @property
+    def ranking(self) -> list:
+        """Every (layer, head), the most aligned first."""
+        H = self.disagreement.shape[1]
+        return [divmod(int(i), H) for i in np.argsort(self.disagreement.ravel(), kind="stable")]
+
+    @property
+    def found(self) -> list:
+        return [(layer + 1, head + 1) for layer, head in self.ranking[:CHOSEN]]
+
+    @property
+    def precision(self) -> int:
+        """How many of the CHOSEN best-ranked heads are published alignment heads."""
+        return len(set(self.found) & set(self.published))
+
+    @property
+    def chance(self) -> float:
+        """The published heads expected among CHOSEN heads picked at random."""
+        return CHOSEN * len(self.published) / self.disagreement.size
+
+
+def hear(model, samples: np.ndarray, audio: str, timestamps: bool = False) -> Hearing:
+    """Transcribe the audio (greedy), then score every cross-attention head on it."""
+    heard = model.transcribe(samples)
+    words = word_timings(heard, model.tokenizer, model.alignment_heads) if timestamps else None
+    return Hearing(ModelCard.of(model), audio, heard.audio_seconds, heard.text.strip(),
+                   heard.tokens[heard.prompt:], head_disagreement(heard), model.alignment_heads,
+                   words)
+
+
+def speech_frames(heard) -> int:
+    """The encoder frames that hold the audio (faster-whisper's content frames, halved)."""
+    return int(round(heard.audio_seconds * 100)) // 2
+
+
+def head_disagreement(heard) -> np.ndarray:
+    """(layers, heads) how far each cross-attention head's own alignment lands from the others':
+    the median, over the other heads, of the mean |difference| in seconds between the times its
+    path and theirs enter each token. Heads that follow the sound agree with one another."""
+    L, H = heard.cross_weights.shape[:2]
+    every = [(layer, head) for layer in range(1, L + 1) for head in range(1, H + 1)]
+    rows, columns = dtw(-np.stack([alignment_matrix(heard, [h]) for h in every]))
+    times = np.stack([entries(r, c) for r, c in zip(rows, columns)])  # (heads, text + 1)
+    apart = np.abs(times[:, None] - times[None]).mean(-1)
+    np.fill_diagonal(apart, np.nan)
+    return np.nanmedian(apart, axis=1).reshape(L, H)
+
+
+def entries(rows, columns) -> np.ndarray:
+    """The time (s) the path enters each row."""
+    return columns[np.diff(rows, prepend=-1).astype(bool)] / FRAMES_PER_SECOND
+
+
+def median_filter(x: np.ndarray, width: int = MEDIAN_WIDTH) -> np.ndarray:
+    """The median of each `width` neighbours along the last axis, the ends reflected."""
+    pad = width // 2
+    if x.shape[-1] <= pad:
+        return x
+    padded = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(pad, pad)], mode="reflect")
+    return np.median(np.lib.stride_tricks.sliding_window_view(padded, width, axis=-1), axis=-1)
+
+
+def dtw(cost: np.ndarray) -> tuple:
+    """The cheapest monotone path through each cost matrix (..., N, M) from (0, 0) to (N-1, M-1),
+    each step one row down, one column right or both (ties: right, as Whisper's): the rows and
+    columns along each path. The cells of an anti-diagonal depend only on earlier ones, so each
+    is filled at once, for every matrix together."""
+    batch = cost.reshape(-1, *cost.shape[-2:])
+    B, N, M = batch.shape
+    total = np.full((B, N + 1, M + 1), np.inf)
+    trace = np.full((B, N + 1, M + 1), 2, dtype=np.int8)
+    trace[:, 1:, 0] = 1
+    total[:, 0, 0] = 0
+    for d in range(2, N + M + 1):
+        i = np.arange(max(1, d - M), min(N, d - 1) + 1)
+        j = d - i
+        c0, c1, c2 = total[:, i - 1, j - 1], total[:, i - 1, j], total[:, i, j - 1]
+        t = np.where((c0 < c1) & (c0 < c2), 0, np.where((c1 < c0) & (c1 < c2), 1, 2))
+        total[:, i, j] = batch[:, i - 1, j - 1] + np.choose(t, [c0, c1, c2])
+        trace[:, i, j] = t
+    paths = [_back(trace[b], N, M) for b in range(B)]
+    rows = [p[0] for p in paths]
+    columns = [p[1] for p in paths]
+    return (rows[0], columns[0]) if cost.ndim == 2 else (rows, columns)
+
+
+def _back(trace, i, j) -> tuple:
+    path = []
+    while i > 0 or j > 0:
+        path.append((i - 1, j - 1))
+        t = trace[i, j]
+        i, j = (i - 1, j - 1) if t == 0 else (i - 1, j) if t == 1 else (i, j - 1)
+    rows, columns = np.array(path[::-1]).T
+    return rows, columns
+
+
+def alignment_matrix(heard, heads) -> np.ndarray:
+    """(text + 1, frames): the heads' weights from <|notimestamps|> to the last text token, over the
+    speech, standardised per head over the tokens, median-filtered along time and averaged."""
+    frames = speech_frames(heard)
+    w = np.stack([heard.cross_weights[layer - 1, head - 1, heard.prompt - 1:, :frames]
+                  for layer, head in heads]).astype(np.float64)
+    w = w / w.sum(-1, keepdims=True)  # the softmax over the speech frames alone
+    w = (w - w.mean(-2, keepdims=True)) / w.std(-2, keepdims=True)
+    return median_filter(w).mean(0)
+
+
+@dataclass
+class Word:
+    word: str
+    tokens: tuple
+    start: float
+    end: float
+
+
+def words_of(tokenizer, ids) -> list:
+    """The text's words as Whisper splits them: a new word at a leading space or a punctuation mark."""
+    words = []
+    for i in ids:
+        piece = tokenizer.decode([i])
+        if not words or piece.startswith(" ") or piece.strip() in string.punctuation:
+            words.append([piece, [i]])
+        else:
+            words[-1][0] += piece
+            words[-1][1].append(i)
+    return words
+
+
+def word_timings(heard, tokenizer, heads) -> list:
+    """Each word's start and end in seconds, from the heads' alignment path."""
+    text = list(heard.ids[heard.prompt:])
+    if not text:
+        return []
+    times = entries(*dtw(-alignment_matrix(heard, heads)))  # where the path enters each row
+    words = words_of(tokenizer, text)
+    bounds = np.cumsum([0] + [len(t) for _, t in words])
+    found = [Word(w, tuple(t), float(times[a]), float(times[b]))
+             for (w, t), a, b in zip(words, bounds[:-1], bounds[1:])]
+    return _merged(_sentence_ends_kept_short(found))
+
+
+def _sentence_ends_kept_short(words: list) -> list:
+    """Whisper's hack: a word at a sentence boundary is no longer than twice the median word."""
+    lengths = np.array([w.end - w.start for w in words])
+    lengths = lengths[lengths.nonzero()]
+    if not len(lengths):
+        return words
+    longest = min(0.7, float(np.median(lengths))) * 2
+    for before, w in zip(words, words[1:]):
+        if w.end - w.start > longest:
+            if w.word in ".。!！?？":
+                w.end = w.start + longest
+            elif before.word in ".。!！?？":
+                w.start = w.end - longest
+    return words
+
+
+def _merged(words: list) -> list:
+    """Punctuation joins its word: an opening mark the next, a closing mark the one before."""
+    i = len(words) - 2
+    while i >= 0:
+        if words[i].word.startswith(" ") and words[i].word.strip() in PREPENDED and words[i + 1].word:
+            words[i + 1].word = words[i].word + words[i + 1].word
+            words[i + 1].tokens = words[i].tokens + words[i + 1].tokens
+            words[i].word, words[i].tokens = "", ()
+        i -= 1
+    i = 0
+    while i < len(words) - 1:
+        if not words[i].word.endswith(" ") and words[i + 1].word in APPENDED and words[i].word:
+            words[i].word += words[i + 1].word
+            words[i].tokens += words[i + 1].tokens
+            words[i + 1].word, words[i + 1].tokens = "", ()
+        i += 1
+    return [w for w in words if w.word]

@@ -1,0 +1,83 @@
+"""Render `survey --model whisper --audio FILE`: what Whisper heard, its cross-attention heads by how
+well they follow the sound, and (--timestamps) each word on a time axis."""
+
+from rich.text import Text
+
+from mha_trace.analyses.alignment import CHOSEN, Hearing
+from mha_trace.io.output import new_table
+from mha_trace.records import data, renderables
+
+
+def _head(layer_head) -> str:
+    return f"{layer_head[0]}.{layer_head[1]}"
+
+
+def hearing_renderables(h: Hearing, width: int) -> list:
+    L, H = h.disagreement.shape
+    out = [Text(f"{h.card.name} heard {h.audio} ({h.seconds:.1f} s):\n  \"{h.text}\"", style="bold"),
+           Text(f"Each of the {L * H} cross-attention heads ({L} decoder layers × {H}: a text token's "
+                f"query, the audio frames' keys) aligned alone, Whisper's way: its weights over the "
+                f"speech, standardised over the tokens, median-filtered, then the cheapest path "
+                f"through tokens × time (dynamic time warping). A head that follows the sound lands "
+                f"where the others do: its disagreement is the median, over the other heads, of the "
+                f"mean distance between the times their paths enter each token.")]
+    grid = new_table("Disagreement (s) of each head; * the model's published alignment heads")
+    grid.add_column("layer")
+    for head in range(1, H + 1):
+        grid.add_column(f"head {head}", justify="right")
+    published = set(h.published)
+    for layer in range(1, L + 1):
+        grid.add_row(str(layer), *(f"{h.disagreement[layer - 1, head - 1]:.3f}"
+                                   f"{'*' if (layer, head) in published else ' '}"
+                                   for head in range(1, H + 1)))
+    out.append(grid)
+    out.append(Text(f"The {CHOSEN} that agree most: {' '.join(_head(x) for x in h.found)}. "
+                    f"Published (read only to compare): {' '.join(_head(x) for x in h.published)}. "
+                    f"Precision@{CHOSEN}: {h.precision} of {CHOSEN} (chance {h.chance:.1f}). The published "
+                    f"heads came with the model (how they were chosen is not published); agreement "
+                    f"among the heads is what the attention alone can say."))
+    if h.words is not None:
+        out.append(_timeline(h, width))
+    return out
+
+
+def _timeline(h: Hearing, width: int):
+    """Each word's span as a bar on one time axis, the audio's length across."""
+    longest = max((len(w.word.strip()) for w in h.words), default=4)
+    span = max(10, min(60, width - longest - 22))
+    table = new_table(f"When each word is said: the published heads' path (0 to {h.seconds:.2f} s "
+                      f"across)")
+    table.add_column("word")
+    table.add_column("start", justify="right")
+    table.add_column("end", justify="right")
+    table.add_column("", no_wrap=True)
+    for w in h.words:
+        a = min(span - 1, int(w.start / h.seconds * span))
+        b = max(a + 1, min(span, round(w.end / h.seconds * span)))
+        table.add_row(w.word.strip(), f"{w.start:.2f}", f"{w.end:.2f}",
+                      " " * a + "█" * (b - a) + "·" * (span - b))
+    return table
+
+
+def hearing_data(h: Hearing) -> dict:
+    found = {"model": h.card.name, "audio": h.audio, "seconds": round(h.seconds, 4), "text": h.text,
+             "tokens": list(h.tokens),
+             "heads": {"disagreement_seconds": h.disagreement.round(4).tolist(),
+                       "ranking": [_head((layer + 1, head + 1)) for layer, head in h.ranking],
+                       "found": [_head(x) for x in h.found],
+                       "published": [_head(x) for x in h.published],
+                       f"precision_at_{CHOSEN}": h.precision, "chance": round(h.chance, 3)}}
+    if h.words is not None:
+        found["words"] = [{"word": w.word.strip(), "start": round(w.start, 2), "end": round(w.end, 2)}
+                          for w in h.words]
+    return found
+
+
+@renderables.register(Hearing)
+def _renderables(h, width: int, **_) -> list:
+    return hearing_renderables(h, width)
+
+
+@data.register(Hearing)
+def _data(h, **_) -> dict:
+    return hearing_data(h)

@@ -1,0 +1,250 @@
+"""Whisper tiny.en, offline: the WAV reader, the CTranslate2 file, the log-mel, the encoder, greedy
+decoding and word timings against faster-whisper and CTranslate2 (a kept fixture made in a scratch
+venv: tests/fixtures/make_whisper_reference.py), the cross-attention heads' alignment survey, and
+`survey --model whisper` as a user runs it."""
+
+import json
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mha_trace.analyses import alignment
+from mha_trace.errors import MhaError
+from mha_trace.io.audio import RATE, read_wav, resample
+
+pytestmark = pytest.mark.slow  # loads a real model
+
+REFERENCE = np.load(Path(__file__).parent / "fixtures" / "whisper_reference.npz")
+CLIPS = json.loads(str(REFERENCE["meta"]))["clips"]
+AUDIO = Path(__file__).parent.parent / "examples" / "audio"
+
+
+@pytest.fixture(scope="module")
+def whisper():
+    from mha_trace.models.whisper import load_whisper
+
+    return load_whisper()
+
+
+@pytest.fixture(scope="module")
+def heard(whisper):
+    return {name: whisper.transcribe(read_wav(AUDIO / f"{name}.wav")) for name in CLIPS}
+
+
+def _wav(path, samples, rate=RATE, width=2, channels=1):
+    kinds = {1: (np.uint8, 127, 128), 2: (np.int16, 32767, 0), 4: (np.int32, 2**31 - 1, 0)}
+    dtype, scale, offset = kinds[width]
+    frames = np.repeat(np.round(samples * scale + offset)[:, None], channels, axis=1).astype(dtype)
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(channels), w.setsampwidth(width), w.setframerate(rate)
+        w.writeframes(frames.tobytes())
+    return path
+
+
+@pytest.mark.parametrize("width,channels", [(1, 1), (2, 2), (4, 1)])
+def test_pcm_of_any_width_and_channels_reads_as_the_same_samples(tmp_path, width, channels):
+    tone = 0.5 * np.sin(2 * np.pi * 440 * np.arange(RATE // 10) / RATE)
+    got = read_wav(_wav(tmp_path / "t.wav", tone, width=width, channels=channels))
+    assert got.dtype == np.float32 and len(got) == len(tone)
+    np.testing.assert_allclose(got, tone, atol=1.5 / 2 ** (8 * width - 1) + 1e-6)
+
+
+def test_another_rate_is_resampled_keeping_the_pitch_and_the_length(tmp_path):
+    rate = 22_050
+    tone = 0.5 * np.sin(2 * np.pi * 440 * np.arange(rate) / rate)  # one second
+    got = read_wav(_wav(tmp_path / "t.wav", tone, rate=rate))
+    assert len(got) == RATE
+    spectrum = np.abs(np.fft.rfft(got))
+    assert np.argmax(spectrum) * RATE / len(got) == pytest.approx(440, abs=1)
+    assert np.abs(got).max() == pytest.approx(0.5, abs=0.01)
+    assert resample(tone, RATE) is tone  # already 16 kHz elsewhere: untouched
+
+
+def test_what_is_not_a_readable_wav_is_one_line(tmp_path):
+    (tmp_path / "a.txt").write_text("hello")
+    long = _wav(tmp_path / "long.wav", np.zeros(31 * RATE))
+    empty = _wav(tmp_path / "empty.wav", np.zeros(0))
+    with wave.open(str(tmp_path / "24.wav"), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(3), w.setframerate(RATE), w.writeframes(b"\0" * 30)
+    for path, said in [(tmp_path / "none.wav", "no such file"), (tmp_path / "a.txt", "not a PCM WAV"),
+                       (long, "at most 30 s"), (empty, "holds no samples"),
+                       (tmp_path / "24.wav", "24-bit audio")]:
+        with pytest.raises(MhaError, match=said) as e:
+            read_wav(path)
+        assert "\n" not in str(e.value) and e.value.quantity == "audio"
+
+
+def test_a_file_that_is_not_a_ctranslate2_model_is_one_line(tmp_path):
+    from mha_trace.models.ct2 import read_ct2
+
+    (tmp_path / "model.bin").write_bytes(b"\x06\0\0\0\x05\0abc")
+    with pytest.raises(MhaError, match="not a CTranslate2 model"):
+        read_ct2(tmp_path / "model.bin")
+
+
+def test_the_model_file_reads_whole_with_its_alias(whisper):
+    from mha_trace.models import whisper as w
+    from mha_trace.models.cache import installed_folder
+    from mha_trace.models.ct2 import read_ct2
+
+    found = read_ct2(installed_folder(w.PACKAGE, w.NAME, w.INSTALL, w.FILES) / "model.bin")
+    assert len(found) == 149 and found["decoder/projection/weight"] is found["decoder/embeddings/weight"]
+    assert (whisper.layers, whisper.encoder_layers, whisper.heads, whisper.d_model) == (4, 4, 6, 384)
+    assert whisper.vocab_size == 51864 and len(whisper.alignment_heads) == 8
+
+
+@pytest.mark.parametrize("name", CLIPS)
+def test_the_log_mel_equals_faster_whispers(name):
+    from mha_trace.models.whisper import N_FRAMES, encoder_input
+
+    mel = encoder_input(read_wav(AUDIO / f"{name}.wav"))
+    speech = json.loads(str(REFERENCE[f"{name}_meta"]))["speech_frames"]
+    assert mel.shape == (80, N_FRAMES) and (mel[:, speech:] == 0).all()
+    np.testing.assert_allclose(mel[:, :speech:4], REFERENCE[f"{name}_mel"], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("name", CLIPS)
+def test_the_encoder_equals_ctranslate2s(whisper, name):
+    encoded = whisper.encode_audio(read_wav(AUDIO / f"{name}.wav"))[0].numpy()
+    speech = json.loads(str(REFERENCE[f"{name}_meta"]))["speech_frames"]
+    assert encoded.shape == (1500, 384)
+    np.testing.assert_allclose(encoded[: speech // 2 : 8], REFERENCE[f"{name}_encoder"], atol=5e-3, rtol=0)
+
+
+@pytest.mark.parametrize("name", CLIPS)
+def test_greedy_decoding_writes_faster_whispers_tokens(heard, name):
+    h = heard[name]
+    assert list(h.ids[h.prompt:]) == REFERENCE[f"{name}_ids"].tolist()
+    assert h.text == json.loads(str(REFERENCE[f"{name}_meta"]))["text"]
+    T = len(h.ids)
+    assert h.cross_weights.shape == (4, 6, T, 1500) and h.self_weights.shape == (4, 6, T, T)
+    np.testing.assert_allclose(h.cross_weights.sum(-1), 1, atol=1e-5)
+    assert np.triu(h.self_weights, 1).max() == 0  # the decoder's self-attention is causal
+
+
+def test_word_timings_equal_faster_whispers(whisper, heard):
+    """Within 0.02 s (one encoder frame) for every word of every clip, and the alignment path
+    itself CTranslate2's on the clips where no tie decides it."""
+    close, total, same_path = 0, 0, 0
+    for name in CLIPS:
+        words = alignment.word_timings(heard[name], whisper.tokenizer, whisper.alignment_heads)
+        reference = REFERENCE[f"{name}_words"]
+        assert [w.word for w in words] == json.loads(str(REFERENCE[f"{name}_meta"]))["words"]
+        got = np.array([[w.start, w.end] for w in words])
+        close += int((np.abs(got - reference) <= 0.02 + 1e-9).all(axis=1).sum())
+        total += len(words)
+        rows, columns = alignment.dtw(-alignment.alignment_matrix(heard[name], whisper.alignment_heads))
+        same_path += np.array_equal(np.stack([rows, columns], 1), REFERENCE[f"{name}_alignment"])
+    assert close >= 0.95 * total and total >= 30
+    assert same_path >= 2
+
+
+def test_dtw_is_whispers_loop_on_random_costs():
+    """The anti-diagonal DTW against openai-whisper's double loop, written out (ties included:
+    integer costs make many)."""
+    rng = np.random.default_rng(0)
+
+    def loop(x):
+        N, M = x.shape
+        cost, trace = np.full((N + 1, M + 1), np.inf), -np.ones((N + 1, M + 1))
+        cost[0, 0] = 0
+        for j in range(1, M + 1):
+            for i in range(1, N + 1):
+                c0, c1, c2 = cost[i - 1, j - 1], cost[i - 1, j], cost[i, j - 1]
+                c, t = (c0, 0) if c0 < c1 and c0 < c2 else (c1, 1) if c1 < c0 and c1 < c2 else (c2, 2)
+                cost[i, j], trace[i, j] = x[i - 1, j - 1] + c, t
+        trace[0, :], trace[:, 0] = 2, 1
+        i, j, path = N, M, []
+        while i > 0 or j > 0:
+            path.append((i - 1, j - 1))
+            t = trace[i, j]
+            i, j = (i - 1, j - 1) if t == 0 else (i - 1, j) if t == 1 else (i, j - 1)
+        return np.array(path[::-1]).T
+
+    costs = [rng.integers(0, 3, (n, m)).astype(float) for n, m in [(3, 9), (7, 40), (1, 5), (6, 6)]]
+    for x in costs:
+        rows, columns = alignment.dtw(x)
+        np.testing.assert_array_equal(np.stack([rows, columns]), loop(x))
+    batch = rng.normal(size=(5, 4, 12))
+    for x, r, c in zip(batch, *alignment.dtw(batch)):
+        np.testing.assert_array_equal(np.stack([r, c]), loop(x))
+
+
+def test_median_filter_is_the_median_of_each_reflected_window():
+    x = np.random.default_rng(1).normal(size=(2, 11))
+    padded = np.pad(x, ((0, 0), (3, 3)), mode="reflect")
+    by_hand = np.array([[np.median(row[i:i + 7]) for i in range(11)] for row in padded])
+    np.testing.assert_array_equal(alignment.median_filter(x), by_hand)
+
+
+def test_the_heads_that_agree_are_mostly_the_published_ones(whisper, heard):
+    """From attention alone, on each clip: at least 5 of the 8 heads that agree most are among the
+    8 published alignment heads (chance: 2.7), and every published head of layer 4 is among the
+    12 that agree most on most clips."""
+    for name in CLIPS:
+        h = alignment.Hearing(None, name, 1.0, "", (), alignment.head_disagreement(heard[name]),
+                              whisper.alignment_heads, None)
+        assert h.precision >= 5, (name, h.found)
+        assert h.chance == pytest.approx(8 * 8 / 24)
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_the_hearing_reads_the_same_at_every_width(whisper, golden, width):
+    """The layout, on a record of fixed numbers (faster-whisper's word timings from the fixture, a
+    grid of known disagreements): a float32 near-tie on another CPU can move a head's path by
+    a frame, so the live numbers are checked at a tolerance (below), never as printed digits."""
+    import io
+
+    from rich.console import Console
+
+    from mha_trace.models.base import ModelCard
+
+    meta = json.loads(str(REFERENCE["cat_meta"]))
+    words = [alignment.Word(w, (), float(a), float(b))
+             for w, (a, b) in zip(meta["words"], REFERENCE["cat_words"])]
+    record = alignment.Hearing(ModelCard.of(whisper), "examples/audio/cat.wav", 2.0738,
+                               meta["text"].strip(), (), np.arange(24).reshape(4, 6) / 40 + 0.1,
+                               whisper.alignment_heads, words)
+    console = Console(width=width, file=io.StringIO(), color_system=None, legacy_windows=False)
+    console.print(record)
+    shown = console.file.getvalue()
+    assert max(len(line) for line in shown.splitlines()) <= width
+    golden(f"whisper_survey_{width}.txt", shown)
+
+
+def test_survey_hears_a_clip_and_times_its_words(cli, heard):
+    result = cli("survey", "--model", "whisper", "--audio", "examples/audio/cat.wav", "--alignment",
+                 "--timestamps", "--width", "100")
+    assert result.exit_code == 0 and not result.stderr
+    assert 'heard examples/audio/cat.wav (2.1 s):\n  "The cat sat on the mat."' in result.stdout
+    assert "Precision@8:" in result.stdout and "When each word is said" in result.stdout
+    data = json.loads(cli("survey", "--model", "whisper", "--audio", "examples/audio/cat.wav",
+                          "--timestamps", "--format", "json").stdout)
+    assert data["text"] == "The cat sat on the mat."
+    assert [w["word"] for w in data["words"]] == ["The", "cat", "sat", "on", "the", "mat."]
+    np.testing.assert_allclose([[w["start"], w["end"]] for w in data["words"]],
+                               REFERENCE["cat_words"], atol=0.02 + 1e-9)
+    np.testing.assert_allclose(data["heads"]["disagreement_seconds"],
+                               alignment.head_disagreement(heard["cat"]), atol=1e-4)
+    assert data["heads"]["published"] == ["2.1", "3.1", "3.6", "4.1", "4.2", "4.3", "4.4", "4.5"]
+    assert data["heads"]["precision_at_8"] == len(set(data["heads"]["found"]) & set(data["heads"]["published"]))
+    assert "words" not in json.loads(cli("survey", "--model", "whisper", "--audio",
+                                         "examples/audio/cat.wav", "--format", "json").stdout)
+
+
+@pytest.mark.parametrize("args,said", [
+    (["heads", "--model", "whisper"], "hears audio, not text: mha-trace survey --model whisper --audio"),
+    (["explain", "--model", "whisper"], "hears audio, not text"),
+    (["survey", "--model", "whisper"], "hears audio, not text"),
+    (["survey", "--model", "minilm", "--audio", "examples/audio/cat.wav"], "goes with --model whisper"),
+    (["survey", "--timestamps"], "add --model whisper --audio FILE.wav"),
+    (["survey", "--model", "whisper", "--audio", "examples/audio/cat.wav", "--induction"],
+     "survey of its own"),
+    (["survey", "--model", "whisper", "--audio", "README.md"], "not a PCM WAV file"),
+])
+def test_what_whisper_cannot_do_is_refused_in_one_line(cli, args, said):
+    result = cli(*args)
+    assert result.exit_code == 2 and said in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr

@@ -204,9 +204,12 @@ def test_the_hearing_reads_the_same_at_every_width(whisper, golden, width):
     meta = json.loads(str(REFERENCE["cat_meta"]))
     words = [alignment.Word(w, (), float(a), float(b))
              for w, (a, b) in zip(meta["words"], REFERENCE["cat_words"])]
+    tokens = (" The", " cat", " sat", " on", " the", " mat", ".")
+    band = np.exp(-0.5 * ((np.arange(103)[None] - 14 * np.arange(8)[:, None] - 7) / 5.0) ** 2)
     record = alignment.Hearing(ModelCard.of(whisper), "examples/audio/cat.wav", 2.0738,
-                               meta["text"].strip(), (), np.arange(24).reshape(4, 6) / 40 + 0.1,
-                               whisper.alignment_heads, words)
+                               meta["text"].strip(), tokens, np.arange(24).reshape(4, 6) / 40 + 0.1,
+                               whisper.alignment_heads, words, band, alignment.dtw(-band),
+                               np.ones(103))
     console = Console(width=width, file=io.StringIO(), color_system=None, legacy_windows=False)
     console.print(record)
     shown = console.file.getvalue()
@@ -248,3 +251,44 @@ def test_what_whisper_cannot_do_is_refused_in_one_line(cli, args, said):
     result = cli(*args)
     assert result.exit_code == 2 and said in result.stderr, result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_the_strip_and_the_slide_show_the_jsons_alignment(cli, heard, whisper, monkeypatch, tmp_path):
+    """The text strip has a row for each token and one time axis with the timeline; the slide's
+    picture is the JSON's matrix (its token rows) with its path, beside the heads' disagreement,
+    the published heads boxed; both themes are one 1920×1080 slide."""
+    from PIL import Image
+
+    from mha_trace.render import alignment_slide
+
+    args = ("survey", "--model", "whisper", "--audio", "examples/audio/animal.wav", "--timestamps")
+    data = json.loads(cli(*args, "--format", "json").stdout)
+    matrix = np.array(data["alignment"]["matrix"])
+    np.testing.assert_allclose(matrix, alignment.alignment_matrix(heard["animal"], whisper.alignment_heads),
+                               atol=1e-3)
+    text = cli(*args, "--width", "100").stdout
+    strip = text[text.index("Where each token listens"):text.index("When each word")].splitlines()[4:-1]
+    timeline = text[text.index("When each word"):].splitlines()[3:]
+    assert [line.split()[0] for line in strip] == [t.strip() for t in data["tokens"]]
+    assert len({len(line) for line in timeline}) == 1  # every word on the same axis
+    assert max(len(line) for line in strip) <= len(timeline[0])
+    made = []
+    monkeypatch.setattr(alignment_slide, "_save", lambda plt, fig, p, bg: made.append(fig))
+    assert cli(*args, "--png", "w.png").exit_code == 0
+    sound, picture, heads = made[-1].axes[:3]
+    T = len(data["tokens"])
+    np.testing.assert_allclose(picture.get_images()[0].get_array(), matrix[:T], atol=1e-3)
+    line = picture.get_lines()[0]
+    rows, columns = map(np.array, data["alignment"]["path"])
+    np.testing.assert_allclose(line.get_ydata(), rows[rows < T])
+    np.testing.assert_allclose(line.get_xdata(), (columns[rows < T] + 0.5) / 50)
+    assert [t.get_text() for t in picture.get_yticklabels()] == [t.strip() for t in data["tokens"]]
+    np.testing.assert_allclose(heads.get_images()[0].get_array(), data["heads"]["disagreement_seconds"],
+                               atol=1e-3)
+    boxed = {(round(p.get_y() + 0.45) + 1, round(p.get_x() + 0.45) + 1) for p in heads.patches}
+    assert boxed == {tuple(map(int, h.split("."))) for h in data["heads"]["published"]}
+    for theme in ("light", "dark"):
+        monkeypatch.undo()
+        path = tmp_path / f"{theme}.png"
+        assert cli(*args, "--png", str(path), "--theme", theme).exit_code == 0
+        assert Image.open(path).size == (1920, 1080)

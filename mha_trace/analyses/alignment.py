@@ -43,6 +43,9 @@ class Hearing(Shows):
     disagreement: np.ndarray  # (layers, heads) seconds: lower follows the sound more closely
     published: tuple  # the model's own alignment heads, (layer, head) from 1
     words: list | None  # [Word] with --timestamps
+    matrix: np.ndarray | None = None  # (text + 1, frames) the published heads' alignment matrix
+    path: tuple | None = None  # (rows, columns): the path through it
+    loudness: np.ndarray | None = None  # (frames,) the waveform's peak in each 20 ms frame
 
     @property
     def ranking(self) -> list:
@@ -68,10 +71,19 @@ class Hearing(Shows):
 def hear(model, samples: np.ndarray, audio: str, timestamps: bool = False) -> Hearing:
     """Transcribe the audio (greedy), then score every cross-attention head on it."""
     heard = model.transcribe(samples)
+    if len(heard.ids) == heard.prompt:
+        from mha_trace.errors import MhaError
+
+        raise MhaError(f"{model.name} heard no words in {audio}: nothing to align", exit_code=1)
     words = word_timings(heard, model.tokenizer, model.alignment_heads) if timestamps else None
+    matrix = alignment_matrix(heard, model.alignment_heads)
+    frames = matrix.shape[1]
+    step = len(samples) / max(frames, 1)
+    loudness = np.array([np.abs(samples[int(i * step):int((i + 1) * step) + 1]).max(initial=0.0)
+                         for i in range(frames)])
     return Hearing(ModelCard.of(model), audio, heard.audio_seconds, heard.text.strip(),
                    heard.tokens[heard.prompt:], head_disagreement(heard), model.alignment_heads,
-                   words)
+                   words, matrix, dtw(-matrix), loudness)
 
 
 def speech_frames(heard) -> int:

@@ -12,7 +12,7 @@ from mha_trace.errors import MhaError
 from mha_trace.io.output import Output, emit, make_console
 
 @app.command(short_help="Which layer.head of a model does what, ranked.")
-@output_options(png=("composition", "--png draws the composition slide: it goes with --composition"),
+@output_options(png=("composition,audio", "--png draws the composition slide or Whisper's alignment slide: it goes with --composition or --audio"),
                 scale=False)
 def survey(
     model: Annotated[str, typer.Option("--model", help="The pretrained model: minilm, smollm2, or whisper (it hears --audio FILE). Example: --model minilm", metavar="NAME")] = "minilm",
@@ -257,4 +257,4 @@ def _hearing(model, alignment: bool, timestamps: bool, out, other: bool):
     samples = read_wav(model.audio)
     result = hear(load(model), samples, model.audio, timestamps)
     console = make_console(out)
-    emit(out, lambda: result.renderables(console.width), lambda: result.data(), console)
+    emit(out, lambda: result.renderables(console.width), lambda: result.data(), console, slide=result)

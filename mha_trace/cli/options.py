@@ -36,6 +36,7 @@ _MODEL_PNG = "; with --model and no --layer or --head, FILE gets an overview gri
 
 
 _PNG = {"ablate": "With --model M --prune: save the pruning curve (the loss against the heads removed) as a 1920×1080 PNG for slides",
+        "survey": "With --composition: save the composition slide; with --model whisper --audio: the alignment slide (the sound, where each token listens, each head's disagreement); as a 1920×1080 PNG",
         "train": "Save the loss and each head's detector scores over the steps (curves) as a 1920×1080 PNG for slides"}
 
 
@@ -191,7 +192,8 @@ def _inputs(kwargs: dict) -> list:
 def output_options(png: bool | tuple = False, step: bool = False, scale: bool = True):
     """Give a command the output options (--format, --no-color, --width, --svg, --html, [--png])
     and --debug, declared here once; the command receives them as one `out: Output`. png:
-    True, or (option, why) when only that option's view has a slide (refused without it).
+    True, or (options, why) when only those options' views have a slide ("composition,audio":
+    refused without one of them).
     """
     def wrap(command):
         from mha_trace.cli.app import _title
@@ -216,7 +218,7 @@ def output_options(png: bool | tuple = False, step: bool = False, scale: bool = 
             if out.scale is not None and not 0 < out.scale < float("inf"):
                 raise MhaError(f"{out.scale} is not a weight above 0 (try --scale 1)",
                                quantity="scale")
-            if out.png and png is not True and not kwargs[png[0]]:
+            if out.png and png is not True and not any(kwargs[name] for name in png[0].split(",")):
                 raise MhaError(png[1], quantity="png")
             if out.scale is not None and not out.png:
                 raise MhaError("--scale sets the colour scale of --png FILE", quantity="scale")

@@ -1,6 +1,7 @@
 """Render `survey --model whisper --audio FILE`: what Whisper heard, its cross-attention heads by how
 well they follow the sound, and (--timestamps) each word on a time axis."""
 
+import numpy as np
 from rich.text import Text
 
 from mha_trace.analyses.alignment import CHOSEN, Hearing
@@ -36,15 +37,44 @@ def hearing_renderables(h: Hearing, width: int) -> list:
                     f"Precision@{CHOSEN}: {h.precision} of {CHOSEN} (chance {h.chance:.1f}). The published "
                     f"heads came with the model (how they were chosen is not published); agreement "
                     f"among the heads is what the attention alone can say."))
+    if h.matrix is not None:
+        out.append(_strip(h, width))
     if h.words is not None:
         out.append(_timeline(h, width))
     return out
 
 
+SHADES = " ░▒▓█"
+
+
+def _span(h: Hearing, width: int) -> int:
+    """Columns of the time axis: the same in the picture and the timeline, so they line up."""
+    longest = max(max((len(t.strip()) for t in h.tokens), default=4), 4)
+    return max(10, min(60, width - longest - 22))
+
+
+def _strip(h: Hearing, width: int):
+    """The alignment picture in text: a row for each text token (the row of the position that
+    writes it), time across, each row shaded from its quietest to its loudest bin."""
+    rows = h.matrix[:len(h.tokens)]  # the last row writes the end of the text
+    labels = [t.strip() or repr(t) for t in h.tokens]
+    span = _span(h, width)
+    bins = np.array_split(np.arange(rows.shape[1]), span)
+    cells = np.stack([rows[:, b].mean(1) for b in bins], 1)
+    low, high = cells.min(1, keepdims=True), cells.max(1, keepdims=True)
+    level = np.round((cells - low) / np.where(high > low, high - low, 1) * (len(SHADES) - 1))
+    table = new_table(f"Where each token listens: the published heads' weights over the speech "
+                      f"(0 to {h.seconds:.2f} s across), each row from its least to its most")
+    table.add_column("token")
+    table.add_column("", no_wrap=True)
+    for label, row in zip(labels, level.astype(int)):
+        table.add_row(label, "".join(SHADES[i] for i in row))
+    return table
+
+
 def _timeline(h: Hearing, width: int):
     """Each word's span as a bar on one time axis, the audio's length across."""
-    longest = max((len(w.word.strip()) for w in h.words), default=4)
-    span = max(10, min(60, width - longest - 22))
+    span = _span(h, width)
     table = new_table(f"When each word is said: the published heads' path (0 to {h.seconds:.2f} s "
                       f"across)")
     table.add_column("word")
@@ -67,6 +97,9 @@ def hearing_data(h: Hearing) -> dict:
                        "found": [_head(x) for x in h.found],
                        "published": [_head(x) for x in h.published],
                        f"precision_at_{CHOSEN}": h.precision, "chance": round(h.chance, 3)}}
+    if h.matrix is not None:
+        found["alignment"] = {"matrix": h.matrix.round(3).tolist(),
+                              "path": [h.path[0].tolist(), h.path[1].tolist()]}
     if h.words is not None:
         found["words"] = [{"word": w.word.strip(), "start": round(w.start, 2), "end": round(w.end, 2)}
                           for w in h.words]
@@ -81,3 +114,6 @@ def _renderables(h, width: int, **_) -> list:
 @data.register(Hearing)
 def _data(h, **_) -> dict:
     return hearing_data(h)
+
+
+import mha_trace.render.alignment_slide  # noqa: E402,F401 (registers the slide of what this file shows)

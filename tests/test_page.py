@@ -406,3 +406,37 @@ def test_the_path_patching_page_shows_each_input_as_the_json_does(browser, cli, 
         assert float(share) == pytest.approx(round(via[key]["fraction"], 2), abs=1e-9)
     assert "1.1 + 1.2 reaches 2.4 only through the input named" in opened.page.inner_text("body")
     assert opened.clean()
+
+
+def test_the_hearing_page_shows_where_each_token_listens_as_the_json_does(browser, cli, tmp_path):
+    """`survey --model whisper --audio FILE --timestamps --html`: a row of the picture for each
+    text token, its readout the JSON's alignment value at the hovered token and time (keys move it
+    too), each word's timing, each head's disagreement with the published heads marked."""
+    args = ("survey", "--model", "whisper", "--audio", "examples/audio/cat.wav", "--timestamps")
+    data = json.loads(cli(*args, "--format", "json").stdout)
+    out = tmp_path / "hear.html"
+    assert cli(*args, "--html", str(out)).exit_code == 0
+    opened = Opened(browser, out.as_uri())
+    page = opened.page
+    matrix = np.array(data["alignment"]["matrix"])
+    T, F = len(data["tokens"]), matrix.shape[1]
+    assert page.eval_on_selector_all(".hear-tokens div", "ds => ds.map(d => d.textContent)") == \
+        [t.strip() for t in data["tokens"]]
+    box = page.eval_on_selector("#hear-picture", "c => { const b = c.getBoundingClientRect(); "
+                                "return [b.left, b.top, b.width, b.height]; }")
+    t, f = 2, F // 3
+    page.mouse.move(box[0] + (f + 0.5) * box[2] / F, box[1] + (t + 0.5) * box[3] / T)
+    said = page.inner_text("#hear-readout")
+    assert said.startswith(f"'{data['tokens'][t].strip()}' at {f / 50:.2f} s: {matrix[t, f]:.3f}"), said
+    page.focus("#hear-picture")
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowRight")
+    assert page.inner_text("#hear-readout").startswith(f"'{data['tokens'][t + 1].strip()}' at {(f + 1) / 50:.2f} s")
+    words = page.eval_on_selector_all("#hear-words tr[tabindex]", "rs => rs.map(r => [r.cells[0].textContent, "
+                                      "r.cells[1].textContent, r.cells[2].textContent])")
+    assert words == [[w["word"], f"{w['start']:.2f}", f"{w['end']:.2f}"] for w in data["words"]]
+    cells = page.eval_on_selector_all("#hear-heads td", "cs => cs.map(c => [c.dataset.head, c.textContent])")
+    grid = np.array(data["heads"]["disagreement_seconds"])
+    assert [float(text.rstrip("* ")) for _, text in cells] == pytest.approx(grid.ravel().tolist(), abs=6e-4)
+    assert {head for head, text in cells if text.endswith("*")} == set(data["heads"]["published"])
+    assert opened.clean()

@@ -257,4 +257,5 @@ def _hearing(model, alignment: bool, timestamps: bool, out, other: bool):
     samples = read_wav(model.audio)
     result = hear(load(model), samples, model.audio, timestamps)
     console = make_console(out)
-    emit(out, lambda: result.renderables(console.width), lambda: result.data(), console, slide=result)
+    emit(out, lambda: result.renderables(console.width), lambda: result.data(), console, page=result,
+         slide=result)

@@ -117,3 +117,4 @@ def _data(h, **_) -> dict:
 
 
 import mha_trace.render.alignment_slide  # noqa: E402,F401 (registers the slide of what this file shows)
+import mha_trace.render.page  # noqa: E402,F401 (registers the page of what this file shows)

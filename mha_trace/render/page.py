@@ -1,5 +1,5 @@
 """The interactive page's data for each record that has one (Heads, Walk, TiledWalk, ShapesReport,
-Patching, PathPatching), registered with `mha_trace.io.page.page_data`. Weights are kept to what the view shows (16 bits
+Patching, PathPatching, Hearing), registered with `mha_trace.io.page.page_data`. Weights are kept to what the view shows (16 bits
 each, base64: to four decimals, as the terminal and the JSON round them; `--format json` keeps the full precision)."""
 
 import base64
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mha_trace.analyses.alignment import Hearing
 from mha_trace.analyses.analysis import Heads
 from mha_trace.analyses.path_patching import PathPatching
 from mha_trace.analyses.patching import Patching
@@ -150,3 +151,20 @@ def path_page(p) -> dict:
             "receiver": f"{p.receiver[0]}.{p.receiver[1]}", "values": [round(p.clean_value, 4), round(p.corrupt_value, 4)],
             "via": [{"input": key, "metric": round(v, 4), "fraction": round(p.fraction(v), 4)}
                     for key, v in p.via.items()]}
+
+
+@page_data.register(Hearing)
+def hearing_page(h) -> dict:
+    """Whisper's alignment: each text token's row of the published heads' weights over the speech
+    frames (three decimals), the path through them, the sound's loudness, each word's timing and
+    each cross-attention head's disagreement."""
+    T = len(h.tokens)
+    return {"kind": "hearing", "title": f"{h.card.name} hears {h.audio}", "text": h.text,
+            "tokens": [t.strip() or repr(t) for t in h.tokens], "seconds": round(h.seconds, 4),
+            "matrix": _round(h.matrix[:T], 3), "path": [[int(r), int(c)] for r, c in zip(*h.path) if r < T],
+            "loudness": _round(h.loudness, 3), "disagreement": _round(h.disagreement, 3),
+            "published": [f"{layer}.{head}" for layer, head in h.published],
+            "found": [f"{layer}.{head}" for layer, head in h.found], "precision": h.precision,
+            "chance": round(h.chance, 2),
+            "words": None if h.words is None else [{"word": w.word.strip(), "start": round(w.start, 2),
+                                                     "end": round(w.end, 2)} for w in h.words]}

@@ -1,5 +1,5 @@
 /* mha-trace's interactive page: the head view, the model view, a token's walk (also tile by
-   tile), the trace, the patching grids and a patched path.
+   tile), the trace, the patching grids, a patched path and Whisper's alignment.
    Plain JavaScript, no library, no network. The data comes from the #mha-data JSON block; every
    text from it is written with textContent, never parsed as HTML. */
 (function () {
@@ -489,6 +489,90 @@
     root.append(table);
   }
 
+  /* ---- hearing: where each of Whisper's text tokens listens, tokens down and time across ---- */
+  function hearingView() {
+    const T = data.tokens.length, F = data.matrix[0].length, fps = 50;
+    const readout = el("p", {class: "readout mono", id: "hear-readout", "aria-live": "polite"});
+    root.append(el("p", {text: `Heard: "${data.text}" (${fmt(data.seconds, 2)} s). Each row: where the ` +
+      "position that writes the token listens (the published alignment heads' weights over the speech, " +
+      "standardised, filtered and averaged as Whisper does), brighter where it listens most; the line " +
+      "is the path the word timings read. Hover, or focus the picture and use the arrow keys."}), readout);
+    const scale = Math.max(1, Math.floor(900 / F)), rowH = 26;
+    const sound = el("canvas", {id: "hear-sound", width: F * scale, height: 60});
+    const picture = el("canvas", {id: "hear-picture", width: F * scale, height: T * rowH, tabindex: 0});
+    const s = sound.getContext("2d"), g = picture.getContext("2d");
+    s.fillStyle = "#21918c";
+    data.loudness.forEach((x, f) => s.fillRect(f * scale, 30 - x * 30, scale, x * 60));
+    data.matrix.forEach((row, t) => {
+      const lo = Math.min(...row), hi = Math.max(...row);
+      row.forEach((x, f) => {
+        g.fillStyle = `rgb(${ramp(hi > lo ? (x - lo) / (hi - lo) : 0).join(",")})`;
+        g.fillRect(f * scale, t * rowH, scale, rowH);
+      });
+    });
+    g.strokeStyle = "#ff4081";
+    g.lineWidth = 2;
+    g.beginPath();
+    data.path.forEach(([t, f], i) => (i ? g.lineTo : g.moveTo).call(g, (f + 0.5) * scale, (t + 0.5) * rowH));
+    g.stroke();
+    const labels = el("div", {class: "hear-tokens"}, ...data.tokens.map((t) => el("div", {class: "tok", text: t})));
+    const cursor = {t: 0, f: 0};
+    const say = (t, f) => {
+      cursor.t = t; cursor.f = f;
+      readout.textContent = `'${data.tokens[t]}' at ${fmt(f / fps, 2)} s: ${fmt(data.matrix[t][f], 3)} ` +
+        `(its row from ${fmt(Math.min(...data.matrix[t]), 3)} to ${fmt(Math.max(...data.matrix[t]), 3)})`;
+    };
+    picture.addEventListener("mousemove", (e) => {
+      const box = picture.getBoundingClientRect();
+      const f = Math.min(F - 1, Math.floor((e.clientX - box.left) / box.width * F));
+      say(Math.min(T - 1, Math.floor((e.clientY - box.top) / box.height * T)), f);
+    });
+    picture.addEventListener("keydown", (e) => {
+      const step = {ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1]}[e.key];
+      if (!step) return;
+      e.preventDefault();
+      say(Math.max(0, Math.min(T - 1, cursor.t + step[0])), Math.max(0, Math.min(F - 1, cursor.f + step[1])));
+    });
+    root.append(el("h2", {text: `Where each token listens (0 to ${fmt(data.seconds, 2)} s across)`}),
+                el("div", {class: "hear"}, el("div", {}), sound, labels, picture));
+    if (data.words) {
+      const table = el("table", {class: "walk", id: "hear-words"});
+      table.append(el("tr", {}, ...["word", "start (s)", "end (s)", ""].map((t, i) =>
+        el("th", {class: i && i < 3 ? "num" : "", text: t}))));
+      data.words.forEach((w) => {
+        const px = (t) => Math.round(t * fps * scale);  // the picture's own time axis
+        const bar = el("span", {class: "bar", style: `margin-left:${px(w.start)}px;` +
+                                                       `width:${Math.max(2, px(w.end) - px(w.start))}px`});
+        const row = el("tr", {tabindex: 0}, el("td", {text: w.word}), el("td", {class: "num", text: fmt(w.start, 2)}),
+                       el("td", {class: "num", text: fmt(w.end, 2)}), el("td", {}, bar));
+        const tell = () => { readout.textContent = `'${w.word}': ${fmt(w.start, 2)} to ${fmt(w.end, 2)} s`; };
+        row.addEventListener("mouseenter", tell);
+        row.addEventListener("focus", tell);
+        table.append(row);
+      });
+      root.append(el("h2", {text: "When each word is said"}), table);
+    }
+    const table = el("table", {class: "patch", id: "hear-heads"});
+    const L = data.disagreement.length, H = data.disagreement[0].length;
+    const top = Math.max(...data.disagreement.flat()), low = Math.min(...data.disagreement.flat());
+    table.append(el("tr", {}, el("th", {text: "layer"}), ...[...Array(H).keys()].map((h) => el("th", {class: "num", text: `head ${h + 1}`}))));
+    data.disagreement.forEach((row, l) => table.append(el("tr", {}, el("th", {text: String(l + 1)}),
+      ...row.map((x, h) => {
+        const name = `${l + 1}.${h + 1}`, published = data.published.includes(name);
+        const cell = el("td", {class: "num", tabindex: 0, text: fmt(x, 3) + (published ? "*" : " "),
+                               "data-head": name,
+                               style: `background:rgb(${ramp(1 - (x - low) / ((top - low) || 1)).join(",")});` +
+                                      `color:${1 - (x - low) / ((top - low) || 1) > 0.55 ? "#000" : "#fff"}`});
+        const tell = () => { readout.textContent = `head ${name}: its path lands ${fmt(x, 3)} s from the ` +
+          `others' (median)${published ? "; a published alignment head" : ""}${data.found.includes(name) ? "; among the 8 that agree most" : ""}`; };
+        cell.addEventListener("mouseenter", tell);
+        cell.addEventListener("focus", tell);
+        return cell;
+      }))));
+    root.append(el("h2", {text: `Each cross-attention head's disagreement (s); * published. ` +
+      `Precision@8: ${data.precision} of 8 (chance ${fmt(data.chance, 1)})`}), table);
+  }
+
   ({heads: headsView, explain: explainView, tiled: tiledView, shapes: shapesView,
-    patching: patchingView, path: pathView})[data.kind]();
+    patching: patchingView, path: pathView, hearing: hearingView})[data.kind]();
 })();

@@ -20,8 +20,9 @@ import os
 from dataclasses import replace
 
 from mha_trace.errors import MhaError
+from mha_trace.models.registry import entry, listed
 from mha_trace.runs.values import head_of, names, text_of, whole_numbers
-from mha_trace.runs.resolve import RunOptions, check_options, resolve
+from mha_trace.runs.resolve import RunOptions, check_options, load, resolve
 
 
 def trace(module, *args, **kwargs):
@@ -32,8 +33,8 @@ def trace(module, *args, **kwargs):
     >>> t.steps[0].shape
     (2, 10, 64)
     """
-    from mha_trace.runs.resolve import from_call
     from mha_trace.analyses.shapes import trace_run
+    from mha_trace.runs.resolve import from_call
 
     return trace_run(from_call(module, args, kwargs))
 
@@ -159,17 +160,18 @@ class Model:
                  max_seconds: float | None = None):
         self.name, self.device, self.max_tokens = name, device, max_tokens
         self.max_seconds = max_seconds
-        self.model  # loaded now, so that a bad device is said here
+        if not entry(name).audio:  # loaded now, so that a bad device is said here (audio: by hear)
+            self.model
 
     @property
     def model(self):
         """The loaded model, on this object's device (one copy per process: it moves)."""
-        from mha_trace.runs.resolve import load
-
         return load(RunOptions(model=self.name, device=self.device, max_tokens=self.max_tokens,
                                max_seconds=self.max_seconds))
 
     def __repr__(self) -> str:
+        if entry(self.name).audio:
+            return f"<mha_trace model {self.name}: {entry(self.name).title}, hears audio: .hear(FILE)>"
         m = self.model
         layers = f"{m.layers} layer{'s' if m.layers > 1 else ''}"
         return f"<mha_trace model {self.name}: {m.name}, {layers} × {m.heads} heads>"
@@ -201,8 +203,7 @@ class Model:
         from mha_trace.analyses.model_heads import head_in_layer, model_walk
 
         if by_head and not why:
-            raise MhaError("by_head=True splits the sources of why=True: give both",
-                           quantity="by_head")
+            raise MhaError("by_head=True splits the sources of why=True: give both", quantity="by_head")
         if position is not None:
             position = whole_numbers([position], "position", least=0)[0]
         layer, only = head_in_layer(layer, head_of(head))
@@ -232,19 +233,24 @@ class Model:
 
         if text is not None and sentences is not None:
             raise MhaError("give a text or sentences, not both", quantity="sentences")
-        if text is not None:
-            chosen = corpus.one(text_of(text))
-        elif isinstance(sentences, (str, os.PathLike)):
-            chosen = corpus.from_file(os.fspath(sentences))
-        elif sentences is not None:
-            texts = [text_of(t) for t in sentences]
-            if not texts:
-                raise MhaError("sentences is empty", quantity="sentences")
-            chosen = corpus.Corpus(f"{len(texts)} sentences", texts)
-        else:
-            chosen = corpus.bundled()
+        texts = None if sentences is None or isinstance(sentences, (str, os.PathLike)) else \
+            [text_of(t) for t in sentences]
+        if texts == []:
+            raise MhaError("sentences is empty", quantity="sentences")
+        chosen = (corpus.one(text_of(text)) if text is not None else corpus.Corpus(
+            f"{len(texts)} sentences", texts) if texts else corpus.from_file(os.fspath(sentences))
+            if sentences is not None else corpus.bundled())
         to = [targets] if isinstance(targets, str) else targets
         return survey(self.model, chosen, source, to and [t.lower() for t in to], effect=effect)
+
+    def hear(self, audio, *, timestamps: bool = False):
+        """What whisper hears in a WAV file, its heads by how well they follow the sound (like
+        `survey --model whisper --audio`); timestamps=True adds each word's timing."""
+        from mha_trace.analyses.alignment import hear
+        from mha_trace.io.audio import read_wav
+
+        o = RunOptions(model=self.name, audio=os.fspath(audio), device=self.device)
+        return hear(load(o), read_wav(o.audio), o.audio, timestamps)
 
     def composition(self):
         """Q-, K- and V-composition of every head with every head of an earlier layer, from the
@@ -259,11 +265,10 @@ class Model:
         from mha_trace.models.guards import parse_head
         from mha_trace.analyses.model_analysis import ablate_model_heads
 
-        removed = removed if heads is None else heads
+        removed = removed if heads is None else heads  # a str or a list
         removed = [parse_head(head_of(h)) for h in ([removed] if isinstance(removed, str) else removed)]
         if not removed:
-            raise MhaError("name at least one head to remove, e.g. removed=['6.12']",
-                           quantity="removed")
+            raise MhaError("name at least one head to remove, e.g. removed=['6.12']", quantity="removed")
         return ablate_model_heads(self.run(text).sentence, removed)
 
     def rank(self, text: str | None = None):
@@ -313,30 +318,27 @@ class Model:
         name, words = ("the text given", text_of(text)) if text is not None else bundled_text(self.model)
         bar = lambda total: _advancing(NotebookProgress(total, "reading the text under each cache"))
         return cache_lab(self.model, name, words, whole_numbers([tokens], "tokens", 2)[0],
-                         names(policies, "policy"),
-                         whole_numbers(budgets, "budget", 2),
+                         names(policies, "policy"), whole_numbers(budgets, "budget", 2),
                          whole_numbers([sinks], "sinks")[0], bool(renumber), bar)
 
 
 @contextlib.contextmanager
-def _advancing(bar):
+def _advancing(bar):  # a cache lab's progress, as a notebook's bar
     yield lambda *_: bar.advance()
 
 
 def model(name: str, device: str = "cpu", max_tokens: int | None = None,
           max_seconds: float | None = None) -> Model:
-    """A pretrained model shipped in a PyPI package, loaded offline: "minilm" or "smollm2", or a
-    run saved by `train` ("run.pt", "run.pt@600" for a saved step), on device "cpu" (default),
-    "cuda" or "mps"; max_tokens raises its token guard (MiniLM 512, SmolLM2 256), max_seconds
-    its time guard (ranking heads 30 s, the cache lab 600 s, estimated on 2 cores)."""
-    from mha_trace.models.guards import check_name
-    from mha_trace.models.registry import listed
-
+    """A pretrained model shipped in a PyPI package, loaded offline: "minilm", "smollm2" or
+    "whisper" (it hears: `.hear(FILE)`), or a run saved by `train` ("run.pt", "run.pt@600" for a
+    saved step), on device "cpu" (default), "cuda" or "mps"; max_tokens raises its token guard
+    (MiniLM 512, SmolLM2 256), max_seconds its time guard (ranking heads 30 s, the cache lab 600 s,
+    estimated on 2 cores)."""
     if not isinstance(name, (str, os.PathLike)) or isinstance(os.fspath(name), bytes):
         raise MhaError(f"name={name!r} is not a model's name ({listed()}) or a saved run's "
                        f"path such as 'run.pt'", quantity="model")
     name = os.fspath(name)
-    check_name(name)
+    entry(name)  # a registered name or a saved run, or one line naming them
     device = "cpu" if device is None else device  # None: the default, as on the command line
     check_options(RunOptions(device=device, max_tokens=max_tokens, max_seconds=max_seconds))
     return Model(name, device, max_tokens, max_seconds)
@@ -367,9 +369,7 @@ def train(task: str = "induction", *, resume=None, save: str | None = None, on_s
     before = checkpoints.read_checkpoint(os.fspath(resume)) if isinstance(resume, (str, os.PathLike)) else resume
     spec = training.Spec.of(task, **options)
     if before is not None:
-        from dataclasses import replace as changed
-
-        spec = changed(before.spec, steps=spec.steps)
+        spec = replace(before.spec, steps=spec.steps)
     from mha_trace.io.page import NotebookProgress
 
     bar = []  # made at the first step, once the spec has been checked

@@ -33,6 +33,7 @@ CALLS = {
     "model.patch (smollm2)": lambda: mha_trace.model("smollm2").patch("The cat sat", "The dog sat", metric="loss"),
     "model.cache (smollm2)": lambda: mha_trace.model("smollm2").cache("The cat sat on the mat.", budgets=[4],
                                                             policies="window", sinks=1),
+    "model.hear (whisper)": lambda: mha_trace.model("whisper").hear("examples/audio/cat.wav", timestamps=True),
 }
 
 

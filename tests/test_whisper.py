@@ -292,3 +292,22 @@ def test_the_strip_and_the_slide_show_the_jsons_alignment(cli, heard, whisper, m
         path = tmp_path / f"{theme}.png"
         assert cli(*args, "--png", str(path), "--theme", theme).exit_code == 0
         assert Image.open(path).size == (1920, 1080)
+
+
+def test_the_api_hears_what_the_command_hears(cli):
+    """`mha_trace.model("whisper").hear(FILE)` is the survey's record; the text views and another
+    model's hear are refused with one MhaError naming the audio."""
+    import mha_trace
+
+    m = mha_trace.model("whisper")
+    assert "hears audio" in repr(m)
+    r = m.hear(AUDIO / "cat.wav", timestamps=True)
+    said = json.loads(cli("survey", "--model", "whisper", "--audio", str(AUDIO / "cat.wav"), "--timestamps",
+                          "--format", "json").stdout)
+    assert {k: v for k, v in r.data().items() if k != "audio"} == {k: v for k, v in said.items()
+                                                                   if k not in ("audio", "schema_version")}
+    with pytest.raises(MhaError, match=r'model\("whisper"\).hear\(FILE\)') as e:
+        m.heads()
+    assert e.value.quantity == "audio"
+    with pytest.raises(MhaError, match="goes with --model whisper"):
+        mha_trace.model("minilm").hear(AUDIO / "cat.wav")

@@ -19,7 +19,7 @@ def check_hearing(name: str | None, audio: str | None) -> None:
     if hears and audio is None:
         raise MhaError(f"{entry(name).title} hears audio, not text: mha-trace survey --model {name} "
                        f"--audio FILE.wav (its cross-attention heads; --timestamps for each word's "
-                       f"timing)", quantity="audio")
+                       f"timing; in Python: mha_trace.model(\"{name}\").hear(FILE))", quantity="audio")
 
 
 LIMIT_SECONDS = 30  # the time guard: work estimated longer than this on 2 cores is refused

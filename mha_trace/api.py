@@ -247,10 +247,9 @@ class Model:
         """What whisper hears in a WAV file, its heads by how well they follow the sound (like
         `survey --model whisper --audio`); timestamps=True adds each word's timing."""
         from mha_trace.analyses.alignment import hear
-        from mha_trace.io.audio import read_wav
 
         o = RunOptions(model=self.name, audio=os.fspath(audio), device=self.device)
-        return hear(load(o), read_wav(o.audio), o.audio, timestamps)
+        return hear(load(o), o.audio, timestamps)
 
     def composition(self):
         """Q-, K- and V-composition of every head with every head of an earlier layer, from the

@@ -14,6 +14,7 @@ width 7 along time, their average, then dynamic time warping from the first toke
 the last; a word starts where the path enters its first token's row.
 """
 
+import functools
 import string
 from dataclasses import dataclass
 
@@ -68,9 +69,12 @@ class Hearing(Shows):
         return CHOSEN * len(self.published) / self.disagreement.size
 
 
-def hear(model, samples: np.ndarray, audio: str, timestamps: bool = False) -> Hearing:
-    """Transcribe the audio (greedy), then score every cross-attention head on it."""
-    heard = model.transcribe(samples)
+def hear(model, audio: str, timestamps: bool = False) -> Hearing:
+    """Transcribe the WAV file (greedy), then score every cross-attention head on it."""
+    from mha_trace.io.audio import read_wav
+
+    samples = read_wav(audio)
+    heard = _heard(model, *_file_key(audio))
     if len(heard.ids) == heard.prompt:
         from mha_trace.errors import MhaError
 
@@ -81,9 +85,26 @@ def hear(model, samples: np.ndarray, audio: str, timestamps: bool = False) -> He
     step = len(samples) / max(frames, 1)
     loudness = np.array([np.abs(samples[int(i * step):int((i + 1) * step) + 1]).max(initial=0.0)
                          for i in range(frames)])
-    return Hearing(ModelCard.of(model), audio, heard.audio_seconds, heard.text.strip(),
+    return Hearing(ModelCard.of(model), str(audio), heard.audio_seconds, heard.text.strip(),
                    heard.tokens[heard.prompt:], head_disagreement(heard), model.alignment_heads,
                    words, matrix, dtw(-matrix), loudness)
+
+
+def _file_key(audio) -> tuple:
+    """A file as its transcription is kept: its path, size and modification time."""
+    import os
+
+    found = os.stat(audio)
+    return os.path.realpath(audio), found.st_size, found.st_mtime_ns
+
+
+@functools.lru_cache(maxsize=4)
+def _heard(model, path: str, size: int, mtime: int):
+    """The transcription of a file, kept by model view: views of one file in one process (the
+    API, a notebook) transcribe it once."""
+    from mha_trace.io.audio import read_wav
+
+    return model.transcribe(read_wav(path))
 
 
 def speech_frames(heard) -> int:

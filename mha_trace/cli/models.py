@@ -245,7 +245,6 @@ def patch(
 def _hearing(model, alignment: bool, timestamps: bool, out, other: bool):
     """survey --model whisper --audio FILE [--alignment] [--timestamps]."""
     from mha_trace.analyses.alignment import hear
-    from mha_trace.io.audio import read_wav
     from mha_trace.runs.resolve import load
 
     if model.audio is None:
@@ -254,8 +253,7 @@ def _hearing(model, alignment: bool, timestamps: bool, out, other: bool):
     if other:
         raise MhaError("--audio is Whisper's survey of its own: it goes with --alignment and "
                        "--timestamps, no sentence, corpus, probe or other survey", quantity="audio")
-    samples = read_wav(model.audio)
-    result = hear(load(model), samples, model.audio, timestamps)
+    result = hear(load(model), model.audio, timestamps)
     console = make_console(out)
     emit(out, lambda: result.renderables(console.width), lambda: result.data(), console, page=result,
          slide=result)

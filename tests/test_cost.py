@@ -102,7 +102,7 @@ def test_cost_never_imports_torch():
 
 @pytest.mark.parametrize("args,message", [
     (("--preset", "gpt5"), "--preset 'gpt5' is not bundled (presets: bert-base, gpt2-medium, gpt2-small, gpt3-175b, "
-                           "llama2-70b, llama2-7b, mistral-7b, smollm2-135m)"),
+                           "llama2-70b, llama2-7b, mistral-7b, smollm2-135m, whisper-tiny-en)"),
     (("--d-model", "100", "--heads", "7"),
      "--heads: d_model=100 is not divisible by heads=7 (valid head counts: 1, 2, 4, 5, 10, 20, 25, 50, 100)"),
     (("--layers", "0"), "--layers: layers=0 must be a positive integer (at least 1)"),
@@ -139,3 +139,31 @@ def test_mistral_sliding_window_scores_and_flops_count_the_band(cli):
     assert rows["scores QKᵀ"]["per_layer"] == 2 * 32 * band * 128
     assert rows["softmax"]["per_layer"] == 5 * 32 * band
     assert rows["weights · V"]["per_layer"] == 2 * 32 * band * 128
+
+
+def test_a_decoders_cross_attention_is_counted_as_whispers_is_built(cli):
+    """`cost --preset whisper-tiny-en`: beside each decoder layer's self-attention a second one,
+    T text positions against S = 1,500 audio frames; its parameters are the loaded model's own
+    (counted from its modules), its scores T×S, its K/V computed once: 2 × 4 layers × 1,500
+    frames × 384 values × 4 bytes."""
+    import json
+
+    from mha_trace.models.whisper import load_whisper
+
+    data = json.loads(cli("cost", "--preset", "whisper-tiny-en", "--format", "json").stdout)
+    rows = {r["item"]: r for r in data["rows"] if r["section"] != "parameters"}
+    params = {r["item"]: r for r in data["rows"] if r["section"] == "parameters"}
+    decoder = load_whisper().decoder
+    count = lambda attention: sum(p.numel() for p in attention.parameters())
+    assert params["cross-attention total"]["total"] == sum(count(b.cross) for b in decoder.blocks)
+    assert params["attention total"]["total"] == sum(count(b.attention) for b in decoder.blocks)
+    assert params["self + cross total"]["total"] == 2 * params["attention total"]["total"]
+    assert rows["cross K/V (static cache), all layers"]["total"] == 2 * 4 * 1500 * 384 * 4
+    assert rows["cross scores QKᵀ"]["per_layer"] == 2 * 6 * 448 * 1500 * 64
+    assert rows["cross scores, materialised"]["total"] == 6 * 448 * 1500 * 4
+    assert data["config"]["cross_keys"] == 1500
+    encoder = json.loads(cli("cost", "--preset", "whisper-tiny-en", "--seq", "1500", "--cross-keys", "0",
+                             "--format", "json").stdout)
+    assert not any(r["item"].startswith("cross") for r in encoder["rows"])
+    refused = cli("cost", "--cross-keys", "-3")
+    assert refused.exit_code == 2 and "cross_keys" in refused.stderr.replace("-", "_")

@@ -25,6 +25,7 @@ def cost(
     formulas: Annotated[bool, typer.Option("--formulas", help="Show each formula with the numbers put in. Example: --formulas")] = False,
     window: Annotated[int | None, typer.Option("--window", help="Sliding-window attention: the KV cache keeps at most W tokens per layer (default: the preset's). Example: --window 4096")] = None,
     rope: Annotated[bool | None, typer.Option("--rope/--no-rope", help="Rotary positions (default: the preset's); they add no parameters. Example: --rope")] = None,
+    cross_keys: Annotated[int | None, typer.Option("--cross-keys", help="A decoder's cross-attention beside its self-attention: the encoder positions its queries see (default: the preset's; 0 for none). Example: --preset whisper-tiny-en --cross-keys 1500", metavar="S")] = None,
     io: Annotated[bool, typer.Option("--io", help="Count the bytes each kernel reads from and writes to main memory (HBM): standard attention against the tiled pass (FlashAttention-2's loop). Example: --preset gpt2-medium --batch 64 --dtype float16 --io --backward")] = False,
     backward: Annotated[bool, typer.Option("--backward", help="With --io: the backward pass too (training), as in Dao et al. 2022, Fig. 2. Example: --io --backward")] = False,
     sram: Annotated[int | None, typer.Option("--sram", help="With --io: bytes of on-chip SRAM a tile may use (default 196608, an A100's 192 KB per streaming multiprocessor); the tiles follow from it. Example: --io --sram 98304")] = None,
@@ -38,10 +39,11 @@ def cost(
     with --io, the main-memory traffic of standard and tiled attention, kernel by kernel.
 
     Example: mha-trace cost --preset gpt3-175b --seq 2048 --dtype float16
+    Example: mha-trace cost --preset whisper-tiny-en
     """
     from mha_trace.core.costs import cost_report
 
     report = cost_report(preset, batch, seq, d_model, heads, kv_heads, layers, dtype.value, bias,
                          window, rope, formulas, io, backward, sram, block_q, block_k, causal,
-                         dropout)
+                         dropout, cross_keys)
     emit(out, report.renderables, report.data)

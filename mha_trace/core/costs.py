@@ -25,6 +25,7 @@ class Dims:
     mask: str = "none"  # "none"; "pad": one row of T expanded to (T, T); "full": a (T, T) matrix
     window: int | None = None  # sliding window: a query sees at most this many keys
     rope: bool = False  # rotary positions (no parameters)
+    cross: int | None = None  # a decoder's cross-attention: the encoder positions its queries see
 
     @property
     def d_k(self) -> int:
@@ -127,7 +128,43 @@ def cost_rows(d: Dims, layers: int) -> list[Row]:
 
     for section in (_parameter_rows, _flop_rows, _memory_rows):
         section(add, d, layers)
+    if d.cross:
+        _cross_rows(add, d, layers)
     return rows
+
+
+def _cross_rows(add, d: Dims, L: int) -> None:
+    """A decoder layer's second attention: queries from the T text positions, keys and values
+    from the S encoder positions (computed once per input and kept while the decoder writes)."""
+    B, T, S, D, H, G, k, s = d.batch, d.seq, d.cross, d.d_model, d.heads, d.kv_heads, d.d_k, d.itemsize
+    b, gk = (1 if d.bias else 0), G * k
+    p = parameters(d)
+    for name in p:
+        add("parameters", f"cross {name}", "as the self-attention's", "", p[name], "params")
+    add("parameters", "cross-attention total", "sum of the cross rows", "", sum(p.values()), "params")
+    add("parameters", "self + cross total", "both attentions", "", 2 * sum(p.values()), "params")
+    stages = [("cross Q projection", "2·B·T·D·D" + " + B·T·D" * b, f"2·{B}·{T}·{D}·{D}" + f" + {B}·{T}·{D}" * b,
+               2 * B * T * D * D + b * B * T * D),
+              ("cross K, V projections (once)", "2·(2·B·S·D·G·d_k)" + " + 2·B·S·G·d_k" * b,
+               f"2·(2·{B}·{S}·{D}·{gk})" + f" + 2·{B}·{S}·{gk}" * b, 4 * B * S * D * gk + b * 2 * B * S * gk),
+              ("cross scores QKᵀ", "2·B·H·T·S·d_k", f"2·{B}·{H}·{T}·{S}·{k}", 2 * B * H * T * S * k),
+              ("cross scale ÷√d_k", "B·H·T·S", f"{B}·{H}·{T}·{S}", B * H * T * S),
+              ("cross softmax", "5·B·H·T·S", f"5·{B}·{H}·{T}·{S}", 5 * B * H * T * S),
+              ("cross weights · V", "2·B·H·T·S·d_k", f"2·{B}·{H}·{T}·{S}·{k}", 2 * B * H * T * S * k),
+              ("cross output projection", "2·B·T·D·D" + " + B·T·D" * b, f"2·{B}·{T}·{D}·{D}" + f" + {B}·{T}·{D}" * b,
+               2 * B * T * D * D + b * B * T * D)]
+    for item, formula, numbers, value in stages:
+        add("flops", item, formula, numbers, value, "FLOPs")
+    cross = sum(stage[3] for stage in stages)
+    add("flops", "cross-attention total", "sum of the cross rows", "", cross, "FLOPs")
+    add("flops", "self + cross total", "both attentions", "", cross + flops(d), "FLOPs")
+    once = lambda item, formula, numbers, value: add("memory", item, formula, numbers, value, "bytes",
+                                                     total=value)
+    once("cross scores, materialised", "B·H·T·S·s", f"{B}·{H}·{T}·{S}·{s}", B * H * T * S * s)
+    once("cross K/V (static cache), one layer", "2·G·d_k·s·B·S", f"2·{G}·{k}·{s}·{B}·{S}", 2 * gk * s * B * S)
+    once("cross K/V (static cache), all layers", "2·G·d_k·s·L·B·S", f"2·{G}·{k}·{s}·{L}·{B}·{S}",
+         2 * gk * s * L * B * S)
+
 
 
 def _parameter_rows(add, d: Dims, L: int) -> None:
@@ -259,14 +296,15 @@ def cost_report(preset: str | None = None, batch: int | None = None, seq: int | 
                 window: int | None = None, rope: bool | None = None,
                 formulas: bool = False, io: bool = False, backward: bool = False,
                 sram: int | None = None, block_q: int | None = None, block_k: int | None = None,
-                causal: bool | None = None, dropout: float | None = None) -> CostReport:
+                causal: bool | None = None, dropout: float | None = None,
+                cross: int | None = None) -> CostReport:
     """The cost of attention at a preset's dimensions (gpt3-175b, ...), any of them overridden;
     without a preset: batch 2, seq 10, d_model 512, heads 8, one layer. With `io`, the bytes
     standard and tiled attention move to and from main memory (`backward` adds that pass)."""
     from mha_trace.core.validate import check_sizes, positive
 
     given = {"batch": batch, "seq": seq, "d_model": d_model, "heads": heads,
-             "kv_heads": kv_heads, "layers": layers, "window": window}
+             "kv_heads": kv_heads, "layers": layers, "window": window, "cross_keys": cross}
     for name, value in given.items():
         if value is not None and type(value) is not int:
             raise MhaError(f"{name} must be a whole number, got {value!r}", quantity=name)
@@ -284,8 +322,11 @@ def cost_report(preset: str | None = None, batch: int | None = None, seq: int | 
     window = pick(window, "window", None)
     if window is not None:
         positive("window", window)
+    cross = pick(cross, "cross_keys", None) or None  # 0: no cross-attention (a preset's encoder)
+    if cross is not None:
+        positive("cross_keys", cross)
     d = Dims(batch, seq, d_model, heads, kv_heads, dtype, bias=pick(bias, "bias", True),
-             window=window, rope=pick(rope, "rope", False))
+             window=window, rope=pick(rope, "rope", False), cross=cross)
     label = p.get("name", "custom") if preset else "custom"
     io_only = {"backward": backward or None, "sram": sram, "block_q": block_q, "block_k": block_k,
                "causal": causal, "dropout": dropout}

@@ -34,7 +34,7 @@ def cost_renderables(rows, d, layers: int, formulas: bool) -> list:
             if formulas:
                 cells.append(f"{r.formula} = {r.numbers}" if r.numbers else r.formula)
             table.add_row(*cells, _count(r.per_layer, unit), _count(r.total, unit),
-                          style="bold" if r.item == "attention total" else None)
+                          style="bold" if r.item.endswith("total") else None)
         out.append(table)
     table = new_table("Memory")
     table.add_column("item")
@@ -59,6 +59,12 @@ def _notes(d, formulas: bool) -> list:
     if d.rope:
         notes.append("RoPE adds no parameters: it turns Q and K by position with cos/sin of fixed "
                      "angles, computed, not learned.")
+    if d.cross:
+        notes.append(f"Cross-attention: each layer's second attention takes its queries from the "
+                     f"{d.seq:,} decoder positions (T) and its keys and values from the {d.cross:,} encoder "
+                     f"positions (S): its scores are T×S, not square, and its K and V are computed "
+                     f"once from the encoder's output and kept while the decoder writes token by "
+                     f"token (a static cache beside the self-attention's growing one).")
     if d.window is not None:
         notes.append(f"Sliding window {d.window}: a query sees at most {d.window} keys, so the "
                      f"KV cache keeps the last {d.window} tokens per layer (a rolling buffer).")
@@ -115,7 +121,8 @@ def cost_data(rows, d, layers: int, preset: str | None, source: str | None) -> d
         "config": {"preset": preset, "batch": d.batch, "seq": d.seq, "d_model": d.d_model,
                    "heads": d.heads, "kv_heads": d.kv_heads, "d_k": d.d_k, "layers": layers,
                    "dtype": d.dtype, "bytes_per_element": d.itemsize, "bias": d.bias,
-                   "rope": d.rope, "window": d.window, "source": source},
+                   "rope": d.rope, "window": d.window, "cross_keys": d.cross,
+                   "source": source},
         "rows": [{"section": r.section, "item": r.item, "formula": r.formula,
                   "numbers": r.numbers, "per_layer": r.per_layer, "total": r.total,
                   "unit": r.unit} for r in rows],

@@ -311,3 +311,42 @@ def test_the_api_hears_what_the_command_hears(cli):
     assert e.value.quantity == "audio"
     with pytest.raises(MhaError, match="goes with --model whisper"):
         mha_trace.model("minilm").hear(AUDIO / "cat.wav")
+
+
+def test_a_static_cache_keeps_what_it_was_filled_with_and_copies_nothing():
+    import torch
+
+    from mha_trace.core.attention import StaticKVCache
+
+    cache, k, v = StaticKVCache(), torch.randn(1, 6, 1500, 64), torch.randn(1, 6, 1500, 64)
+    assert cache.append(k, v) == (k, v) and len(cache) == 1500
+    got = cache.append(k[:, :, :0], v[:, :, :0])
+    assert got[0] is k and got[1] is v  # the same tensors: nothing concatenated
+
+
+def test_shapes_traces_the_cross_attention_with_its_static_cache(cli, whisper):
+    """`shapes --model whisper --audio FILE --layer 4`: the prefill projects the 1,500 frames' K and
+    V once; each decoding step hands none, scores T_q = 1 against 1,500 keys and copies no cache;
+    every step's output is the decoder's own cross-attention at that position (one full pass)."""
+    import torch
+
+    from mha_trace.runs.resolve import RunOptions, resolve
+
+    data = json.loads(cli("shapes", "--model", "whisper", "--audio", "examples/audio/cat.wav", "--layer", "4",
+                          "--format", "json").stdout)
+    linear = [(s["phase"], s["shape"]) for s in data["steps"] if s["op"] == "linear" and "W_k" in s["text"]]
+    assert linear == [("prefill", [1, 1500, 384])] + [(f"decode step {i}", [1, 0, 384]) for i in (1, 2, 3)]
+    scores = [s["shape"] for s in data["steps"] if s["op"] == "softmax"]
+    assert scores == [[1, 6, 2, 1500]] + [[1, 6, 1, 1500]] * 3
+    assert not any(s["op"] == "cat" for s in data["steps"])
+    run = resolve(RunOptions(model="whisper", audio="examples/audio/cat.wav", layer=4))
+    with torch.no_grad():
+        whole = run.module(run.x, run.args[1], run.args[2])[0]  # every position at once, no cache
+        outputs = [run.module(*args, **kwargs)[0] for _, args, kwargs in run.phases]
+    np.testing.assert_allclose(torch.cat(outputs, 1).numpy(), whole[:, :5].numpy(), atol=1e-5)
+    text = cli("shapes", "--model", "whisper", "--audio", "examples/audio/cat.wav").stdout
+    assert "StaticKVCache" in text and "KV cache (one layer)" not in text
+    for args, said in [(("--layer", "5"), "layers 1 to 4"), (("--decode", "2"), "--decode does not go"),
+                       ((), None)]:
+        result = cli("shapes", "--model", "whisper", *(["--audio", "examples/audio/cat.wav"] if args else []), *args)
+        assert result.exit_code == 2 and (said or "hears audio, not text") in result.stderr

@@ -92,7 +92,7 @@ class ShapesReport(Shows):
     def kv_cache_by_phase(self) -> list[tuple[str, int, int]]:
         """Decoding: (phase, tokens in the cache, bytes of K and V) after each call, one layer."""
         s = self.sizes
-        if not s.decode:
+        if not s.decode or s.cross:  # a cross-attention's cache is filled once: it does not grow
             return []
         per_token = 2 * s.batch * (s.kv_heads or s.heads) * (s.d_model // s.heads) * DTYPE_BYTES[s.dtype]
         phases = ["prefill"] + [f"decode step {i + 1}" for i in range(s.decode)]

@@ -30,7 +30,7 @@ def survey(
     composition: Annotated[bool, typer.Option("--composition", help="With a decoder (smollm2, --checkpoint): Q-, K- and V-composition of every head with every head of an earlier layer, from the weights, beside random matrices of the same shapes; for a trained run, whom its induction heads read. Example: --model smollm2 --composition")] = False,
     rope_planes: Annotated[bool, typer.Option("--rope-planes", help="With a RoPE model (smollm2): each head's |q·k| by band of rotation planes over the sentences, beside its previous-token score. Example: --model smollm2 --rope-planes")] = False,
     effect: Annotated[bool, typer.Option("--effect", help="Also, per layer, the share of weight and the share of effect (weight × the length of what the key's value moves through W_O, renormalised) that go to the sinks, and what that says. Example: --effect")] = False,
-    audio: Annotated[str | None, typer.Option("--audio", help="With --model whisper: the recording it hears (a WAV file, at most 30 s; other rates are resampled to 16 kHz). Example: --audio examples/audio/cat.wav", metavar="FILE")] = None,
+    audio: AudioOpt = None,
     alignment: Annotated[bool, typer.Option("--alignment", help="With --model whisper (the survey it runs): each decoder cross-attention head ranked by how well it follows the sound, beside the model's published alignment heads. Example: --model whisper --audio talk.wav --alignment")] = False,
     timestamps: Annotated[bool, typer.Option("--timestamps", help="With --model whisper: also each word's start and end, from the alignment heads as Whisper computes them, on a time axis. Example: --model whisper --audio talk.wav --timestamps")] = False,
     max_tokens: MaxTokensOpt = None,

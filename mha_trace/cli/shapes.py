@@ -12,7 +12,7 @@ from mha_trace.io.output import Output, emit, make_console
 
 @app.command(short_help="Every tensor op of a real forward pass: shape, stride, memory.")
 @output_options(step=True)
-@run_options("sizes", "config_name", "module", "model", "layer")
+@run_options("sizes", "config_name", "module", "model", "layer", "audio")
 def shapes(
     compare_impl: Annotated[bool, typer.Option("--compare-impl", help="With --impl sdpa or tiled: also run the explicit path and compare what each allocates, which tensors the other path never makes, and how far the outputs differ. Example: --impl tiled --compare-impl")] = False,
     block_q: Annotated[int | None, typer.Option("--block-q", help="With --impl tiled: rows of a query tile (default: half the sequence, 2 × 2 tiles). Example: --impl tiled --block-q 4")] = None,
@@ -29,6 +29,7 @@ def shapes(
     Example: mha-trace shapes --d-model 512 --heads 8 --seq 6 --mask causal
     Example: mha-trace shapes --model minilm --sentence "The cat sat on the mat." --layer 1
     Example: mha-trace shapes --decode 3 --mask causal --kv-heads 2
+    Example: mha-trace shapes --model whisper --audio examples/audio/cat.wav --layer 4
     Example: mha-trace shapes --impl tiled --mask causal --compare-impl
     Example: mha-trace shapes --config cat-sat-on-mat --module examples/chapter_numpy_mha.py:MultiHeadAttention
     """

@@ -179,3 +179,13 @@ def tiled_attention(Q, K, V, mask=None, block_q=None, block_k=None):
         outputs.append(O_i / l.masked_fill(l == 0, 1.0)[..., None])  # (B, H, B_r, d_k)
         logsumexps.append(m + torch.log(l))  # (B, H, B_r) L = m + log ℓ
     return torch.cat(outputs, dim=2), torch.cat(logsumexps, dim=2)  # (B, H, T, d_k), (B, H, T)
+
+
+class StaticKVCache(KVCache):
+    """A cross-attention's keys and values: filled once (from the encoder's output), then read at
+    every step unchanged; a later step hands no new keys (an empty sequence) and nothing is copied."""
+
+    def append(self, k, v):
+        if self.k is None:
+            self.k, self.v = k, v
+        return self.k, self.v

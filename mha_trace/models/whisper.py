@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from mha_trace.core.attention import KVCache, MultiHeadAttention
+from mha_trace.core.attention import KVCache, MultiHeadAttention, StaticKVCache
 from mha_trace.models.base import Capabilities, Limits
 from mha_trace.models.cache import installed_folder
 
@@ -194,7 +194,7 @@ class Model:
         the model's suppressed tokens, then one pass over the whole text for its weights."""
         audio = self.encode_audio(samples)
         prompt = [self.sot, self.no_timestamps]
-        caches = [(KVCache(), KVCache()) for _ in self.decoder.blocks]  # self, then the audio's
+        caches = [(KVCache(), StaticKVCache()) for _ in self.decoder.blocks]  # self, then the audio's
         ids, step = list(prompt), prompt
         while len(ids) < MAX_TOKENS:
             logits = self.decode(step, audio, caches)[0][-1]

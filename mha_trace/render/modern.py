@@ -27,6 +27,12 @@ def modern_notes(report: ShapesReport) -> list[str]:
                      f"(QKᵀ, ÷√d_k, softmax{', the two masked_fills' if report.run.mask is not None else ''}).")
     if r.impl == "tiled":
         lines.append(_tiled_note(report))
+    if r.cross:
+        kv = 2 * r.batch * r.cross * r.d_model * DTYPE_BYTES[r.dtype]
+        lines.append(f"Cross-attention: the queries come from the text, the keys and values from the "
+                     f"{r.cross:,} encoder frames (T_q ≠ T_k). They are projected once, at the prefill, "
+                     f"into a StaticKVCache ({human_bytes(kv)} for K and V); each later step hands no "
+                     f"new frames (k and v of length 0) and reads them back, copying nothing.")
     cache = report.kv_cache_by_phase
     if cache:
         per_token = cache[-1][2] // cache[-1][1]

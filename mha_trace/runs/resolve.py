@@ -343,11 +343,15 @@ def resolve_student(o: RunOptions) -> StudentRuns:
 
 def _model_run(o: RunOptions):
     """One layer of a pretrained model on its sentence (decoding: on the greedy continuation)."""
-    from mha_trace.runs.run import from_model, from_model_decode
+    from mha_trace.models.registry import entry
+    from mha_trace.runs.run import MAX_DECODE, from_model, from_model_decode
 
     refuse_with_model(**o.given("config", "module", "init", "batch", "seq", "d_model", "heads",
                                 "kv_heads", "mask", "pad", "rope", "rope_base", "window"))
-    from mha_trace.runs.run import MAX_DECODE
+    if entry(o.model).audio:  # a model that hears: its cross-attention while it writes
+        from mha_trace.runs.heard import hearing_run
+
+        return hearing_run(o, load(o))
 
     if o.decode and not 1 <= o.decode <= MAX_DECODE:
         raise MhaError(f"decode={o.decode} must be from 1 to {MAX_DECODE} (every step is a block "

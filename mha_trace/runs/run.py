@@ -44,6 +44,7 @@ class Sizes:
     decode: int = 0  # after a prefill over `seq` tokens, this many one-token steps
     block_q: int | None = None  # impl "tiled": rows of a query tile (default: half of them)
     block_k: int | None = None  # ... and of a key/value tile
+    cross: int | None = None  # a cross-attention: the encoder positions its keys and values come from
 
     @property
     def modern(self) -> bool:

@@ -350,3 +350,30 @@ def test_shapes_traces_the_cross_attention_with_its_static_cache(cli, whisper):
                        ((), None)]:
         result = cli("shapes", "--model", "whisper", *(["--audio", "examples/audio/cat.wav"] if args else []), *args)
         assert result.exit_code == 2 and (said or "hears audio, not text") in result.stderr
+
+
+def test_explain_follows_one_token_through_every_cross_attention_head(cli, heard, whisper):
+    """`explain --model whisper --audio FILE --token WORD`: each head's weights of the position
+    that writes the token (its row of the decoder's cross-attention, over the speech), their
+    peaks, and when the word was said as the survey's timings say; bad tokens and options refused."""
+    args = ("explain", "--model", "whisper", "--audio", "examples/audio/animal.wav")
+    data = json.loads(cli(*args, "--token", "street", "--format", "json").stdout)
+    h = heard["animal"]
+    assert data["token"] == "street" and data["index"] == 6
+    frames = alignment.speech_frames(h)
+    row = h.cross_weights[:, :, h.prompt - 1 + 6, :frames]
+    np.testing.assert_allclose(data["weights"], row / row.sum(-1, keepdims=True), atol=1e-4)
+    assert [x["peak"] for x in data["heads"]] == [round(i / 50, 2) for i in row.reshape(24, -1).argmax(-1)]
+    words = {w["word"]: [w["start"], w["end"]] for w in json.loads(cli(
+        "survey", "--model", "whisper", "--audio", "examples/audio/animal.wav", "--timestamps",
+        "--format", "json").stdout)["words"]}
+    assert data["said"] == words["street"]
+    assert {x["head"] for x in data["heads"] if x["published"]} == {f"{a}.{b}" for a, b in whisper.alignment_heads}
+    text = cli(*args, "--token", "street", "--width", "100").stdout
+    assert "Where the position that writes 'street' listens" in text and "4.3*" in text
+    assert json.loads(cli(*args, "--position", "0", "--format", "json").stdout)["token"] == "The"
+    for extra, said in [(("--token", "cat"), "'cat' is not a token of what Whisper tiny.en heard"),
+                        (("--position", "40"), "position 40 is not a text token"),
+                        (("--token", "street", "--why"), "--token or --position alone")]:
+        result = cli(*args, *extra)
+        assert result.exit_code == 2 and said in result.stderr, result.stderr

@@ -90,6 +90,54 @@ def hear(model, audio: str, timestamps: bool = False) -> Hearing:
                    words, matrix, dtw(-matrix), loudness)
 
 
+@dataclass
+class Listening(Shows):
+    """`explain --model whisper --audio FILE --token WORD`: where the position that writes one
+    token looks at the sound, in every decoder layer's every cross-attention head."""
+
+    renderer = "mha_trace.render.alignment"
+    card: ModelCard
+    audio: str
+    seconds: float
+    text: str
+    token: str  # the token followed, as it reads
+    index: int  # its place among the text tokens, from 0
+    weights: np.ndarray  # (layers, heads, frames) that position's weights over the speech frames
+    published: tuple
+    span: tuple  # (start, end) s: the word's timing from the published heads' path
+    loudness: np.ndarray  # (frames,)
+
+    def peak(self, layer: int, head: int) -> float:
+        """Where (s) the head's weight is largest."""
+        return float(np.argmax(self.weights[layer - 1, head - 1]) / FRAMES_PER_SECOND)
+
+
+def listen(model, audio: str, token: str | None, position: int | None) -> Listening:
+    """One text token (by its text, or `position` among the text tokens) through every head."""
+    from mha_trace.errors import MhaError
+
+    hearing = hear(model, audio, timestamps=False)
+    heard = _heard(model, *_file_key(audio))
+    words = [t.strip() for t in hearing.tokens]
+    if position is None:
+        wanted = (token or words[0]).strip()
+        found = [i for i, w in enumerate(words) if w.lower() == wanted.lower()]
+        if not found:
+            raise MhaError(f"'{wanted}' is not a token of what {model.name} heard: {' '.join(words)}",
+                           quantity="token")
+        position = found[0]
+    if not 0 <= position < len(words):
+        raise MhaError(f"position {position} is not a text token (0 to {len(words) - 1})", quantity="position")
+    frames = hearing.matrix.shape[1]
+    row = heard.prompt - 1 + position  # the position that writes the token
+    w = heard.cross_weights[:, :, row, :frames]
+    rows, columns = hearing.path
+    starts = columns[np.diff(rows, prepend=-1).astype(bool)] / FRAMES_PER_SECOND
+    return Listening(hearing.card, hearing.audio, hearing.seconds, hearing.text, hearing.tokens[position],
+                     position, w / w.sum(-1, keepdims=True), hearing.published,
+                     (float(starts[position]), float(starts[position + 1])), hearing.loudness)
+
+
 def _file_key(audio) -> tuple:
     """A file as its transcription is kept: its path, size and modification time."""
     import os

@@ -7,7 +7,7 @@ import typer
 from mha_trace.cli.app import app
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
 from mha_trace.errors import MhaError
-from mha_trace.io.output import Output, emit
+from mha_trace.io.output import Output, emit, make_console
 
 
 def _head_number(head: str | None) -> int | None:
@@ -72,7 +72,7 @@ def heads(
 
 @app.command(short_help="One token through every head, every product written out.")
 @output_options(png=True, step=True)
-@run_options("config", "resplit", "module", "module_width", "model", "layer", "device")
+@run_options("config", "resplit", "module", "module_width", "model", "layer", "device", "audio")
 def explain(
     token: Annotated[str | None, typer.Option("--token", help="The query token to follow (default: the first). Example: --token cat")] = None,
     position: Annotated[int | None, typer.Option("--position", "-p", help="Pick the token by position (0-based), needed when it repeats. Example: --position 4")] = None,
@@ -95,6 +95,7 @@ def explain(
     Example: mha-trace explain --model minilm --token it --head 6.12
     Example: mha-trace explain --model minilm --token it --head 3.1 --why
     Example: mha-trace explain --token cat --impl tiled --block-k 2
+    Example: mha-trace explain --model whisper --audio examples/audio/animal.wav --token street
     """
     from mha_trace.runs.resolve import check_early, resolve
 
@@ -105,6 +106,9 @@ def explain(
 
     if by_head and not why:
         raise MhaError("--by-head goes with --why", quantity="by_head")
+    if o.audio is not None:
+        return _listen(o, token, position, out, why or effect or by_head or include_inputs or head
+                       or impl.value != "explicit" or rope_planes or o.layer)
     if o.model:
         from mha_trace.runs.model_options import refuse_with_model
 
@@ -321,3 +325,15 @@ def _ablate_model(o, head: str | None, decimals: int, out: Output, rank: bool, t
         raise MhaError("needs at least one LAYER.HEAD, e.g. 6.12", quantity="head")
     a = ablate_model_heads(run.sentence, removed)
     emit(out, lambda: a.renderables(decimals=decimals), lambda: a.data(decimals=decimals))
+
+
+def _listen(o, token, position, out, other) -> None:
+    """explain --model whisper --audio FILE --token WORD: one token's query in every cross-attention head."""
+    from mha_trace.analyses.alignment import listen
+    from mha_trace.runs.resolve import load
+
+    if other:
+        raise MhaError("with --audio, explain follows one token through every cross-attention head: "
+                       "--token or --position alone", quantity="audio")
+    result = listen(load(o), o.audio, token, position)
+    emit(out, lambda: result.renderables(make_console(out).width), result.data)

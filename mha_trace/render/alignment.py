@@ -4,7 +4,7 @@ well they follow the sound, and (--timestamps) each word on a time axis."""
 import numpy as np
 from rich.text import Text
 
-from mha_trace.analyses.alignment import CHOSEN, Hearing
+from mha_trace.analyses.alignment import CHOSEN, FRAMES_PER_SECOND, Hearing, Listening
 from mha_trace.io.output import new_table
 from mha_trace.records import data, renderables
 
@@ -114,6 +114,60 @@ def _renderables(h, width: int, **_) -> list:
 @data.register(Hearing)
 def _data(h, **_) -> dict:
     return hearing_data(h)
+
+
+def listening_renderables(h: Listening, width: int) -> list:
+    L, H, frames = h.weights.shape
+    span = max(10, min(60, width - 30))
+    bins = np.array_split(np.arange(frames), span)
+    shade = lambda row: "".join(SHADES[int(i)] for i in np.round(row / (row.max() or 1) * (len(SHADES) - 1)))
+    start, end = h.span
+    axis = "".join("█" if start <= (b[0] + 0.5) / FRAMES_PER_SECOND < end else "·" for b in bins)
+    table = new_table(f"Where the position that writes '{h.token.strip()}' listens, in every "
+                      f"cross-attention head (0 to {h.seconds:.2f} s across; * published alignment heads)")
+    table.add_column("head")
+    table.add_column("peak (s)", justify="right")
+    table.add_column("weight", justify="right")
+    table.add_column("", no_wrap=True)
+    loud = np.array([h.loudness[b].max() for b in bins])
+    table.add_row("sound", "", "", shade(loud))
+    table.add_row("said", f"{start:.2f}", f"–{end:.2f}", axis, end_section=True)
+    for layer, head in np.ndindex(L, H):
+        w = h.weights[layer, head]
+        cells = np.array([w[b].sum() for b in bins])
+        name = f"{layer + 1}.{head + 1}{'*' if (layer + 1, head + 1) in h.published else ''}"
+        table.add_row(name, f"{h.peak(layer + 1, head + 1):.2f}", f"{w.max():.3f}", shade(cells),
+                      end_section=head == H - 1)
+    inside = [(layer + 1, head + 1) for layer, head in np.ndindex(L, H)
+              if start <= h.peak(layer + 1, head + 1) < end]
+    return [Text(f"{h.card.name} heard {h.audio} ({h.seconds:.1f} s):\n  \"{h.text}\"", style="bold"),
+            Text(f"The token '{h.token.strip()}' (text token {h.index}) is written by the position before "
+                 f"it, whose query each cross-attention head sends over the 1,500 audio frames' keys; "
+                 f"each row is one head's weights over the speech, shaded from none to its largest. "
+                 f"The published heads' path says it was said from {start:.2f} to {end:.2f} s."),
+            table,
+            Text(f"{len(inside)} of {L * H} heads peak inside those {end - start:.2f} s: "
+                 f"{' '.join(f'{a}.{b}' for a, b in inside) or 'none'}.")]
+
+
+def listening_data(h: Listening) -> dict:
+    return {"model": h.card.name, "audio": h.audio, "seconds": round(h.seconds, 4), "text": h.text,
+            "token": h.token.strip(), "index": h.index, "said": [round(h.span[0], 2), round(h.span[1], 2)],
+            "heads": [{"head": f"{layer + 1}.{head + 1}", "peak": round(h.peak(layer + 1, head + 1), 2),
+                       "weight": round(float(h.weights[layer, head].max()), 4),
+                       "published": (layer + 1, head + 1) in h.published}
+                      for layer, head in np.ndindex(*h.weights.shape[:2])],
+            "weights": h.weights.round(4).tolist()}
+
+
+@renderables.register(Listening)
+def _listening(h, width: int, **_) -> list:
+    return listening_renderables(h, width)
+
+
+@data.register(Listening)
+def _listening_data(h, **_) -> dict:
+    return listening_data(h)
 
 
 import mha_trace.render.alignment_slide  # noqa: E402,F401 (registers the slide of what this file shows)

@@ -95,6 +95,12 @@ def commands(slow: bool = False) -> dict:
         if slow:
             cmds["mha-trace ablate --model smollm2 --prune"] = cli + ["ablate", "--model", "smollm2",
                                                                       "--prune"]
+    clip = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "audio", "animal.wav")
+    if subprocess.run(cli + ["survey", "--model", "whisper", "--audio", clip], capture_output=True).returncode == 0:
+        cmds["mha-trace survey --model whisper --audio animal.wav --timestamps"] = cli + [
+            "survey", "--model", "whisper", "--audio", clip, "--timestamps"]
+        cmds["mha-trace explain --model whisper --audio animal.wav --token street"] = cli + [
+            "explain", "--model", "whisper", "--audio", clip, "--token", "street"]
     cmds["mha-trace train (induction, the default run)"] = cli + ["train"]
     cmds["mha-trace explore (first screen)"] = ["PTY"] + cli + ["explore"]
     return cmds

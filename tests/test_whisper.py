@@ -377,3 +377,22 @@ def test_explain_follows_one_token_through_every_cross_attention_head(cli, heard
                         (("--token", "street", "--why"), "--token or --position alone")]:
         result = cli(*args, *extra)
         assert result.exit_code == 2 and said in result.stderr, result.stderr
+
+
+def test_heads_shows_one_cross_attention_head_token_by_time(cli, heard):
+    """`heads --model whisper --audio FILE --head 4.3`: that head's row for each text token (the
+    position that writes it) over the speech; a whole-model overview or other options refused."""
+    args = ("heads", "--model", "whisper", "--audio", "examples/audio/animal.wav")
+    data = json.loads(cli(*args, "--head", "4.3", "--format", "json").stdout)
+    h = heard["animal"]
+    T, frames = len(data["tokens"]), alignment.speech_frames(h)
+    rows = h.cross_weights[3, 2, h.prompt - 1:h.prompt - 1 + T, :frames]
+    np.testing.assert_allclose(data["weights"], rows / rows.sum(-1, keepdims=True), atol=1e-4)
+    assert data["published"] and data["tokens"][6] == "street"
+    assert data["peaks"] == (rows.argmax(-1) / 50).round(2).tolist()
+    assert "Cross-attention head 4.3 (a published alignment head)" in cli(*args, "--head", "4.3").stdout
+    assert not json.loads(cli(*args, "--head", "1.1", "--format", "json").stdout)["published"]
+    for extra, said in [((), "--head L.H alone"), (("--head", "5.1"), "out of range"),
+                        (("--head", "4.3", "--overview"), "--head L.H alone")]:
+        result = cli(*args, *extra)
+        assert result.exit_code == 2 and said in result.stderr, result.stderr

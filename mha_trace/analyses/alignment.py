@@ -138,6 +138,32 @@ def listen(model, audio: str, token: str | None, position: int | None) -> Listen
                      (float(starts[position]), float(starts[position + 1])), hearing.loudness)
 
 
+@dataclass
+class CrossHead(Shows):
+    """`heads --model whisper --audio FILE --head L.H`: one cross-attention head's weights, a row
+    for each text token (the position that writes it) over the speech frames."""
+
+    renderer = "mha_trace.render.alignment"
+    card: ModelCard
+    audio: str
+    seconds: float
+    text: str
+    tokens: tuple
+    head: tuple  # (layer, head) from 1
+    rows: np.ndarray  # (text, frames), each row summing to 1 over the speech
+    published: bool
+    loudness: np.ndarray
+
+
+def cross_head(model, audio: str, head: tuple) -> CrossHead:
+    hearing = hear(model, audio, timestamps=False)
+    heard = _heard(model, *_file_key(audio))
+    T, frames = len(hearing.tokens), hearing.matrix.shape[1]
+    w = heard.cross_weights[head[0] - 1, head[1] - 1, heard.prompt - 1:heard.prompt - 1 + T, :frames]
+    return CrossHead(hearing.card, hearing.audio, hearing.seconds, hearing.text, hearing.tokens, head,
+                     w / w.sum(-1, keepdims=True), head in hearing.published, hearing.loudness)
+
+
 def _file_key(audio) -> tuple:
     """A file as its transcription is kept: its path, size and modification time."""
     import os

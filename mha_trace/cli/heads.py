@@ -26,7 +26,7 @@ def _head_number(head: str | None) -> int | None:
 
 @app.command(short_help="Each head's attention weights, their average, the output.")
 @output_options(png=True, step=True)
-@run_options("config", "resplit", "module", "module_width", "model", "layer", "device")
+@run_options("config", "resplit", "module", "module_width", "model", "layer", "device", "audio")
 def heads(
     head: HeadOpt = None,
     decimals: DecimalsOpt = 4,
@@ -44,6 +44,7 @@ def heads(
     With --model, a pretrained model's real heads: every head at a glance, one layer, or one.
     Example: mha-trace heads --config chicken-road --head 3
     Example: mha-trace heads --model minilm --sentence "The animal didn't cross the street because it was too tired." --head 4.1
+    Example: mha-trace heads --model whisper --audio examples/audio/animal.wav --head 4.3
     """
     from mha_trace.runs.model_options import needs_model
     from mha_trace.runs.resolve import check_early, resolve
@@ -52,6 +53,9 @@ def heads(
     from mha_trace.analyses.analysis import run_heads
 
     check_include(include_inputs, o.model, out)
+    if o.audio is not None:
+        return _cross_head(o, head, out, overview or words or hide_special or include_inputs or concat
+                           or effect or o.layer or out.png)
     if o.model:
         from mha_trace.analyses.model_heads import check_not_overview, model_heads
 
@@ -336,4 +340,21 @@ def _listen(o, token, position, out, other) -> None:
         raise MhaError("with --audio, explain follows one token through every cross-attention head: "
                        "--token or --position alone", quantity="audio")
     result = listen(load(o), o.audio, token, position)
+    emit(out, lambda: result.renderables(make_console(out).width), result.data)
+
+
+def _cross_head(o, head, out, other) -> None:
+    """heads --model whisper --audio FILE --head L.H: one cross-attention head, tokens × time."""
+    from mha_trace.analyses.alignment import cross_head
+    from mha_trace.analyses.model_analysis import check_heads
+    from mha_trace.models.guards import parse_head
+    from mha_trace.runs.resolve import load
+
+    if other or head is None:
+        raise MhaError("with --audio, heads shows one cross-attention head: --head L.H alone (e.g. "
+                       "--head 4.3; survey --model whisper --audio FILE ranks them all)", quantity="head")
+    model = load(o)
+    chosen = parse_head(head)
+    check_heads(model, [chosen])
+    result = cross_head(model, o.audio, chosen)
     emit(out, lambda: result.renderables(make_console(out).width), result.data)

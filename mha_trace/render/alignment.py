@@ -4,7 +4,7 @@ well they follow the sound, and (--timestamps) each word on a time axis."""
 import numpy as np
 from rich.text import Text
 
-from mha_trace.analyses.alignment import CHOSEN, FRAMES_PER_SECOND, Hearing, Listening
+from mha_trace.analyses.alignment import CHOSEN, FRAMES_PER_SECOND, CrossHead, Hearing, Listening
 from mha_trace.io.output import new_table
 from mha_trace.records import data, renderables
 
@@ -56,15 +56,18 @@ def _span(h: Hearing, width: int) -> int:
 def _strip(h: Hearing, width: int):
     """The alignment picture in text: a row for each text token (the row of the position that
     writes it), time across, each row shaded from its quietest to its loudest bin."""
-    rows = h.matrix[:len(h.tokens)]  # the last row writes the end of the text
-    labels = [t.strip() or repr(t) for t in h.tokens]
-    span = _span(h, width)
+    return _shaded(h.matrix[:len(h.tokens)], h.tokens, _span(h, width),
+                   f"Where each token listens: the published heads' weights over the speech "
+                   f"(0 to {h.seconds:.2f} s across), each row from its least to its most")
+
+
+def _shaded(rows, tokens, span: int, title: str):
+    labels = [t.strip() or repr(t) for t in tokens]
     bins = np.array_split(np.arange(rows.shape[1]), span)
     cells = np.stack([rows[:, b].mean(1) for b in bins], 1)
     low, high = cells.min(1, keepdims=True), cells.max(1, keepdims=True)
     level = np.round((cells - low) / np.where(high > low, high - low, 1) * (len(SHADES) - 1))
-    table = new_table(f"Where each token listens: the published heads' weights over the speech "
-                      f"(0 to {h.seconds:.2f} s across), each row from its least to its most")
+    table = new_table(title)
     table.add_column("token")
     table.add_column("", no_wrap=True)
     for label, row in zip(labels, level.astype(int)):
@@ -168,6 +171,33 @@ def _listening(h, width: int, **_) -> list:
 @data.register(Listening)
 def _listening_data(h, **_) -> dict:
     return listening_data(h)
+
+
+def cross_head_renderables(c: CrossHead, width: int) -> list:
+    name = f"{c.head[0]}.{c.head[1]}"
+    peaks = c.rows.argmax(-1) / FRAMES_PER_SECOND
+    steps = np.diff(peaks)
+    return [Text(f"{c.card.name} heard {c.audio} ({c.seconds:.1f} s):\n  \"{c.text}\"", style="bold"),
+            _shaded(c.rows, c.tokens, max(10, min(60, width - 20)),
+                    f"Cross-attention head {name}{' (a published alignment head)' if c.published else ''}: "
+                    f"each token's row over the speech (0 to {c.seconds:.2f} s across), from its least "
+                    f"to its most"),
+            Text(f"Its peaks move forward with the text at {int((steps >= 0).sum())} of {len(steps)} "
+                 f"steps from one token to the next; `survey --model whisper --audio {c.audio}` "
+                 f"ranks every head.")]
+
+
+@renderables.register(CrossHead)
+def _cross_head(c, width: int, **_) -> list:
+    return cross_head_renderables(c, width)
+
+
+@data.register(CrossHead)
+def _cross_head_data(c, **_) -> dict:
+    return {"model": c.card.name, "audio": c.audio, "seconds": round(c.seconds, 4), "text": c.text,
+            "tokens": [t.strip() for t in c.tokens], "head": f"{c.head[0]}.{c.head[1]}",
+            "published": c.published, "peaks": (c.rows.argmax(-1) / FRAMES_PER_SECOND).round(2).tolist(),
+            "weights": c.rows.round(4).tolist()}
 
 
 import mha_trace.render.alignment_slide  # noqa: E402,F401 (registers the slide of what this file shows)

@@ -374,7 +374,7 @@ def test_explain_follows_one_token_through_every_cross_attention_head(cli, heard
     assert json.loads(cli(*args, "--position", "0", "--format", "json").stdout)["token"] == "The"
     for extra, said in [(("--token", "cat"), "'cat' is not a token of what Whisper tiny.en heard"),
                         (("--position", "40"), "position 40 is not a text token"),
-                        (("--token", "street", "--why"), "--token or --position alone")]:
+                        (("--token", "street", "--why"), "--token or --position, and --effect")]:
         result = cli(*args, *extra)
         assert result.exit_code == 2 and said in result.stderr, result.stderr
 
@@ -396,3 +396,26 @@ def test_heads_shows_one_cross_attention_head_token_by_time(cli, heard):
                         (("--head", "4.3", "--overview"), "--head L.H alone")]:
         result = cli(*args, *extra)
         assert result.exit_code == 2 and said in result.stderr, result.stderr
+
+
+def test_explain_effect_weighs_each_frame_by_what_its_value_moves(cli, heard, whisper):
+    """--effect: each head's weight on a frame times ‖v·W_O‖ of that frame's value through the
+    head's block of W_O (written out here in NumPy from the layer's parameters), renormalised."""
+    data = json.loads(cli("explain", "--model", "whisper", "--audio", "examples/audio/animal.wav", "--token",
+                          "street", "--effect", "--format", "json").stdout)
+    h = heard["animal"]
+    frames = alignment.speech_frames(h)
+    encoded = whisper.encode_audio(read_wav(AUDIO / "animal.wav"))[0, :frames].double().numpy()
+    weights = h.cross_weights[:, :, h.prompt - 1 + 6, :frames].astype(np.float64)
+    weights /= weights.sum(-1, keepdims=True)
+    for layer, head in [(1, 3), (4, 3)]:
+        a = whisper.decoder.blocks[layer - 1].cross
+        v = encoded @ a.W_v.weight.double().detach().numpy().T + a.W_v.bias.double().detach().numpy()
+        cols = slice(64 * (head - 1), 64 * head)
+        moved = np.linalg.norm(v[:, cols] @ a.W_o.weight.double().detach().numpy()[:, cols].T, axis=1)
+        by_hand = weights[layer - 1, head - 1] * moved
+        np.testing.assert_allclose(data["effect"][layer - 1][head - 1], by_hand / by_hand.sum(), atol=2e-4)
+    assert np.allclose(np.array(data["effect"]).sum(-1), 1, atol=frames * 5e-5)  # each rounded to 4 places
+    text = cli("explain", "--model", "whisper", "--audio", "examples/audio/animal.wav", "--token", "street",
+               "--effect", "--width", "100").stdout
+    assert "by effect (weight × ‖v·W_O‖)" in text

@@ -106,14 +106,17 @@ class Listening(Shows):
     published: tuple
     span: tuple  # (start, end) s: the word's timing from the published heads' path
     loudness: np.ndarray  # (frames,)
+    effect: np.ndarray | None = None  # (layers, heads, frames) with --effect: weight × ‖v·W_O‖, renormalised
 
     def peak(self, layer: int, head: int) -> float:
         """Where (s) the head's weight is largest."""
         return float(np.argmax(self.weights[layer - 1, head - 1]) / FRAMES_PER_SECOND)
 
 
-def listen(model, audio: str, token: str | None, position: int | None) -> Listening:
-    """One text token (by its text, or `position` among the text tokens) through every head."""
+def listen(model, audio: str, token: str | None, position: int | None, effect: bool = False) -> Listening:
+    """One text token (by its text, or `position` among the text tokens) through every head;
+    effect=True adds each frame's effect weight (Kobayashi et al. 2020: the weight times the length
+    of what the frame's value moves through the head's block of W_O, renormalised)."""
     from mha_trace.errors import MhaError
 
     hearing = hear(model, audio, timestamps=False)
@@ -133,9 +136,24 @@ def listen(model, audio: str, token: str | None, position: int | None) -> Listen
     w = heard.cross_weights[:, :, row, :frames]
     rows, columns = hearing.path
     starts = columns[np.diff(rows, prepend=-1).astype(bool)] / FRAMES_PER_SECOND
+    w = w / w.sum(-1, keepdims=True)
     return Listening(hearing.card, hearing.audio, hearing.seconds, hearing.text, hearing.tokens[position],
-                     position, w / w.sum(-1, keepdims=True), hearing.published,
-                     (float(starts[position]), float(starts[position + 1])), hearing.loudness)
+                     position, w, hearing.published, (float(starts[position]), float(starts[position + 1])),
+                     hearing.loudness, _effect(model, heard.encoded[:frames], w) if effect else None)
+
+
+def _effect(model, encoded: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """(layers, heads, frames): each layer's cross-attention weights times the length of each
+    frame's value through the head's block of W_O, renormalised."""
+    from mha_trace.core.effect import effect_weights, value_norms
+
+    found = []
+    for layer, block in enumerate(model.decoder.blocks):
+        a = block.cross
+        v = encoded @ a.W_v.weight.detach().double().cpu().numpy().T + a.W_v.bias.detach().double().cpu().numpy()
+        norms = value_norms(v, a.W_o.weight.detach().double().cpu().numpy().T, a.heads, a.kv_heads)
+        found.append(effect_weights(weights[layer][:, None], norms)[:, 0])
+    return np.stack(found)
 
 
 @dataclass

@@ -111,7 +111,7 @@ def explain(
     if by_head and not why:
         raise MhaError("--by-head goes with --why", quantity="by_head")
     if o.audio is not None:
-        return _listen(o, token, position, out, why or effect or by_head or include_inputs or head
+        return _listen(o, token, position, effect, out, why or by_head or include_inputs or head
                        or impl.value != "explicit" or rope_planes or o.layer)
     if o.model:
         from mha_trace.runs.model_options import refuse_with_model
@@ -331,15 +331,15 @@ def _ablate_model(o, head: str | None, decimals: int, out: Output, rank: bool, t
     emit(out, lambda: a.renderables(decimals=decimals), lambda: a.data(decimals=decimals))
 
 
-def _listen(o, token, position, out, other) -> None:
+def _listen(o, token, position, effect, out, other) -> None:
     """explain --model whisper --audio FILE --token WORD: one token's query in every cross-attention head."""
     from mha_trace.analyses.alignment import listen
     from mha_trace.runs.resolve import load
 
     if other:
         raise MhaError("with --audio, explain follows one token through every cross-attention head: "
-                       "--token or --position alone", quantity="audio")
-    result = listen(load(o), o.audio, token, position)
+                       "--token or --position, and --effect", quantity="audio")
+    result = listen(load(o), o.audio, token, position, effect)
     emit(out, lambda: result.renderables(make_console(out).width), result.data)
 
 

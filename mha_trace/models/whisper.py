@@ -112,6 +112,7 @@ class Heard:
     audio_seconds: float
     self_weights: np.ndarray  # (4, 6, T, T) the decoder's self-attention over `ids`
     cross_weights: np.ndarray  # (4, 6, T, 1500) the decoder's cross-attention to the frames
+    encoded: np.ndarray | None = None  # (1500, D) the encoder's output: the frames' keys' and values' source
 
 
 class Model:
@@ -210,7 +211,7 @@ class Model:
         return Heard(tuple(ids), len(prompt), self.tokenizer.decode(ids[len(prompt):]),
                      tuple(self.tokenizer.decode([i], skip_special_tokens=False) for i in ids),
                      len(samples) / 16_000,
-                     torch.cat(selfs).cpu().numpy(), torch.cat(crosses).cpu().numpy())
+                     torch.cat(selfs).cpu().numpy(), torch.cat(crosses).cpu().numpy(), audio[0].cpu().numpy())
 
 
 def _encoder(w, layers, heads, d_model) -> nn.Module:

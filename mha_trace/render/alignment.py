@@ -126,7 +126,8 @@ def listening_renderables(h: Listening, width: int) -> list:
     shade = lambda row: "".join(SHADES[int(i)] for i in np.round(row / (row.max() or 1) * (len(SHADES) - 1)))
     start, end = h.span
     axis = "".join("█" if start <= (b[0] + 0.5) / FRAMES_PER_SECOND < end else "·" for b in bins)
-    table = new_table(f"Where the position that writes '{h.token.strip()}' listens, in every "
+    what = "listens" if h.effect is None else "listens, by effect (weight × ‖v·W_O‖)"
+    table = new_table(f"Where the position that writes '{h.token.strip()}' {what}, in every "
                       f"cross-attention head (0 to {h.seconds:.2f} s across; * published alignment heads)")
     table.add_column("head")
     table.add_column("peak (s)", justify="right")
@@ -136,13 +137,14 @@ def listening_renderables(h: Listening, width: int) -> list:
     table.add_row("sound", "", "", shade(loud))
     table.add_row("said", f"{start:.2f}", f"–{end:.2f}", axis, end_section=True)
     for layer, head in np.ndindex(L, H):
-        w = h.weights[layer, head]
+        w = (h.weights if h.effect is None else h.effect)[layer, head]  # what the rows show
         cells = np.array([w[b].sum() for b in bins])
         name = f"{layer + 1}.{head + 1}{'*' if (layer + 1, head + 1) in h.published else ''}"
-        table.add_row(name, f"{h.peak(layer + 1, head + 1):.2f}", f"{w.max():.3f}", shade(cells),
+        table.add_row(name, f"{np.argmax(w) / FRAMES_PER_SECOND:.2f}", f"{w.max():.3f}", shade(cells),
                       end_section=head == H - 1)
+    shown = h.weights if h.effect is None else h.effect
     inside = [(layer + 1, head + 1) for layer, head in np.ndindex(L, H)
-              if start <= h.peak(layer + 1, head + 1) < end]
+              if start <= np.argmax(shown[layer, head]) / FRAMES_PER_SECOND < end]
     return [Text(f"{h.card.name} heard {h.audio} ({h.seconds:.1f} s):\n  \"{h.text}\"", style="bold"),
             Text(f"The token '{h.token.strip()}' (text token {h.index}) is written by the position before "
                  f"it, whose query each cross-attention head sends over the 1,500 audio frames' keys; "
@@ -160,7 +162,9 @@ def listening_data(h: Listening) -> dict:
                        "weight": round(float(h.weights[layer, head].max()), 4),
                        "published": (layer + 1, head + 1) in h.published}
                       for layer, head in np.ndindex(*h.weights.shape[:2])],
-            "weights": h.weights.round(4).tolist()}
+            "weights": h.weights.round(4).tolist(),
+            **({} if h.effect is None else {"effect": h.effect.round(4).tolist(),
+                                            "effect_peaks": (h.effect.argmax(-1) / FRAMES_PER_SECOND).round(2).tolist()})}
 
 
 @renderables.register(Listening)

@@ -68,8 +68,9 @@ def test_what_is_not_a_readable_wav_is_one_line(tmp_path):
     empty = _wav(tmp_path / "empty.wav", np.zeros(0))
     with wave.open(str(tmp_path / "24.wav"), "wb") as w:
         w.setnchannels(1), w.setsampwidth(3), w.setframerate(RATE), w.writeframes(b"\0" * 30)
+    short = _wav(tmp_path / "short.wav", np.full(160, 0.01))
     for path, said in [(tmp_path / "none.wav", "no such file"), (tmp_path / "a.txt", "not a PCM WAV"),
-                       (long, "at most 30 s"), (empty, "holds no samples"),
+                       (long, "at most 30 s"), (empty, "holds no samples"), (short, "0.010 s long: too short"),
                        (tmp_path / "24.wav", "24-bit audio")]:
         with pytest.raises(MhaError, match=said) as e:
             read_wav(path)
@@ -419,3 +420,14 @@ def test_explain_effect_weighs_each_frame_by_what_its_value_moves(cli, heard, wh
     text = cli("explain", "--model", "whisper", "--audio", "examples/audio/animal.wav", "--token", "street",
                "--effect", "--width", "100").stdout
     assert "by effect (weight × ‖v·W_O‖)" in text
+
+
+def test_a_second_of_silence_goes_through_every_view(cli, tmp_path):
+    """Silence: Whisper writes one token ('.'); no view crashes on one token and 50 frames (fewer
+    frames than the time axis has columns)."""
+    clip = str(_wav(tmp_path / "silence.wav", np.zeros(RATE)))
+    for args in (["survey", "--timestamps", "--png", str(tmp_path / "s.png"), "--html", str(tmp_path / "s.html")],
+                 ["explain", "--effect"], ["heads", "--head", "1.1"], ["shapes"]):
+        result = cli(args[0], "--model", "whisper", "--audio", clip, *args[1:])
+        assert result.exit_code == 0 and "Traceback" not in result.stderr, (args, result.stderr)
+    assert json.loads(cli("survey", "--model", "whisper", "--audio", clip, "--format", "json").stdout)["tokens"]

@@ -14,11 +14,13 @@ from mha_trace.errors import MhaError
 
 RATE = 16_000  # what Whisper hears: 16,000 samples a second
 MAX_SECONDS = 30.0  # one encoder window
+MIN_SECONDS = 0.1  # five encoder frames: less than a syllable, nothing to align
 
 
 def read_wav(path) -> np.ndarray:
     """The file's samples in [-1, 1] at 16 kHz, channels averaged; another rate is resampled.
-    Anything but 8, 16 or 32-bit PCM WAV, or longer than 30 s, is refused in one line."""
+    Anything but 8, 16 or 32-bit PCM WAV, shorter than 0.1 s or longer than 30 s, is refused in
+    one line."""
     path = Path(path)
     try:
         with wave.open(str(path), "rb") as w:
@@ -39,6 +41,9 @@ def read_wav(path) -> np.ndarray:
     samples = ((frames.astype(np.float64) - offset) / scale).mean(axis=1)
     if len(samples) == 0:
         raise MhaError(f"{path} holds no samples", quantity="audio")
+    if len(samples) < rate * MIN_SECONDS:
+        raise MhaError(f"{path} is {len(samples) / rate:.3f} s long: too short to hear (at least "
+                       f"{MIN_SECONDS:g} s)", quantity="audio")
     if len(samples) > rate * MAX_SECONDS:
         raise MhaError(f"{path} is {len(samples) / rate:.1f} s long: Whisper hears at most "
                        f"{MAX_SECONDS:.0f} s at once (cut it shorter)", quantity="audio")

@@ -63,7 +63,7 @@ def _strip(h: Hearing, width: int):
 
 def _shaded(rows, tokens, span: int, title: str):
     labels = [t.strip() or repr(t) for t in tokens]
-    bins = np.array_split(np.arange(rows.shape[1]), span)
+    bins = np.array_split(np.arange(rows.shape[1]), min(span, rows.shape[1]))  # no bin left empty
     cells = np.stack([rows[:, b].mean(1) for b in bins], 1)
     low, high = cells.min(1, keepdims=True), cells.max(1, keepdims=True)
     level = np.round((cells - low) / np.where(high > low, high - low, 1) * (len(SHADES) - 1))
@@ -121,7 +121,7 @@ def _data(h, **_) -> dict:
 
 def listening_renderables(h: Listening, width: int) -> list:
     L, H, frames = h.weights.shape
-    span = max(10, min(60, width - 30))
+    span = min(frames, max(10, min(60, width - 30)))
     bins = np.array_split(np.arange(frames), span)
     shade = lambda row: "".join(SHADES[int(i)] for i in np.round(row / (row.max() or 1) * (len(SHADES) - 1)))
     start, end = h.span

@@ -71,6 +71,7 @@ def test_what_is_not_a_readable_wav_is_one_line(tmp_path):
     short = _wav(tmp_path / "short.wav", np.full(160, 0.01))
     for path, said in [(tmp_path / "none.wav", "no such file"), (tmp_path / "a.txt", "not a PCM WAV"),
                        (long, "at most 30 s"), (empty, "holds no samples"), (short, "0.010 s long: too short"),
+                       (tmp_path, "is a folder, not a WAV file"),
                        (tmp_path / "24.wav", "24-bit audio")]:
         with pytest.raises(MhaError, match=said) as e:
             read_wav(path)

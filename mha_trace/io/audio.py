@@ -29,6 +29,8 @@ def read_wav(path) -> np.ndarray:
             raw = w.readframes(count)
     except FileNotFoundError:
         raise MhaError(f"{path}: no such file", quantity="audio") from None
+    except IsADirectoryError:
+        raise MhaError(f"{path} is a folder, not a WAV file", quantity="audio") from None
     except (wave.Error, EOFError, OSError) as e:
         raise MhaError(f"{path} is not a PCM WAV file ({e}); convert it, e.g. with: ffmpeg -i "
                        f"{path.name} -ar 16000 -ac 1 out.wav", quantity="audio") from None

@@ -17,7 +17,10 @@ def hearing_run(o, model) -> Run:
     refuse_with_model(sentence=o.sentence, decode=o.decode or None)
     layer = check_layer(model, 1 if o.layer is None else o.layer)
     samples = read_wav(o.audio)
-    heard, frames = model.transcribe(samples), model.encode_audio(samples)  # (1, 1500, D)
+    import torch
+
+    heard = model.transcribe(samples)
+    frames = torch.from_numpy(heard.encoded)[None].to(model.device)  # (1, 1500, D): encoded once
     module = model.decoder.blocks[layer - 1].cross
     seen = []
     hook = module.register_forward_pre_hook(lambda m, args: seen.append(args[0]))

@@ -439,4 +439,11 @@ def test_the_hearing_page_shows_where_each_token_listens_as_the_json_does(browse
     grid = np.array(data["heads"]["disagreement_seconds"])
     assert [float(text.rstrip("* ")) for _, text in cells] == pytest.approx(grid.ravel().tolist(), abs=6e-4)
     assert {head for head, text in cells if text.endswith("*")} == set(data["heads"]["published"])
+    first = data["heads"]["found"][0]
+    page.focus(f'#hear-heads td[data-head="{first}"]')
+    l, h = (int(x) - 1 for x in first.split("."))
+    lag = data["heads"]["lag_seconds"][l][h]
+    assert f"{abs(lag):.2f} s {'before' if lag < 0 else 'after'} the 12 that disagree least" in \
+        page.inner_text("#hear-readout")
+    assert "among the 8 ranked first" in page.inner_text("#hear-readout")
     assert opened.clean()

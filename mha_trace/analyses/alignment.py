@@ -1,12 +1,15 @@
 """Where Whisper's decoder listens: each cross-attention head scored by how well its weights follow
 the text through time, and word timings from the alignment heads (`survey --model whisper`).
 
-The score needs nothing but the attention: for each text token a head puts its weight somewhere
-on the 1,500 frames; a head that aligns text to sound puts it on one place (peaked) that moves
-forward as the text does (monotone). A head's alignment score is the Spearman correlation between
-the tokens' order and the frames they weigh most, times the mean weight of each token's top frame
-against the uniform 1/frames, both over the speech only. Whisper's published alignment heads
-(config.json) are read only to compare with.
+The score needs nothing but the attention. Each head aligns the text to the sound alone, Whisper's
+way (below), and its path enters each token at a time. A head that follows the sound lands where
+the others do: its disagreement is the median, over the other heads, of the mean distance between
+their entry times. Two kinds of head follow it, a token apart: a decoder position reads one token
+and writes the next, and some heads listen to the sound of the token read, others to the sound of
+the token being written, which is said later. Timings need the second kind, so among the half of
+the heads that disagree least, the ones that listen latest rank first: a head's lag is the median,
+over the tokens, of its entry time less the median entry time of that half. Whisper's published
+alignment heads (config.json) are read only to compare with.
 
 Word timings follow Whisper (openai-whisper's timing.py, as faster-whisper does it): the chosen heads'
 weights over the speech frames, each head's standardised over the tokens, a median filter of
@@ -42,6 +45,7 @@ class Hearing(Shows):
     text: str
     tokens: tuple  # the text tokens as they read
     disagreement: np.ndarray  # (layers, heads) seconds: lower follows the sound more closely
+    lag: np.ndarray  # (layers, heads) seconds after the following heads' entries: later writes
     published: tuple  # the model's own alignment heads, (layer, head) from 1
     words: list | None  # [Word] with --timestamps
     matrix: np.ndarray | None = None  # (text + 1, frames) the published heads' alignment matrix
@@ -49,10 +53,17 @@ class Hearing(Shows):
     loudness: np.ndarray | None = None  # (frames,) the waveform's peak in each 20 ms frame
 
     @property
+    def following(self) -> set:
+        """The half of the heads that disagree least, (layer, head) from 0."""
+        return set(_ranked(self.disagreement)[:self.disagreement.size // 2])
+
+    @property
     def ranking(self) -> list:
-        """Every (layer, head), the most aligned first."""
-        H = self.disagreement.shape[1]
-        return [divmod(int(i), H) for i in np.argsort(self.disagreement.ravel(), kind="stable")]
+        """Every (layer, head) from 0: the following heads, the latest first, then the others by
+        their disagreement."""
+        following = _ranked(self.disagreement)[:self.disagreement.size // 2]
+        rest = _ranked(self.disagreement)[len(following):]
+        return sorted(following, key=lambda lh: -self.lag[lh]) + rest
 
     @property
     def found(self) -> list:
@@ -67,6 +78,11 @@ class Hearing(Shows):
     def chance(self) -> float:
         """The published heads expected among CHOSEN heads picked at random."""
         return CHOSEN * len(self.published) / self.disagreement.size
+
+
+def _ranked(scores: np.ndarray) -> list:
+    """Every (layer, head) from 0, the lowest score first."""
+    return [divmod(int(i), scores.shape[1]) for i in np.argsort(scores.ravel(), kind="stable")]
 
 
 def hear(model, audio: str, timestamps: bool = False) -> Hearing:
@@ -86,7 +102,7 @@ def hear(model, audio: str, timestamps: bool = False) -> Hearing:
     loudness = np.array([np.abs(samples[int(i * step):int((i + 1) * step) + 1]).max(initial=0.0)
                          for i in range(frames)])
     return Hearing(ModelCard.of(model), str(audio), heard.audio_seconds, heard.text.strip(),
-                   heard.tokens[heard.prompt:], head_disagreement(heard), model.alignment_heads,
+                   heard.tokens[heard.prompt:], *head_scores(heard), model.alignment_heads,
                    words, matrix, dtw(-matrix), loudness)
 
 
@@ -204,17 +220,21 @@ def speech_frames(heard) -> int:
     return int(round(heard.audio_seconds * 100)) // 2
 
 
-def head_disagreement(heard) -> np.ndarray:
-    """(layers, heads) how far each cross-attention head's own alignment lands from the others':
-    the median, over the other heads, of the mean |difference| in seconds between the times its
-    path and theirs enter each token. Heads that follow the sound agree with one another."""
+def head_scores(heard) -> tuple:
+    """(disagreement, lag), each (layers, heads) in seconds. A head's disagreement: the median,
+    over the other heads, of the mean |difference| between the times its own alignment path and
+    theirs enter each token. Its lag: the median, over the text tokens, of its entry time less the
+    median entry time of the half of the heads that disagree least."""
     L, H = heard.cross_weights.shape[:2]
     every = [(layer, head) for layer in range(1, L + 1) for head in range(1, H + 1)]
     rows, columns = dtw(-np.stack([alignment_matrix(heard, [h]) for h in every]))
     times = np.stack([entries(r, c) for r, c in zip(rows, columns)])  # (heads, text + 1)
     apart = np.abs(times[:, None] - times[None]).mean(-1)
     np.fill_diagonal(apart, np.nan)
-    return np.nanmedian(apart, axis=1).reshape(L, H)
+    disagreement = np.nanmedian(apart, axis=1)
+    following = np.argsort(disagreement, kind="stable")[:len(every) // 2]
+    lag = np.median((times - np.median(times[following], axis=0))[:, 1:], axis=1)
+    return disagreement.reshape(L, H), lag.reshape(L, H)
 
 
 def entries(rows, columns) -> np.ndarray:

@@ -26,27 +26,40 @@ def hearing_renderables(h: Hearing, width: int) -> list:
                 f"speech, standardised over the tokens, median-filtered, then the cheapest path "
                 f"through tokens × time (dynamic time warping). A head that follows the sound lands "
                 f"where the others do: its disagreement is the median, over the other heads, of the "
-                f"mean distance between the times their paths enter each token.")]
-    grid = new_table("Disagreement (s) of each head; * the model's published alignment heads")
-    grid.add_column("layer")
-    for head in range(1, H + 1):
-        grid.add_column(f"head {head}", justify="right")
-    published = set(h.published)
-    for layer in range(1, L + 1):
-        grid.add_row(str(layer), *(f"{h.disagreement[layer - 1, head - 1]:.3f}"
-                                   f"{'*' if (layer, head) in published else ' '}"
-                                   for head in range(1, H + 1)))
-    out.append(grid)
-    out.append(Text(f"The {CHOSEN} that agree most: {' '.join(_head(x) for x in h.found)}. "
-                    f"Published (read only to compare): {' '.join(_head(x) for x in h.published)}. "
-                    f"Precision@{CHOSEN}: {h.precision} of {CHOSEN} (chance {h.chance:.1f}). The published "
-                    f"heads came with the model (how they were chosen is not published); agreement "
-                    f"among the heads is what the attention alone can say."))
+                f"mean distance between the times their paths enter each token."),
+           _grid(h, "Disagreement (s) of each head; * the model's published alignment heads",
+                 lambda layer, head: f"{h.disagreement[layer, head]:.3f}"),
+           Text(f"A position reads one token and writes the next, said later. Among the {L * H // 2} "
+                f"heads that disagree least, some listen to the token read, others to the token being "
+                f"written; a head's lag is the median, over the tokens, of how much later than those "
+                f"{L * H // 2} its path enters them. The latest listen to what is written: the ones "
+                f"word timings need."),
+           _grid(h, f"Lag (s) of the {L * H // 2} that disagree least; * published",
+                 lambda layer, head: f"{h.lag[layer, head]:+.2f}" if (layer, head) in h.following else "·"),
+           Text(f"The {CHOSEN} latest of them: {' '.join(_head(x) for x in h.found)}. "
+                f"Published (read only to compare): {' '.join(_head(x) for x in h.published)}. "
+                f"Precision@{CHOSEN}: {h.precision} of {CHOSEN} (chance {h.chance:.1f}). The published "
+                f"heads came with the model (how they were chosen is not published); agreement "
+                f"and lag are what the attention alone can say.")]
     if h.matrix is not None:
         out.append(_strip(h, width))
     if h.words is not None:
         out.append(_timeline(h, width))
     return out
+
+
+def _grid(h: Hearing, title: str, cell):
+    """A layers × heads table of cell(layer, head) (from 0), the published heads starred."""
+    L, H = h.disagreement.shape
+    grid = new_table(title)
+    grid.add_column("layer")
+    for head in range(1, H + 1):
+        grid.add_column(f"head {head}", justify="right")
+    published = set(h.published)
+    for layer in range(1, L + 1):
+        grid.add_row(str(layer), *(f"{cell(layer - 1, head - 1)}{'*' if (layer, head) in published else ' '}"
+                                   for head in range(1, H + 1)))
+    return grid
 
 
 SHADES = " ░▒▓█"
@@ -101,6 +114,8 @@ def hearing_data(h: Hearing) -> dict:
     found = {"model": h.card.name, "audio": h.audio, "seconds": round(h.seconds, 4), "text": h.text,
              "tokens": list(h.tokens),
              "heads": {"disagreement_seconds": h.disagreement.round(4).tolist(),
+                       "lag_seconds": h.lag.round(4).tolist(),
+                       "following": sorted(_head((layer + 1, head + 1)) for layer, head in h.following),
                        "ranking": [_head((layer + 1, head + 1)) for layer, head in h.ranking],
                        "found": [_head(x) for x in h.found],
                        "published": [_head(x) for x in h.published],

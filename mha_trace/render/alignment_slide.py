@@ -1,7 +1,7 @@
 """Whisper's alignment slide (`survey --model whisper --audio FILE --png`): the sound's loudness
 over time; below it the published heads' alignment (text tokens down, time across) with the path
-Whisper's timings read off it; beside them every cross-attention head's disagreement, the
-published heads boxed."""
+Whisper's timings read off it; beside them every cross-attention head's disagreement, the lag of
+the half that agree most, the published heads boxed."""
 
 import numpy as np
 
@@ -43,7 +43,8 @@ def alignment_slide(h: Hearing, path: str, theme: str = "light", **_) -> None:
         for layer, head in np.ndindex(L, H):
             value = h.disagreement[layer, head]
             ringed = (layer + 1, head + 1) in h.published
-            heads.text(head, layer, f"{value:.2f}", ha="center", va="center", fontsize=MIN_TICK_PT,
+            lag = f"\n{h.lag[layer, head]:+.2f}" if (layer, head) in h.following else ""
+            heads.text(head, layer, f"{value:.2f}{lag}", ha="center", va="center", fontsize=MIN_TICK_PT,
                        color="white" if value > np.median(h.disagreement) else "black",
                        fontweight="bold" if ringed else "normal")
             if ringed:
@@ -53,7 +54,8 @@ def alignment_slide(h: Hearing, path: str, theme: str = "light", **_) -> None:
         heads.set_yticks(range(L), [str(i + 1) for i in range(L)])
         heads.set_xlabel("head")
         heads.set_ylabel("decoder layer")
-        heads.set_title(f"each head's disagreement (s)\nboxed: published\nprecision@8 {h.precision}/8, "
+        heads.set_title(f"disagreement (s); under it, the lag\nof the {h.disagreement.size // 2} that agree most; "
+                        f"boxed: published\nthe 8 latest: precision@8 {h.precision}/8, "
                         f"chance {h.chance:.1f}", fontsize=18, color=fg)
         fig.colorbar(image, ax=heads, orientation="horizontal", fraction=0.05, pad=0.1).ax.tick_params(labelsize=MIN_TICK_PT)
         sound.set_title("where each token listens (the published heads) and the timings' path",

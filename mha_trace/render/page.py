@@ -157,12 +157,13 @@ def path_page(p) -> dict:
 def hearing_page(h) -> dict:
     """Whisper's alignment: each text token's row of the published heads' weights over the speech
     frames (three decimals), the path through them, the sound's loudness, each word's timing and
-    each cross-attention head's disagreement."""
+    each cross-attention head's disagreement and, for the half that disagree least, its lag."""
     T = len(h.tokens)
     return {"kind": "hearing", "title": f"{h.card.name} hears {h.audio}", "text": h.text,
             "tokens": [t.strip() or repr(t) for t in h.tokens], "seconds": round(h.seconds, 4),
             "matrix": _round(h.matrix[:T], 3), "path": [[int(r), int(c)] for r, c in zip(*h.path) if r < T],
             "loudness": _round(h.loudness, 3), "disagreement": _round(h.disagreement, 3),
+            "lag": _round(h.lag, 3), "following": sorted(f"{layer + 1}.{head + 1}" for layer, head in h.following),
             "published": [f"{layer}.{head}" for layer, head in h.published],
             "found": [f"{layer}.{head}" for layer, head in h.found], "precision": h.precision,
             "chance": round(h.chance, 2),

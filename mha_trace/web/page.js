@@ -563,8 +563,10 @@
                                "data-head": name,
                                style: `background:rgb(${ramp(1 - (x - low) / ((top - low) || 1)).join(",")});` +
                                       `color:${1 - (x - low) / ((top - low) || 1) > 0.55 ? "#000" : "#fff"}`});
+        const lag = data.following.includes(name) ?
+          `; it enters the tokens ${fmt(Math.abs(data.lag[l][h]), 2)} s ${data.lag[l][h] < 0 ? "before" : "after"} the ${data.following.length} that disagree least (median)` : "";
         const tell = () => { readout.textContent = `head ${name}: its path lands ${fmt(x, 3)} s from the ` +
-          `others' (median)${published ? "; a published alignment head" : ""}${data.found.includes(name) ? "; among the 8 that agree most" : ""}`; };
+          `others' (median)${lag}${published ? "; a published alignment head" : ""}${data.found.includes(name) ? "; among the 8 ranked first" : ""}`; };
         cell.addEventListener("mouseenter", tell);
         cell.addEventListener("focus", tell);
         return cell;

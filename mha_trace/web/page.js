@@ -87,7 +87,8 @@
       }});
     if (effectButton) controls.append(effectButton);
     const readout = el("div", {class: "readout", id: "readout", "aria-live": "polite"});
-    const rowH = 26, width = 560, left = 150, right = 410;
+    const room = Math.max(150, 10 + 9 * Math.max(...data.tokens.map((t) => t.length)));  // the longest label
+    const rowH = 26, left = room, right = room + 260, width = right + room;
     const picture = svg("svg", {id: "head-view", width, height: T * rowH + 30, role: "img",
                                 "aria-label": "attention from each token (left) to each token (right)"});
     root.append(el("h2", {text: "Head view"}), controls,

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tiny_llama
+from mha_trace.io.audio import read_wav
 from mha_trace.models import base, registry
 
 pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
@@ -143,6 +144,34 @@ def test_a_model_that_hears_satisfies_its_interface_and_runs_its_views_through_t
     for args in _views(name, "The cat sat on the mat.", "cat"):
         result = cli(*args)
         assert result.exit_code == 2 and f"--model {name} --audio" in result.stderr, args
+
+
+@pytest.mark.parametrize("name", sorted(HEARS))
+def test_its_decoder_reading_what_it_wrote_is_a_text_model_through_the_same_door(name, cli):
+    """--attention self: the decoder over its own transcription is an AttentionModel like the
+    others: its weights are the transcription's and NumPy's from the parameters, the residual
+    stream's sources (the cross-attentions among them) add up to what each layer's attention
+    reads, and every text view runs on it."""
+    from mha_trace.models.stream import stream_parts
+    from mha_trace.runs.resolve import RunOptions, load
+
+    m = load(RunOptions(model=name, audio=HEARS[name], attention="self"))
+    assert isinstance(m, base.AttentionModel) and not isinstance(m, base.Decoder)
+    s = m.encode(m.default_text)
+    heard = load(RunOptions(model=name, audio=HEARS[name])).transcribe(read_wav(HEARS[name]))
+    assert s.ids == heard.ids
+    np.testing.assert_allclose(s.weights, heard.self_weights, atol=1e-6, rtol=0)
+    for layer in range(1, m.layers + 1):
+        np.testing.assert_allclose(s.weights[layer - 1], _softmax_attention(m, s.inputs, layer),
+                                   atol=2e-5, rtol=0)
+    parts = stream_parts(m, s.ids, m.layers)
+    assert f"L{m.layers - 1} cross-attention" in parts
+    np.testing.assert_allclose(sum(parts.values()).numpy(),
+                               m.attention_input(s.inputs, m.layers)[0].double().numpy(), atol=1e-4)
+    for args in _views(name, None, "cat")[:-1]:  # the survey is the cross-attention's
+        result = cli(*args, "--audio", HEARS[name], "--attention", "self")
+        assert result.exit_code == 0, (args, result.stderr)
+        assert result.stdout.strip() and not result.stderr.strip(), args
 
 
 def test_a_second_door_refuses_what_the_first_refuses():

@@ -31,6 +31,7 @@ class TinyLlama:
                                 text=True, trained_run=False)
     limits = Limits()
     layers, heads, kv_heads, d_model, max_positions, rope_base = 2, 4, 2, 32, 128, 10000.0
+    default_text = None  # its views read the chapter's sentence unless given one
     bos, eos = 1, 2
 
     def __init__(self, seed: int = 0):

@@ -17,7 +17,6 @@ width 7 along time, their average, then dynamic time warping from the first toke
 the last; a word starts where the path enters its first token's row.
 """
 
-import functools
 import string
 from dataclasses import dataclass
 
@@ -90,7 +89,7 @@ def hear(model, audio: str, timestamps: bool = False) -> Hearing:
     from mha_trace.io.audio import read_wav
 
     samples = read_wav(audio)
-    heard = _heard(model, *_file_key(audio))
+    heard = model.heard_file(audio)
     if len(heard.ids) == heard.prompt:
         from mha_trace.errors import MhaError
 
@@ -136,7 +135,7 @@ def listen(model, audio: str, token: str | None, position: int | None, effect: b
     from mha_trace.errors import MhaError
 
     hearing = hear(model, audio, timestamps=False)
-    heard = _heard(model, *_file_key(audio))
+    heard = model.heard_file(audio)
     words = [t.strip() for t in hearing.tokens]
     if position is None:
         wanted = (token or words[0]).strip()
@@ -191,28 +190,11 @@ class CrossHead(Shows):
 
 def cross_head(model, audio: str, head: tuple) -> CrossHead:
     hearing = hear(model, audio, timestamps=False)
-    heard = _heard(model, *_file_key(audio))
+    heard = model.heard_file(audio)
     T, frames = len(hearing.tokens), hearing.matrix.shape[1]
     w = heard.cross_weights[head[0] - 1, head[1] - 1, heard.prompt - 1:heard.prompt - 1 + T, :frames]
     return CrossHead(hearing.card, hearing.audio, hearing.seconds, hearing.text, hearing.tokens, head,
                      w / w.sum(-1, keepdims=True), head in hearing.published, hearing.loudness)
-
-
-def _file_key(audio) -> tuple:
-    """A file as its transcription is kept: its path, size and modification time."""
-    import os
-
-    found = os.stat(audio)
-    return os.path.realpath(audio), found.st_size, found.st_mtime_ns
-
-
-@functools.lru_cache(maxsize=4)
-def _heard(model, path: str, size: int, mtime: int):
-    """The transcription of a file, kept by model view: views of one file in one process (the
-    API, a notebook) transcribe it once."""
-    from mha_trace.io.audio import read_wav
-
-    return model.transcribe(read_wav(path))
 
 
 def speech_frames(heard) -> int:

@@ -45,6 +45,7 @@ def heads(
     Example: mha-trace heads --config chicken-road --head 3
     Example: mha-trace heads --model minilm --sentence "The animal didn't cross the street because it was too tired." --head 4.1
     Example: mha-trace heads --model whisper --audio examples/audio/animal.wav --head 4.3
+    Example: mha-trace heads --model whisper --audio examples/audio/cat.wav --attention self
     """
     from mha_trace.runs.model_options import needs_model
     from mha_trace.runs.resolve import check_early, resolve
@@ -53,7 +54,7 @@ def heads(
     from mha_trace.analyses.analysis import run_heads
 
     check_include(include_inputs, o.model, out)
-    if o.audio is not None:
+    if o.audio is not None and o.attention != "self":
         return _cross_head(o, head, out, overview or words or hide_special or include_inputs or concat
                            or effect or o.layer or out.png)
     if o.model:
@@ -100,6 +101,7 @@ def explain(
     Example: mha-trace explain --model minilm --token it --head 3.1 --why
     Example: mha-trace explain --token cat --impl tiled --block-k 2
     Example: mha-trace explain --model whisper --audio examples/audio/animal.wav --token street
+    Example: mha-trace explain --model whisper --audio examples/audio/cat.wav --attention self --token mat --head 2.3 --why
     """
     from mha_trace.runs.resolve import check_early, resolve
 
@@ -110,7 +112,7 @@ def explain(
 
     if by_head and not why:
         raise MhaError("--by-head goes with --why", quantity="by_head")
-    if o.audio is not None:
+    if o.audio is not None and o.attention != "self":
         return _listen(o, token, position, effect, out, why or by_head or include_inputs or head
                        or impl.value != "explicit" or rope_planes or o.layer)
     if o.model:
@@ -338,7 +340,8 @@ def _listen(o, token, position, effect, out, other) -> None:
 
     if other:
         raise MhaError("with --audio, explain follows one token through every cross-attention head: "
-                       "--token or --position, and --effect", quantity="audio")
+                       "--token or --position, and --effect (--attention self: every option, on the "
+                       "decoder's self-attention)", quantity="audio")
     result = listen(load(o), o.audio, token, position, effect)
     emit(out, lambda: result.renderables(make_console(out).width), result.data)
 
@@ -352,7 +355,8 @@ def _cross_head(o, head, out, other) -> None:
 
     if other or head is None:
         raise MhaError("with --audio, heads shows one cross-attention head: --head L.H alone (e.g. "
-                       "--head 4.3; survey --model whisper --audio FILE ranks them all)", quantity="head")
+                       "--head 4.3; survey --model whisper --audio FILE ranks them all; --attention "
+                       "self: every view of the decoder's self-attention)", quantity="head")
     model = load(o)
     chosen = parse_head(head)
     check_heads(model, [chosen])

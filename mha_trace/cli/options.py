@@ -20,6 +20,7 @@ from mha_trace.runs.resolve import CHOICES  # noqa: E402 (each option's values, 
 Device = Enum("Device", {v: v for v in CHOICES["device"]}, type=str)
 Dtype = Enum("Dtype", {v: v for v in CHOICES["dtype"]}, type=str)
 Mask = Enum("Mask", {v: v for v in CHOICES["mask"]}, type=str)
+Attention = Enum("Attention", {v: v for v in CHOICES["attention"]}, type=str)
 
 
 # options shared by every command
@@ -85,6 +86,7 @@ HeadOpt = Annotated[str | None, typer.Option("--head", help="Show only head N (1
 PretrainedOpt = Annotated[str | None, typer.Option("--model", help="A pretrained model, loaded offline from its PyPI package: minilm (all-MiniLM-L6-v2) or smollm2 (SmolLM2-135M-Instruct). Example: --model minilm", metavar="NAME")]
 SentenceOpt = Annotated[str | None, typer.Option("--sentence", "-s", help="With --model: the text to run (default: \"The animal didn't cross the street because it was too tired.\"). Example: --sentence \"The cat sat on the mat.\"")]
 AudioOpt = Annotated[str | None, typer.Option("--audio", help="With --model whisper: the recording it hears (a WAV file, at most 30 s; other rates are resampled to 16 kHz). Example: --audio examples/audio/cat.wav", metavar="FILE")]
+AttentionOpt = Annotated[Attention | None, typer.Option("--attention", help="With --model whisper --audio: cross (the decoder's text tokens look at the sound; the default) or self (they look at each other: every text view, --why and --effect included, on what it wrote). Example: --attention self")]
 LayerOpt = Annotated[int | None, typer.Option("--layer", "-l", help="With --model: the layer (from 1). Example: --layer 4")]
 ResplitOpt = Annotated[int | None, typer.Option("--heads", "-H", help="Re-split the same Q, K, V into H heads (must divide d_model). Example: --heads 4")]
 ConfigMaskOpt = Annotated[Mask | None, typer.Option("--mask", help="Override the config's mask: none or causal. Example: --mask causal")]
@@ -136,7 +138,7 @@ RUN_GROUPS = {
               ("max_tokens", MaxTokensOpt, None), ("checkpoint", CheckpointOpt, None),
               ("at_step", AtStepOpt, None)],
     "layer": [("layer", LayerOpt, None)],
-    "audio": [("audio", AudioOpt, None)],
+    "audio": [("audio", AudioOpt, None), ("attention", AttentionOpt, None)],
     "time": [("max_seconds", MaxSecondsOpt, None)],
     "device": [("device", ComputeDeviceOpt, Device.cpu)],
 }

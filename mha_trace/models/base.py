@@ -84,6 +84,7 @@ class AttentionModel(Protocol):
     kv_heads: int | None  # K/V heads when shared (grouped-query attention), else None
     d_model: int
     max_positions: int  # the longest sequence it reads
+    default_text: str | None  # what its views read when given no text (None: the chapter's sentence)
     rope_base: float | None  # RoPE's base when capabilities.rope
     device: object  # torch.device
     limits: Limits  # the guards of the call that holds it (a loader's model: the defaults)
@@ -147,6 +148,8 @@ class AudioModel(Protocol):
     def resident(self): ...
     def encode_audio(self, samples): ...  # (1, frames, D) the encoder's output
     def transcribe(self, samples): ...  # greedy decoding: a models.whisper.Heard
+    def heard_file(self, path): ...  # transcribe a WAV file, once a file
+    def reading(self, path) -> AttentionModel: ...  # the decoder over what it wrote for a file
 
 
 @runtime_checkable

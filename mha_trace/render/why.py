@@ -68,6 +68,9 @@ def why_words(why) -> Text:
     said.append("each earlier layer's attention output" + (
         " (one source per head: --by-head)" if any("." in n for n in names) else
         " (each head's with --by-head)") + " and MLP output")
+    if any("cross-attention" in n or ".X" in n for n in names):
+        said.append("each earlier layer's cross-attention output (what the text heard; its heads L.X1, "
+                    "L.X2, ... with --by-head)")
     if "biases" in names:
         said.append("the biases (norm shifts, projection and output biases)")
     return Text(f"Sources: {', '.join(said)}. Each LayerNorm or RMSNorm is frozen at the scale it "

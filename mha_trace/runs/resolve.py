@@ -7,9 +7,8 @@
     resolve(RunOptions(model="minilm", sentence="...", layer=4))  a real model's layer 4
 
 The command line, the explorer's session and the Python API all call `resolve`; nothing else
-builds a run. Options left at None take the source's own value, else the L04 table's default.
-A source that fixes an option (a model fixes its sizes) refuses it instead of ignoring it.
-"""
+builds a run. Options left at None take the source's own value, else the L04 table's default;
+a source that fixes an option (a model fixes its sizes) refuses it instead of ignoring it."""
 
 import functools
 import os
@@ -37,6 +36,7 @@ class RunOptions:
     at_step: int | None = None  # ... at this saved step (default: its last)
     sentence: str | None = None  # the model's text (default: DEFAULT_SENTENCE)
     audio: str | None = None  # what a model that hears (whisper) hears: a WAV file
+    attention: str | None = None  # with audio: "cross" (the text looks at the sound) or "self"
     layer: int | None = None  # the model's layer, from 1
     max_tokens: int | None = None  # a model's token guard, raised (models.check_tokens)
     max_seconds: float | None = None  # a model's time guard, raised (ablate --rank, the cache lab)
@@ -67,7 +67,7 @@ class RunOptions:
 from mha_trace.core.costs import DTYPE_BYTES  # noqa: E402 (no torch: the dtypes by name)
 
 # each option's values, declared once: the command line's choices and the API's checks read them
-CHOICES = {"mask": ("none", "causal"), "impl": ("explicit", "sdpa", "tiled"), "dtype": tuple(DTYPE_BYTES),
+CHOICES = {"attention": ("cross", "self"), "mask": ("none", "causal"), "impl": ("explicit", "sdpa", "tiled"), "dtype": tuple(DTYPE_BYTES),
            "device": ("cpu", "cuda", "mps", "meta")}
 
 
@@ -153,7 +153,7 @@ def check_options(o: RunOptions) -> None:
 
     if o.model is not None:
         check_name(o.model)
-    check_hearing(o.model, o.audio)
+    check_hearing(o.model, o.audio, o.attention)
     from mha_trace.runs.config import Config
 
     if o.config is not None and not isinstance(o.config, (str, Config, os.PathLike)):
@@ -348,7 +348,7 @@ def _model_run(o: RunOptions):
 
     refuse_with_model(**o.given("config", "module", "init", "batch", "seq", "d_model", "heads",
                                 "kv_heads", "mask", "pad", "rope", "rope_base", "window"))
-    if entry(o.model).audio:  # a model that hears: its cross-attention while it writes
+    if entry(o.model).audio and o.attention != "self":  # its cross-attention while it writes
         from mha_trace.runs.heard import hearing_run
 
         return hearing_run(o, load(o))
@@ -381,19 +381,20 @@ def load(o: RunOptions):
     from mha_trace.models.base import Limits
 
     check_options(o)
-    return load_model(o.model, o.device or "cpu", Limits(o.max_tokens, o.max_seconds))
+    model = load_model(o.model, o.device or "cpu", Limits(o.max_tokens, o.max_seconds))
+    return model.reading(o.audio) if o.attention == "self" else model  # its decoder, as text
 
 
 def encode(o: RunOptions):
-    """`o.sentence` (default: DEFAULT_SENTENCE; a trained run's first probe) through the whole
+    """`o.sentence` (default: the model's own text, else DEFAULT_SENTENCE) through the whole
     model `o.model`; the last few sentences are kept, so views of one sentence run it once."""
     loaded = load(o)
-    default = loaded.default_text if loaded.capabilities.trained_run else DEFAULT_SENTENCE
-    return _encoded(loaded, loaded.device, default if o.sentence is None else o.sentence)
+    text = (loaded.default_text or DEFAULT_SENTENCE) if o.sentence is None else o.sentence
+    return _encoded(loaded, loaded.device, text)
 
 
 @functools.lru_cache(maxsize=4)
 def _encoded(model, device, text: str):
-    """Kept by model view: a view carries its call's limits, so a text encoded under a raised
-    limit is never handed to a call whose own limit refuses it."""
+    """Kept by model view (it carries its call's limits: a text a raised limit let through is
+    never handed to a call whose own limit refuses it)."""
     return model.encode(text)

@@ -406,7 +406,7 @@ def test_explain_follows_one_token_through_every_cross_attention_head(cli, heard
 
 def test_heads_shows_one_cross_attention_head_token_by_time(cli, heard):
     """`heads --model whisper --audio FILE --head 4.3`: that head's row for each text token (the
-    position that writes it) over the speech; a whole-model overview or other options refused."""
+    position that writes it) over the speech; other options refused."""
     args = ("heads", "--model", "whisper", "--audio", "examples/audio/animal.wav")
     data = json.loads(cli(*args, "--head", "4.3", "--format", "json").stdout)
     h = heard["animal"]
@@ -417,7 +417,7 @@ def test_heads_shows_one_cross_attention_head_token_by_time(cli, heard):
     assert data["peaks"] == (rows.argmax(-1) / 50).round(2).tolist()
     assert "Cross-attention head 4.3 (a published alignment head)" in cli(*args, "--head", "4.3").stdout
     assert not json.loads(cli(*args, "--head", "1.1", "--format", "json").stdout)["published"]
-    for extra, said in [((), "--head L.H alone"), (("--head", "5.1"), "out of range"),
+    for extra, said in [(("--head", "4.3", "--layer", "4"), "--head L.H alone"), (("--head", "5.1"), "out of range"),
                         (("--head", "4.3", "--overview"), "--head L.H alone")]:
         result = cli(*args, *extra)
         assert result.exit_code == 2 and said in result.stderr, result.stderr
@@ -455,3 +455,51 @@ def test_a_second_of_silence_goes_through_every_view(cli, tmp_path):
         result = cli(args[0], "--model", "whisper", "--audio", clip, *args[1:])
         assert result.exit_code == 0 and "Traceback" not in result.stderr, (args, result.stderr)
     assert json.loads(cli("survey", "--model", "whisper", "--audio", clip, "--format", "json").stdout)["tokens"]
+
+
+def test_heads_without_head_maps_every_cross_attention_head(cli, heard):
+    """`heads --model whisper --audio FILE`: all 24 heads, each row the JSON's weights over the
+    speech (the transcription's own, renormalised), the published heads starred after their map,
+    at most the width; in the last layer every published head's peaks move forward in time."""
+    args = ("heads", "--model", "whisper", "--audio", "examples/audio/animal.wav")
+    data = json.loads(cli(*args, "--format", "json").stdout)
+    h = heard["animal"]
+    T, frames = len(data["tokens"]), alignment.speech_frames(h)
+    assert len(data["heads"]) == 24 and data["published"] == ["2.1", "3.1", "3.6", "4.1", "4.2", "4.3", "4.4", "4.5"]
+    w = h.cross_weights[3, 2, h.prompt - 1:h.prompt - 1 + T, :frames]
+    np.testing.assert_allclose(data["heads"]["4.3"], w / w.sum(-1, keepdims=True), atol=1e-4)
+    for name in ("4.1", "4.3", "4.4", "4.5"):
+        peaks = np.argmax(data["heads"][name], axis=1)
+        assert (np.diff(peaks) >= 0).mean() >= 0.8, name
+    result = cli(*args, "--width", "80")
+    assert result.exit_code == 0 and not result.stderr
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    maps = [line for line in lines if line.startswith(("L1", "L2", "L3", "L4"))]
+    assert len(maps) == 4 and sum(line.count("*") for line in maps) == 8
+    refused = cli(*args, "--overview", "--head", "4.3")
+    assert refused.exit_code == 2 and "every one, or --head L.H alone" in refused.stderr
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_the_heads_maps_read_the_same_at_every_width(whisper, golden, width):
+    """The maps' layout on a record of fixed weights: each head a band that moves down and right
+    (later layers narrower), so a dot on another CPU cannot move."""
+    import io
+
+    from rich.console import Console
+
+    from mha_trace.models.base import ModelCard
+
+    T, frames = 7, 103
+    centre = np.linspace(7, 95, T)[:, None]
+    rows = np.stack([np.stack([np.exp(-0.5 * ((np.arange(frames)[None] - centre - 3 * head) / (12 - 2.5 * layer)) ** 2)
+                               for head in range(6)]) for layer in range(4)])
+    record = alignment.CrossHeads(ModelCard.of(whisper), "examples/audio/cat.wav", 2.0738, "The cat sat on the mat.",
+                                  (" The", " cat", " sat", " on", " the", " mat", "."),
+                                  rows / rows.sum(-1, keepdims=True), whisper.alignment_heads)
+    console = Console(width=width, file=io.StringIO(), color_system=None, legacy_windows=False)
+    console.print(record)
+    shown = console.file.getvalue()
+    assert max(len(line) for line in shown.splitlines()) <= width
+    golden(f"whisper_heads_{width}.txt", shown)

@@ -188,13 +188,34 @@ class CrossHead(Shows):
     loudness: np.ndarray
 
 
-def cross_head(model, audio: str, head: tuple) -> CrossHead:
+@dataclass
+class CrossHeads(Shows):
+    """`heads --model whisper --audio FILE`: every cross-attention head at a glance, each a map of
+    its weights, a row for each text token over the speech frames."""
+
+    renderer = "mha_trace.render.alignment"
+    card: ModelCard
+    audio: str
+    seconds: float
+    text: str
+    tokens: tuple
+    rows: np.ndarray  # (layers, heads, text, frames), each row summing to 1 over the speech
+    published: tuple  # the model's own alignment heads, (layer, head) from 1
+
+
+def cross_heads(model, audio: str) -> CrossHeads:
     hearing = hear(model, audio, timestamps=False)
     heard = model.heard_file(audio)
     T, frames = len(hearing.tokens), hearing.matrix.shape[1]
-    w = heard.cross_weights[head[0] - 1, head[1] - 1, heard.prompt - 1:heard.prompt - 1 + T, :frames]
-    return CrossHead(hearing.card, hearing.audio, hearing.seconds, hearing.text, hearing.tokens, head,
-                     w / w.sum(-1, keepdims=True), head in hearing.published, hearing.loudness)
+    w = heard.cross_weights[:, :, heard.prompt - 1:heard.prompt - 1 + T, :frames].astype(np.float64)
+    return CrossHeads(hearing.card, hearing.audio, hearing.seconds, hearing.text, hearing.tokens,
+                      w / w.sum(-1, keepdims=True), hearing.published)
+
+
+def cross_head(model, audio: str, head: tuple) -> CrossHead:
+    every, hearing = cross_heads(model, audio), hear(model, audio, timestamps=False)
+    return CrossHead(every.card, every.audio, every.seconds, every.text, every.tokens, head,
+                     every.rows[head[0] - 1, head[1] - 1], head in every.published, hearing.loudness)
 
 
 def speech_frames(heard) -> int:

@@ -55,8 +55,8 @@ def heads(
 
     check_include(include_inputs, o.model, out)
     if o.audio is not None and o.attention != "self":
-        return _cross_head(o, head, out, overview or words or hide_special or include_inputs or concat
-                           or effect or o.layer or out.png)
+        return _cross_head(o, head, out, (overview and head is not None) or words or hide_special
+                           or include_inputs or concat or effect or o.layer)
     if o.model:
         from mha_trace.analyses.model_heads import check_not_overview, model_heads
 
@@ -347,18 +347,24 @@ def _listen(o, token, position, effect, out, other) -> None:
 
 
 def _cross_head(o, head, out, other) -> None:
-    """heads --model whisper --audio FILE --head L.H: one cross-attention head, tokens × time."""
-    from mha_trace.analyses.alignment import cross_head
+    """heads --model whisper --audio FILE [--head L.H]: every cross-attention head, or one, tokens × time."""
+    from mha_trace.analyses.alignment import cross_head, cross_heads
     from mha_trace.analyses.model_analysis import check_heads
     from mha_trace.models.guards import parse_head
     from mha_trace.runs.resolve import load
 
-    if other or head is None:
-        raise MhaError("with --audio, heads shows one cross-attention head: --head L.H alone (e.g. "
-                       "--head 4.3; survey --model whisper --audio FILE ranks them all; --attention "
-                       "self: every view of the decoder's self-attention)", quantity="head")
+    if out.png:
+        raise MhaError("with --audio, heads draws in text and JSON; the slide of the cross-attention "
+                       "is survey --model whisper --audio FILE --png", quantity="png")
+    if other:
+        raise MhaError("with --audio, heads shows the cross-attention heads: every one, or --head L.H "
+                       "alone (e.g. --head 4.3; survey --model whisper --audio FILE ranks them all; "
+                       "--attention self: every view of the decoder's self-attention)", quantity="head")
     model = load(o)
-    chosen = parse_head(head)
-    check_heads(model, [chosen])
-    result = cross_head(model, o.audio, chosen)
+    if head is None:
+        result = cross_heads(model, o.audio)
+    else:
+        chosen = parse_head(head)
+        check_heads(model, [chosen])
+        result = cross_head(model, o.audio, chosen)
     emit(out, lambda: result.renderables(make_console(out).width), result.data)

@@ -4,7 +4,7 @@ well they follow the sound, and (--timestamps) each word on a time axis."""
 import numpy as np
 from rich.text import Text
 
-from mha_trace.analyses.alignment import CHOSEN, FRAMES_PER_SECOND, CrossHead, Hearing, Listening
+from mha_trace.analyses.alignment import CHOSEN, FRAMES_PER_SECOND, CrossHead, CrossHeads, Hearing, Listening
 from mha_trace.io.output import new_table
 from mha_trace.records import data, renderables
 
@@ -222,6 +222,58 @@ def _cross_head_data(c, **_) -> dict:
             "tokens": [t.strip() for t in c.tokens], "head": f"{c.head[0]}.{c.head[1]}",
             "published": c.published, "peaks": (c.rows.argmax(-1) / FRAMES_PER_SECOND).round(2).tolist(),
             "weights": c.rows.round(4).tolist()}
+
+
+BINS = 20  # time bins across a head's map: ten braille characters, six maps in 80 columns
+
+
+def cross_heads_renderables(c: CrossHeads, width: int) -> list:
+    """Every head as a braille map (render.model's): the text down, the speech across in BINS
+    bins of equal time, each bin the weight its frames hold."""
+    from mha_trace.render.model import braille_map
+
+    L, H, T, frames = c.rows.shape
+    bins = np.array_split(np.arange(frames), min(BINS, frames))
+    binned = np.stack([c.rows[..., b].sum(-1) for b in bins], -1)  # (L, H, T, bins)
+    cell = (binned.shape[-1] + 1) // 2
+    if 4 + H * (cell + 1) > width:
+        from mha_trace.errors import MhaError
+
+        raise MhaError(f"the heads' maps need {4 + H * (cell + 1)} columns and the output has {width} "
+                       f"(try --width 100)", quantity="width")
+    grid = Text(" " * 4 + "".join(f"H{h + 1}".ljust(cell + 1) for h in range(H)), style="bold")
+    published = set(c.published)
+    for layer in range(L):
+        maps = [braille_map(binned[layer, h]) for h in range(H)]
+        for k in range(len(maps[0])):
+            grid.append("\n")
+            grid.append(f"L{layer + 1}".ljust(4) if k == 0 else " " * 4, style="bold")
+            for h, m in enumerate(maps):
+                grid.append_text(m[k])
+                starred = k == 0 and (layer + 1, h + 1) in published
+                grid.append("*" if starred else " " if h < H - 1 else "")
+    return [_heard_line(c),
+            Text(f"Every cross-attention head ({L} decoder layers × {H}): the {T} text tokens down (the "
+                 f"position that writes each), the speech across (0 to {c.seconds:.2f} s in "
+                 f"{binned.shape[-1]} bins), 4 × 2 per character; a dot is a bin with at least half "
+                 f"of its token's top weight. A head that follows the sound draws a line from top "
+                 f"left to bottom right. A * after a map: a published alignment head."),
+            grid,
+            Text(f"One head: --head L.H; every head ranked: survey --model whisper --audio {c.audio}.")]
+
+
+@renderables.register(CrossHeads)
+def _cross_heads(c, width: int, **_) -> list:
+    return cross_heads_renderables(c, width)
+
+
+@data.register(CrossHeads)
+def _cross_heads_data(c, **_) -> dict:
+    L, H = c.rows.shape[:2]
+    return {"model": c.card.name, "audio": c.audio, "seconds": round(c.seconds, 4), "text": c.text,
+            "tokens": [t.strip() for t in c.tokens], "published": [_head(x) for x in c.published],
+            "heads": {f"{layer + 1}.{head + 1}": c.rows[layer, head].round(4).tolist()
+                      for layer in range(L) for head in range(H)}}
 
 
 import mha_trace.render.alignment_slide  # noqa: E402,F401 (registers the slide of what this file shows)

@@ -23,18 +23,18 @@ _LEFT, _RIGHT = (0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80)  # braille do
 
 
 def braille_map(weights: np.ndarray) -> list[Text]:
-    """(T, T) weights -> lines of braille: 4 queries by 2 keys per character."""
-    T = len(weights)
+    """(T, K) weights -> lines of braille: 4 queries by 2 keys per character."""
+    T, K = weights.shape
     strong = weights >= 0.5 * weights.max(axis=1, keepdims=True)
     lines = []
     for top in range(0, T, 4):
         line = Text()
-        for left in range(0, T, 2):
+        for left in range(0, K, 2):
             bits, peak = 0, 0.0
             for r in range(4):
                 for c, dots in ((0, _LEFT), (1, _RIGHT)):
                     i, j = top + r, left + c
-                    if i < T and j < T:
+                    if i < T and j < K:
                         peak = max(peak, float(weights[i, j]))
                         bits |= dots[r] if strong[i, j] else 0
             # never darker than a third of the ramp: a weak map must stay visible on black

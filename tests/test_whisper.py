@@ -503,3 +503,54 @@ def test_the_heads_maps_read_the_same_at_every_width(whisper, golden, width):
     shown = console.file.getvalue()
     assert max(len(line) for line in shown.splitlines()) <= width
     golden(f"whisper_heads_{width}.txt", shown)
+
+
+def test_why_on_the_cross_attention_splits_the_real_scores_by_both_streams(whisper, heard):
+    """`explain --why --head 4.3` on the cross-attention: the text's sources sum to what the
+    cross-attention's queries read and the sound's to the encoder's output (the transcription's),
+    the terms to q·k/√d_k computed here from the module's weights, and their softmax over the
+    1,500 frames is the transcription's weights."""
+    import torch
+
+    from mha_trace.analyses.cross_why import SOUND, cross_why
+    from mha_trace.models.stream import stream_parts
+    from mha_trace.models.transcript import Sound, UpToCross
+
+    h, clip = heard["animal"], "examples/audio/animal.wav"
+    c = cross_why(whisper, clip, "street", None, (4, 3))
+    row = h.prompt - 1 + c.index
+    assert c.token.strip() == "street" and c.published
+    np.testing.assert_allclose(c.why.weights(), h.cross_weights[3, 2, row], atol=1e-5)
+    t = whisper.reading(clip)
+    seen = []
+    hook = t.blocks[3].cross.register_forward_pre_hook(lambda m, args: seen.append(args[0][0].double()))
+    t.run(list(h.ids))
+    hook.remove()
+    text = stream_parts(UpToCross(t, 4), list(h.ids), 5)
+    sound = stream_parts(Sound(whisper, read_wav(AUDIO / "animal.wav")), list(range(1500)), 5)
+    np.testing.assert_allclose(sum(text.values()).numpy(), seen[0].numpy(), atol=1e-4)
+    np.testing.assert_allclose(sum(sound.values()).numpy(), h.encoded, atol=1e-4)
+    a = t.blocks[3].cross
+    with torch.no_grad():
+        q = a.W_q(seen[0][row:row + 1].float())[0, 2 * 64:3 * 64].double()
+        k = a.W_k(torch.from_numpy(h.encoded))[:, 2 * 64:3 * 64].double()
+    np.testing.assert_allclose(c.why.pairs.sum((0, 1)), (k @ q / 8).numpy(), atol=2e-4)
+    assert c.why.sources == list(text) + [SOUND + n for n in sound]
+
+
+def test_explain_why_on_the_cross_attention_shows_frames_and_sources(cli):
+    args = ("explain", "--model", "whisper", "--audio", "examples/audio/animal.wav", "--token", "street")
+    data = json.loads(cli(*args, "--head", "4.3", "--why", "--format", "json").stdout)
+    assert data["head"] == "4.3" and data["published"] and data["token"] == "street"
+    assert {w["source"] for w in data["without"]} == set(data["sources"])
+    assert data["frames"][0]["time"] == pytest.approx(data["peak"])
+    moved = [w["moved"] for w in data["without"]]
+    assert moved == sorted(moved, reverse=True) and 0 <= moved[-1] <= moved[0] <= 1
+    for frame in data["frames"]:
+        assert sum(frame["terms"].values()) == pytest.approx(frame["score"], abs=1e-6)
+    shown = cli(*args, "--head", "4.3", "--why", "--width", "100")
+    assert shown.exit_code == 0 and "Without each source" in shown.stdout
+    assert f"(the real weights)       {data['peak']:.2f}" in shown.stdout
+    for extra in (("--why",), ("--why", "--head", "4.3", "--effect"), ("--head", "4.3")):
+        refused = cli(*args, *extra)
+        assert refused.exit_code == 2 and "or --why with --head L.H" in refused.stderr, extra

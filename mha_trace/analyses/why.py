@@ -83,7 +83,7 @@ def model_why(run, view, position: int, heads: list, by_head: bool = False) -> l
     with torch.no_grad():
         for h in heads:
             g = view.kv_head_of(h - 1)
-            Q, K = (_projected(W, X, rows, names) for W, rows in
+            Q, K = (projected(W, X, rows, names) for W, rows in
                     ((a.W_q, slice((h - 1) * d, h * d)), (a.W_k, slice(g * d, (g + 1) * d))))
             if a.rope:  # each part turned by its token's position, as q and k are
                 Q, K = (rope(t[:, None], 0, a.rope_base)[:, 0] for t in (Q, K))
@@ -166,7 +166,7 @@ def _heads_of(found: list, T: int, heads: int, batch: int) -> tuple:
             torch.stack([p[1][0] for p in pairs]).numpy())
 
 
-def _projected(W, X, rows: slice, names: list):
+def projected(W, X, rows: slice, names: list):
     """(S, T, d_k): each source's part through these rows of W; the bias goes to "biases"."""
     out = X @ W.weight.double()[rows].T
     if W.bias is not None:

@@ -101,6 +101,7 @@ def explain(
     Example: mha-trace explain --model minilm --token it --head 3.1 --why
     Example: mha-trace explain --token cat --impl tiled --block-k 2
     Example: mha-trace explain --model whisper --audio examples/audio/animal.wav --token street
+    Example: mha-trace explain --model whisper --audio examples/audio/animal.wav --token street --head 4.3 --why
     Example: mha-trace explain --model whisper --audio examples/audio/cat.wav --attention self --token mat --head 2.3 --why
     """
     from mha_trace.runs.resolve import check_early, resolve
@@ -113,8 +114,8 @@ def explain(
     if by_head and not why:
         raise MhaError("--by-head goes with --why", quantity="by_head")
     if o.audio is not None and o.attention != "self":
-        return _listen(o, token, position, effect, out, why or by_head or include_inputs or head
-                       or impl.value != "explicit" or rope_planes or o.layer)
+        return _listen(o, token, position, effect, (why, head), out, by_head or include_inputs
+                       or impl.value != "explicit" or rope_planes or o.layer or (head and not why))
     if o.model:
         from mha_trace.runs.model_options import refuse_with_model
 
@@ -333,16 +334,28 @@ def _ablate_model(o, head: str | None, decimals: int, out: Output, rank: bool, t
     emit(out, lambda: a.renderables(decimals=decimals), lambda: a.data(decimals=decimals))
 
 
-def _listen(o, token, position, effect, out, other) -> None:
-    """explain --model whisper --audio FILE --token WORD: one token's query in every cross-attention head."""
+def _listen(o, token, position, effect, why, out, other) -> None:
+    """explain --model whisper --audio FILE --token WORD: one token's query in every cross-attention
+    head; with --why and --head L.H, that head's scores split by where q and k come from."""
     from mha_trace.analyses.alignment import listen
     from mha_trace.runs.resolve import load
 
-    if other:
+    why, head = why
+    if other or (why and (head is None or effect)):
         raise MhaError("with --audio, explain follows one token through every cross-attention head: "
-                       "--token or --position, and --effect (--attention self: every option, on the "
-                       "decoder's self-attention)", quantity="audio")
-    result = listen(load(o), o.audio, token, position, effect)
+                       "--token or --position, and --effect, or --why with --head L.H (--attention "
+                       "self: every option, on the decoder's self-attention)", quantity="audio")
+    model = load(o)
+    if why:
+        from mha_trace.analyses.cross_why import cross_why
+        from mha_trace.analyses.model_analysis import check_heads
+        from mha_trace.models.guards import parse_head
+
+        chosen = parse_head(head)
+        check_heads(model, [chosen])
+        result = cross_why(model, o.audio, token, position, chosen)
+    else:
+        result = listen(model, o.audio, token, position, effect)
     emit(out, lambda: result.renderables(make_console(out).width), result.data)
 
 

@@ -102,3 +102,50 @@ class Transcript:
 
     def attention_norm_of(self, layer: int):
         return self.blocks[layer - 1].attention_norm
+
+
+class UpToCross:
+    """The decoder's stream up to layer `layer`'s cross-attention, for models.stream: its earlier
+    layers whole, then that layer's self-attention, read through its cross-attention's norm.
+    `stream_parts(UpToCross(t, L), ids, L + 1)` splits what that cross-attention's queries read."""
+
+    def __init__(self, transcript: Transcript, layer: int):
+        self.transcript, self.layer = transcript, layer
+
+    def embedding_parts(self, ids) -> dict:
+        return self.transcript.embedding_parts(ids)
+
+    def stream_steps(self, layer: int) -> list:
+        steps = self.transcript.stream_steps(layer)
+        return steps if layer < self.layer else steps[:1]  # its self-attention, not what follows
+
+    def run(self, ids, last: int):
+        return self.transcript.run(ids, last=last)
+
+    def attention_norm_of(self, layer: int):
+        return self.transcript.blocks[self.layer - 1].cross_norm
+
+
+class Sound:
+    """The encoder's stream over one recording, for models.stream: the two convolutions' output
+    and the sinusoidal positions, then each layer's attention and MLP, read through the final
+    norm. `stream_parts(Sound(whisper, samples), range(1500), encoder_layers + 1)` splits what
+    every cross-attention's keys read."""
+
+    def __init__(self, whisper, samples):
+        self.whisper, self.samples = whisper, samples
+        self.encoder = whisper.encoder
+        self.sound = whisper.sound(samples)[0]  # (1500, D)
+
+    def embedding_parts(self, ids) -> dict:
+        return {"sound": self.sound, "position": self.encoder.positions}
+
+    def stream_steps(self, layer: int) -> list:
+        block = self.encoder.blocks[layer - 1] if layer else None
+        return [] if layer == 0 else [block.attention, block.mlp_out]
+
+    def run(self, ids, last: int):
+        return self.whisper.encode_audio(self.samples, last=last)
+
+    def attention_norm_of(self, layer: int):
+        return self.encoder.norm

@@ -175,16 +175,22 @@ class Model:
         found = os.stat(path)
         return _heard(self, os.path.realpath(path), found.st_size, found.st_mtime_ns)
 
-    def encode_audio(self, samples: np.ndarray) -> torch.Tensor:
-        """(1, 1500, 384): the encoder's output for 30 s of audio (the samples, then silence)."""
+    def sound(self, samples: np.ndarray) -> torch.Tensor:
+        """(1, 1500, 384): the two convolutions over 30 s of log-mel (the samples, then silence)."""
         mel = torch.from_numpy(encoder_input(samples))[None].to(self.device)  # (1, 80, 3000)
         e = self.encoder
         with torch.no_grad():
-            x = F.gelu(e.conv2(F.gelu(e.conv1(mel)))).transpose(1, 2)  # (1, 1500, D)
-            x = x + e.positions
-            for block in e.blocks:
+            return F.gelu(e.conv2(F.gelu(e.conv1(mel)))).transpose(1, 2)
+
+    def encode_audio(self, samples: np.ndarray, last: int | None = None) -> torch.Tensor:
+        """(1, 1500, 384): the encoder's output for 30 s of audio (the samples, then silence);
+        `last`: stop after that layer (from 1), before the final norm."""
+        e = self.encoder
+        with torch.no_grad():
+            x = self.sound(samples) + e.positions
+            for block in e.blocks[:last]:
                 x = block(x)[0]
-            return e.norm(x)
+            return e.norm(x) if last is None else x
 
     def decode(self, ids, audio: torch.Tensor, caches=None):
         """The decoder over token ids (1, T) after those its caches hold: (logits of the last

@@ -13,14 +13,14 @@ def _head(layer_head) -> str:
     return f"{layer_head[0]}.{layer_head[1]}"
 
 
-def _heard_line(r) -> Text:
+def heard_line(r) -> Text:
     """What every view of a clip opens with: the model, the file and what it heard."""
     return Text(f"{r.card.name} heard {r.audio} ({r.seconds:.1f} s):\n  \"{r.text}\"", style="bold")
 
 
 def hearing_renderables(h: Hearing, width: int) -> list:
     L, H = h.disagreement.shape
-    out = [_heard_line(h),
+    out = [heard_line(h),
            Text(f"Each of the {L * H} cross-attention heads ({L} decoder layers × {H}: a text token's "
                 f"query, the audio frames' keys) aligned alone, Whisper's way: its weights over the "
                 f"speech, standardised over the tokens, median-filtered, then the cheapest path "
@@ -165,7 +165,7 @@ def listening_renderables(h: Listening, width: int) -> list:
     shown = h.weights if h.effect is None else h.effect
     inside = [(layer + 1, head + 1) for layer, head in np.ndindex(L, H)
               if start <= np.argmax(shown[layer, head]) / FRAMES_PER_SECOND < end]
-    return [_heard_line(h),
+    return [heard_line(h),
             Text(f"The token '{h.token.strip()}' (text token {h.index}) is written by the position before "
                  f"it, whose query each cross-attention head sends over the 1,500 audio frames' keys; "
                  f"each row is one head's weights over the speech, shaded from none to its largest. "
@@ -201,7 +201,7 @@ def cross_head_renderables(c: CrossHead, width: int) -> list:
     name = f"{c.head[0]}.{c.head[1]}"
     peaks = c.rows.argmax(-1) / FRAMES_PER_SECOND
     steps = np.diff(peaks)
-    return [_heard_line(c),
+    return [heard_line(c),
             _shaded(c.rows, c.tokens, max(10, min(60, width - 20)),
                     f"Cross-attention head {name}{' (a published alignment head)' if c.published else ''}: "
                     f"each token's row over the speech (0 to {c.seconds:.2f} s across), from its least "
@@ -252,7 +252,7 @@ def cross_heads_renderables(c: CrossHeads, width: int) -> list:
                 grid.append_text(m[k])
                 starred = k == 0 and (layer + 1, h + 1) in published
                 grid.append("*" if starred else " " if h < H - 1 else "")
-    return [_heard_line(c),
+    return [heard_line(c),
             Text(f"Every cross-attention head ({L} decoder layers × {H}): the {T} text tokens down (the "
                  f"position that writes each), the speech across (0 to {c.seconds:.2f} s in "
                  f"{binned.shape[-1]} bins), 4 × 2 per character; a dot is a bin with at least half "

@@ -1,0 +1,73 @@
+"""`explain --model whisper --audio FILE --token WORD --head L.H --why`: why one cross-attention head's
+query (the position that writes the word) weighs each frame of the sound as it does.
+
+A score is q · k_j / √d_k, q from the text's residual stream and k_j from the sound's. Both split
+exactly by source (models.stream, norms frozen): q into the token and position embeddings, each
+earlier decoder layer's attention, cross-attention and MLP, this layer's self-attention and the
+biases; each k_j into the convolutions' output (the sound), the encoder's positions, each encoder
+layer's attention and MLP and the biases. So the score is a sum of one term per (text source, sound
+source) pair, each term shared half and half (analyses.why's `Why`, its sources the two lists
+side by side); "without" a source takes its terms out of every frame's score and the softmax
+again, over all 1,500 frames as the model takes it.
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from mha_trace.analyses.alignment import FRAMES_PER_SECOND, hear, listen
+from mha_trace.analyses.why import Why, projected
+from mha_trace.models.base import ModelCard
+from mha_trace.records import Shows
+
+SOUND = "sound: "  # how the sound's sources are named beside the text's
+
+
+@dataclass
+class CrossWhy(Shows):
+    """One cross-attention head's scores for one text token, split by where q and k come from."""
+
+    renderer = "mha_trace.render.cross_why"
+    card: ModelCard
+    audio: str
+    seconds: float
+    text: str
+    token: str
+    index: int  # among the text tokens, from 0
+    head: tuple  # (layer, head) from 1
+    published: bool
+    why: Why  # over all 1,500 frames; sources: the text's, then the sound's ("sound: ...")
+    frames: int  # how many of them hold the speech
+
+    def peak(self, weights: np.ndarray) -> float:
+        return float(np.argmax(weights) / FRAMES_PER_SECOND)
+
+
+def cross_why(model, audio: str, token: str | None, position: int | None, head: tuple) -> CrossWhy:
+    import torch
+
+    from mha_trace.io.audio import read_wav
+    from mha_trace.models.stream import stream_parts
+    from mha_trace.models.transcript import Sound, UpToCross
+
+    listening, hearing = listen(model, audio, token, position), hear(model, audio)
+    transcript = model.reading(audio)
+    ids, layer = list(transcript.heard.ids), head[0]
+    row = transcript.heard.prompt - 1 + listening.index  # the position that writes the token
+    text = stream_parts(UpToCross(transcript, layer), ids, layer + 1)
+    sound = stream_parts(Sound(model, read_wav(audio)), list(range(len(transcript.heard.encoded))),
+                         model.encoder_layers + 1)
+    a = transcript.blocks[layer - 1].cross
+    d, names = a.d_k, list(text) + [SOUND + n for n in sound]
+    rows = slice((head[1] - 1) * d, head[1] * d)
+    with torch.no_grad():  # each side's norms put a "biases" source in it, the projection's bias too
+        q = projected(a.W_q, torch.stack([p[row:row + 1] for p in text.values()]), rows, list(text))
+        k = projected(a.W_k, torch.stack(list(sound.values())), rows, list(sound))  # (Sk, frames, d)
+        terms = torch.einsum("sd,tjd->stj", q[:, 0], k) / math.sqrt(d)  # (Sq, Sk, frames)
+    Sq = len(text)
+    pairs = np.zeros((len(names), len(names), terms.shape[-1]))
+    pairs[:Sq, Sq:] = terms.cpu().numpy()
+    why = Why(head[1], names, pairs, pairs.sum((0, 1)), np.ones(terms.shape[-1], bool))
+    return CrossWhy(ModelCard.of(model), str(audio), hearing.seconds, hearing.text, listening.token,
+                    listening.index, head, head in hearing.published, why, hearing.matrix.shape[1])

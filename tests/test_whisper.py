@@ -554,3 +554,42 @@ def test_explain_why_on_the_cross_attention_shows_frames_and_sources(cli):
     for extra in (("--why",), ("--why", "--head", "4.3", "--effect"), ("--head", "4.3")):
         refused = cli(*args, *extra)
         assert refused.exit_code == 2 and "or --why with --head L.H" in refused.stderr, extra
+
+
+def test_the_encoders_heads_are_its_self_attention_among_the_speech_frames(cli, whisper):
+    """`heads --attention encoder`: layer 1's weights are NumPy's softmax of the module's own q
+    and k over all 1,500 frames (float64, from the sound and the positions), shown over the speech
+    renormalised with the share kept; every map and one head's rows through the command."""
+    import torch
+
+    from mha_trace.analyses.alignment import encoder_heads
+
+    clip = "examples/audio/cat.wav"
+    e = encoder_heads(whisper, clip)
+    frames = e.rows.shape[-1]
+    block = whisper.encoder.blocks[0]
+    with torch.no_grad():
+        x = block.attention_norm(whisper.sound(read_wav(AUDIO / "cat.wav")) + whisper.encoder.positions)[0]
+        x = x.double().numpy()
+    a = block.attention
+    p = lambda lin: x @ lin.weight.detach().double().numpy().T + lin.bias.detach().double().numpy()
+    q, k = p(a.W_q).reshape(1500, 6, 64), p(a.W_k).reshape(1500, 6, 64)
+    s = np.einsum("qhd,khd->hqk", q[:frames], k) / 8
+    w = np.exp(s - s.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    speech = w[..., :frames]  # what the 30 s pass puts on the speech
+    np.testing.assert_allclose(e.rows[0] * speech.sum(-1, keepdims=True), speech, atol=1e-5)
+    np.testing.assert_allclose(e.kept[0], speech.sum(-1).mean(-1), atol=1e-5)
+    args = ("heads", "--model", "whisper", "--audio", clip, "--attention", "encoder")
+    data = json.loads(cli(*args, "--format", "json").stdout)
+    assert np.array(data["bins"]).shape == (4, 6, 20, 20) and data["frames"] == frames
+    np.testing.assert_allclose(np.array(data["bins"]).sum(-1), 1, atol=1e-3)
+    one = json.loads(cli(*args, "--head", "1.1", "--format", "json").stdout)
+    np.testing.assert_allclose(one["weights"], e.rows[0, 0], atol=1e-4)
+    shown = cli(*args, "--width", "80")
+    assert shown.exit_code == 0 and max(len(line) for line in shown.stdout.splitlines()) <= 80
+    assert sum(line.startswith(("L1", "L2", "L3", "L4")) for line in shown.stdout.splitlines()) == 4
+    assert "Encoder head 1.1" in cli(*args, "--head", "1.1").stdout
+    for command in ("explain", "shapes"):
+        refused = cli(command, "--model", "whisper", "--audio", clip, "--attention", "encoder")
+        assert refused.exit_code == 2 and "heads draws the encoder's heads" in refused.stderr

@@ -212,6 +212,31 @@ def cross_heads(model, audio: str) -> CrossHeads:
                       w / w.sum(-1, keepdims=True), hearing.published)
 
 
+@dataclass
+class EncoderHeads(Shows):
+    """`heads --model whisper --audio FILE --attention encoder [--head L.H]`: the encoder's
+    self-attention among the speech frames, every head or one."""
+
+    renderer = "mha_trace.render.alignment"
+    card: ModelCard
+    audio: str
+    seconds: float
+    text: str
+    rows: np.ndarray  # (layers, heads, frames, frames): each frame's weights over the speech, summing to 1
+    kept: np.ndarray  # (layers, heads): the mean share of a speech frame's weight on the speech
+    head: tuple | None = None  # (layer, head) from 1: the one shown, or None for every head
+
+
+def encoder_heads(model, audio: str, head: tuple | None = None) -> EncoderHeads:
+    from mha_trace.io.audio import read_wav
+
+    hearing = hear(model, audio, timestamps=False)
+    w = model.encoder_weights(read_wav(audio), hearing.matrix.shape[1]).astype(np.float64)
+    kept = w.sum(-1)  # what stays on the speech; the rest goes to the silence after it
+    return EncoderHeads(hearing.card, hearing.audio, hearing.seconds, hearing.text,
+                        w / kept[..., None], kept.mean(-1), head)
+
+
 def cross_head(model, audio: str, head: tuple) -> CrossHead:
     every, hearing = cross_heads(model, audio), hear(model, audio, timestamps=False)
     return CrossHead(every.card, every.audio, every.seconds, every.text, every.tokens, head,

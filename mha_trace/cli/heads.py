@@ -113,6 +113,9 @@ def explain(
 
     if by_head and not why:
         raise MhaError("--by-head goes with --why", quantity="by_head")
+    from mha_trace.runs.model_options import check_attention
+
+    check_attention(o, "explain")
     if o.audio is not None and o.attention != "self":
         return _listen(o, token, position, effect, (why, head), out, by_head or include_inputs
                        or impl.value != "explicit" or rope_planes or o.layer or (head and not why))
@@ -374,10 +377,13 @@ def _cross_head(o, head, out, other) -> None:
                        "alone (e.g. --head 4.3; survey --model whisper --audio FILE ranks them all; "
                        "--attention self: every view of the decoder's self-attention)", quantity="head")
     model = load(o)
-    if head is None:
-        result = cross_heads(model, o.audio)
-    else:
-        chosen = parse_head(head)
+    chosen = None if head is None else parse_head(head)
+    if chosen is not None:
         check_heads(model, [chosen])
-        result = cross_head(model, o.audio, chosen)
+    if o.attention == "encoder":
+        from mha_trace.analyses.alignment import encoder_heads
+
+        result = encoder_heads(model, o.audio, chosen)
+    else:
+        result = cross_heads(model, o.audio) if chosen is None else cross_head(model, o.audio, chosen)
     emit(out, lambda: result.renderables(make_console(out).width), result.data)

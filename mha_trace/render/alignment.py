@@ -4,7 +4,8 @@ well they follow the sound, and (--timestamps) each word on a time axis."""
 import numpy as np
 from rich.text import Text
 
-from mha_trace.analyses.alignment import CHOSEN, FRAMES_PER_SECOND, CrossHead, CrossHeads, Hearing, Listening
+from mha_trace.analyses.alignment import (CHOSEN, FRAMES_PER_SECOND, CrossHead, CrossHeads, EncoderHeads,
+                                          Hearing, Listening)
 from mha_trace.io.output import new_table
 from mha_trace.records import data, renderables
 
@@ -79,14 +80,14 @@ def _strip(h: Hearing, width: int):
                    f"(0 to {h.seconds:.2f} s across), each row from its least to its most")
 
 
-def _shaded(rows, tokens, span: int, title: str):
+def _shaded(rows, tokens, span: int, title: str, label: str = "token"):
     labels = [t.strip() or repr(t) for t in tokens]
     bins = np.array_split(np.arange(rows.shape[1]), min(span, rows.shape[1]))  # no bin left empty
     cells = np.stack([rows[:, b].mean(1) for b in bins], 1)
     low, high = cells.min(1, keepdims=True), cells.max(1, keepdims=True)
     level = np.round((cells - low) / np.where(high > low, high - low, 1) * (len(SHADES) - 1))
     table = new_table(title)
-    table.add_column("token")
+    table.add_column(label)
     table.add_column("", no_wrap=True)
     for label, row in zip(labels, level.astype(int)):
         table.add_row(label, "".join(SHADES[i] for i in row))
@@ -227,14 +228,16 @@ def _cross_head_data(c, **_) -> dict:
 BINS = 20  # time bins across a head's map: ten braille characters, six maps in 80 columns
 
 
-def cross_heads_renderables(c: CrossHeads, width: int) -> list:
-    """Every head as a braille map (render.model's): the text down, the speech across in BINS
-    bins of equal time, each bin the weight its frames hold."""
+def _bins(frames: int) -> list:
+    return np.array_split(np.arange(frames), min(BINS, frames))
+
+
+def _maps(binned: np.ndarray, starred: set, width: int) -> Text:
+    """(layers, heads, rows, columns) as braille maps (render.model's), layers down and heads
+    across; a * after the maps of the (layer, head) pairs in `starred`."""
     from mha_trace.render.model import braille_map
 
-    L, H, T, frames = c.rows.shape
-    bins = np.array_split(np.arange(frames), min(BINS, frames))
-    binned = np.stack([c.rows[..., b].sum(-1) for b in bins], -1)  # (L, H, T, bins)
+    L, H = binned.shape[:2]
     cell = (binned.shape[-1] + 1) // 2
     if 4 + H * (cell + 1) > width:
         from mha_trace.errors import MhaError
@@ -242,7 +245,6 @@ def cross_heads_renderables(c: CrossHeads, width: int) -> list:
         raise MhaError(f"the heads' maps need {4 + H * (cell + 1)} columns and the output has {width} "
                        f"(try --width 100)", quantity="width")
     grid = Text(" " * 4 + "".join(f"H{h + 1}".ljust(cell + 1) for h in range(H)), style="bold")
-    published = set(c.published)
     for layer in range(L):
         maps = [braille_map(binned[layer, h]) for h in range(H)]
         for k in range(len(maps[0])):
@@ -250,16 +252,72 @@ def cross_heads_renderables(c: CrossHeads, width: int) -> list:
             grid.append(f"L{layer + 1}".ljust(4) if k == 0 else " " * 4, style="bold")
             for h, m in enumerate(maps):
                 grid.append_text(m[k])
-                starred = k == 0 and (layer + 1, h + 1) in published
-                grid.append("*" if starred else " " if h < H - 1 else "")
+                star = k == 0 and (layer + 1, h + 1) in starred
+                grid.append("*" if star else " " if h < H - 1 else "")
+    return grid
+
+
+def cross_heads_renderables(c: CrossHeads, width: int) -> list:
+    """Every head as a braille map: the text down, the speech across in BINS bins of equal time,
+    each bin the weight its frames hold."""
+    L, H, T, frames = c.rows.shape
+    binned = np.stack([c.rows[..., b].sum(-1) for b in _bins(frames)], -1)  # (L, H, T, bins)
     return [heard_line(c),
             Text(f"Every cross-attention head ({L} decoder layers × {H}): the {T} text tokens down (the "
                  f"position that writes each), the speech across (0 to {c.seconds:.2f} s in "
                  f"{binned.shape[-1]} bins), 4 × 2 per character; a dot is a bin with at least half "
                  f"of its token's top weight. A head that follows the sound draws a line from top "
                  f"left to bottom right. A * after a map: a published alignment head."),
-            grid,
+            _maps(binned, set(c.published), width),
             Text(f"One head: --head L.H; every head ranked: survey --model whisper --audio {c.audio}.")]
+
+
+def encoder_binned(e: EncoderHeads) -> np.ndarray:
+    """(layers, heads, bins, bins): each bin of query frames' mean weight on each bin of keys."""
+    bins = _bins(e.rows.shape[-1])
+    keys = np.stack([e.rows[..., b].sum(-1) for b in bins], -1)
+    return np.stack([keys[..., b, :].mean(-2) for b in bins], -2)
+
+
+def encoder_renderables(e: EncoderHeads, width: int) -> list:
+    L, H, frames = e.rows.shape[:3]
+    stays = f"on average {100 * e.kept.mean():.0f}% of a speech frame's weight stays on the speech"
+    if e.head is not None:
+        layer, head = e.head
+        rows = e.rows[layer - 1, head - 1]
+        bins = np.array_split(np.arange(frames), min(24, frames))
+        labels = [f"{b[0] / FRAMES_PER_SECOND:.2f} s" for b in bins]
+        return [heard_line(e),
+                _shaded(np.stack([rows[b].mean(0) for b in bins]), labels, max(10, min(60, width - 20)),
+                        f"Encoder head {layer}.{head}: the speech's frames down (each row {frames // len(bins)} "
+                        f"or so, from the time shown) looking across at the speech (0 to {e.seconds:.2f} s), "
+                        f"each row from its least to its most", label="from"),
+                Text(f"Here {100 * e.kept[layer - 1, head - 1]:.0f}% of a speech frame's weight stays on the "
+                     f"speech; the rest goes to the silence after it (the encoder always reads 30 s).")]
+    binned = encoder_binned(e)
+    return [heard_line(e),
+            Text(f"Every encoder self-attention head ({L} layers × {H}): the speech's {frames} frames of "
+                 f"20 ms down (queries) and across (keys), 0 to {e.seconds:.2f} s in {binned.shape[-1]} "
+                 f"bins each way, 4 × 2 per character; a dot is a key bin with at least half of its row's "
+                 f"top weight. A head that listens around its own moment draws the diagonal; a column is "
+                 f"a moment every frame listens to. Weights over the speech alone: {stays}, the rest on "
+                 f"the silence after it (the encoder always reads 30 s)."),
+            _maps(binned, set(), width),
+            Text("One head: --head L.H.")]
+
+
+@renderables.register(EncoderHeads)
+def _encoder_heads(e, width: int, **_) -> list:
+    return encoder_renderables(e, width)
+
+
+@data.register(EncoderHeads)
+def _encoder_heads_data(e, **_) -> dict:
+    found = {"model": e.card.name, "audio": e.audio, "seconds": round(e.seconds, 4), "text": e.text,
+             "frames": int(e.rows.shape[-1]), "kept": e.kept.round(4).tolist()}
+    if e.head is not None:
+        return {**found, "head": _head(e.head), "weights": e.rows[e.head[0] - 1, e.head[1] - 1].round(4).tolist()}
+    return {**found, "bins": encoder_binned(e).round(4).tolist()}
 
 
 @renderables.register(CrossHeads)

@@ -25,3 +25,11 @@ def needs_model(sentence, layer, **flags) -> None:
         if value not in (None, False):
             example = "smollm2" if name == "prune" else "minilm"
             raise MhaError(f"--{name.replace('_', '-')} goes with --model (e.g. --model {example})")
+
+
+def check_attention(o, view: str) -> None:
+    """Whisper's encoder self-attention has one view so far: heads."""
+    if o.attention == "encoder":
+        raise MhaError(f"--attention encoder: heads draws the encoder's heads; {view} reads the "
+                       f"cross-attention (the default) or the decoder's self-attention (--attention "
+                       f"self)", quantity="attention")

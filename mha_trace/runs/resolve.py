@@ -67,7 +67,7 @@ class RunOptions:
 from mha_trace.core.costs import DTYPE_BYTES  # noqa: E402 (no torch: the dtypes by name)
 
 # each option's values, declared once: the command line's choices and the API's checks read them
-CHOICES = {"attention": ("cross", "self"), "mask": ("none", "causal"), "impl": ("explicit", "sdpa", "tiled"), "dtype": tuple(DTYPE_BYTES),
+CHOICES = {"attention": ("cross", "self", "encoder"), "mask": ("none", "causal"), "impl": ("explicit", "sdpa", "tiled"), "dtype": tuple(DTYPE_BYTES),
            "device": ("cpu", "cuda", "mps", "meta")}
 
 

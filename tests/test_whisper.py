@@ -562,7 +562,7 @@ def test_the_encoders_heads_are_its_self_attention_among_the_speech_frames(cli, 
     renormalised with the share kept; every map and one head's rows through the command."""
     import torch
 
-    from mha_trace.analyses.alignment import encoder_heads
+    from mha_trace.analyses.encoder import encoder_heads
 
     clip = "examples/audio/cat.wav"
     e = encoder_heads(whisper, clip)
@@ -590,6 +590,37 @@ def test_the_encoders_heads_are_its_self_attention_among_the_speech_frames(cli, 
     assert shown.exit_code == 0 and max(len(line) for line in shown.stdout.splitlines()) <= 80
     assert sum(line.startswith(("L1", "L2", "L3", "L4")) for line in shown.stdout.splitlines()) == 4
     assert "Encoder head 1.1" in cli(*args, "--head", "1.1").stdout
-    for command in ("explain", "shapes"):
-        refused = cli(command, "--model", "whisper", "--audio", clip, "--attention", "encoder")
-        assert refused.exit_code == 2 and "heads draws the encoder's heads" in refused.stderr
+    refused = cli("shapes", "--model", "whisper", "--audio", clip, "--attention", "encoder")
+    assert refused.exit_code == 2 and "heads and explain show the encoder's heads" in refused.stderr
+
+
+def test_explain_follows_one_frame_through_every_encoder_head(cli, whisper):
+    """`explain --attention encoder --token 1.9s`: frame 95's row of every encoder head, the
+    heads view's own numbers; --effect is each weight times ‖v_j·W_O‖ of the head's block (by
+    hand here, from the layer's normed input), renormalised."""
+    import torch
+
+    from mha_trace.analyses.encoder import encoder_heads
+
+    clip = "examples/audio/animal.wav"
+    args = ("explain", "--model", "whisper", "--audio", clip, "--attention", "encoder", "--token", "1.9s")
+    data = json.loads(cli(*args, "--format", "json").stdout)
+    assert data["index"] == 95 and data["token"] == "1.90 s"
+    rows = encoder_heads(whisper, clip).rows
+    np.testing.assert_allclose(data["weights"], rows[:, :, 95], atol=1e-4)
+    effect = json.loads(cli(*args, "--effect", "--format", "json").stdout)["effect"]
+    frames = rows.shape[-1]
+    with torch.no_grad():
+        block = whisper.encoder.blocks[0]
+        x = block.attention_norm(whisper.sound(read_wav(AUDIO / "animal.wav")) + whisper.encoder.positions)[0, :frames]
+        v = block.attention.W_v(x).double().numpy()[:, :64]
+        moved = v @ block.attention.W_o.weight.double().numpy()[:, :64].T  # head 1's block of W_O
+    by_hand = rows[0, 0, 95] * np.linalg.norm(moved, axis=-1)
+    np.testing.assert_allclose(effect[0][0], by_hand / by_hand.sum(), atol=1e-4)
+    shown = cli(*args, "--width", "100").stdout
+    assert "Where the frame at 1.90 s listens, in every encoder head" in shown
+    assert "heads peak within 0.1 s of it" in shown
+    for extra, said in ((("--why",), "--why on the encoder is not built yet"),
+                        (("--position", "5000"), "is not in the speech")):
+        refused = cli(*args[:-2], *extra)
+        assert refused.exit_code == 2 and said in refused.stderr, refused.stderr

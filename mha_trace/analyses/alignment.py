@@ -122,6 +122,7 @@ class Listening(Shows):
     span: tuple  # (start, end) s: the word's timing from the published heads' path
     loudness: np.ndarray  # (frames,)
     effect: np.ndarray | None = None  # (layers, heads, frames) with --effect: weight × ‖v·W_O‖, renormalised
+    encoder: bool = False  # the query is a frame of the sound (the encoder's heads), not a text token
 
     def peak(self, layer: int, head: int) -> float:
         """Where (s) the head's weight is largest."""
@@ -154,18 +155,20 @@ def listen(model, audio: str, token: str | None, position: int | None, effect: b
     w = w / w.sum(-1, keepdims=True)
     return Listening(hearing.card, hearing.audio, hearing.seconds, hearing.text, hearing.tokens[position],
                      position, w, hearing.published, (float(starts[position]), float(starts[position + 1])),
-                     hearing.loudness, _effect(model, heard.encoded[:frames], w) if effect else None)
+                     hearing.loudness,
+                     effect_of([b.cross for b in model.decoder.blocks], [heard.encoded[:frames]] * len(w), w)
+                     if effect else None)
 
 
-def _effect(model, encoded: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """(layers, heads, frames): each layer's cross-attention weights times the length of each
-    frame's value through the head's block of W_O, renormalised."""
+def effect_of(attentions: list, inputs: list, weights: np.ndarray) -> np.ndarray:
+    """(layers, heads, frames): each layer's weights (layers, heads, frames) times the length of
+    each frame's value (from that layer's `inputs`, (frames, D)) through the head's block of W_O,
+    renormalised."""
     from mha_trace.core.effect import effect_weights, value_norms
 
     found = []
-    for layer, block in enumerate(model.decoder.blocks):
-        a = block.cross
-        v = encoded @ a.W_v.weight.detach().double().cpu().numpy().T + a.W_v.bias.detach().double().cpu().numpy()
+    for layer, (a, x) in enumerate(zip(attentions, inputs)):
+        v = x @ a.W_v.weight.detach().double().cpu().numpy().T + a.W_v.bias.detach().double().cpu().numpy()
         norms = value_norms(v, a.W_o.weight.detach().double().cpu().numpy().T, a.heads, a.kv_heads)
         found.append(effect_weights(weights[layer][:, None], norms)[:, 0])
     return np.stack(found)
@@ -210,31 +213,6 @@ def cross_heads(model, audio: str) -> CrossHeads:
     w = heard.cross_weights[:, :, heard.prompt - 1:heard.prompt - 1 + T, :frames].astype(np.float64)
     return CrossHeads(hearing.card, hearing.audio, hearing.seconds, hearing.text, hearing.tokens,
                       w / w.sum(-1, keepdims=True), hearing.published)
-
-
-@dataclass
-class EncoderHeads(Shows):
-    """`heads --model whisper --audio FILE --attention encoder [--head L.H]`: the encoder's
-    self-attention among the speech frames, every head or one."""
-
-    renderer = "mha_trace.render.alignment"
-    card: ModelCard
-    audio: str
-    seconds: float
-    text: str
-    rows: np.ndarray  # (layers, heads, frames, frames): each frame's weights over the speech, summing to 1
-    kept: np.ndarray  # (layers, heads): the mean share of a speech frame's weight on the speech
-    head: tuple | None = None  # (layer, head) from 1: the one shown, or None for every head
-
-
-def encoder_heads(model, audio: str, head: tuple | None = None) -> EncoderHeads:
-    from mha_trace.io.audio import read_wav
-
-    hearing = hear(model, audio, timestamps=False)
-    w = model.encoder_weights(read_wav(audio), hearing.matrix.shape[1]).astype(np.float64)
-    kept = w.sum(-1)  # what stays on the speech; the rest goes to the silence after it
-    return EncoderHeads(hearing.card, hearing.audio, hearing.seconds, hearing.text,
-                        w / kept[..., None], kept.mean(-1), head)
 
 
 def cross_head(model, audio: str, head: tuple) -> CrossHead:

@@ -113,9 +113,6 @@ def explain(
 
     if by_head and not why:
         raise MhaError("--by-head goes with --why", quantity="by_head")
-    from mha_trace.runs.model_options import check_attention
-
-    check_attention(o, "explain")
     if o.audio is not None and o.attention != "self":
         return _listen(o, token, position, effect, (why, head), out, by_head or include_inputs
                        or impl.value != "explicit" or rope_planes or o.layer or (head and not why))
@@ -344,6 +341,10 @@ def _listen(o, token, position, effect, why, out, other) -> None:
     from mha_trace.runs.resolve import load
 
     why, head = why
+    if o.attention == "encoder" and why:
+        raise MhaError("--why on the encoder is not built yet: explain --attention encoder follows one "
+                       "frame (--token 1.2s or --position N) through every encoder head, with --effect",
+                       quantity="why")
     if other or (why and (head is None or effect)):
         raise MhaError("with --audio, explain follows one token through every cross-attention head: "
                        "--token or --position, and --effect, or --why with --head L.H (--attention "
@@ -357,6 +358,10 @@ def _listen(o, token, position, effect, why, out, other) -> None:
         chosen = parse_head(head)
         check_heads(model, [chosen])
         result = cross_why(model, o.audio, token, position, chosen)
+    elif o.attention == "encoder":
+        from mha_trace.analyses.encoder import listen_frame
+
+        result = listen_frame(model, o.audio, token, position, effect)
     else:
         result = listen(model, o.audio, token, position, effect)
     emit(out, lambda: result.renderables(make_console(out).width), result.data)
@@ -381,7 +386,7 @@ def _cross_head(o, head, out, other) -> None:
     if chosen is not None:
         check_heads(model, [chosen])
     if o.attention == "encoder":
-        from mha_trace.analyses.alignment import encoder_heads
+        from mha_trace.analyses.encoder import encoder_heads
 
         result = encoder_heads(model, o.audio, chosen)
     else:

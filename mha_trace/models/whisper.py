@@ -192,16 +192,18 @@ class Model:
                 x = block(x)[0]
             return e.norm(x) if last is None else x
 
-    def encoder_weights(self, samples: np.ndarray, frames: int) -> np.ndarray:
-        """(layers, heads, frames, frames): each encoder self-attention's weights among the first
-        `frames` frames (the speech), as the 30 s pass computes them over all 1,500."""
-        e, kept = self.encoder, []
+    def encoder_weights(self, samples: np.ndarray, frames: int) -> tuple:
+        """(weights (layers, heads, frames, frames), inputs [(frames, D)] a layer): each encoder
+        self-attention's weights among the first `frames` frames (the speech), as the 30 s pass
+        computes them over all 1,500, and what each layer's attention reads there (normed)."""
+        e, kept, inputs = self.encoder, [], []
         with torch.no_grad():
             x = self.sound(samples) + e.positions
             for block in e.blocks:
+                inputs.append(block.attention_norm(x)[0, :frames].double().cpu().numpy())
                 x, w, _ = block(x)
                 kept.append(w[0, :, :frames, :frames].cpu().numpy())
-        return np.stack(kept)
+        return np.stack(kept), inputs
 
     def decode(self, ids, audio: torch.Tensor, caches=None):
         """The decoder over token ids (1, T) after those its caches hold: (logits of the last

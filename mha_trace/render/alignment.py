@@ -4,8 +4,8 @@ well they follow the sound, and (--timestamps) each word on a time axis."""
 import numpy as np
 from rich.text import Text
 
-from mha_trace.analyses.alignment import (CHOSEN, FRAMES_PER_SECOND, CrossHead, CrossHeads, EncoderHeads,
-                                          Hearing, Listening)
+from mha_trace.analyses.alignment import CHOSEN, FRAMES_PER_SECOND, CrossHead, CrossHeads, Hearing, Listening
+from mha_trace.analyses.encoder import EncoderHeads
 from mha_trace.io.output import new_table
 from mha_trace.records import data, renderables
 
@@ -146,17 +146,21 @@ def listening_renderables(h: Listening, width: int) -> list:
     bins = np.array_split(np.arange(frames), span)
     shade = lambda row: "".join(SHADES[int(i)] for i in np.round(row / (row.max() or 1) * (len(SHADES) - 1)))
     start, end = h.span
-    axis = "".join("█" if start <= (b[0] + 0.5) / FRAMES_PER_SECOND < end else "·" for b in bins)
+    here = (lambda b: b[0] <= h.index <= b[-1]) if h.encoder else \
+        (lambda b: start <= (b[0] + 0.5) / FRAMES_PER_SECOND < end)  # a frame's bin, or a word's span
+    axis = "".join("█" if here(b) else "·" for b in bins)
     what = "listens" if h.effect is None else "listens, by effect (weight × ‖v·W_O‖)"
-    table = new_table(f"Where the position that writes '{h.token.strip()}' {what}, in every "
-                      f"cross-attention head (0 to {h.seconds:.2f} s across; * published alignment heads)")
+    who = f"the frame at {h.token}" if h.encoder else f"the position that writes '{h.token.strip()}'"
+    heads = "encoder head" if h.encoder else "cross-attention head"
+    table = new_table(f"Where {who} {what}, in every {heads} (0 to {h.seconds:.2f} s across"
+                      f"{'' if h.encoder else '; * published alignment heads'})")
     table.add_column("head")
     table.add_column("peak (s)", justify="right")
     table.add_column("weight", justify="right")
     table.add_column("", no_wrap=True)
     loud = np.array([h.loudness[b].max() for b in bins])
     table.add_row("sound", "", "", shade(loud))
-    table.add_row("said", f"{start:.2f}", f"–{end:.2f}", axis, end_section=True)
+    table.add_row("here" if h.encoder else "said", f"{start:.2f}", f"–{end:.2f}", axis, end_section=True)
     for layer, head in np.ndindex(L, H):
         w = (h.weights if h.effect is None else h.effect)[layer, head]  # what the rows show
         cells = np.array([w[b].sum() for b in bins])
@@ -164,15 +168,20 @@ def listening_renderables(h: Listening, width: int) -> list:
         table.add_row(name, f"{np.argmax(w) / FRAMES_PER_SECOND:.2f}", f"{w.max():.3f}", shade(cells),
                       end_section=head == H - 1)
     shown = h.weights if h.effect is None else h.effect
+    near = 0.1 if h.encoder else 0.0  # a frame's own moment: the 0.1 s around it
     inside = [(layer + 1, head + 1) for layer, head in np.ndindex(L, H)
-              if start <= np.argmax(shown[layer, head]) / FRAMES_PER_SECOND < end]
-    return [heard_line(h),
-            Text(f"The token '{h.token.strip()}' (text token {h.index}) is written by the position before "
-                 f"it, whose query each cross-attention head sends over the 1,500 audio frames' keys; "
-                 f"each row is one head's weights over the speech, shaded from none to its largest. "
-                 f"The published heads' path says it was said from {start:.2f} to {end:.2f} s."),
-            table,
-            Text(f"{len(inside)} of {L * H} heads peak inside those {end - start:.2f} s: "
+              if start - near <= np.argmax(shown[layer, head]) / FRAMES_PER_SECOND < end + near]
+    where = (f"within {near:.1f} s of it" if h.encoder else f"inside those {end - start:.2f} s")
+    said = (f"The frame at {h.token} (frame {h.index}) sends its query, in each of the encoder's heads, "
+            f"over the 1,500 frames' keys (every frame looks at every frame); each row is one head's "
+            f"weights over the speech, renormalised there, shaded from none to its largest."
+            if h.encoder else
+            f"The token '{h.token.strip()}' (text token {h.index}) is written by the position before "
+            f"it, whose query each cross-attention head sends over the 1,500 audio frames' keys; "
+            f"each row is one head's weights over the speech, shaded from none to its largest. "
+            f"The published heads' path says it was said from {start:.2f} to {end:.2f} s.")
+    return [heard_line(h), Text(said), table,
+            Text(f"{len(inside)} of {L * H} heads peak {where}: "
                  f"{' '.join(f'{a}.{b}' for a, b in inside) or 'none'}.")]
 
 

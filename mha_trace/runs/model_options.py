@@ -28,8 +28,8 @@ def needs_model(sentence, layer, **flags) -> None:
 
 
 def check_attention(o, view: str) -> None:
-    """Whisper's encoder self-attention has one view so far: heads."""
+    """Whisper's encoder self-attention has two views so far: heads and explain."""
     if o.attention == "encoder":
-        raise MhaError(f"--attention encoder: heads draws the encoder's heads; {view} reads the "
+        raise MhaError(f"--attention encoder: heads and explain show the encoder's heads; {view} reads the "
                        f"cross-attention (the default) or the decoder's self-attention (--attention "
                        f"self)", quantity="attention")

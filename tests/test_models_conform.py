@@ -131,7 +131,9 @@ def test_every_view_runs_on_it_through_the_same_door(named, cli):
 def test_a_model_that_hears_satisfies_its_interface_and_runs_its_views_through_the_door(name, cli):
     """An encoder-decoder that hears: the audio interface its capabilities declare, its kept
     reference (tests/test_whisper.py checks every number of it), its survey through the same
-    door, and every text view refused in one line that names what it does."""
+    door, every text view refused without --audio in one line that names what it does, and with
+    it every view of its cross-attention and of its encoder's self-attention (the decoder's own
+    self-attention: the next test)."""
     from mha_trace.runs.resolve import RunOptions, load
 
     m = load(RunOptions(model=name, audio=HEARS[name]))
@@ -144,6 +146,16 @@ def test_a_model_that_hears_satisfies_its_interface_and_runs_its_views_through_t
     for args in _views(name, "The cat sat on the mat.", "cat"):
         result = cli(*args)
         assert result.exit_code == 2 and f"--model {name} --audio" in result.stderr, args
+    clip = ("--model", name, "--audio", HEARS[name])
+    for args in (["heads", *clip], ["heads", *clip, "--head", "4.3"],  # its cross-attention
+                 ["explain", *clip, "--position", "1"], ["explain", *clip, "--position", "1", "--effect"],
+                 ["explain", *clip, "--position", "1", "--head", "4.3", "--why"], ["shapes", *clip],
+                 ["heads", *clip, "--attention", "encoder"], ["heads", *clip, "--attention", "encoder",
+                 "--head", "1.1"], ["explain", *clip, "--attention", "encoder", "--token", "1s", "--effect"],
+                 ["explain", *clip, "--attention", "encoder", "--token", "1s", "--head", "1.1", "--why"],
+                 ["shapes", *clip, "--attention", "encoder"]):  # its encoder's self-attention
+        result = cli(*args)
+        assert result.exit_code == 0 and result.stdout.strip() and not result.stderr.strip(), (args, result.stderr)
 
 
 @pytest.mark.parametrize("name", sorted(HEARS))

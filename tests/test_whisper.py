@@ -512,7 +512,7 @@ def test_why_on_the_cross_attention_splits_the_real_scores_by_both_streams(whisp
     1,500 frames is the transcription's weights."""
     import torch
 
-    from mha_trace.analyses.cross_why import SOUND, cross_why
+    from mha_trace.analyses.frame_why import SOUND, cross_why
     from mha_trace.models.stream import stream_parts
     from mha_trace.models.transcript import Sound, UpToCross
 
@@ -590,8 +590,10 @@ def test_the_encoders_heads_are_its_self_attention_among_the_speech_frames(cli, 
     assert shown.exit_code == 0 and max(len(line) for line in shown.stdout.splitlines()) <= 80
     assert sum(line.startswith(("L1", "L2", "L3", "L4")) for line in shown.stdout.splitlines()) == 4
     assert "Encoder head 1.1" in cli(*args, "--head", "1.1").stdout
-    refused = cli("shapes", "--model", "whisper", "--audio", clip, "--attention", "encoder")
-    assert refused.exit_code == 2 and "heads and explain show the encoder's heads" in refused.stderr
+    traced = cli("shapes", "--model", "whisper", "--audio", clip, "--attention", "encoder", "--layer", "2",
+                 "--width", "120")
+    assert traced.exit_code == 0 and "encoder layer 2 self-attention" in traced.stdout
+    assert "[1, 6, 1500, 1500]" in traced.stdout  # every frame's score for every frame, a head
 
 
 def test_explain_follows_one_frame_through_every_encoder_head(cli, whisper):
@@ -620,7 +622,33 @@ def test_explain_follows_one_frame_through_every_encoder_head(cli, whisper):
     shown = cli(*args, "--width", "100").stdout
     assert "Where the frame at 1.90 s listens, in every encoder head" in shown
     assert "heads peak within 0.1 s of it" in shown
-    for extra, said in ((("--why",), "--why on the encoder is not built yet"),
+    for extra, said in ((("--why",), "or --why with --head L.H"),
                         (("--position", "5000"), "is not in the speech")):
         refused = cli(*args[:-2], *extra)
         assert refused.exit_code == 2 and said in refused.stderr, refused.stderr
+
+
+def test_why_on_an_encoder_head_splits_its_real_scores_by_the_sounds_sources(cli, whisper):
+    """`explain --attention encoder --token 1.9s --head 1.3 --why`: the terms add up to q·k/√d_k
+    computed here from layer 1's own projections of the sound and the positions, their softmax is
+    the heads view's row (over the speech), and the command shows and gives them."""
+    import torch
+
+    from mha_trace.analyses.encoder import encoder_heads
+    from mha_trace.analyses.frame_why import encoder_why
+
+    clip = "examples/audio/animal.wav"
+    e = encoder_why(whisper, clip, "1.9s", None, (1, 3))
+    assert e.encoder and e.index == 95 and e.why.sources[:2] == ["sound", "position"]
+    block = whisper.encoder.blocks[0]
+    with torch.no_grad():
+        x = block.attention_norm(whisper.sound(read_wav(AUDIO / "animal.wav")) + whisper.encoder.positions)[0]
+        q, k = block.attention.W_q(x[95])[128:192].double(), block.attention.W_k(x)[:, 128:192].double()
+    np.testing.assert_allclose(e.why.pairs.sum((0, 1)), (k @ q / 8).numpy(), atol=2e-4)
+    speech = e.why.weights()[:e.frames]
+    np.testing.assert_allclose(speech / speech.sum(), encoder_heads(whisper, clip).rows[0, 2, 95], atol=1e-5)
+    args = ("explain", "--model", "whisper", "--audio", clip, "--attention", "encoder", "--token", "1.9s",
+            "--head", "1.3", "--why")
+    data = json.loads(cli(*args, "--format", "json").stdout)
+    assert data["head"] == "1.3" and data["token"] == "1.90 s" and data["sources"] == e.why.sources
+    assert "Encoder head 1.3, the frame at 1.90 s" in cli(*args, "--width", "100").stdout

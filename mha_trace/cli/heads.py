@@ -341,23 +341,20 @@ def _listen(o, token, position, effect, why, out, other) -> None:
     from mha_trace.runs.resolve import load
 
     why, head = why
-    if o.attention == "encoder" and why:
-        raise MhaError("--why on the encoder is not built yet: explain --attention encoder follows one "
-                       "frame (--token 1.2s or --position N) through every encoder head, with --effect",
-                       quantity="why")
     if other or (why and (head is None or effect)):
         raise MhaError("with --audio, explain follows one token through every cross-attention head: "
                        "--token or --position, and --effect, or --why with --head L.H (--attention "
                        "self: every option, on the decoder's self-attention)", quantity="audio")
     model = load(o)
     if why:
-        from mha_trace.analyses.cross_why import cross_why
+        from mha_trace.analyses.frame_why import cross_why, encoder_why
         from mha_trace.analyses.model_analysis import check_heads
         from mha_trace.models.guards import parse_head
 
         chosen = parse_head(head)
         check_heads(model, [chosen])
-        result = cross_why(model, o.audio, token, position, chosen)
+        explained = encoder_why if o.attention == "encoder" else cross_why
+        result = explained(model, o.audio, token, position, chosen)
     elif o.attention == "encoder":
         from mha_trace.analyses.encoder import listen_frame
 

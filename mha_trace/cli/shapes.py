@@ -39,9 +39,6 @@ def shapes(
 
     o = replace(o, block_q=block_q, block_k=block_k)
     check_early(o, "sizes")  # before torch: a wrong flag is refused at once
-    from mha_trace.runs.model_options import check_attention
-
-    check_attention(o, "shapes")
     from mha_trace.analyses.shapes import trace_run
 
     o = replace(o, decode=decode)

@@ -128,9 +128,9 @@ class UpToCross:
 
 class Sound:
     """The encoder's stream over one recording, for models.stream: the two convolutions' output
-    and the sinusoidal positions, then each layer's attention and MLP, read through the final
-    norm. `stream_parts(Sound(whisper, samples), range(1500), encoder_layers + 1)` splits what
-    every cross-attention's keys read."""
+    and the sinusoidal positions, then each layer's attention and MLP. `stream_parts(Sound(whisper,
+    samples), range(1500), L)` splits what encoder layer L's attention reads; with L one past the
+    last layer, what every cross-attention's keys read (through the final norm)."""
 
     def __init__(self, whisper, samples):
         self.whisper, self.samples = whisper, samples
@@ -148,4 +148,5 @@ class Sound:
         return self.whisper.encode_audio(self.samples, last=last)
 
     def attention_norm_of(self, layer: int):
-        return self.encoder.norm
+        blocks = self.encoder.blocks
+        return blocks[layer - 1].attention_norm if layer <= len(blocks) else self.encoder.norm

@@ -1,5 +1,6 @@
 """The run of a model that hears (Whisper): a decoder layer's cross-attention while it writes what it
-heard, the audio's keys and values projected once into a StaticKVCache and read back at every step."""
+heard, the audio's keys and values projected once into a StaticKVCache and read back at every step;
+with --attention encoder, an encoder layer's self-attention over the 1,500 frames."""
 
 from mha_trace.core.attention import StaticKVCache
 from mha_trace.runs.model_options import check_layer, refuse_with_model
@@ -17,6 +18,8 @@ def hearing_run(o, model) -> Run:
     refuse_with_model(sentence=o.sentence, decode=o.decode or None)
     layer = check_layer(model, 1 if o.layer is None else o.layer)
     samples = read_wav(o.audio)
+    if o.attention == "encoder":
+        return _encoder_run(model, samples, layer)
     import torch
 
     heard = model.transcribe(samples)
@@ -41,3 +44,21 @@ def hearing_run(o, model) -> Run:
                call="forward(text, audio, audio, cache), then forward(token, none, none, cache) per token",
                tokens=heard.tokens[:prompt + steps], x=x, source=_source(module), phases=phases,
                layer=layer)
+
+
+def _encoder_run(model, samples, layer: int) -> Run:
+    """`shapes --model whisper --audio FILE --attention encoder [--layer N]`: every frame's query
+    meets every frame's key, 1,500 × 1,500 a head, no mask."""
+    import torch
+
+    block, seen = model.encoder.blocks[layer - 1], []
+    hook = block.attention.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
+    try:
+        model.encode_audio(samples, last=layer)
+    finally:
+        hook.remove()
+    x = seen[0]  # (1, 1500, D): the frames, normed, as the attention reads them
+    sizes = Sizes(batch=1, seq=x.size(1), d_model=model.d_model, heads=model.heads, device=model.device.type)
+    with torch.no_grad():
+        return Run(block.attention, (x, x, x), {}, sizes, label=f"{model.name} encoder layer {layer} self-attention",
+                   call="forward(frames, frames, frames)", x=x, source=_source(block.attention), layer=layer)

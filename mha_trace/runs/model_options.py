@@ -26,10 +26,3 @@ def needs_model(sentence, layer, **flags) -> None:
             example = "smollm2" if name == "prune" else "minilm"
             raise MhaError(f"--{name.replace('_', '-')} goes with --model (e.g. --model {example})")
 
-
-def check_attention(o, view: str) -> None:
-    """Whisper's encoder self-attention has two views so far: heads and explain."""
-    if o.attention == "encoder":
-        raise MhaError(f"--attention encoder: heads and explain show the encoder's heads; {view} reads the "
-                       f"cross-attention (the default) or the decoder's self-attention (--attention "
-                       f"self)", quantity="attention")

@@ -1,5 +1,6 @@
 """`explain --model whisper --audio FILE --token WORD --head L.H --why`: why one cross-attention head's
-query (the position that writes the word) weighs each frame of the sound as it does.
+query (the position that writes the word) weighs each frame of the sound as it does; with
+`--attention encoder --token 1.9s`, why one encoder head's query (that frame) does.
 
 A score is q · k_j / √d_k, q from the text's residual stream and k_j from the sound's. Both split
 exactly by source (models.stream, norms frozen): q into the token and position embeddings, each
@@ -8,7 +9,8 @@ biases; each k_j into the convolutions' output (the sound), the encoder's positi
 layer's attention and MLP and the biases. So the score is a sum of one term per (text source, sound
 source) pair, each term shared half and half (analyses.why's `Why`, its sources the two lists
 side by side); "without" a source takes its terms out of every frame's score and the softmax
-again, over all 1,500 frames as the model takes it.
+again, over all 1,500 frames as the model takes it. In the encoder, q and k both come from the
+sound's stream up to that layer: one list of sources on both sides, as a text model's `--why`.
 """
 
 import math
@@ -25,26 +27,28 @@ SOUND = "sound: "  # how the sound's sources are named beside the text's
 
 
 @dataclass
-class CrossWhy(Shows):
-    """One cross-attention head's scores for one text token, split by where q and k come from."""
+class FrameWhy(Shows):
+    """One head's scores over the frames for one query (a text token's in a cross-attention head,
+    a frame's in an encoder head), split by where q and k come from."""
 
-    renderer = "mha_trace.render.cross_why"
+    renderer = "mha_trace.render.frame_why"
     card: ModelCard
     audio: str
     seconds: float
     text: str
-    token: str
-    index: int  # among the text tokens, from 0
+    token: str  # the text token, or the frame's time ("1.90 s")
+    index: int  # among the text tokens, or the speech frames, from 0
     head: tuple  # (layer, head) from 1
     published: bool
     why: Why  # over all 1,500 frames; sources: the text's, then the sound's ("sound: ...")
     frames: int  # how many of them hold the speech
+    encoder: bool = False  # an encoder head: the query is a frame, q and k from the sound alone
 
     def peak(self, weights: np.ndarray) -> float:
         return float(np.argmax(weights) / FRAMES_PER_SECOND)
 
 
-def cross_why(model, audio: str, token: str | None, position: int | None, head: tuple) -> CrossWhy:
+def cross_why(model, audio: str, token: str | None, position: int | None, head: tuple) -> FrameWhy:
     import torch
 
     from mha_trace.io.audio import read_wav
@@ -69,5 +73,30 @@ def cross_why(model, audio: str, token: str | None, position: int | None, head: 
     pairs = np.zeros((len(names), len(names), terms.shape[-1]))
     pairs[:Sq, Sq:] = terms.cpu().numpy()
     why = Why(head[1], names, pairs, pairs.sum((0, 1)), np.ones(terms.shape[-1], bool))
-    return CrossWhy(ModelCard.of(model), str(audio), hearing.seconds, hearing.text, listening.token,
+    return FrameWhy(ModelCard.of(model), str(audio), hearing.seconds, hearing.text, listening.token,
                     listening.index, head, head in hearing.published, why, hearing.matrix.shape[1])
+
+
+def encoder_why(model, audio: str, at: str | None, position: int | None, head: tuple) -> FrameWhy:
+    """An encoder head's scores for one frame (a time, or `position` among the speech frames)."""
+    import torch
+
+    from mha_trace.analyses.encoder import listen_frame
+    from mha_trace.io.audio import read_wav
+    from mha_trace.models.stream import stream_parts
+    from mha_trace.models.transcript import Sound
+
+    frame = listen_frame(model, audio, at, position)
+    parts = stream_parts(Sound(model, read_wav(audio)), list(range(len(model.heard_file(audio).encoded))),
+                         head[0])
+    a = model.encoder.blocks[head[0] - 1].attention
+    d, names = a.d_k, list(parts)
+    rows = slice((head[1] - 1) * d, head[1] * d)
+    with torch.no_grad():
+        X = torch.stack(list(parts.values()))  # (S, 1500, D)
+        q = projected(a.W_q, X[:, frame.index:frame.index + 1], rows, names)[:, 0]
+        k = projected(a.W_k, X, rows, names)
+        pairs = (torch.einsum("sd,tjd->stj", q, k) / math.sqrt(d)).cpu().numpy()
+    why = Why(head[1], names, pairs, pairs.sum((0, 1)), np.ones(pairs.shape[-1], bool))
+    return FrameWhy(frame.card, frame.audio, frame.seconds, frame.text, frame.token, frame.index, head,
+                    False, why, frame.weights.shape[-1], encoder=True)

@@ -101,6 +101,14 @@ def commands(slow: bool = False) -> dict:
             "survey", "--model", "whisper", "--audio", clip, "--timestamps"]
         cmds["mha-trace explain --model whisper --audio animal.wav --token street"] = cli + [
             "explain", "--model", "whisper", "--audio", clip, "--token", "street"]
+        cmds["mha-trace heads --model whisper --audio animal.wav (every cross head)"] = cli + [
+            "heads", "--model", "whisper", "--audio", clip]
+        cmds["mha-trace explain --model whisper ... --token street --head 4.3 --why"] = cli + [
+            "explain", "--model", "whisper", "--audio", clip, "--token", "street", "--head", "4.3", "--why"]
+        cmds["mha-trace heads --model whisper ... --attention encoder"] = cli + [
+            "heads", "--model", "whisper", "--audio", clip, "--attention", "encoder"]
+        cmds["mha-trace explain --model whisper ... --attention self --head 2.3 --why"] = cli + [
+            "explain", "--model", "whisper", "--audio", clip, "--attention", "self", "--head", "2.3", "--why"]
     cmds["mha-trace train (induction, the default run)"] = cli + ["train"]
     cmds["mha-trace explore (first screen)"] = ["PTY"] + cli + ["explore"]
     return cmds

@@ -175,26 +175,10 @@ def effect_of(attentions: list, inputs: list, weights: np.ndarray) -> np.ndarray
 
 
 @dataclass
-class CrossHead(Shows):
-    """`heads --model whisper --audio FILE --head L.H`: one cross-attention head's weights, a row
-    for each text token (the position that writes it) over the speech frames."""
-
-    renderer = "mha_trace.render.alignment"
-    card: ModelCard
-    audio: str
-    seconds: float
-    text: str
-    tokens: tuple
-    head: tuple  # (layer, head) from 1
-    rows: np.ndarray  # (text, frames), each row summing to 1 over the speech
-    published: bool
-    loudness: np.ndarray
-
-
-@dataclass
 class CrossHeads(Shows):
-    """`heads --model whisper --audio FILE`: every cross-attention head at a glance, each a map of
-    its weights, a row for each text token over the speech frames."""
+    """`heads --model whisper --audio FILE [--head L.H]`: every cross-attention head at a glance,
+    each a map of its weights, or one head; a row for each text token (the position that writes
+    it) over the speech frames."""
 
     renderer = "mha_trace.render.alignment"
     card: ModelCard
@@ -204,21 +188,16 @@ class CrossHeads(Shows):
     tokens: tuple
     rows: np.ndarray  # (layers, heads, text, frames), each row summing to 1 over the speech
     published: tuple  # the model's own alignment heads, (layer, head) from 1
+    head: tuple | None = None  # (layer, head) from 1: the one shown, or None for every head
 
 
-def cross_heads(model, audio: str) -> CrossHeads:
+def cross_heads(model, audio: str, head: tuple | None = None) -> CrossHeads:
     hearing = hear(model, audio, timestamps=False)
     heard = model.heard_file(audio)
     T, frames = len(hearing.tokens), hearing.matrix.shape[1]
     w = heard.cross_weights[:, :, heard.prompt - 1:heard.prompt - 1 + T, :frames].astype(np.float64)
     return CrossHeads(hearing.card, hearing.audio, hearing.seconds, hearing.text, hearing.tokens,
-                      w / w.sum(-1, keepdims=True), hearing.published)
-
-
-def cross_head(model, audio: str, head: tuple) -> CrossHead:
-    every, hearing = cross_heads(model, audio), hear(model, audio, timestamps=False)
-    return CrossHead(every.card, every.audio, every.seconds, every.text, every.tokens, head,
-                     every.rows[head[0] - 1, head[1] - 1], head in every.published, hearing.loudness)
+                      w / w.sum(-1, keepdims=True), hearing.published, head)
 
 
 def speech_frames(heard) -> int:

@@ -366,7 +366,7 @@ def _listen(o, token, position, effect, why, out, other) -> None:
 
 def _cross_head(o, head, out, other) -> None:
     """heads --model whisper --audio FILE [--head L.H]: every cross-attention head, or one, tokens × time."""
-    from mha_trace.analyses.alignment import cross_head, cross_heads
+    from mha_trace.analyses.alignment import cross_heads
     from mha_trace.analyses.model_analysis import check_heads
     from mha_trace.models.guards import parse_head
     from mha_trace.runs.resolve import load
@@ -387,5 +387,5 @@ def _cross_head(o, head, out, other) -> None:
 
         result = encoder_heads(model, o.audio, chosen)
     else:
-        result = cross_heads(model, o.audio) if chosen is None else cross_head(model, o.audio, chosen)
+        result = cross_heads(model, o.audio, chosen)
     emit(out, lambda: result.renderables(make_console(out).width), result.data)

@@ -4,7 +4,7 @@ well they follow the sound, and (--timestamps) each word on a time axis."""
 import numpy as np
 from rich.text import Text
 
-from mha_trace.analyses.alignment import CHOSEN, FRAMES_PER_SECOND, CrossHead, CrossHeads, Hearing, Listening
+from mha_trace.analyses.alignment import CHOSEN, FRAMES_PER_SECOND, CrossHeads, Hearing, Listening
 from mha_trace.analyses.encoder import EncoderHeads
 from mha_trace.io.output import new_table
 from mha_trace.records import data, renderables
@@ -207,31 +207,17 @@ def _listening_data(h, **_) -> dict:
     return listening_data(h)
 
 
-def cross_head_renderables(c: CrossHead, width: int) -> list:
-    name = f"{c.head[0]}.{c.head[1]}"
-    peaks = c.rows.argmax(-1) / FRAMES_PER_SECOND
-    steps = np.diff(peaks)
+def cross_head_renderables(c: CrossHeads, width: int) -> list:
+    name, rows = _head(c.head), c.rows[c.head[0] - 1, c.head[1] - 1]
+    steps = np.diff(rows.argmax(-1) / FRAMES_PER_SECOND)
     return [heard_line(c),
-            _shaded(c.rows, c.tokens, max(10, min(60, width - 20)),
-                    f"Cross-attention head {name}{' (a published alignment head)' if c.published else ''}: "
+            _shaded(rows, c.tokens, max(10, min(60, width - 20)),
+                    f"Cross-attention head {name}{' (a published alignment head)' if c.head in c.published else ''}: "
                     f"each token's row over the speech (0 to {c.seconds:.2f} s across), from its least "
                     f"to its most"),
             Text(f"Its peaks move forward with the text at {int((steps >= 0).sum())} of {len(steps)} "
                  f"steps from one token to the next; `survey --model whisper --audio {c.audio}` "
                  f"ranks every head.")]
-
-
-@renderables.register(CrossHead)
-def _cross_head(c, width: int, **_) -> list:
-    return cross_head_renderables(c, width)
-
-
-@data.register(CrossHead)
-def _cross_head_data(c, **_) -> dict:
-    return {"model": c.card.name, "audio": c.audio, "seconds": round(c.seconds, 4), "text": c.text,
-            "tokens": [t.strip() for t in c.tokens], "head": f"{c.head[0]}.{c.head[1]}",
-            "published": c.published, "peaks": (c.rows.argmax(-1) / FRAMES_PER_SECOND).round(2).tolist(),
-            "weights": c.rows.round(4).tolist()}
 
 
 BINS = 20  # time bins across a head's map: ten braille characters, six maps in 80 columns
@@ -331,14 +317,19 @@ def _encoder_heads_data(e, **_) -> dict:
 
 @renderables.register(CrossHeads)
 def _cross_heads(c, width: int, **_) -> list:
-    return cross_heads_renderables(c, width)
+    return cross_heads_renderables(c, width) if c.head is None else cross_head_renderables(c, width)
 
 
 @data.register(CrossHeads)
 def _cross_heads_data(c, **_) -> dict:
     L, H = c.rows.shape[:2]
-    return {"model": c.card.name, "audio": c.audio, "seconds": round(c.seconds, 4), "text": c.text,
-            "tokens": [t.strip() for t in c.tokens], "published": [_head(x) for x in c.published],
+    found = {"model": c.card.name, "audio": c.audio, "seconds": round(c.seconds, 4), "text": c.text,
+             "tokens": [t.strip() for t in c.tokens]}
+    if c.head is not None:
+        rows = c.rows[c.head[0] - 1, c.head[1] - 1]
+        return {**found, "head": _head(c.head), "published": c.head in c.published,
+                "peaks": (rows.argmax(-1) / FRAMES_PER_SECOND).round(2).tolist(), "weights": rows.round(4).tolist()}
+    return {**found, "published": [_head(x) for x in c.published],
             "heads": {f"{layer + 1}.{head + 1}": c.rows[layer, head].round(4).tolist()
                       for layer in range(L) for head in range(H)}}
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mha_trace.analyses.alignment import FRAMES_PER_SECOND, hear, listen
+from mha_trace.analyses.alignment import FRAMES_PER_SECOND, listen
 from mha_trace.analyses.why import Why, projected
 from mha_trace.models.base import ModelCard
 from mha_trace.records import Shows
@@ -55,7 +55,7 @@ def cross_why(model, audio: str, token: str | None, position: int | None, head: 
     from mha_trace.models.stream import stream_parts
     from mha_trace.models.transcript import Sound, UpToCross
 
-    listening, hearing = listen(model, audio, token, position), hear(model, audio)
+    listening = listen(model, audio, token, position)  # the token's place, and what was heard
     transcript = model.reading(audio)
     ids, layer = list(transcript.heard.ids), head[0]
     row = transcript.heard.prompt - 1 + listening.index  # the position that writes the token
@@ -73,8 +73,8 @@ def cross_why(model, audio: str, token: str | None, position: int | None, head: 
     pairs = np.zeros((len(names), len(names), terms.shape[-1]))
     pairs[:Sq, Sq:] = terms.cpu().numpy()
     why = Why(head[1], names, pairs, pairs.sum((0, 1)), np.ones(terms.shape[-1], bool))
-    return FrameWhy(ModelCard.of(model), str(audio), hearing.seconds, hearing.text, listening.token,
-                    listening.index, head, head in hearing.published, why, hearing.matrix.shape[1])
+    return FrameWhy(listening.card, listening.audio, listening.seconds, listening.text, listening.token,
+                    listening.index, head, head in listening.published, why, listening.weights.shape[-1])
 
 
 def encoder_why(model, audio: str, at: str | None, position: int | None, head: tuple) -> FrameWhy:

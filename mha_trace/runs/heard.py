@@ -13,16 +13,13 @@ def hearing_run(o, model) -> Run:
     """`shapes --model whisper --audio FILE [--layer N]`: the prompt's queries meet the audio
     frames' keys and values, projected once into the cache; then each written token's query meets
     them again, read from the cache (nothing projected: the audio handed is empty)."""
-    from mha_trace.io.audio import read_wav
-
     refuse_with_model(sentence=o.sentence, decode=o.decode or None)
     layer = check_layer(model, 1 if o.layer is None else o.layer)
-    samples = read_wav(o.audio)
     if o.attention == "encoder":
-        return _encoder_run(model, samples, layer)
+        return _encoder_run(model, o.audio, layer)
     import torch
 
-    heard = model.transcribe(samples)
+    heard = model.heard_file(o.audio)
     frames = torch.from_numpy(heard.encoded)[None].to(model.device)  # (1, 1500, D): encoded once
     module = model.decoder.blocks[layer - 1].cross
     seen = []
@@ -46,18 +43,15 @@ def hearing_run(o, model) -> Run:
                layer=layer)
 
 
-def _encoder_run(model, samples, layer: int) -> Run:
+def _encoder_run(model, audio, layer: int) -> Run:
     """`shapes --model whisper --audio FILE --attention encoder [--layer N]`: every frame's query
     meets every frame's key, 1,500 × 1,500 a head, no mask."""
     import torch
 
-    block, seen = model.encoder.blocks[layer - 1], []
-    hook = block.attention.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
-    try:
-        model.encode_audio(samples, last=layer)
-    finally:
-        hook.remove()
-    x = seen[0]  # (1, 1500, D): the frames, normed, as the attention reads them
+    from mha_trace.io.audio import read_wav
+
+    block = model.encoder.blocks[layer - 1]
+    x = model.encoder_attention_input(read_wav(audio), layer)  # (1, 1500, D): the frames, normed
     sizes = Sizes(batch=1, seq=x.size(1), d_model=model.d_model, heads=model.heads, device=model.device.type)
     with torch.no_grad():
         return Run(block.attention, (x, x, x), {}, sizes, label=f"{model.name} encoder layer {layer} self-attention",

@@ -9,6 +9,7 @@ never touches the module: no hooks, no change of device or train/eval mode, and 
 [(2, 10, 512), (2, 10, 512), (2, 10, 8, 64), (2, 8, 10, 64)]
 """
 
+import functools
 import inspect
 import linecache
 import os
@@ -182,8 +183,7 @@ def where(watch: set, frame, library: tuple):
     if frame is None:
         return "?", 0, "", ""
     code = frame.f_code
-    positions = list(code.co_positions())
-    lineno, end_lineno, col, end_col = positions[frame.f_lasti // 2]
+    lineno, end_lineno, col, end_col = _positions(code)[frame.f_lasti // 2]
     lineno = lineno or frame.f_lineno
     line = linecache.getline(code.co_filename, lineno).rstrip("\n")
     if col is None or end_col is None:
@@ -193,6 +193,13 @@ def where(watch: set, frame, library: tuple):
     else:
         span = line[col:].rstrip() + " …"
     return code.co_filename, lineno, line.strip(), span
+
+
+@functools.lru_cache(maxsize=256)
+def _positions(code) -> tuple:
+    """Each instruction's (line, end line, column, end column) in a code object: read once a
+    function, not once an op."""
+    return tuple(code.co_positions())
 
 
 def called_from(watch: set, frame, line: int) -> tuple:
@@ -216,6 +223,7 @@ class _Recorder(TorchFunctionMode):
         self.steps: list[Step] = []
         self.failure: Failure | None = None
         self.from_input: dict = {}  # id -> tensor, for what forward's inputs reach (kept alive)
+        self.spans: dict = {}  # (file, line) -> the expressions of its steps so far
 
     def _where(self):
         """(file, line, source line, expression span) of the innermost watched frame."""
@@ -228,14 +236,14 @@ class _Recorder(TorchFunctionMode):
             result = func(*args, **kwargs)
         except Exception as exc:
             file, line, source, span = self._where()
-            earlier = [s.span for s in self.steps if s.file == file and s.line == line]
+            earlier = self.spans.get((file, line), [])
             self.failure = Failure(_op_name(func), _own_part(span, earlier), file, line, source,
                                    [tuple(t.shape) for t in inputs], _message(exc))
             raise
         outputs = _tensors(result) if isinstance(result, (torch.Tensor, tuple, list)) else []
         if outputs:
             file, line, source, span = self._where()
-            earlier = [s.span for s in self.steps if s.file == file and s.line == line]
+            earlier = self.spans.get((file, line), [])
             self._record(_op_name(func), _own_part(span, earlier), file, line, source, span,
                          outputs, inputs)
             if self.keep_values and self.watch:
@@ -247,6 +255,7 @@ class _Recorder(TorchFunctionMode):
         return result
 
     def _record(self, op, text, file, line, source, span, outputs, inputs):
+        self.spans.setdefault((file, line), []).append(span)
         in_storages = {_storage_id(t) for t in inputs}
         out = outputs[0]
         new_bytes = sum(t.numel() * t.element_size() for t in outputs

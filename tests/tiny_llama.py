@@ -108,8 +108,9 @@ class TinyLlama:
     def logits_at(self, hidden, positions):
         return self.unembed(hidden[0, positions])
 
-    def unembed(self, vectors):
-        return vectors @ self.embedding.weight.T  # tied, as SmolLM2's
+    def unembed(self, vectors, ids=None):
+        rows = self.embedding.weight if ids is None else self.embedding.weight[list(ids)]
+        return vectors @ rows.T  # tied, as SmolLM2's
 
     def attention_module(self, layer: int):
         return self.blocks[layer - 1].attention

@@ -28,8 +28,8 @@ class Metric:
         import torch.nn.functional as F
 
         if self.kind == "logit-diff":
-            logits = model.logits(hidden)  # (B, V) at the last position
-            return (logits[:, self.a] - logits[:, self.b]).double().cpu().numpy()
+            logits = model.unembed(hidden[:, -1], ids=(self.a, self.b))  # (B, 2) at the last position
+            return (logits[:, 0] - logits[:, 1]).double().cpu().numpy()
         at, B = list(targets), hidden.size(0)
         wanted = torch.tensor(list(targets.values()), device=hidden.device)
         step = max(1, LOGIT_ROWS // len(at))  # copies a pass through the unembedding
@@ -112,8 +112,8 @@ def metric_tensor(model, metric, hidden, targets):
     import torch.nn.functional as F
 
     if metric.kind == "logit-diff":
-        logits = model.logits(hidden)
-        return logits[0, metric.a] - logits[0, metric.b]
+        logits = model.unembed(hidden[:, -1], ids=(metric.a, metric.b))
+        return logits[0, 0] - logits[0, 1]
     logits = model.unembed(hidden[0, list(targets)])
     return F.cross_entropy(logits, torch.tensor(list(targets.values()), device=hidden.device))
 

@@ -112,7 +112,7 @@ class Decoder(AttentionModel, Protocol):
             mask=None, caches=None): ...  # mask: (T, T) in place of the causal one; caches: one a layer
     def tokenize(self, text: str) -> list[int]: ...
     def logits(self, hidden): ...  # (B, V) at the last position
-    def unembed(self, vectors): ...  # (N, D) -> (N, V)
+    def unembed(self, vectors, ids=None): ...  # (N, D) -> (N, V), or (N, len(ids)): those entries'
 
 
 @runtime_checkable

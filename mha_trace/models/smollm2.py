@@ -260,8 +260,12 @@ class Model:
         """The next-token logits (P, V) at these positions of the first sequence."""
         return self.unembed(hidden[0, positions])
 
-    def unembed(self, vectors: torch.Tensor) -> torch.Tensor:
-        """(N, D) -> (N, V) through the tied embedding, 4096 rows at a time."""
+    def unembed(self, vectors: torch.Tensor, ids=None) -> torch.Tensor:
+        """(N, D) -> (N, V) through the tied embedding, 4096 rows at a time; with `ids`, (N,
+        len(ids)): those vocabulary entries' logits alone (a logit difference reads two)."""
+        if ids is not None:
+            rows = torch.cat([self._tensor("token_embd.weight", slice(i, i + 1)) for i in ids])
+            return vectors @ rows.T
         parts = [vectors @ self._tensor("token_embd.weight", slice(r, r + 4096)).T
                  for r in range(0, self.vocab_size, 4096)]
         return torch.cat(parts, dim=-1)

@@ -89,7 +89,31 @@ def _help_examples():
             yield name, " ".join(text.split())
 
 
-@pytest.mark.parametrize("name,example", list(_help_examples()), ids=lambda x: x)
+def _shown_in_the_guide() -> set:
+    """The command lines a `$ mha-trace ...` block of the README or the guide runs: its test
+    (tests/test_readme.py) compares their whole output with the block's."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("readme", Path(__file__).parent.parent / "docs" / "readme.py")
+    readme = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(readme)
+    return {cmd.split(" | ")[0].strip() for page in readme.PAGES for _, cmd, _ in readme.blocks(page.read_text())}
+
+
+SHOWN = _shown_in_the_guide()
+RUN_HERE = [(name, example) for name, example in _help_examples() if f"mha-trace {example}" not in SHOWN]
+
+
+def test_the_help_examples_the_guide_shows_are_run_there():
+    """A help example that a block of the guide runs, as it is, is run there once (and its
+    output compared): the rest run below. Both lists are real: a renamed example fails one."""
+    shown = [example for _, example in _help_examples() if f"mha-trace {example}" in SHOWN]
+    assert len(shown) >= 10 and len(RUN_HERE) >= 30
+    assert "survey --model smollm2 --induction --ablate-top 5" in shown
+
+
+@pytest.mark.parametrize("name,example", RUN_HERE, ids=lambda x: x)
 def test_every_help_example_runs(cli, name, example, tmp_path, monkeypatch):
     import shlex
 

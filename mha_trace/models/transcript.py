@@ -147,11 +147,7 @@ class Sound:
     def run(self, ids, last: int):
         """The encoder's layers up to `last`, run (not read from the model's kept pass): what
         each one adds is watched as it runs."""
-        with torch.no_grad():
-            x = (self.sound + self.encoder.positions)[None]
-            for block in self.encoder.blocks[:last]:
-                x = block(x)[0]
-            return x
+        return self.whisper.run_encoder((self.sound + self.encoder.positions)[None], last)[-1]
 
     def attention_norm_of(self, layer: int):
         blocks = self.encoder.blocks

@@ -192,24 +192,25 @@ class Model:
         (its transcription, the encoder's weights, a layer's trace) read one pass."""
         key = hashlib.blake2b(np.ascontiguousarray(samples).tobytes(), digest_size=16).digest(), samples.dtype.str
         if key not in self._streams:
-            e = self.encoder
             with torch.no_grad():
-                x = [self.sound(samples) + e.positions]
-                for block in e.blocks:
-                    x.append(block(x[-1])[0])
-            self._streams[key] = tuple(x)
+                self._streams[key] = tuple(self.run_encoder(self.sound(samples) + self.encoder.positions))
             while len(self._streams) > STREAMS_KEPT:  # the oldest goes
                 del self._streams[next(iter(self._streams))]
         return self._streams[key]
 
-    def encode_audio(self, samples: np.ndarray, last: int | None = None) -> torch.Tensor:
-        """(1, 1500, 384): the encoder's output for 30 s of audio (the samples, then silence);
-        `last`: stop after that layer (from 1), before the final norm."""
-        stream = self.encoder_stream(samples)
-        if last is not None:
-            return stream[last]
+    def run_encoder(self, x: torch.Tensor, last: int | None = None) -> list:
+        """[x, then the stream after each encoder layer up to `last` (from 1)], run now, not read
+        from the kept pass: hooks on the layers see it (models.stream's watch)."""
+        stream = [x]
         with torch.no_grad():
-            return self.encoder.norm(stream[-1])
+            for block in self.encoder.blocks[:last]:
+                stream.append(block(stream[-1])[0])
+        return stream
+
+    def encode_audio(self, samples: np.ndarray) -> torch.Tensor:
+        """(1, 1500, 384): the encoder's output for 30 s of audio (the samples, then silence)."""
+        with torch.no_grad():
+            return self.encoder.norm(self.encoder_stream(samples)[-1])
 
     def encoder_attention_input(self, samples: np.ndarray, layer: int) -> torch.Tensor:
         """(1, 1500, 384): what encoder layer `layer`'s self-attention reads (its input, normed)."""

@@ -76,6 +76,9 @@ SHARED = [  # (module, analysis, what makes two calls the same): each asked for 
                 sys.modules["mha_trace.analyses.pruning"].FRACTIONS)),  # as a test may set them
     ("mha_trace.analyses.kvcache", "masked_pass",  # the guide's cache lab, --help's, the API's
      lambda a: (a["model"], tuple(a["ids"]), a["s"])),
+    ("mha_trace.analyses.patching", "patch",  # the README's, the guide's and the reference's pairs
+     lambda a: (a["model"], a["clean"], a["corrupt"], repr(a["metric"]), a["noising"], a["by_input"],
+                None if a["by_position"] is None else tuple(a["by_position"]))),
     # Whisper's views of one recording: the guide's, --help's, the tests' and the conformance test's
     *((f"mha_trace.analyses.{module}", function, lambda a: _recording(a))
       for module, functions in (("alignment", ("hear", "listen", "cross_heads")),
@@ -94,11 +97,12 @@ def _recording(arguments: dict) -> tuple:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def each_shared_analysis_once():
+def each_shared_analysis_once(tmp_path_factory):
     """SmolLM2's induction survey (eight passes of the model), its ranking of all 270 heads, its
     pruning curve, the cache lab's masked passes and Whisper's views of a recording are each asked
-    for from several places: each runs once a worker for the same model object (the object itself,
-    never another's id) and the same settings; each caller renders it its own way."""
+    for from several places: each runs once for the same model object (the object itself, never
+    another's id) and the same settings; each caller renders it its own way. For a model loaded
+    from its package's files, once for the whole run: the workers share it (`once_per_run_value`)."""
     import importlib
     import inspect
 
@@ -107,7 +111,7 @@ def each_shared_analysis_once():
         module = importlib.import_module(name)
         real, found = getattr(module, function), {}
 
-        def shared(*args, real=real, found=found, same=same, **kwargs):
+        def shared(*args, real=real, found=found, same=same, function=function, **kwargs):
             bound = inspect.signature(real).bind(*args, **kwargs)
             bound.apply_defaults()
             try:
@@ -115,7 +119,9 @@ def each_shared_analysis_once():
             except OSError:  # a file that is not there: the analysis says so itself
                 return real(*args, **kwargs)
             if key not in found:
-                found[key] = real(*args, **kwargs)
+                portable = _portable(key)
+                found[key] = real(*args, **kwargs) if portable is None else once_per_run_value(
+                    tmp_path_factory, f"{function}-{portable}", lambda: real(*args, **kwargs))
             return found[key]
 
         saved.append((module, function, real))
@@ -123,6 +129,27 @@ def each_shared_analysis_once():
     yield
     for module, function, real in saved:
         setattr(module, function, real)
+
+
+PACKAGED = ("mha_trace.models.minilm", "mha_trace.models.smollm2", "mha_trace.models.whisper")
+
+
+def _portable(key: tuple) -> str | None:
+    """A name for a shared analysis's key that means the same in every worker: each model one
+    of the packaged ones (its files are every worker's), every other part shown by its value.
+    None where a part is known only by its id (a model a test built, an object)."""
+    import hashlib
+
+    parts = []
+    for part in key:
+        if hasattr(part, "capabilities"):  # a model
+            if type(part).__module__ not in PACKAGED:
+                return None
+            part = ("model", part.key, part.limits, str(getattr(part, "device", "")))
+        parts.append(repr(part))
+    if any(" at 0x" in part for part in parts):
+        return None
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:20]
 
 
 @pytest.fixture(autouse=True)
@@ -256,6 +283,30 @@ def once_per_run(tmp_path_factory, name: str, make) -> Path:
             make(partial)
             partial.rename(folder)
     return folder
+
+
+def once_per_run_value(tmp_path_factory, name: str, make):
+    """What `make()` returns, made once for the whole run: the first worker to ask makes it and
+    leaves it pickled for the others (`once_per_run`); a value pickle cannot keep is made by each."""
+    import pickle
+
+    made = []
+
+    def fill(folder):
+        made.append(make())
+        with contextlib.suppress(pickle.PicklingError, TypeError, AttributeError):
+            (folder / "value.pickle").write_bytes(pickle.dumps(made[0]))
+
+    file = once_per_run(tmp_path_factory, name, fill) / "value.pickle"
+    if made:
+        return made[0]
+    return pickle.loads(file.read_bytes()) if file.exists() else make()
+
+
+@pytest.fixture(scope="session")
+def once_for_the_run(tmp_path_factory):
+    """once_for_the_run(name, make): what make() returns, made once for the whole run."""
+    return lambda name, make: once_per_run_value(tmp_path_factory, name, make)
 
 
 PARSED = {}  # (path, size, time) -> gguf's reader, for this worker's session

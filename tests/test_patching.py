@@ -386,14 +386,16 @@ def test_every_heads_patch_on_smollm2_equals_transformers_hooks(i):
     on 10 prompt pairs (one test each): every one of the 270 heads' denoising values, and the
     clean and corrupted metrics, within 1e-4 (the batched, prefix-cached copies change no number)."""
     import mha_trace
+    from mha_trace.analyses import patching  # as the command calls it (the suite runs one call once)
 
     reference, (clean, corrupt, a, b) = PATCHING_REFERENCE, PAIRS[i]
     model = mha_trace.model("smollm2").model
     assert len(PAIRS) >= 10
     assert model.tokenize(clean) == reference[f"p{i}_clean_ids"].tolist()
     assert model.tokenize(corrupt) == reference[f"p{i}_corrupt_ids"].tolist()
-    p = patch(model, clean, corrupt, parse_metric(model, f"logit-diff:{a},{b}"))
-    clean_value, corrupt_value = reference[f"p{i}_values"]
+    ioi = {"by_input": True, "by_position": (24, 4)} if clean == default_pair(model)[0] else {}
+    p = patching.patch(model, clean, corrupt, parse_metric(model, f"logit-diff:{a},{b}"), **ioi)  # the guide's
+    clean_value, corrupt_value = reference[f"p{i}_values"]  # indirect-object run (its heads are the same)
     assert (p.clean_value, p.corrupt_value) == pytest.approx((clean_value, corrupt_value), abs=1e-4)
     np.testing.assert_allclose(p.heads, reference[f"p{i}_heads"], atol=1e-4, rtol=0)
     shares = (reference[f"p{i}_heads"] - corrupt_value) / (clean_value - corrupt_value)

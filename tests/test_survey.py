@@ -22,18 +22,20 @@ REFERENCE = np.load(Path(__file__).parent / "fixtures" / "detector_reference.npz
 META = json.loads(str(REFERENCE["meta"]))
 
 
-@pytest.fixture(scope="session")
-def minilm_survey():
+def _survey(name: str):
     import mha_trace
 
-    return mha_trace.model("minilm").survey(effect=True)
+    return mha_trace.model(name).survey(effect=True)
 
 
 @pytest.fixture(scope="session")
-def smollm2_survey():
-    import mha_trace
+def minilm_survey(once_for_the_run):
+    return once_for_the_run("minilm-survey", lambda: _survey("minilm"))
 
-    return mha_trace.model("smollm2").survey(effect=True)
+
+@pytest.fixture(scope="session")
+def smollm2_survey(once_for_the_run):
+    return once_for_the_run("smollm2-survey", lambda: _survey("smollm2"))
 
 
 @pytest.fixture(scope="session")

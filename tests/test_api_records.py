@@ -30,7 +30,8 @@ CALLS = {
     "model.survey": lambda: _minilm().survey("The cat sat on the mat."),
     "model.ablate": lambda: _minilm().ablate(heads=["1.3"]),
     "model.rank": lambda: _minilm().rank("The cat sat."),
-    "model.patch (smollm2)": lambda: mha_trace.model("smollm2").patch("The cat sat", "The dog sat", metric="loss"),
+    "model.patch (smollm2)": lambda: mha_trace.model("smollm2").patch(  # the README's pair
+        "The capital of France is", "The capital of Italy is", metric="logit-diff: Paris, Rome"),
     "model.cache (smollm2)": lambda: mha_trace.model("smollm2").cache("The cat sat on the mat.", budgets=[4],
                                                             policies="window", sinks=1),
     "model.hear (whisper)": lambda: mha_trace.model("whisper").hear("examples/audio/cat.wav", timestamps=True),

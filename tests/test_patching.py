@@ -303,13 +303,16 @@ def test_a_kv_group_patch_is_the_keys_and_values_of_its_query_heads_patched_join
     """GQA made explicit on SmolLM2 (3 K/V groups, 9 query heads a layer): the K/V-group grid equals
     the layer written out with the keys and values of the group's three query heads taken from the
     clean run together; the query grid, one head's queries alone. Where the texts first differ is
-    position 3: the copies start there, from the cached prefix; the by-hand runs start at 0."""
+    position 3: the copies start there, from the cached prefix; the by-hand runs start at 0. (The
+    guide's run, as `patch --by-input` makes it; its view of one head a position at a time, on the
+    guide's indirect-object run.)"""
     import mha_trace
+    from mha_trace.analyses import patching  # as the command calls it (the suite runs one call once)
 
     model = mha_trace.model("smollm2").model
     clean, corrupt = "The capital of France is", "The capital of Italy is"
     metric = parse_metric(model, "logit-diff: Paris, Rome")
-    p = patch(model, clean, corrupt, metric, by_input=True, by_position=(24, 1))
+    p = patching.patch(model, clean, corrupt, metric, by_input=True)
     a, b = model.tokenize(clean), model.tokenize(corrupt)
     assert p.kv_groups.shape == (30, 3) and p.queries.shape == (30, 9)
     with torch.no_grad():
@@ -328,10 +331,13 @@ def test_a_kv_group_patch_is_the_keys_and_values_of_its_query_heads_patched_join
                 assert p.fraction(grid[layer - 1, at]) == pytest.approx(p.fraction(by_hand_value), abs=1e-5)
     f = p.fraction(p.kv_groups)
     assert abs(f[23, 1]) > 0.05  # the test is not of zeros: layer 24's second group carries some
-    assert p.by_position[0] == (24, 1) and p.by_position[1][:3] == pytest.approx(p.corrupt_value, abs=0)
     text = str(p)  # the view says what a group is
     assert "One K/V group serves 3 query heads (3 groups, 9 heads a layer)" in " ".join(text.split())
-    assert "2 (heads 4-6)" in text and "Head 24.1's output, one position at a time" in text
+    assert "2 (heads 4-6)" in text and p.by_position is None
+    ioi = patching.patch(model, *default_pair(model)[:2], parse_metric(model, default_pair(model)[2]),
+                         by_input=True, by_position=(24, 4))
+    assert ioi.by_position[0] == (24, 4) and ioi.by_position[1][:9] == pytest.approx(ioi.corrupt_value, abs=0)
+    assert "Head 24.4's output, one position at a time" in str(ioi)
 
 
 def test_one_heads_output_one_position_at_a_time_is_the_forward_pass_written_out(default_run):

@@ -121,8 +121,9 @@ def test_smollm2_moves_the_name_from_s2_to_the_end(cli):
     assert f"{at[-1]:.0%} of the gap at the last position, {at[10]:.0%} at" in said
     rho = data["heads"]["spearman_exact_vs_attribution"]
     assert rho >= 0.8 and f"Spearman ρ = {rho:.2f} on SmolLM2" in " ".join(guide.split())
-    text = cli("patch", "--model", "smollm2", "--clean", "Mary gave John a", "--corrupt", "John gave Mary a",
-               "--width", "100").stdout  # a shorter pair: the layout, every layer in one in 3
+    text = cli("patch", "--model", "smollm2", "--clean", "The capital of France is", "--corrupt",  # the
+               "The capital of Italy is", "--metric", "logit-diff: Paris, Rome",  # README's shorter pair:
+               "--width", "100").stdout  # the layout, every layer in one in 3
     assert max(len(line) for line in text.splitlines()) <= 100 and "one layer in 3" in text
 
 

@@ -174,6 +174,15 @@ def quick_tier_stays_quick(request, monkeypatch):
     monkeypatch.setattr(smollm2, "load_smollm2", refuse)
 
 
+def pytest_collection_modifyitems(items):
+    """The modules that read the default training run come first, each whole and in its order:
+    under pytest-xdist the first worker trains the run as it starts (`default_run`, once a run)
+    and the other, which starts halfway down the list, reads it only once it is there (it had
+    waited about 4 s for the lock, idle, when the notebook's tests came early in its half)."""
+    reading = {item.path for item in items if "default_run" in getattr(item, "fixturenames", ())}
+    items.sort(key=lambda item: item.path not in reading)  # stable: the same order in every worker
+
+
 def pytest_collection_finish(session):
     """Everything alive after collection (torch, numpy, the test modules: about 230,000 objects)
     lives to the end: frozen, the collector's full passes skip it, and with a larger first

@@ -39,7 +39,7 @@ def train(
     induction head, and the loss. Deterministic for a seed.
 
     Example: mha-trace train --task previous-token --steps 200
-    Example: mha-trace train --task difference --identical-heads --steps 300
+    Example: mha-trace train --task difference --identical-heads --steps 700 --snapshots 4
     """
     from dataclasses import replace
 

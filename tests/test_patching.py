@@ -405,11 +405,10 @@ def test_every_heads_patch_on_smollm2_equals_transformers_hooks(i):
     assert model.tokenize(clean) == reference[f"p{i}_clean_ids"].tolist()
     assert model.tokenize(corrupt) == reference[f"p{i}_corrupt_ids"].tolist()
     metric = parse_metric(model, f"logit-diff:{a},{b}")
-    if (clean, corrupt) == README_PAIR:
-        p = patching.patch(model, clean, corrupt, metric)
-        values, heads = (p.clean_value, p.corrupt_value), p.heads
-    elif clean == default_pair(model)[0]:  # as `patch --model smollm2 --by-input --by-position 24.4`
-        p = patching.patch(model, clean, corrupt, metric, by_input=True, by_position=(24, 4))
+    run_elsewhere = {README_PAIR: {},  # and as `patch --model smollm2 --by-input --by-position 24.4`:
+                     default_pair(model)[:2]: {"by_input": True, "by_position": (24, 4)}}
+    if (clean, corrupt) in run_elsewhere:
+        p = patching.patch(model, clean, corrupt, metric, **run_elsewhere[clean, corrupt])
         values, heads = (p.clean_value, p.corrupt_value), p.heads
     else:
         values, heads = _head_grid(model, clean, corrupt, metric)

@@ -71,6 +71,8 @@ SHARED = [  # (module, analysis, what makes two calls the same): each asked for 
      lambda a: (a["model"], a["n"], tuple(a["seeds"]), a["ablate_top"])),
     ("mha_trace.analyses.model_analysis", "rank_heads",  # the guide, a golden screen, a test
      lambda a: (a["sentence"].model, tuple(a["sentence"].ids))),
+    ("mha_trace.analyses.model_analysis", "survey",  # the guide, the screens at three widths, the tests
+     lambda a: (a["model"], repr(a["corpus"]), a["source"], repr(a["targets"]), a["effect"])),
     ("mha_trace.analyses.pruning", "prune",  # a test's JSON and text of one small corpus
      lambda a: (a["model"], tuple(a["corpus"].sentences),
                 sys.modules["mha_trace.analyses.pruning"].FRACTIONS)),  # as a test may set them
@@ -98,11 +100,12 @@ def _recording(arguments: dict) -> tuple:
 
 @pytest.fixture(scope="session", autouse=True)
 def each_shared_analysis_once(tmp_path_factory):
-    """SmolLM2's induction survey (eight passes of the model), its ranking of all 270 heads, its
-    pruning curve, the cache lab's masked passes and Whisper's views of a recording are each asked
-    for from several places: each runs once for the same model object (the object itself, never
-    another's id) and the same settings; each caller renders it its own way. For a model loaded
-    from its package's files, once for the whole run: the workers share it (`once_per_run_value`)."""
+    """A corpus survey, SmolLM2's induction survey (eight passes of the model), its ranking of all
+    270 heads, its pruning curve, the cache lab's masked passes, a patch and Whisper's views of a
+    recording are each asked for from several places: each runs once for the same model object
+    (the object itself, never another's id) and the same settings; each caller renders it its own
+    way. For a model loaded from its package's files, once for the whole run: the workers share it
+    (`once_per_run_value`)."""
     import importlib
     import inspect
 
@@ -310,12 +313,6 @@ def once_per_run_value(tmp_path_factory, name: str, make):
     if made:
         return made[0]
     return pickle.loads(file.read_bytes()) if file.exists() else make()
-
-
-@pytest.fixture(scope="session")
-def once_for_the_run(tmp_path_factory):
-    """once_for_the_run(name, make): what make() returns, made once for the whole run."""
-    return lambda name, make: once_per_run_value(tmp_path_factory, name, make)
 
 
 PARSED = {}  # (path, size, time) -> gguf's reader, for this worker's session

@@ -29,13 +29,13 @@ def _survey(name: str):
 
 
 @pytest.fixture(scope="session")
-def minilm_survey(once_for_the_run):
-    return once_for_the_run("minilm-survey", lambda: _survey("minilm"))
+def minilm_survey():
+    return _survey("minilm")  # one for the whole run (SHARED in conftest)
 
 
 @pytest.fixture(scope="session")
-def smollm2_survey(once_for_the_run):
-    return once_for_the_run("smollm2-survey", lambda: _survey("smollm2"))
+def smollm2_survey():
+    return _survey("smollm2")
 
 
 @pytest.fixture(scope="session")

@@ -399,7 +399,7 @@ def default_run(tmp_path_factory) -> Path:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_unconfigure(config):
-    """A pytest-xdist worker leaves at once once its session is over: its last result and its
+    """A pytest-xdist worker leaves as soon as its session is over: its last result and its
     "finished" are sent by then (the controller takes that worker's end as expected), and the
     rest would be the garbage collector's passes over the heap (torch, three models, about 2.5
     GB) and the interpreter's teardown of it, about 1.7 s that the run waited for. Anything such

@@ -140,5 +140,3 @@ def test_the_apis_wrong_values_are_one_mhaerror_naming_the_quantity(default_run,
 
 def test_device_none_is_the_default_device(default_run):
     assert mha_trace.model(str(default_run), device=None).device == "cpu"
-
-

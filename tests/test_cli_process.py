@@ -6,6 +6,7 @@ import sys
 
 import pytest
 import typer
+from guide import BLOCKS
 
 from mha_trace import __version__
 from mha_trace.cli import app
@@ -89,19 +90,7 @@ def _help_examples():
             yield name, " ".join(text.split())
 
 
-def _shown_in_the_guide() -> set:
-    """The command lines a `$ mha-trace ...` block of the README or the guide runs: its test
-    (tests/test_readme.py) compares their whole output with the block's."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("readme", Path(__file__).parent.parent / "docs" / "readme.py")
-    readme = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(readme)
-    return {cmd.split(" | ")[0].strip() for page in readme.PAGES for _, cmd, _ in readme.blocks(page.read_text())}
-
-
-SHOWN = _shown_in_the_guide()
+SHOWN = {cmd.split(" | ")[0].strip() for _, cmd, _ in BLOCKS}  # what tests/test_readme.py runs
 RUN_HERE = [(name, example) for name, example in _help_examples() if f"mha-trace {example}" not in SHOWN]
 
 

@@ -1,20 +1,15 @@
 """The README and the guide in docs/ show real output: each `$ mha-trace ...` block is what the
 command prints now; the README is a first read, with the two set-up commands first."""
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
+from guide import BLOCKS, readme
 from snapshots import differences
 
 pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
 
-spec = importlib.util.spec_from_file_location("readme", Path(__file__).parent.parent / "docs" / "readme.py")
-readme = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(readme)
-BLOCKS = [(page.name, cmd, body) for page in readme.PAGES
-          for _, cmd, body in readme.blocks(page.read_text())]
 ROOT = Path(__file__).parent.parent
 
 

@@ -1020,8 +1020,8 @@ def test_a_full_disk_halfway_through_a_picture_set_leaves_none(tmp_path, monkeyp
 
     from mha_trace.io import files
 
-    from mha_trace.render import plots
     from mha_trace.errors import MhaError
+    from mha_trace.render import heatmaps
 
     real, calls = files.write_atomic, []
 
@@ -1033,7 +1033,7 @@ def test_a_full_disk_halfway_through_a_picture_set_leaves_none(tmp_path, monkeyp
 
     monkeypatch.setattr(files, "write_atomic", full_at_the_fourth)
     with pytest.raises(MhaError, match="No space left on device"):
-        plots.save_model(str(tmp_path / "h.png"), "t", ["a", "b", "c"], np.full((4, 2, 3, 3), 1 / 3),
+        heatmaps.save_model(str(tmp_path / "h.png"), "t", ["a", "b", "c"], np.full((4, 2, 3, 3), 1 / 3),
                          False)
     assert len(calls) == 4 and list(tmp_path.iterdir()) == []
 

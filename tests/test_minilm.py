@@ -248,10 +248,10 @@ def test_png_of_the_whole_model_is_an_overview_and_one_figure_per_layer(cli, tmp
     from PIL import Image
 
     from mha_trace.io.units import human_bytes
-    from mha_trace.render import plots
+    from mha_trace.render import heatmaps
 
     layers = []  # the per-layer figures are save_heatmaps' (tested in test_output); record them
-    monkeypatch.setattr(plots, "save_heatmaps", lambda path, title, panels, *a, **k: layers.append(
+    monkeypatch.setattr(heatmaps, "save_heatmaps", lambda path, title, panels, *a, **k: layers.append(
         (path, title, [(name, m) for name, _, _, m, _ in panels])))
     png = tmp_path / "heads.png"
     result = cli("heads", "--model", "minilm", "--png", str(png), "--theme", "light")

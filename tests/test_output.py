@@ -134,10 +134,10 @@ def test_every_png_is_one_slide(cli, tmp_path, args):
 
 def _figures(monkeypatch):
     """The figures save_heatmaps and save_walk make, kept instead of written."""
-    from mha_trace.render import plots, walk_slide
+    from mha_trace.render import heatmaps, walk_slide
 
     made = []
-    for module in (plots, walk_slide):
+    for module in (heatmaps, walk_slide):
         monkeypatch.setattr(module, "_save", lambda plt, fig, path, bg: made.append(fig))
     return made
 
@@ -146,14 +146,14 @@ def test_heatmaps_scale_from_zero_fill_the_slide_and_label_readably(monkeypatch)
     """The darkest colour is no attention: the scale runs from 0 to the slide's largest weight
     (or 1 with --scale 1); 9 heads are 2 × 5 (one slot empty) and 12 are 3 rows of 4; every label is at least
     18 px (13 pt at 100 dpi); a leading space is drawn as ␣ (as every medium shows it); K/V sharing is named."""
-    from mha_trace.render import plots
+    from mha_trace.render import heatmaps
 
     made = _figures(monkeypatch)
     tokens = ["␣The", "␣cat", "␣sat"] * 10
     m = np.full((30, 30), 1 / 30) + np.eye(30) * 0.2
-    plots.save_heatmaps("x.png", "t", [("h", tokens, tokens, m, None)] * 9)
-    plots.save_heatmaps("x.png", "t", [("h", tokens, tokens, m, None)] * 12, top=1.0)
-    plots.save_heatmaps("x.png", "t", [("h", tokens[:4], tokens[:4], m[:4, :4], None)] * 4,
+    heatmaps.save_heatmaps("x.png", "t", [("h", tokens, tokens, m, None)] * 9)
+    heatmaps.save_heatmaps("x.png", "t", [("h", tokens, tokens, m, None)] * 12, top=1.0)
+    heatmaps.save_heatmaps("x.png", "t", [("h", tokens[:4], tokens[:4], m[:4, :4], None)] * 4,
                         groups=[0, 0, 1, 1])
     nine, twelve, shared = made
     for fig in made:
@@ -169,6 +169,46 @@ def test_heatmaps_scale_from_zero_fill_the_slide_and_label_readably(monkeypatch)
     keys = [t.get_text() for t in nine.axes[5].get_xticklabels()]  # the bottom row names the keys
     assert len(keys) >= 10 and set(keys) <= set(tokens)  # every k-th of 30, never shrunk
     assert [ax.get_title() for ax in shared.axes[:4]] == [f"h · K/V head {g}" for g in (1, 1, 2, 2)]
+
+
+_LONG = ["The", "internationalization", "of", "attention", "mechanisms", "is", "bewildering", "."]
+_CAT, _ROAD = "The cat sat on mat".split(), "The chicken didn't cross the road because it was too wide.".split()
+
+
+@pytest.mark.parametrize("panels", [
+    [("head 1", _LONG, _LONG, np.full((8, 8), 1 / 8), None)],
+    [("h", ["␣The", "␣cat", "␣sat"] * 10, ["␣The", "␣cat", "␣sat"] * 10, np.eye(30), None)] * 9,
+    [("h", list("abcdefghijklmno"), list("abcdefghijklmno"), np.eye(15), None)] * 12,
+    [("cat", _CAT, _CAT, np.eye(5), None), ("road", _ROAD, _ROAD, np.eye(11), None)] * 2,
+], ids=["one", "nine", "twelve", "two sentences"])
+def test_heatmap_slides_are_laid_out_without_overlap_and_fill_the_slide(monkeypatch, panels):
+    """The fixed layout, drawn and measured: every text on the slide, no panel, colour bar or
+    label over another panel's, and the grid as wide or as tall as the slide allows. Panels of
+    two sentences (last) each carry their own labels, so the gaps make room for them."""
+    from mha_trace.render import heatmaps
+
+    made = _figures(monkeypatch)
+    heatmaps.save_heatmaps("x.png", "a title", panels)
+    (fig,) = made
+    fig.canvas.draw()
+    box = lambda artist: artist.get_window_extent().extents  # x0, y0, x1, y1 in px
+    boxes, texts = [], []  # (axes, box): every panel and the colour bar; (axes, box): its labels
+    for i, ax in enumerate(a for a in fig.axes if a.axison):
+        boxes.append((i, box(ax)))
+        labels = [ax.title, ax.xaxis.label, ax.yaxis.label, *ax.get_xticklabels(),
+                  *ax.get_yticklabels()]
+        texts += [(i, box(t)) for t in labels if t.get_visible() and t.get_text()]
+    texts.append((-1, box(fig._suptitle)))
+    for _, (x0, y0, x1, y1) in boxes + texts:
+        assert 0 <= x0 and x1 <= 1920 and 0 <= y0 and y1 <= 1080
+    over = lambda a, b: a[0] < b[2] - 1 and b[0] < a[2] - 1 and a[1] < b[3] - 1 and b[1] < a[3] - 1
+    for i, a in boxes:
+        assert not [j for j, b in boxes + texts if j != i and over(a, b)]
+    for i, a in texts:
+        assert not [j for j, b in texts if j != i and over(a, b)]
+    extent = np.array([b for _, b in boxes + texts])
+    assert max((extent[:, 2].max() - extent[:, 0].min()) / 1920,
+               (extent[:, 3].max() - extent[:, 1].min()) / 1080) > 0.9
 
 
 def test_the_explain_slide_shows_each_heads_scores_scaled_scores_weights_and_output(cli, monkeypatch):
@@ -264,7 +304,7 @@ def test_shading_is_distinct_and_spans_a_visible_range():
 def test_model_overview_lays_many_layers_across_and_leaves_masked_cells_empty(tmp_path):
     from PIL import Image
 
-    from mha_trace.render.plots import save_overview
+    from mha_trace.render.heatmaps import save_overview
 
     T = 8
     causal = np.tril(np.ones((T, T), bool))
@@ -396,11 +436,11 @@ def test_the_pruning_slide_zooms_on_the_rises_and_counts_the_heads(monkeypatch):
 
 def test_compare_packs_head_counts_into_rows_not_a_staircase(cli, tmp_path, monkeypatch):
     """--heads 1,2,4 is two rows of four (1 + 2, then 4), each panel a head of its count."""
-    from mha_trace.render import plots
+    from mha_trace.render import heatmaps
 
-    assert plots.packed([[1], [2, 2], [4] * 4])[1] == 4
-    assert plots.packed([[1], [2, 2], [4] * 4])[0] == [1, 2, 2, None, 4, 4, 4, 4]
-    assert plots.packed([[2, 2], [4] * 4, [8] * 8])[0] == [2, 2, 4, 4, 4, 4, None, None, *[8] * 8]
+    assert heatmaps.packed([[1], [2, 2], [4] * 4])[1] == 4
+    assert heatmaps.packed([[1], [2, 2], [4] * 4])[0] == [1, 2, 2, None, 4, 4, 4, 4]
+    assert heatmaps.packed([[2, 2], [4] * 4, [8] * 8])[0] == [2, 2, 4, 4, 4, 4, None, None, *[8] * 8]
     made = _figures(monkeypatch)
     assert cli("compare", "--heads", "1,2,4", "--png", str(tmp_path / "c.png")).exit_code == 0
     titles = [ax.get_title() for ax in made[0].axes[:-1]]

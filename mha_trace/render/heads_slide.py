@@ -3,7 +3,7 @@ model's whole run as an overview beside one figure per layer."""
 
 from mha_trace.analyses.analysis import Comparison, Heads, ModelHeads
 from mha_trace.io.page import slide
-from mha_trace.render.plots import effect_panels, packed, save_heatmaps
+from mha_trace.render.heatmaps import effect_panels, packed, save_heatmaps
 
 
 @slide.register(Heads)
@@ -37,7 +37,7 @@ def model_heads_slide(view: ModelHeads, path: str, theme: str = "light", decimal
         return
     from mha_trace.io.files import check_outputs
     from mha_trace.io.output import progress
-    from mha_trace.render.plots import layer_paths, save_model
+    from mha_trace.render.heatmaps import layer_paths, save_model
 
     for beside in layer_paths(path, model.layers):  # the files beside it, checked before any
         check_outputs({"png": beside}, [])

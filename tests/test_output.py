@@ -1,5 +1,6 @@
 """The output layer: terminals (a real pty), pipes, SVG/HTML/PNG files, determinism, completion."""
 
+import io
 import os
 import pty
 import json
@@ -270,6 +271,34 @@ def test_shell_completion_completes_commands():
            "COMP_CWORD": "1"}
     out = subprocess.run(["mha-trace"], capture_output=True, text=True, env=env, timeout=60)
     assert out.stdout.split() == ["compare", "configs", "cost"]
+
+
+@pytest.mark.parametrize("tokens,rows,masked", [
+    (["The", "cat", "sat", "on", "mat"], None, False),
+    (["▁internationalization", "猫", "日本語", ":smiley_cat:", "[CLS]", "a"], None, True),
+    (["x"], ["a very long query label", "y"], False),
+], ids=["ascii", "wide, emoji codes, markup", "one key"])
+def test_a_weight_tables_counted_width_is_what_rich_measures_and_prints(tokens, rows, masked):
+    """Each layout's width is counted, not measured through rich: the count must be rich's own
+    measurement of the same table and the width of its longest printed line, on the console the
+    views print to (no markup, no emoji codes: ':smiley_cat:' is 12 columns, 猫 two)."""
+    from rich.cells import cell_len
+    from rich.measure import Measurement
+
+    from mha_trace.io.output import Output, make_console
+    from mha_trace.render.matrices import weights_table
+
+    rng = np.random.default_rng(3)
+    weights = rng.dirichlet(np.ones(len(tokens)), size=len(rows or tokens))
+    mask = np.tril(np.ones(weights.shape, bool)) if masked else None
+    table = weights_table("t", tokens, weights, mask, 4, rows)
+    for layout in table.layouts():
+        console = make_console(Output(no_color=True, width=1000), io.StringIO())
+        drawn = table.table(layout=layout)
+        with console.capture() as captured:
+            console.print(drawn)
+        printed = max(cell_len(line) for line in captured.get().splitlines())
+        assert table.width(layout) == printed == Measurement.get(console, console.options, drawn).maximum
 
 
 def test_wide_weight_tables_fit_by_fewer_decimals_then_short_labels_then_split(cli):

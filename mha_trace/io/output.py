@@ -84,18 +84,12 @@ def new_table(title: str | None = None, **kwargs) -> Table:
     return Table(title=title, **(style | kwargs))
 
 
-def natural_width(renderable) -> int:
-    """How wide a renderable prints when nothing forces it narrower (a table measured, which
-    gives its printed width without printing it)."""
-    console = Console(file=io.StringIO(), width=1000, color_system=None, markup=False,
-                      force_jupyter=False)  # in a notebook it would display, not measure
-    if isinstance(renderable, Table):
-        from rich.measure import Measurement
+def printed_width(cell: str | Text) -> int:
+    """The columns a table cell takes as the house console prints it (no markup, no emoji
+    codes): its longest line, wide characters counted twice."""
+    from rich.cells import cell_len
 
-        return Measurement.get(console, console.options, renderable).maximum
-    with console.capture() as captured:
-        console.print(renderable)
-    return max((len(line.rstrip()) for line in captured.get().splitlines()), default=0)
+    return max(map(cell_len, str(cell).splitlines() or [""]))
 
 
 def display_path(path: str) -> str:

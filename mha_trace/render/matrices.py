@@ -7,7 +7,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from mha_trace.io.output import natural_width, new_table
+from mha_trace.io.output import new_table, printed_width
 
 MASKED = "·"
 MAX_DIMS = 6  # matrices wider than this show their first dims; JSON has them all
@@ -158,11 +158,23 @@ class _WeightsTable:
         return found
 
     def width(self, layout: Layout | None = None) -> int:
-        """How wide the table prints in this layout (measured once per layout)."""
+        """How wide the table prints in this layout, counted as the house style lays a table out
+        (measuring a rich Table of every cell took half of a model's heads view): each column
+        its widest cell, a padding column after each but the last (none without leading
+        zeros), a divider between columns."""
         layout = layout or Layout(self.decimals)
         if layout not in self._widths:
-            self._widths[layout] = natural_width(self.table(layout=layout))
+            columns = [[self.corner, *self.rows], *([label, *(row[j] for row in self._shaded(layout))]
+                                                    for j, label in enumerate(self.labels(layout)))]
+            widest = [max(map(printed_width, column)) for column in columns]
+            self._widths[layout] = sum(widest) + (2 if layout.lead else 1) * (len(widest) - 1)
         return self._widths[layout]
+
+    def _shaded(self, layout: Layout) -> list[list[Text]]:
+        key = (layout.decimals, layout.lead)
+        if key not in self._cells:
+            self._cells[key] = weight_cells(self.weights, self.mask, layout.decimals, layout.lead)
+        return self._cells[key]
 
     def labels(self, layout: Layout) -> list[str]:
         """The key labels in this layout: shortened, except where two would read the same (the·1
@@ -184,11 +196,7 @@ class _WeightsTable:
         labels = self.labels(layout)
         for j in keys:
             table.add_column(labels[j], justify="right", no_wrap=True)
-        key = (layout.decimals, layout.lead)
-        if key not in self._cells:
-            self._cells[key] = weight_cells(self.weights, self.mask, layout.decimals, layout.lead)
-        cells = self._cells[key]
-        for i, row in enumerate(cells):
+        for i, row in enumerate(self._shaded(layout)):
             table.add_row(self.rows[i], *(row[j] for j in keys))
         return table
 

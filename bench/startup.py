@@ -75,6 +75,9 @@ def commands(slow: bool = False) -> dict:
         cmds["mha-trace explain --model minilm (layer 6) --why"] = explain + ["--why"]
         cmds["mha-trace explain --model minilm (layer 6) --png"] = explain + [
             "--png", os.path.join(tempfile.gettempdir(), "mha-trace-bench-explain.png")]
+        cmds["mha-trace heads --model minilm --png (overview and 6 layers)"] = cli + [
+            "heads", "--model", "minilm", "--sentence", sentence, "--png",
+            os.path.join(tempfile.gettempdir(), "mha-trace-bench-heads.png")]
         cmds["mha-trace survey --model minilm --effect"] = cli + ["survey", "--model", "minilm", "--effect"]
     if subprocess.run(cli + ["predict", "--top", "1"], capture_output=True).returncode == 0:
         heads = cli + ["heads", "--model", "smollm2", "--sentence", sentence]

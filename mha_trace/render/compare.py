@@ -5,8 +5,8 @@ from rich.text import Text
 
 from mha_trace.analyses.analysis import Comparison, distinct_rows
 from mha_trace.records import data, renderables
-from mha_trace.render.matrices import (config_data, legend, matrix_table, rounded, side_by_side,
-                                       weights_table)
+from mha_trace.render.matrices import config_data, legend, matrix_table, rounded, weights_table
+from mha_trace.render.side_by_side import side_by_side
 
 
 def reading(view, first) -> str:

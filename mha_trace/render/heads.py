@@ -8,8 +8,8 @@ from mha_trace.records import data, renderables
 
 from mha_trace.render.matrices import (matrix_table, rounded, weights_table, config_data,
                                        describe, head_entry, head_title, heads_json, legend,
-                                       sharing_table, side_by_side, EFFECT_NOTE,
-                                       with_effect_tables)
+                                       sharing_table, EFFECT_NOTE, with_effect_tables)
+from mha_trace.render.side_by_side import side_by_side
 
 
 @renderables.register(LectureHeads)

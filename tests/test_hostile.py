@@ -375,6 +375,14 @@ class GenExit(Base):
 class Bare(Base):
     def forward(self, x):
         raise BaseException("base")
+
+
+class Warner(Base):
+    def forward(self, x):
+        import warnings
+        warnings.warn("my own note", UserWarning)
+        y = self.proj(x).T  # torch warns: .T of a 3-d tensor
+        return y.T * scale
 '''
 
 
@@ -426,6 +434,21 @@ def test_prints_in_user_code_go_to_stderr_and_json_stays_valid(odd):
     assert p.returncode == 0
     assert json.loads(p.stdout)["command"] == "shapes"  # the sibling import worked, too
     assert p.stderr == f"Printer from {odd}: forward printed: hello from forward\n"
+
+
+def test_warnings_in_user_code_are_one_line_each_at_the_users_line(cli, odd):
+    """A warning of the user's own and one torch raises about the user's call: each said once
+    (forward runs more than once), at the user's line, never a warning pointing into the tool
+    or torch's C++ source; the JSON stays whole."""
+    result = cli("shapes", "--module", f"{odd}:Warner", "--d-model", "8", "--heads", "2",
+                 "--format", "json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["command"] == "shapes"
+    line = next(i for i, text in enumerate(ODD.splitlines(), 1) if "torch warns" in text)
+    own, torchs = result.stderr.splitlines()
+    assert own == f"Warner from {odd}: forward warned at {odd}:{line - 1}: UserWarning: my own note"
+    assert torchs.startswith(f"Warner from {odd}: forward warned at {odd}:{line}: UserWarning: "
+                             "The use of `x.T` on tensors of dimension other than 2")
+    assert "Triggered internally" not in torchs and torchs.endswith("of a tensor.")
 
 
 def test_non_python_module_paths(cli, tmp_path):

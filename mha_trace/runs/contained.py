@@ -1,11 +1,15 @@
 """What a user's code may change for the whole process, held while it runs and put back after:
-torch's namespaces (a module that sets torch.softmax = ...), its default dtype, the working folder
-and the signal handlers."""
+torch's namespaces (a module that sets torch.softmax = ...), its default dtype, the working folder,
+the signal handlers; and the warnings it raises, each said once in one line naming its line."""
 
 import contextlib
 import os
+import re
+import sys
+import sysconfig
 import types
 
+import numpy as np
 import torch
 import torch.nn as nn
 
@@ -78,3 +82,40 @@ def own_process():
         for s, handler in handlers.items():
             if handler is not None and signal.getsignal(s) is not handler:
                 signal.signal(s, handler)
+
+
+_TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)\.?\s*$")  # torch's C++ source line
+_LIBRARIES = tuple(folder + os.sep for folder in (  # torch's, NumPy's, the tool's, Python's
+    os.path.dirname(torch.__file__), os.path.dirname(np.__file__),
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sysconfig.get_paths()["stdlib"]))
+
+
+@contextlib.contextmanager
+def said_warnings(what: str):
+    """The warnings raised while the user's code runs (its own, or torch's about a call of its),
+    each said once on stderr in one line at the user's line that led to it: "forward warned at
+    x.py:32: UserWarning: ...", never a Python warning pointing into the tool."""
+    import warnings
+
+    said = {}
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        frame = sys._getframe(1)
+        while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_LIBRARIES):
+            frame = frame.f_back
+        if frame is not None:
+            filename, lineno = frame.f_code.co_filename, frame.f_lineno
+        said.setdefault((filename, lineno, category.__name__, _TRIGGERED.sub("", str(message))), None)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = show
+        try:
+            yield
+        finally:
+            from mha_trace.errors import printable
+            from mha_trace.io.output import display_path
+
+            for filename, lineno, kind, message in said:
+                sys.stderr.write(printable(f"{what} warned at {display_path(filename)}:{lineno}: "
+                                           f"{kind}: {' '.join(message.split())}") + "\n")

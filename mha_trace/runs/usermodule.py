@@ -20,7 +20,7 @@ import torch.nn as nn
 from mha_trace.errors import MhaError, printable
 from mha_trace.io.files import regular_file
 from mha_trace.io.streams import guard_stdout
-from mha_trace.runs.contained import forget_patches, own_process, own_torch
+from mha_trace.runs.contained import forget_patches, own_process, own_torch, said_warnings
 
 D_MODEL_NAMES = ("d_model", "embed_dim", "n_embd", "dim", "hidden_size", "model_dim", "emb_dim",
                  "hidden_dim", "d", "num_hiddens", "input_dim", "query_dim", "d_in", "d_out", "emb")
@@ -66,7 +66,7 @@ def user_code(what: str):
 
     real_exit, os._exit = os._exit, no_hard_exit
     try:
-        with contextlib.redirect_stdout(printed), own_torch(), own_process():
+        with contextlib.redirect_stdout(printed), own_torch(), own_process(), said_warnings(what):
             yield
     except SystemExit as e:
         raise MhaError(f"{printable(what)} called sys.exit({e.code!r}); the module ended itself",

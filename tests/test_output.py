@@ -172,6 +172,27 @@ def test_heatmaps_scale_from_zero_fill_the_slide_and_label_readably(monkeypatch)
     assert [ax.get_title() for ax in shared.axes[:4]] == [f"h · K/V head {g}" for g in (1, 1, 2, 2)]
 
 
+def test_masked_cells_are_hatched_grey_and_the_others_coloured(cli, monkeypatch):
+    """What a causal slide shows: a masked key's cell is grey hatching on the background, never
+    a colour of the scale; a seen key's cell is its weight's colour throughout."""
+    made = _figures(monkeypatch)
+    assert cli("heads", "--mask", "causal", "--head", "1", "--png", "x.png", "--theme", "light").exit_code == 0
+    (fig,) = made
+    fig.canvas.draw()
+    pixels = np.asarray(fig.canvas.buffer_rgba())[..., :3].astype(int)
+    ax = fig.axes[0]
+
+    def cell(i, j, top=-0.3, bottom=0.3):  # the colours of cell (i, j), its middle 60% across
+        (x0, x1), (y0, y1) = np.sort(np.round(ax.transData.transform(
+            [(j - 0.3, i + top), (j + 0.3, i + bottom)])).astype(int).T)
+        return {tuple(p) for p in pixels[1080 - y1:1080 - y0, x0:x1].reshape(-1, 3)}
+
+    masked, seen = cell(0, 4), cell(4, 0, -0.45, -0.3)  # above the weight written in it
+    assert all(max(p) - min(p) < 8 for p in masked)  # greys only: no colour of the scale
+    assert min(map(min, masked)) < 160 and (255, 255, 255) in masked  # the hatching's lines on white
+    assert len(seen) == 1 and max(next(iter(seen))) - min(next(iter(seen))) > 40  # one viridis colour
+
+
 _LONG = ["The", "internationalization", "of", "attention", "mechanisms", "is", "bewildering", "."]
 _CAT, _ROAD = "The cat sat on mat".split(), "The chicken didn't cross the road because it was too wide.".split()
 

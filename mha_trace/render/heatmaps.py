@@ -274,14 +274,16 @@ def effect_panels(panels: list, effect, where: list, groups: list | None = None)
 
 
 def _hatch(ax, hidden) -> None:
-    """Hatch the cells where `hidden` (a bool matrix) is True."""
+    """Hatch the cells where `hidden` (a bool matrix) is True: one path of their squares, added
+    as an artist (add_patch would walk every square's edges to update limits the image set)."""
     import numpy as np
     from matplotlib.patches import PathPatch
     from matplotlib.path import Path
-    from matplotlib.transforms import Affine2D
 
-    cells = [Path.unit_rectangle().transformed(Affine2D().translate(j - 0.5, i - 0.5))
-             for i, j in zip(*np.where(hidden))]
-    if cells:
-        ax.add_patch(PathPatch(Path.make_compound_path(*cells), fill=False, hatch="///",
-                               linewidth=0))
+    rows, cols = np.nonzero(hidden)
+    if len(rows):
+        corners = np.array([(-0.5, -0.5), (0.5, -0.5), (0.5, 0.5), (-0.5, 0.5), (-0.5, -0.5)])
+        squares = corners[None] + np.stack([cols, rows], -1)[:, None]  # (cells, 5, 2)
+        codes = np.tile([Path.MOVETO, *[Path.LINETO] * 3, Path.CLOSEPOLY], len(rows))
+        ax.add_artist(PathPatch(Path(squares.reshape(-1, 2), codes), fill=False, hatch="///",
+                                linewidth=0))

@@ -150,10 +150,9 @@ def save_heatmaps(path: str, title: str, panels: list, decimals: int = 4, theme:
         drawn = [ax for ax, panel in zip(axes.flat, panels) if panel]
         for ax in set(axes.flat) - set(drawn):  # a slot left empty
             ax.axis("off")
-        images = [_panel(ax, panel, hi, decimals, fg, bg, tick, cell)
-                  for ax, panel, tick in zip(drawn, shown, ticks)]
-        if shared:
-            _label_edges(axes, [bool(p) for p in panels])
+        edges = _labelled(rows, cols, [bool(p) for p in panels]) if shared else [(True, True)] * len(shown)
+        images = [_panel(ax, panel, hi, decimals, fg, bg, tick, cell, edge)
+                  for ax, panel, tick, edge in zip(drawn, shown, ticks, edges)]
         if groups:
             _frame_groups(drawn, groups, shown)
         bar = fig.colorbar(images[-1], cax=fig.add_axes(bar_at))
@@ -204,21 +203,13 @@ def _text_px(texts: list, points: float) -> tuple[float, float]:
             sum(size("Xg")[1:]) * DPI / 72)
 
 
-def _label_edges(axes, drawn: list) -> None:
-    """Panels with the same tokens: queries named at the first panel of each row only, keys under
-    the lowest panel of each column only, so the cells get the room the labels took."""
-    rows, cols = axes.shape
-    at = lambda r, c: r * cols + c < len(drawn) and drawn[r * cols + c]
-    for r in range(rows):
-        for c in range(cols):
-            if not at(r, c):
-                continue
-            if any(at(r, k) for k in range(c)):
-                axes[r, c].tick_params(labelleft=False)
-                axes[r, c].set_ylabel("")
-            if any(at(k, c) for k in range(r + 1, rows)):
-                axes[r, c].tick_params(labelbottom=False)
-                axes[r, c].set_xlabel("")
+def _labelled(rows: int, cols: int, filled: list) -> list[tuple[bool, bool]]:
+    """Panels with the same tokens: (queries named, keys named) for each filled slot, in order:
+    the queries at the first panel of each row only, the keys under the lowest panel of each
+    column only, so the cells get the room the labels took (and no panel makes ticks it hides)."""
+    at = lambda r, c: r * cols + c < len(filled) and filled[r * cols + c]
+    return [(not any(at(r, k) for k in range(c)), not any(at(k, c) for k in range(r + 1, rows)))
+            for r in range(rows) for c in range(cols) if at(r, c)]
 
 
 def _frame_groups(axes, groups: list, panels: list) -> None:
@@ -235,10 +226,12 @@ def _frame_groups(axes, groups: list, panels: list) -> None:
         ax.set_title(f"{panel[0]} · K/V head {group + 1}", fontsize=22, color=colours(group % 10))
 
 
-def _panel(ax, panel, hi: float, decimals: int, fg: str, bg: str, ticks: tuple, cell: float):
-    """One heatmap on `ax`: (title, row labels, column labels, matrix, mask or None), labelled
-    at `ticks` (which keys and their points, which queries and theirs); masked cells hatched,
-    values written in when a cell (`cell` px) is at least 60 px. Returns the image."""
+def _panel(ax, panel, hi: float, decimals: int, fg: str, bg: str, ticks: tuple, cell: float,
+           edges: tuple = (True, True)):
+    """One heatmap on `ax`: (title, row labels, column labels, matrix, mask or None), its queries
+    and its keys labelled where `edges` says, at `ticks` (which keys and their points, which
+    queries and theirs); masked cells hatched, values written in when a cell (`cell` px) is at
+    least 60 px. Returns the image."""
     import numpy as np
 
     name, row_labels, col_labels, matrix, mask = panel
@@ -250,10 +243,12 @@ def _panel(ax, panel, hi: float, decimals: int, fg: str, bg: str, ticks: tuple, 
         _hatch(ax, ~np.asarray(mask, bool))
     ax.set_title(name, fontsize=22, color=fg)
     xs, xsize, ys, ysize = ticks
-    ax.set_xticks(xs, [col_labels[j] for j in xs], rotation=90, fontsize=xsize)
-    ax.set_yticks(ys, [row_labels[i] for i in ys], fontsize=ysize)
-    ax.set_xlabel("key", fontsize=18)
-    ax.set_ylabel("query", fontsize=18)
+    queries, keys = edges
+    ax.set_yticks(*(ys, [row_labels[i] for i in ys]) if queries else ([], []), fontsize=ysize)
+    ax.set_xticks(*(xs, [col_labels[j] for j in xs]) if keys else ([], []), rotation=90,
+                  fontsize=xsize)
+    ax.set_ylabel("query" if queries else "", fontsize=18)
+    ax.set_xlabel("key" if keys else "", fontsize=18)
     if cell >= 60:
         for i, j in zip(*np.nonzero(np.ones_like(matrix) if mask is None else np.asarray(mask))):
             v = matrix[i][j]

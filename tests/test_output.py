@@ -202,7 +202,8 @@ _CAT, _ROAD = "The cat sat on mat".split(), "The chicken didn't cross the road b
     [("h", ["␣The", "␣cat", "␣sat"] * 10, ["␣The", "␣cat", "␣sat"] * 10, np.eye(30), None)] * 9,
     [("h", list("abcdefghijklmno"), list("abcdefghijklmno"), np.eye(15), None)] * 12,
     [("cat", _CAT, _CAT, np.eye(5), None), ("road", _ROAD, _ROAD, np.eye(11), None)] * 2,
-], ids=["one", "nine", "twelve", "two sentences"])
+    [("h", ["x" * 200, "b"], ["x" * 200, "b"], np.eye(2), None)] * 4,  # a config's token, cut
+], ids=["one", "nine", "twelve", "two sentences", "a 200-character token"])
 def test_heatmap_slides_are_laid_out_without_overlap_and_fill_the_slide(monkeypatch, panels):
     """The fixed layout, drawn and measured: every text on the slide, no panel, colour bar or
     label over another panel's, and the grid as wide or as tall as the slide allows. Panels of

@@ -13,6 +13,7 @@ from mha_trace.render.plots import (DPI, HEIGHT_PX, SLIDE_H, SLIDE_W, WIDTH_PX, 
 
 EDGE, GAP, BAR_GAP, BAR_W = 16, 24, 40, 36  # px: the slide's edge, between panels, the colour bar
 TICK_PT, PAD_PT, TITLE_PAD_PT = 7.0, 4.0, 6.0  # a tick and its label's pad; an axis name's; a title's
+LABEL_CHARS = 24  # the longest token label a panel writes
 
 
 def layer_paths(path: str, layers: int) -> list[str]:
@@ -132,7 +133,7 @@ def save_heatmaps(path: str, title: str, panels: list, decimals: int = 4, theme:
     import numpy as np
 
     rows, cols = grid(len(panels), cols)
-    shown = list(filter(None, panels))
+    shown = [(name, _cut(queries), _cut(keys), m, k) for name, queries, keys, m, k in filter(None, panels)]
     values = np.concatenate([np.asarray(m)[np.asarray(k, bool)] if k is not None else np.ravel(m)
                              for _, _, _, m, k in shown])
     hi = top or max(float(values.max()), 1e-9)
@@ -162,6 +163,12 @@ def save_heatmaps(path: str, title: str, panels: list, decimals: int = 4, theme:
     _save(plt, fig, path, bg)
 
 
+def _cut(labels) -> list[str]:
+    """Token labels of at most LABEL_CHARS characters (a longer one ends in an ellipsis): a config's
+    200-character token would leave its panels no room."""
+    return [_fitted(t, LABEL_CHARS) for t in labels]
+
+
 def _placed(rows: int, cols: int, shape: tuple, labels: list, shared: bool) -> tuple:
     """(the grid's placement as GridSpec's keywords, the colour bar's [left, bottom, width,
     height], a cell's side in px) for `rows` × `cols` panels of `shape` (queries, keys): every
@@ -179,7 +186,7 @@ def _placed(rows: int, cols: int, shape: tuple, labels: list, shared: bool) -> t
     gx, gy = GAP + (0 if shared else left), GAP / 2 + above + (0 if shared else below)
     room_w = WIDTH_PX - 2 * EDGE - left - bar - (cols - 1) * gx
     room_h = HEIGHT_PX - top - EDGE - above - below - (rows - 1) * gy
-    cell = min(room_w / (cols * shape[1]), room_h / (rows * shape[0]))
+    cell = max(min(room_w / (cols * shape[1]), room_h / (rows * shape[0])), 1.0)
     w, h = cell * shape[1], cell * shape[0]
     x0 = (WIDTH_PX - left - cols * w - (cols - 1) * gx - bar) / 2 + left  # centred
     y0 = top + above + (room_h - rows * h) / 2

@@ -302,6 +302,23 @@ def test_control_characters_never_reach_the_terminal(cli, tmp_path):
     assert all(ord(ch) >= 32 or ch in "\n\t" for ch in page.read_text())
 
 
+def test_a_200_character_token_still_makes_every_slide(cli, tmp_path):
+    """A config's very long token: each slide cuts the label with an ellipsis (24 characters), so
+    the walk's, its split's and the heatmaps' layouts keep room for their panels (the walk's and
+    the heatmaps' refused to lay out; the split's collapsed with a warning on stderr)."""
+    from PIL import Image
+
+    long = "x" * 200
+    path = tmp_path / "long.toml"
+    path.write_text(f'sentence = "The {long} crossed"\nd_model = 16\nheads = 2\nseed = 0\nmask = "causal"\n')
+    for args in (("explain", "--token", "crossed"), ("explain", "--token", "crossed", "--why"), ("heads",)):
+        png = tmp_path / "slide.png"
+        result = cli(*args, "--config", str(path), "--png", str(png), "--format", "json")
+        assert result.exit_code == 0 and result.stderr.startswith(f"Wrote {png} ("), (args, result.stderr)
+        assert result.stderr.count("\n") == 1 and Image.open(png).size == (1920, 1080)
+        assert long in result.stdout  # the JSON keeps the whole token
+
+
 # 6. user modules --------------------------------------------------------------------------------
 
 ODD = '''

@@ -9,11 +9,10 @@ a 30-layer model's figures).
 """
 
 from mha_trace.render.plots import (DPI, HEIGHT_PX, SLIDE_H, SLIDE_W, WIDTH_PX, _fitted, _pyplot,
-                                    _rc, _save, _theme, _ticks, written_together)
+                                    _rc, _save, _theme, _ticks, token_label, written_together)
 
 EDGE, GAP, BAR_GAP, BAR_W = 16, 24, 40, 36  # px: the slide's edge, between panels, the colour bar
 TICK_PT, PAD_PT, TITLE_PAD_PT = 7.0, 4.0, 6.0  # a tick and its label's pad; an axis name's; a title's
-LABEL_CHARS = 24  # the longest token label a panel writes
 
 
 def layer_paths(path: str, layers: int) -> list[str]:
@@ -133,7 +132,8 @@ def save_heatmaps(path: str, title: str, panels: list, decimals: int = 4, theme:
     import numpy as np
 
     rows, cols = grid(len(panels), cols)
-    shown = [(name, _cut(queries), _cut(keys), m, k) for name, queries, keys, m, k in filter(None, panels)]
+    shown = [(name, [*map(token_label, queries)], [*map(token_label, keys)], m, k)
+             for name, queries, keys, m, k in filter(None, panels)]
     values = np.concatenate([np.asarray(m)[np.asarray(k, bool)] if k is not None else np.ravel(m)
                              for _, _, _, m, k in shown])
     hi = top or max(float(values.max()), 1e-9)
@@ -161,12 +161,6 @@ def save_heatmaps(path: str, title: str, panels: list, decimals: int = 4, theme:
         bar.ax.tick_params(labelsize=16)
         fig.suptitle(_fitted(title, 95), fontsize=28, color=fg)
     _save(plt, fig, path, bg)
-
-
-def _cut(labels) -> list[str]:
-    """Token labels of at most LABEL_CHARS characters (a longer one ends in an ellipsis): a config's
-    200-character token would leave its panels no room."""
-    return [_fitted(t, LABEL_CHARS) for t in labels]
 
 
 def _placed(rows: int, cols: int, shape: tuple, labels: list, shared: bool) -> tuple:

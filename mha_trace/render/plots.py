@@ -96,6 +96,15 @@ def _fitted(title: str, limit: int) -> str:
     return title if len(title) <= limit else title[:limit - 1].rstrip() + "…"
 
 
+LABEL_CHARS = 24  # the longest token a slide writes as a label: a config's 200-character token
+#                   would leave a slide's panels no room
+
+
+def token_label(token: str) -> str:
+    """A token as a slide's tick label: past LABEL_CHARS characters, cut with an ellipsis."""
+    return _fitted(token, LABEL_CHARS)
+
+
 SLIDE_W, SLIDE_H = WIDTH_PX, HEIGHT_PX - 140  # the title takes the top of the slide
 MIN_TICK_PT = 13  # 18 px at 100 dpi: the smallest label readable from the back of a hall
 

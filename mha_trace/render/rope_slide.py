@@ -8,7 +8,7 @@ from mha_trace.analyses.rope_planes import RopePlanes, shown_keys
 from mha_trace.io.page import slide
 from mha_trace.io.units import turn_text
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc,
-                                    _save, _theme, slide_heads)
+                                    _save, _theme, slide_heads, token_label)
 
 
 
@@ -31,7 +31,7 @@ def rope_slide(t: RopePlanes, path: str, theme: str = "light", head: int | None 
             parts = h.parts[:, keys]
             top = float(np.abs(parts).max()) or 1.0
             image = grid.imshow(parts, cmap="RdBu_r", vmin=-top, vmax=top, aspect="auto")
-            grid.set_xticks(range(len(keys)), [f"{t.tokens[j]}\nΔ{t.distances[j]}" for j in keys])
+            grid.set_xticks(range(len(keys)), [f"{token_label(t.tokens[j])}\nΔ{t.distances[j]}" for j in keys])
             ticks = list(range(0, planes, every))
             grid.set_yticks(ticks, [f"{i}: turn {turn_text(t.frequencies[i])}" for i in ticks])
             grid.set_ylabel(f"head {w.view.head_name(h.head)}", fontsize=18)

@@ -9,7 +9,7 @@ import numpy as np
 from mha_trace.analyses.tiled_walk import TiledWalk
 from mha_trace.io.page import slide
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc,
-                                    _save, _theme, slide_heads, bars)
+                                    _save, _theme, slide_heads, bars, token_label)
 
 TILE_COLOURS = ["#3b528b", "#21918c", "#5ec962", "#f58231", "#e6194b", "#911eb4"]
 
@@ -52,7 +52,7 @@ def _scores(ax, h, fg: str, name: str) -> None:
             rescale = f"\nrescale ×{tile.rescale:.2f}" if i else ""  # the first tile has no sum yet
             ax.text(xs[-1] + 0.45, tile.m_new, f"m={tile.m_new:.2f}{rescale}",
                     fontsize=14, color=fg, va="bottom", ha="right")
-        labels += tile.keys
+        labels += [token_label(k) for k in tile.keys]
         x += len(tile.keys)
     ax.axhline(0, color=fg, linewidth=0.8)
     ax.set_xticks(range(len(labels)), labels, rotation=90 if len(labels) > 8 else 0)

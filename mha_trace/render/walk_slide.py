@@ -7,7 +7,7 @@ from mha_trace.analyses.walk import Walk
 from mha_trace.io.page import slide
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, SLIDE_W, WIDTH_PX, _fitted,
                                     _pyplot, _rc, _save, _theme, _ticks, _values_on,
-                                    _weights_on, bars)
+                                    _weights_on, bars, token_label)
 
 
 @slide.register(Walk)
@@ -30,7 +30,7 @@ def save_walk(path: str, title: str, walk, theme: str = "light") -> None:
     import numpy as np
 
     fg, bg = _theme(theme)
-    heads, keys = walk.heads, [t.token for t in walk.heads[0].terms]
+    heads, keys = walk.heads, [token_label(t.token) for t in walk.heads[0].terms]
     effect = heads[0].terms[0].effect is not None
     xs, size = _ticks(len(keys), SLIDE_W / 3 * 0.8)
     small = {"xtick.labelsize": MIN_TICK_PT, "ytick.labelsize": MIN_TICK_PT, "axes.facecolor": bg}

@@ -4,7 +4,8 @@ above zero, down below), the score itself a dot, and the weights beside."""
 import numpy as np
 
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, SLIDE_W, WIDTH_PX, _fitted,
-                                    _pyplot, _rc, _save, _theme, _ticks, _weights_on, bars)
+                                    _pyplot, _rc, _save, _theme, _ticks, _weights_on, bars,
+                                    token_label)
 
 COLOURS = ["#3b528b", "#21918c", "#5ec962", "#f58231", "#e6194b", "#911eb4", "#42d4f4", "#9a6324"]
 
@@ -12,7 +13,7 @@ COLOURS = ["#3b528b", "#21918c", "#5ec962", "#f58231", "#e6194b", "#911eb4", "#4
 def save_why(path: str, title: str, walk, theme: str = "light") -> None:
     plt = _pyplot()
     fg, bg = _theme(theme)
-    keys = list(walk.view.tokens)
+    keys = [token_label(t) for t in walk.view.tokens]
     with plt.rc_context(_rc(fg)):
         fig, axes = plt.subplots(len(walk.why), 2, squeeze=False, sharex="col",
                                  figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI, facecolor=bg,

@@ -27,10 +27,10 @@ def tiled_slide(t: TiledWalk, path: str, theme: str = "light", head: int | None 
         fig, axes = plt.subplots(len(heads), 3, squeeze=False, figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI),
                                  dpi=DPI, facecolor=bg, constrained_layout=True,
                                  gridspec_kw={"width_ratios": [5, 3, 3]})
-        for row, h in zip(axes, heads):
+        for i, (row, h) in enumerate(zip(axes, heads)):
             _scores(row[0], h, fg, w.view.head_name(h.head))
             _sums(row[1], h, fg)
-            _outputs(row[2], h, fg)
+            _outputs(row[2], h, fg, legend=i == 0)  # the dims' colours, named once
         for ax, name in zip(axes[0], ("score ÷ √d_k by key tile; the running max m",
                                       "the running sum ℓ",
                                       "o ÷ ℓ so far; dashed: the row's")):
@@ -56,7 +56,7 @@ def _scores(ax, h, fg: str, name: str) -> None:
         x += len(tile.keys)
     ax.axhline(0, color=fg, linewidth=0.8)
     ax.set_xticks(range(len(labels)), labels, rotation=90 if len(labels) > 8 else 0)
-    ax.margins(y=0.25)
+    ax.margins(y=0.4)  # room above the highest m for its two lines
     ax.set_ylabel(f"head {name}", fontsize=18, rotation=0, ha="right", va="center")
 
 
@@ -70,12 +70,13 @@ def _sums(ax, h, fg: str) -> None:
     for x, t in zip(xs, h.tiles):
         ax.text(x, t.l_new, f"{t.l_new:.2f}", ha="center", va="bottom", fontsize=14, color=fg)
     ax.set_xticks(xs, [f"tile {x}" for x in xs])
-    ax.margins(y=0.2)
+    ax.set_ylim(0, max(t.l_new for t in h.tiles) * 1.6 or 1.0)  # the legend above the tallest
     ax.legend(fontsize=13, frameon=False, labelcolor=fg, loc="upper left")
 
 
-def _outputs(ax, h, fg: str) -> None:
-    """The first dims of o ÷ ℓ after each tile, each closing in on the explicit row's (dashed)."""
+def _outputs(ax, h, fg: str, legend: bool = True) -> None:
+    """The first dims of o ÷ ℓ after each tile, each closing in on the explicit row's (dashed);
+    with `legend`, which colour is which dim."""
     xs = np.arange(1, len(h.tiles) + 1)
     dims = min(4, len(h.output))
     for d in range(dims):
@@ -84,4 +85,5 @@ def _outputs(ax, h, fg: str) -> None:
         ax.plot(xs, so_far, "o-", color=colour, linewidth=2, markersize=8, label=f"dim {d}")
         ax.axhline(h.explicit[d], color=colour, linestyle="--", linewidth=1.5)
     ax.set_xticks(xs, [f"tile {x}" for x in xs])
-    ax.legend(fontsize=13, frameon=False, labelcolor=fg, loc="best")
+    if legend:
+        ax.legend(fontsize=13, frameon=False, labelcolor=fg, loc="best")

@@ -408,3 +408,25 @@ def pytest_unconfigure(config):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+
+
+@pytest.fixture
+def kept_slides(monkeypatch):
+    """kept_slides(*modules): a list that gets each figure those slide modules make, kept for the
+    test instead of written, and let go by pyplot at once (a worker held every figure a test kept,
+    and pyplot warned past 20)."""
+    made = []
+
+    def kept(plt, fig, path, bg):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        plt.close(fig)
+        FigureCanvasAgg(fig)  # pyplot's close takes its canvas: drawn and measured with Agg's
+        made.append(fig)
+
+    def keep(*modules):
+        for module in modules:
+            monkeypatch.setattr(module, "_save", kept)
+        return made
+    return keep
+

@@ -134,12 +134,11 @@ def test_an_encoder_a_single_layer_and_mixed_flags_are_refused(cli, tmp_path):
         assert result.exit_code == 2 and message in result.stderr, result.stderr
 
 
-def test_the_slide_shows_each_kind_as_a_multiple_of_random(cli, run, monkeypatch):
+def test_the_slide_shows_each_kind_as_a_multiple_of_random(cli, run, kept_slides):
     from mha_trace.render import composition_slide
 
     path, _ = run
-    made = []
-    monkeypatch.setattr(composition_slide, "_save", lambda plt, fig, p, bg: made.append(fig))
+    made = kept_slides(composition_slide)
     assert cli("survey", "--checkpoint", str(path), "--composition", "--png", "c.png").exit_code == 0
     axes = [ax for ax in made[-1].axes if ax.get_title()]
     assert [ax.get_title() for ax in axes] == ["Q-composition", "K-composition", "V-composition"]

@@ -133,23 +133,20 @@ def test_every_png_is_one_slide(cli, tmp_path, args):
     assert Image.open(png).size == (1920, 1080)
 
 
-def _figures(monkeypatch):
+def _figures(kept_slides):
     """The figures save_heatmaps and save_walk make, kept instead of written."""
     from mha_trace.render import heatmaps, walk_slide
 
-    made = []
-    for module in (heatmaps, walk_slide):
-        monkeypatch.setattr(module, "_save", lambda plt, fig, path, bg: made.append(fig))
-    return made
+    return kept_slides(heatmaps, walk_slide)
 
 
-def test_heatmaps_scale_from_zero_fill_the_slide_and_label_readably(monkeypatch):
+def test_heatmaps_scale_from_zero_fill_the_slide_and_label_readably(kept_slides):
     """The darkest colour is no attention: the scale runs from 0 to the slide's largest weight
     (or 1 with --scale 1); 9 heads are 2 × 5 (one slot empty) and 12 are 3 rows of 4; every label is at least
     18 px (13 pt at 100 dpi); a leading space is drawn as ␣ (as every medium shows it); K/V sharing is named."""
     from mha_trace.render import heatmaps
 
-    made = _figures(monkeypatch)
+    made = _figures(kept_slides)
     tokens = ["␣The", "␣cat", "␣sat"] * 10
     m = np.full((30, 30), 1 / 30) + np.eye(30) * 0.2
     heatmaps.save_heatmaps("x.png", "t", [("h", tokens, tokens, m, None)] * 9)
@@ -172,10 +169,10 @@ def test_heatmaps_scale_from_zero_fill_the_slide_and_label_readably(monkeypatch)
     assert [ax.get_title() for ax in shared.axes[:4]] == [f"h · K/V head {g}" for g in (1, 1, 2, 2)]
 
 
-def test_masked_cells_are_hatched_grey_and_the_others_coloured(cli, monkeypatch):
+def test_masked_cells_are_hatched_grey_and_the_others_coloured(cli, kept_slides):
     """What a causal slide shows: a masked key's cell is grey hatching on the background, never
     a colour of the scale; a seen key's cell is its weight's colour throughout."""
-    made = _figures(monkeypatch)
+    made = _figures(kept_slides)
     assert cli("heads", "--mask", "causal", "--head", "1", "--png", "x.png", "--theme", "light").exit_code == 0
     (fig,) = made
     fig.canvas.draw()
@@ -204,13 +201,13 @@ _CAT, _ROAD = "The cat sat on mat".split(), "The chicken didn't cross the road b
     [("cat", _CAT, _CAT, np.eye(5), None), ("road", _ROAD, _ROAD, np.eye(11), None)] * 2,
     [("h", ["x" * 200, "b"], ["x" * 200, "b"], np.eye(2), None)] * 4,  # a config's token, cut
 ], ids=["one", "nine", "twelve", "two sentences", "a 200-character token"])
-def test_heatmap_slides_are_laid_out_without_overlap_and_fill_the_slide(monkeypatch, panels):
+def test_heatmap_slides_are_laid_out_without_overlap_and_fill_the_slide(kept_slides, panels):
     """The fixed layout, drawn and measured: every text on the slide, no panel, colour bar or
     label over another panel's, and the grid as wide or as tall as the slide allows. Panels of
     two sentences (last) each carry their own labels, so the gaps make room for them."""
     from mha_trace.render import heatmaps
 
-    made = _figures(monkeypatch)
+    made = _figures(kept_slides)
     heatmaps.save_heatmaps("x.png", "a title", panels)
     (fig,) = made
     fig.canvas.draw()
@@ -234,8 +231,8 @@ def test_heatmap_slides_are_laid_out_without_overlap_and_fill_the_slide(monkeypa
                (extent[:, 3].max() - extent[:, 1].min()) / 1080) > 0.9
 
 
-def test_the_explain_slide_shows_each_heads_scores_scaled_scores_weights_and_output(cli, monkeypatch):
-    made = _figures(monkeypatch)
+def test_the_explain_slide_shows_each_heads_scores_scaled_scores_weights_and_output(cli, kept_slides):
+    made = _figures(kept_slides)
     data = json.loads(cli("explain", "--token", "cat", "--format", "json").stdout)
     assert cli("explain", "--token", "cat", "--png", "x.png").exit_code == 0
     (fig,) = made
@@ -468,13 +465,12 @@ def test_a_set_of_files_is_announced_in_one_line():
     assert written_line(files) == "Wrote 30 files (30.0 KiB): h-layer1.png, h-layer2.png … h-layer30.png"
 
 
-def test_the_pruning_slide_zooms_on_the_rises_and_counts_the_heads(monkeypatch):
+def test_the_pruning_slide_zooms_on_the_rises_and_counts_the_heads(kept_slides):
     """The whole curve, and beside it the part up to a 25% rise: each rise's line says how many
     heads go before the loss passes it (the last point under it before the first point over)."""
     from mha_trace.render import pruning_slide
 
-    made = []
-    monkeypatch.setattr(pruning_slide, "_save", lambda plt, fig, path, bg: made.append(fig))
+    made = kept_slides(pruning_slide)
     points = [(0, 4.0), (10, 4.0), (20, 4.1), (30, 4.3), (40, 4.5), (100, 9.0)]
     pruning_slide.save_curve("p.png", "t", points, 100, 4.0, (0.05, 0.10))
     (fig,) = made
@@ -485,14 +481,14 @@ def test_the_pruning_slide_zooms_on_the_rises_and_counts_the_heads(monkeypatch):
     assert labels == ["every head", "+5%: 20 heads go first", "+10%: 30 heads go first"]
 
 
-def test_compare_packs_head_counts_into_rows_not_a_staircase(cli, tmp_path, monkeypatch):
+def test_compare_packs_head_counts_into_rows_not_a_staircase(cli, tmp_path, kept_slides):
     """--heads 1,2,4 is two rows of four (1 + 2, then 4), each panel a head of its count."""
     from mha_trace.render import heatmaps
 
     assert heatmaps.packed([[1], [2, 2], [4] * 4])[1] == 4
     assert heatmaps.packed([[1], [2, 2], [4] * 4])[0] == [1, 2, 2, None, 4, 4, 4, 4]
     assert heatmaps.packed([[2, 2], [4] * 4, [8] * 8])[0] == [2, 2, 4, 4, 4, 4, None, None, *[8] * 8]
-    made = _figures(monkeypatch)
+    made = _figures(kept_slides)
     assert cli("compare", "--heads", "1,2,4", "--png", str(tmp_path / "c.png")).exit_code == 0
     titles = [ax.get_title() for ax in made[0].axes[:-1]]
     assert titles == ["H=1 head 1", "H=2 head 1", "H=2 head 2", "",

@@ -356,13 +356,12 @@ def test_one_heads_output_one_position_at_a_time_is_the_forward_pass_written_out
     assert np.ptp(p.by_position[1]) > 0.01  # some positions carry more than others
 
 
-def test_the_slides_draw_the_shares_json_gives(cli, default_run, monkeypatch):
+def test_the_slides_draw_the_shares_json_gives(cli, default_run, kept_slides):
     """`patch --png`: the residual stream, every head and every K/V group on one scale from −1 to
     1, each share written in its cell (a small grid); path patching's four inputs as bars."""
     from mha_trace.render import patching_slide
 
-    made = []
-    monkeypatch.setattr(patching_slide, "_save", lambda plt, fig, p, bg: made.append(fig))
+    made = kept_slides(patching_slide)
     args = ("patch", "--checkpoint", str(default_run), "--by-input")
     data = json.loads(cli(*args, "--format", "json").stdout)
     assert cli(*args, "--png", "p.png").exit_code == 0

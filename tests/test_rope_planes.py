@@ -120,11 +120,10 @@ def test_on_the_corpus_smollm2s_previous_token_heads_lean_on_the_fastest_planes(
         assert row in guide
 
 
-def test_the_rope_slide_maps_every_planes_part(cli, monkeypatch):
+def test_the_rope_slide_maps_every_planes_part(cli, kept_slides):
     from mha_trace.render import rope_slide
 
-    made = []
-    monkeypatch.setattr(rope_slide, "_save", lambda plt, fig, path, bg: made.append(fig))
+    made = kept_slides(rope_slide)
     args = ("explain", "--config", "chicken-road", "--rope", "--token", "it", "--rope-planes", "--head", "2")
     data = json.loads(cli(*args, "--format", "json").stdout)
     assert cli(*args, "--png", "x.png").exit_code == 0

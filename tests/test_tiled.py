@@ -154,13 +154,12 @@ def test_explain_tiled_errors(cli, args, message):
     assert (result.exit_code, result.stderr) == (2, f"Error: {message}\n")
 
 
-def test_the_tiled_slide_draws_each_tiles_scores_sums_and_outputs(cli, monkeypatch):
+def test_the_tiled_slide_draws_each_tiles_scores_sums_and_outputs(cli, kept_slides):
     """1920×1080; for each head the scores by tile, ℓ stacked as rescale × ℓ_old + Σ p, and o ÷ ℓ
     after each tile ending on the row's output; looked at in docs/modern.md's story."""
     from mha_trace.render import tiled_slide
 
-    made = []
-    monkeypatch.setattr(tiled_slide, "_save", lambda plt, fig, path, bg: made.append(fig))
+    made = kept_slides(tiled_slide)
     data = json.loads(cli("explain", "--token", "sat", "--impl", "tiled", "--block-k", "2", "--format", "json").stdout)
     assert cli("explain", "--token", "sat", "--impl", "tiled", "--block-k", "2", "--png", "x.png").exit_code == 0
     (fig,) = made

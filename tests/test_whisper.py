@@ -278,7 +278,7 @@ def test_what_whisper_cannot_do_is_refused_in_one_line(cli, args, said):
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
 
 
-def test_the_strip_and_the_slide_show_the_jsons_alignment(cli, heard, whisper, monkeypatch, tmp_path):
+def test_the_strip_and_the_slide_show_the_jsons_alignment(cli, heard, whisper, monkeypatch, tmp_path, kept_slides):
     """The text strip has a row for each token and one time axis with the timeline; the slide's
     picture is the JSON's matrix (its token rows) with its path, beside the heads' disagreement,
     the published heads boxed; both themes are one 1920×1080 slide."""
@@ -297,8 +297,7 @@ def test_the_strip_and_the_slide_show_the_jsons_alignment(cli, heard, whisper, m
     assert [line.split()[0] for line in strip] == [t.strip() for t in data["tokens"]]
     assert len({len(line) for line in timeline}) == 1  # every word on the same axis
     assert max(len(line) for line in strip) <= len(timeline[0])
-    made = []
-    monkeypatch.setattr(alignment_slide, "_save", lambda plt, fig, p, bg: made.append(fig))
+    made = kept_slides(alignment_slide)
     assert cli(*args, "--png", "w.png").exit_code == 0
     sound, picture, heads = made[-1].axes[:3]
     T = len(data["tokens"])

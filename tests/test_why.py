@@ -140,11 +140,10 @@ def test_the_terminal_names_the_largest_parts_and_the_sources(cli):
     assert "no position embedding (RoPE turns q and k" in smollm2
 
 
-def test_the_slide_colours_each_source_once(cli, monkeypatch):
+def test_the_slide_colours_each_source_once(cli, kept_slides):
     from mha_trace.render import why_slide
 
-    made = []
-    monkeypatch.setattr(why_slide, "_save", lambda plt, fig, path, bg: made.append(fig))
+    made = kept_slides(why_slide)
     assert cli("explain", "--token", "cat", "--why", "--png", "x.png").exit_code == 0
     labels = [t.get_text() for t in made[-1].legends[0].get_texts()]
     assert sorted(labels) == ["dim 1", "dim 3", "score"]  # dims 0 and 2 are all zero: no colour

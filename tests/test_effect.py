@@ -155,10 +155,10 @@ def test_the_terminal_shows_each_head_beside_its_effect(cli):
     assert overview.startswith("all-MiniLM-L6-v2: every head's effect weights on")
 
 
-def test_slides_put_each_heads_effect_beside_its_weights(cli, monkeypatch):
-    from tests.test_output import _figures
+def test_slides_put_each_heads_effect_beside_its_weights(cli, kept_slides):
+    from mha_trace.render import heatmaps, walk_slide
 
-    made = _figures(monkeypatch)
+    made = kept_slides(heatmaps, walk_slide)
     assert cli("heads", "--config", "chicken-road", "--head", "2", "--effect", "--png", "x.png").exit_code == 0
     titles = [ax.get_title() for ax in made[-1].axes if ax.get_title()]
     assert titles == ["head 2", "head 2 effect"]

@@ -9,7 +9,8 @@ a 30-layer model's figures).
 """
 
 from mha_trace.render.plots import (DPI, HEIGHT_PX, SLIDE_H, SLIDE_W, WIDTH_PX, _fitted, _pyplot,
-                                    _rc, _save, _theme, _ticks, token_label, written_together)
+                                    _rc, _save, _theme, _ticks, text_px, token_label,
+                                    written_together)
 
 EDGE, GAP, BAR_GAP, BAR_W = 16, 24, 40, 36  # px: the slide's edge, between panels, the colour bar
 TICK_PT, PAD_PT, TITLE_PAD_PT = 7.0, 4.0, 6.0  # a tick and its label's pad; an axis name's; a title's
@@ -171,12 +172,12 @@ def _placed(rows: int, cols: int, shape: tuple, labels: list, shared: bool) -> t
     the axis names and the colour bar have their room; the labels at the grid's left and
     bottom edges only when `shared` (one sentence's heads), else at every panel."""
     px = DPI / 72
-    name = _text_px(["query"], 18)[1]  # an axis name's line ("query" turned, "key")
-    left = (TICK_PT + PAD_PT) * px + name + max(_text_px(r, rp)[0] for r, rp, _, _ in labels)
-    below = (TICK_PT + PAD_PT) * px + name + max(_text_px(c, cp)[0] for _, _, c, cp in labels)
-    above = _text_px([], 22)[1] + TITLE_PAD_PT * px
-    bar = BAR_GAP + BAR_W + (TICK_PT + PAD_PT) * px + _text_px(["0.00"], 16)[0] + name
-    top = 0.02 * HEIGHT_PX + _text_px([], 28)[1] + 8  # the slide's title
+    name = text_px(["query"], 18)[1]  # an axis name's line ("query" turned, "key")
+    left = (TICK_PT + PAD_PT) * px + name + max(text_px(r, rp)[0] for r, rp, _, _ in labels)
+    below = (TICK_PT + PAD_PT) * px + name + max(text_px(c, cp)[0] for _, _, c, cp in labels)
+    above = text_px([], 22)[1] + TITLE_PAD_PT * px
+    bar = BAR_GAP + BAR_W + (TICK_PT + PAD_PT) * px + text_px(["0.00"], 16)[0] + name
+    top = 0.02 * HEIGHT_PX + text_px([], 28)[1] + 8  # the slide's title
     gx, gy = GAP + (0 if shared else left), GAP / 2 + above + (0 if shared else below)
     room_w = WIDTH_PX - 2 * EDGE - left - bar - (cols - 1) * gx
     room_h = HEIGHT_PX - top - EDGE - above - below - (rows - 1) * gy
@@ -190,18 +191,6 @@ def _placed(rows: int, cols: int, shape: tuple, labels: list, shared: bool) -> t
              "bottom": 1 - y1 / HEIGHT_PX, "wspace": gx / w, "hspace": gy / h},
             [(x1 + BAR_GAP) / WIDTH_PX, 1 - (y0 + y1 + tall) / 2 / HEIGHT_PX, BAR_W / WIDTH_PX,
              tall / HEIGHT_PX], cell)
-
-
-def _text_px(texts: list, points: float) -> tuple[float, float]:
-    """The widest of `texts` and a line's height, in px, at `points` in the slide's font,
-    measured by matplotlib's own text layout (not guessed from a count of characters)."""
-    from matplotlib.font_manager import FontProperties
-    from matplotlib.textpath import text_to_path
-
-    font = FontProperties(size=points)
-    size = lambda text: text_to_path.get_text_width_height_descent(text, font, ismath=False)
-    return (max((size(t)[0] for t in texts), default=0.0) * DPI / 72,
-            sum(size("Xg")[1:]) * DPI / 72)
 
 
 def _labelled(rows: int, cols: int, filled: list) -> list[tuple[bool, bool]]:

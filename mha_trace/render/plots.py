@@ -105,6 +105,18 @@ def token_label(token: str) -> str:
     return _fitted(token, LABEL_CHARS)
 
 
+def text_px(texts: list, points: float) -> tuple[float, float]:
+    """The widest of `texts` and a line's height, in px, at `points` in the slide's font,
+    measured by matplotlib's own text layout (not guessed from a count of characters)."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import text_to_path
+
+    font = FontProperties(size=points)
+    size = lambda text: text_to_path.get_text_width_height_descent(text, font, ismath=False)
+    return (max((size(t)[0] for t in texts), default=0.0) * DPI / 72,
+            sum(size("Xg")[1:]) * DPI / 72)
+
+
 SLIDE_W, SLIDE_H = WIDTH_PX, HEIGHT_PX - 140  # the title takes the top of the slide
 MIN_TICK_PT = 13  # 18 px at 100 dpi: the smallest label readable from the back of a hall
 

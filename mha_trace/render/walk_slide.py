@@ -7,7 +7,7 @@ from mha_trace.analyses.walk import Walk
 from mha_trace.io.page import slide
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, SLIDE_W, WIDTH_PX, _fitted,
                                     _pyplot, _rc, _save, _theme, _ticks, _values_on,
-                                    _weights_on, bars, token_label)
+                                    _weights_on, bars, text_px, token_label)
 
 
 @slide.register(Walk)
@@ -65,11 +65,9 @@ def _layout(heads: list, keys: list, xs: list, size: float, walk) -> dict:
     and took 2 s of the 5 a MiniLM slide took): room on the left for "head 6.12" and the values,
     below for the longest key written at `size` points (rotated) and the legend, above for the
     titles."""
-    px = lambda points, chars: points * DPI / 72 * 0.62 * chars  # a character's width, roughly
-    label = max(len(f"head {walk.view.head_name(hw.head)}") for hw in heads)
-    longest = max((len(keys[j]) for j in xs), default=1)
-    left = (px(18, label) + px(MIN_TICK_PT, 6) + 36) / WIDTH_PX
-    bottom = (px(size, longest) + 16 * DPI / 72 * 2.2 + 16) / HEIGHT_PX
+    labels = [f"head {walk.view.head_name(hw.head)}" for hw in heads]
+    left = (text_px(labels, 18)[0] + text_px(["-00.00"], MIN_TICK_PT)[0] + 36) / WIDTH_PX
+    bottom = (text_px([keys[j] for j in xs], size)[0] + 16 * DPI / 72 * 2.2 + 16) / HEIGHT_PX
     return {"left": left, "right": 0.99, "top": 1 - 96 / HEIGHT_PX, "bottom": bottom,
             "wspace": 0.16, "hspace": 0.45 if len(heads) > 4 else 0.3}
 

@@ -207,17 +207,15 @@ def fewer_collections():
 
 
 def a_heap_for_the_worker():
-    """A worker keeps the memory it frees for its next test. The command line returns large
-    blocks to the OS at once (`speedups.return_freed_memory`: a lecture laptop's memory, for a
-    process that runs one command), and the commands a worker runs in process set that policy
-    for the worker too: every block over 128 KiB was then mapped afresh and faulted in page by
-    page (9.3 million page faults a run, 29 s of the kernel's time). Here blocks up to glibc's
-    largest threshold (32 MiB) come from the heap, which grows 64 MiB at a time and is trimmed
-    only past 1 GiB free (6.9 million faults, 24 s); processes of their own keep the command
-    line's policy. Linux with glibc only."""
+    """A worker keeps the memory it frees for its next test. glibc's defaults suit a short
+    process: a block over 128 KiB is mapped afresh (the threshold rises only as mapped blocks of
+    a size are freed) and free memory over twice that is handed back, so a worker running
+    thousands of model passes and slides faulted its temporaries in page by page again and again
+    (9.3 million page faults a run, 29 s of the kernel's time). Here blocks up to glibc's largest
+    threshold (32 MiB) come from the heap, which grows 64 MiB at a time and is trimmed only past
+    1 GiB free (6.9 million faults, 24 s). Processes of their own keep what the command line
+    sets (`speedups.return_freed_memory`). Linux with glibc only."""
     import ctypes
-
-    from mha_trace import speedups
 
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -225,8 +223,7 @@ def a_heap_for_the_worker():
         libc.mallopt(-1, 1024 * 1024 * 1024)  # M_TRIM_THRESHOLD
         libc.mallopt(-2, 64 * 1024 * 1024)  # M_TOP_PAD
     except (OSError, AttributeError):
-        return
-    speedups._mmap_threshold = lambda size: None  # the worker's setting stands
+        pass
 
 
 def build_each_app_once():

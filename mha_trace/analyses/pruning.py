@@ -83,7 +83,7 @@ def corpus_losses(model, found: list, removed: list, on_pass=lambda: None) -> li
     for point, heads in enumerate(removed):
         for layer, head in heads:
             gates[point, layer - 1, head - 1] = 0.0
-    total, count = torch.zeros(len(removed), dtype=torch.float64), 0
+    total, count = torch.zeros(len(removed), dtype=torch.float64, device=model.device), 0
     with torch.no_grad():
         for rows in found:
             B, T = len(rows), len(rows[0])

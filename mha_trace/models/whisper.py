@@ -182,8 +182,9 @@ class Model:
         """(1, 1500, 384): the two convolutions over 30 s of log-mel (the samples, then silence)."""
         mel = torch.from_numpy(encoder_input(samples))[None].to(self.device)  # (1, 80, 3000)
         e = self.encoder
-        with torch.no_grad():
-            return F.gelu(e.conv2(F.gelu(e.conv1(mel)))).transpose(1, 2)
+        with torch.no_grad(), torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled,
+                                                         allow_tf32=False):  # float32 on CUDA too:
+            return F.gelu(e.conv2(F.gelu(e.conv1(mel)))).transpose(1, 2)  # cuDNN would use TF32
 
     def encoder_stream(self, samples: np.ndarray) -> tuple:
         """The encoder's residual stream over 30 s of audio (the samples, then silence), each

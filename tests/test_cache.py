@@ -92,6 +92,7 @@ def _fed(cache: PolicyCache, weight) -> PolicyCache:
         held = cache.positions[0, 0].tolist()  # each slot's position, -1 where empty
         w = torch.tensor([weight(t, p) if p >= 0 else 0.0 for p in held]).view(1, 1, 1, -1)
         cache.observe(w.expand(1, 4, 1, -1))
+        cache.position += 1  # as decode moves its layers' shared clock on
     return cache
 
 
@@ -103,10 +104,10 @@ def test_h2o_keeps_the_sinks_the_recent_half_and_the_heaviest_keys():
     heavy = {3: 0.9, 4: 0.01, 5: 0.5}  # keys 3 and 5 get heavy weight while they are held
     weight = lambda t, p: heavy.get(p, noise[t, p])
     kept = lambda c: c.positions[0].sort(-1).values.tolist()
-    cache = _fed(PolicyCache([Setting("h2o", 8, 2)], group=2, rope_base=10000.0, tokens=12), weight)
+    cache = _fed(PolicyCache([Setting("h2o", 8, 2)], group=2, rope_base=10000.0, tokens=12, position=torch.tensor(0)), weight)
     assert kept(cache) == [[0, 1, 3, 5, 8, 9, 10, 11]] * 2
     assert torch.equal(cache.k[0, :, :, 0], cache.positions[0].float())  # keys moved with them
-    sinks = _fed(PolicyCache([Setting("sinks", 8, 2)], group=2, rope_base=10000.0, tokens=12), weight)
+    sinks = _fed(PolicyCache([Setting("sinks", 8, 2)], group=2, rope_base=10000.0, tokens=12, position=torch.tensor(0)), weight)
     assert kept(sinks) == [[0, 1, 6, 7, 8, 9, 10, 11]] * 2
 
 
@@ -118,9 +119,9 @@ def test_caches_in_one_batch_keep_what_each_keeps_alone():
     weight = lambda t, p: noise[t, p]
     todo = [Setting("h2o", 8, 2), Setting("window", 6, 2), Setting("h2o", 6, 1)]
     kept = lambda c, row: [sorted(p for p in head if p >= 0) for head in c.positions[row].tolist()]
-    together = _fed_rows(PolicyCache(todo, group=2, rope_base=10000.0, tokens=12), weight)
+    together = _fed_rows(PolicyCache(todo, group=2, rope_base=10000.0, tokens=12, position=torch.tensor(0)), weight)
     for r, s in enumerate(todo):
-        alone = _fed(PolicyCache([s], group=2, rope_base=10000.0, tokens=12), weight)
+        alone = _fed(PolicyCache([s], group=2, rope_base=10000.0, tokens=12, position=torch.tensor(0)), weight)
         assert kept(together, r) == kept(alone, 0) and len(kept(alone, 0)[0]) == s.budget, s
     assert together.visible()[:, 0, 0].tolist() == [[True] * 8, [True] * 6 + [False] * 2,
                                                      [True] * 6 + [False] * 2]
@@ -134,6 +135,7 @@ def _fed_rows(cache: PolicyCache, weight) -> PolicyCache:
         held = cache.positions[:, 0].tolist()
         w = torch.tensor([[weight(t, p) if p >= 0 else 0.0 for p in row] for row in held])
         cache.observe(w[:, None, None, :].expand(-1, 4, 1, -1))
+        cache.position += 1
     return cache
 
 

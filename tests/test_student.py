@@ -1,5 +1,6 @@
 """verify --module: a student's own class against the lecture's module, and what went wrong."""
 
+import inspect
 import json
 
 import numpy as np
@@ -320,7 +321,11 @@ def test_the_first_wrong_step_is_where_the_layout_goes_wrong(cli, tmp_path):
     out = cli("verify", "--module", S + "MergedWithoutTranspose", "--d-model", "32", "--heads", "4").stdout
     flat = " ".join(out.split())
     assert "First wrong step: tests/student/student_bugs.py:37 context = context.reshape(B, T, self.d_model)" in flat
-    assert "the lecture's: view [2, 6, 32]" in flat and "(attention.py:141 context =" in flat
+    from mha_trace.core import attention
+
+    merge = next(i for i, line in enumerate(inspect.getsource(attention).splitlines(), 1)
+                 if line.strip().startswith("context = context.transpose(1, 2)"))
+    assert "the lecture's: view [2, 6, 32]" in flat and f"(attention.py:{merge} context =" in flat
     assert "first different at [0, 0, 8]: yours" in flat
     path = tmp_path / "t13.py"
     path.write_text(open("tests/student/correct_renamed.py").read()

@@ -77,11 +77,12 @@ class TinyLlama:
     def run(self, ids, batch: int = 1, resume=None, grad: bool = False, last: int | None = None,
             mask=None, caches=None):
         rows = rows_of(ids)
-        T, start = len(rows[0]), 0 if caches is None else len(caches[0])
+        T = len(rows[0])
         first, x = (1, self.embedding(torch.tensor(rows, device=self.device))) if resume is None else resume
         x = x.expand(batch, T, self.d_model) if batch > 1 else x
         last = self.layers if last is None else last
         if mask is None:
+            start = 0 if caches is None else caches[0].position
             mask = torch.ones(T, start + T, dtype=torch.bool, device=self.device).tril(start)
         inputs, weights = [], []
         with torch.set_grad_enabled(grad):

@@ -70,21 +70,25 @@ class PolicyCache:
     """One layer's KV caches for several settings at once, a batch row each (every row reads the
     same text), in buffers as wide as the largest budget. Row r holds at most its budget B_r
     tokens, the one being read included: once full, each new token takes the slot of the one
-    it evicts. `len()` is the new token's position; `visible()` the slots each row's query
-    sees; `append` evicts from each full row, adds the new token and returns every row's keys
-    and values; `observe` takes the step's weights (h2o counts what each key received). All of
-    it is index operations on tensors: no loop over rows, heads or slots, no copy of the kept
+    it evicts. `position` is the new token's position, a 0-dim tensor on the device that every
+    layer's cache shares and the decoding loop moves on (so that a CUDA graph of a step replays
+    at each step's position); `visible()` the slots each row's query sees; `append` evicts from each full row, adds the new token and returns every row's
+    keys and values; `observe` takes the step's weights (h2o counts what each key received). All
+    of it is index operations on tensors: no loop over rows, heads or slots, no copy of the kept
     keys, and nothing read back to the host while decoding."""
 
-    def __init__(self, settings: list, group: int, rope_base: float, tokens: int, device="cpu"):
-        self.group, self.base, self.seen = group, rope_base, 0
+    def __init__(self, settings: list, group: int, rope_base: float, tokens: int,
+                 position: torch.Tensor):
+        self.group, self.base, self.position = group, rope_base, position
+        device = position.device
         self.budgets = [min(s.budget or tokens, tokens) for s in settings]
         self.width = max(self.budgets)
         row = lambda values: torch.tensor(values, device=device)[:, None, None]  # (R, 1, 1)
         self.last = row(self.budgets)[:, 0, 0] - 1  # (R,) the last slot of each row
         self.sinks = row([s.sinks for s in settings])
         self.recent = row([b // 2 - 1 for b in self.budgets])  # h2o: with the next token, B/2
-        self.policy = row([POLICIES.index(s.policy) for s in settings])
+        self.kept_from = row([0 if s.policy == "window" else s.sinks for s in settings])
+        self.h2o = row([s.policy == "h2o" for s in settings])[..., 0]  # (R, 1)
         self.renumbered = torch.tensor([s.renumber for s in settings], device=device)
         self.renumbering = any(s.renumber for s in settings)
         self.slot_index = torch.arange(self.width, device=device)  # (W,)
@@ -92,45 +96,40 @@ class PolicyCache:
         self.positions = self.score = None  # unturned when renumbering); (R, Hkv, W) each's
         # position (-1: empty) and the attention it received so far (h2o)
 
-    def __len__(self):
-        return self.seen
-
     def visible(self) -> torch.Tensor:
         """(R, 1, 1, W) bool: the slots the next token's query sees in each row, itself included."""
-        return (self.slot_index <= torch.clamp(self.last, max=self.seen)[:, None])[:, None, None]
+        return (self.slot_index <= torch.minimum(self.last, self.position)[:, None])[:, None, None]
 
     def append(self, k, v):
-        """This step's keys and values (R, Hkv, 1, d_k), turned at position len(self); every
+        """This step's keys and values (R, Hkv, 1, d_k), turned at `position`; every
         row's kept ones with them (R, Hkv, W, d_k), each full row having evicted one first."""
         if self.k is None:
             R, G, _, d = k.shape
             self.k, self.v = k.new_zeros(R, G, self.width, d), v.new_zeros(R, G, self.width, d)
             self.positions = torch.full((R, G, self.width), -1, dtype=torch.long, device=k.device)
             self.score = torch.zeros(R, G, self.width, dtype=torch.float64, device=k.device)
-        t = self.seen
+        t = self.position
         slot = torch.where((self.last < t)[:, None], self._evicted(t), t)  # (R, Hkv)
         if self.renumbering:  # held unturned: turned by their rank at each step
             k = torch.where(self.renumbered[:, None, None, None], rope(k, -t, self.base), k)
         at = lambda x: slot[..., None, None].expand(-1, -1, 1, x.size(-1))
         self.k.scatter_(2, at(k), k)
         self.v.scatter_(2, at(v), v)
-        self.positions.scatter_(2, slot[..., None], t)
+        self.positions.scatter_(2, slot[..., None], t.expand(slot[..., None].shape))
         self.score.scatter_(2, slot[..., None], 0.0)
-        self.seen += 1
         return self._keys(t), self.v
 
-    def _evicted(self, t: int) -> torch.Tensor:
+    def _evicted(self, t: torch.Tensor) -> torch.Tensor:
         """(R, Hkv) the slot each full row gives up: window its oldest token, sinks its oldest
         after the sinks, h2o the one that received least of those after the sinks and before
         the recent B/2 (per K/V head)."""
         p = self.positions
-        oldest = torch.where(p >= torch.where(self.policy == POLICIES.index("window"), 0, self.sinks),
-                             p, self.width + t).argmin(-1)
+        oldest = torch.where(p >= self.kept_from, p, self.width + t).argmin(-1)
         middle = (p >= self.sinks) & (p < t - self.recent)
         lightest = torch.where(middle, self.score, torch.inf).argmin(-1)
-        return torch.where(self.policy[..., 0] == POLICIES.index("h2o"), lightest, oldest)
+        return torch.where(self.h2o, lightest, oldest)
 
-    def _keys(self, t: int) -> torch.Tensor:
+    def _keys(self, t: torch.Tensor) -> torch.Tensor:
         """The keys as each row's query reads them: a renumbered row's turned by their rank in
         the cache, shifted so that its query, turned at t, sits at its own rank (RoPE sees only
         differences)."""
@@ -138,7 +137,7 @@ class PolicyCache:
             return self.k
         empty = (self.positions < 0).sum(-1, keepdim=True)
         rank = self.positions.argsort(-1).argsort(-1) - empty  # (R, Hkv, W)
-        newest = torch.clamp(self.last, max=t)[:, None, None]
+        newest = torch.minimum(self.last, t)[:, None, None]
         turned = turn(self.k, rank + (t - newest), self.base)
         return torch.where(self.renumbered[:, None, None, None], turned, self.k)
 
@@ -206,19 +205,31 @@ def masked_pass(model, ids: list, s: Setting) -> CacheResult:
 
 def decode(model, ids: list, todo: list, on_token=lambda: None) -> list:
     """Token by token through every layer, every setting at once (a batch row each), each layer
-    with its own PolicyCache; a row's query sees the keys its cache holds for it. One result a
-    setting, each with an even share of the time (they ran together)."""
+    with its own PolicyCache; a row's query sees the keys its cache holds for it. Every token's
+    input is embedded once; on CUDA the step is replayed from a graph (`runtime.replayed`). One
+    result a setting, each with an even share of the time (they ran together)."""
+    from mha_trace.core.runtime import replayed
+
     start = time.perf_counter()
     group = model.heads // (model.kv_heads or model.heads)
-    caches = [PolicyCache(todo, group, model.rope_base, len(ids), model.device)
-              for _ in range(model.layers)]
-    outputs = []
+    clock = torch.zeros((), dtype=torch.long, device=model.device)  # the token's position
+    caches = [PolicyCache(todo, group, model.rope_base, len(ids), clock) for _ in range(model.layers)]
+    rows = [ids[:1]] * len(todo)  # the step's shape, one token a row: its input comes from x
     with torch.no_grad(), model.resident():
-        for token in ids:
-            out, _, weights = model.run([[token]] * len(todo), caches=caches, mask=caches[0].visible())
+        embedded = sum(model.embedding_parts(ids).values())  # (T, D): every token's input
+        x = embedded.new_empty(len(todo), 1, embedded.size(-1))  # (R, 1, D): the step's
+
+        def step():
+            out, _, weights = model.run(rows, resume=(1, x), caches=caches, mask=caches[0].visible())
             for cache, w in zip(caches, weights):
                 cache.observe(w)
-            outputs.append(out)
+            clock.add_(1)  # in place: a replay moves it on too
+            return out
+
+        step, outputs = replayed(step, model.device), []
+        for t in range(len(ids)):
+            x.copy_(embedded[t].expand_as(x))
+            outputs.append(step().clone())  # a replay writes its output where the last one was
             on_token()
     out = torch.cat(outputs, 1)  # (R, T, D)
     nll = [_nll(model, out[r:r + 1], ids) for r in range(len(todo))]

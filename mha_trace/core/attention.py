@@ -13,6 +13,7 @@ LLaMA), `window` (sliding window, as Mistral), `impl="sdpa"` (the fused kernel) 
 """
 
 import math
+import threading
 
 import torch
 import torch.nn as nn
@@ -26,13 +27,32 @@ def rotate_half(x):
 
 
 def rope(x, start, base):
-    """Rotate each pair (x_i, x_{i+d/2}) of x (B, H, T, d) by angle position · base^(-2i/d)."""
-    T, d = x.size(-2), x.size(-1)
-    exact = torch.float64 if x.dtype == torch.float64 else torch.float32
-    inv_freq = base ** (-torch.arange(0, d, 2, dtype=exact, device=x.device) / d)  # (d/2,)
-    positions = torch.arange(start, start + T, dtype=exact, device=x.device)  # (T,)
+    """Rotate each pair (x_i, x_{i+d/2}) of x (B, H, T, d) by angle position · base^(-2i/d).
+    start: the first token's position, an int or a 0-dim tensor (a cache's, on the device)."""
+    cos, sin = rope_angles(start, x.size(-2), x.size(-1), base, x.dtype, x.device)  # (T, d) each
+    return x * cos + rotate_half(x) * sin
+
+
+_last_angles = threading.local()
+
+
+def rope_angles(start, T, d, base, dtype, device):
+    """cos and sin (T, d) of each position's angles, position · base^(-2i/d) (in float64 for
+    float64 x). A tensor start (a cache's position, one for every layer) keeps the last ones it
+    was asked for until it changes in place: every layer of a decoding step turns q and k by the
+    same positions, so a step computes them once."""
+    key = None if isinstance(start, int) else (id(start), start._version, T, d, base, dtype, device)
+    kept = getattr(_last_angles, "kept", None)
+    if key is not None and kept is not None and kept[0] == key:
+        return kept[2], kept[3]
+    exact = torch.float64 if dtype == torch.float64 else torch.float32
+    inv_freq = base ** (-torch.arange(0, d, 2, dtype=exact, device=device) / d)  # (d/2,)
+    positions = start + torch.arange(T, dtype=exact, device=device)  # (T,)
     angles = torch.cat([positions[:, None] * inv_freq] * 2, dim=-1)  # (T, d)
-    return x * angles.cos().to(x.dtype) + rotate_half(x) * angles.sin().to(x.dtype)
+    cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
+    if key is not None:  # start held with them: no other tensor takes its id meanwhile
+        _last_angles.kept = (key, start, cos, sin)
+    return cos, sin
 
 
 class KVCache:
@@ -43,6 +63,11 @@ class KVCache:
 
     def __len__(self):
         return 0 if self.k is None else self.k.size(2)
+
+    @property
+    def position(self):
+        """The next token's position: how many tokens the cache has seen."""
+        return len(self)
 
     def append(self, k, v):
         """Add this step's keys and values (B, Hkv, T_new, d_k); return all of them so far."""
@@ -86,7 +111,7 @@ class MultiHeadAttention(nn.Module):
         k = q if k is None else k
         v = q if v is None else v
         B = q.size(0)
-        start = 0 if cache is None else len(cache)  # position of this call's first token
+        start = 0 if cache is None else cache.position  # position of this call's first token
 
         # project, then split d_model into heads and move heads next to batch
         Q = self.W_q(q).view(B, -1, self.heads, self.d_k).transpose(1, 2)  # (B, H, T, d_k)
@@ -104,7 +129,7 @@ class MultiHeadAttention(nn.Module):
 
         # sliding window: query i sees keys i - window + 1 .. i
         if self.window is not None:
-            i = torch.arange(start, start + Q.size(2), device=Q.device)[:, None]
+            i = start + torch.arange(Q.size(2), device=Q.device)[:, None]
             j = torch.arange(K.size(2), device=Q.device)[None, :]
             band = (j <= i) & (j > i - self.window)  # (T, T_keys)
             mask = band if mask is None else mask & band

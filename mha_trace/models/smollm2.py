@@ -57,7 +57,7 @@ class RMSNorm(nn.Module):
         self.weight, self.eps = nn.Parameter(torch.ones(d)), eps
 
     def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight  # (B, T, D)
+        return F.rms_norm(x, x.shape[-1:], self.weight, self.eps)  # x / sqrt(mean(x²) + eps) · weight
 
 
 class Block(nn.Module):
@@ -158,9 +158,9 @@ class Model:
 
     def _tensor(self, name: str, rows=None) -> torch.Tensor:
         if self._kept is None:
-            return DEQUANTISE[self.tensors[name]["type"]](self._raw(name, rows)).to(self.device)
+            return DEQUANTISE[self.tensors[name]["type"]](self._raw(name, rows), self.device)
         if name not in self._kept:
-            self._kept[name] = DEQUANTISE[self.tensors[name]["type"]](self._raw(name)).to(self.device)
+            self._kept[name] = DEQUANTISE[self.tensors[name]["type"]](self._raw(name), self.device)
         return self._kept[name] if rows is None else self._kept[name][rows]
 
     @contextmanager
@@ -209,12 +209,12 @@ class Model:
         lab's evictions that depend on positions alone).
         """
         rows = rows_of(ids)
-        T, start = len(rows[0]), 0 if caches is None else len(caches[0])
+        T = len(rows[0])
         first, x = (1, self.word_vectors(rows)) if resume is None else resume
         x = x.expand(batch, T, self.d_model) if batch > 1 else x
         last = self.layers if last is None else last
-        # causal: query start + i sees keys 0 .. start + i, no looking ahead
-        if mask is None:
+        if mask is None:  # causal: query start + i sees keys 0 .. start + i, no looking ahead
+            start = 0 if caches is None else caches[0].position
             mask = torch.ones(T, start + T, dtype=torch.bool, device=self.device).tril(start)
         inputs, weights = [], []
         with torch.set_grad_enabled(grad):

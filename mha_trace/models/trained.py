@@ -91,7 +91,7 @@ class Trained:
             if resume is not None:
                 first, x = resume
             elif caches is not None:
-                start = len(caches[0])
+                start = caches[0].position
                 first, x = 1, self.toy.embed(torch.tensor(rows, device=self.device))
                 if self.toy.position is not None:  # learned positions (RoPE turns q and k instead)
                     x = x + self.toy.position.weight[start:start + len(rows[0])]

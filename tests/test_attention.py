@@ -74,3 +74,18 @@ def test_scale_is_sqrt_d_k():
     # query 0 scores keys 1·1=1 and 1·2=2, scaled by 1/sqrt(4)
     s = torch.tensor([1.0, 2.0]) / math.sqrt(4)
     torch.testing.assert_close(w[0, 0, 0], torch.softmax(s, -1))
+
+
+def test_rope_at_a_tensor_position_is_rope_at_that_int_and_moves_with_it():
+    """The KV-cache lab keeps its position in a 0-dim tensor (a CUDA graph replays it, and every
+    layer shares it): rope there equals rope at the int, and the angles kept for the next layer
+    are made again once the tensor changes in place."""
+    from mha_trace.core.attention import rope
+
+    x = torch.randn(2, 3, 1, 8)
+    clock = torch.tensor(5)
+    assert torch.equal(rope(x, clock, 10000.0), rope(x, 5, 10000.0))
+    assert torch.equal(rope(x[:, :1], clock, 10000.0), rope(x[:, :1], 5, 10000.0))  # kept
+    clock += 1
+    assert torch.equal(rope(x, clock, 10000.0), rope(x, 6, 10000.0))
+    assert not torch.equal(rope(x, clock, 10000.0), rope(x, 5, 10000.0))

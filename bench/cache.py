@@ -2,9 +2,9 @@
 full, window, sinks and h2o at budgets 64, 128 and 256), as a ratio to `python -c "import torch"`,
 the two alternated.
 
-    python bench/cache.py [--rounds N]
+    python bench/cache.py [--rounds N] [--device cuda]
 
-About two and a half minutes a round on two cores. docs/cache.md and docs/testing.md quote it.
+About a minute a round on two cores, 5 s on an H200. docs/cache.md and docs/testing.md quote it.
 """
 
 import argparse
@@ -23,14 +23,17 @@ def timed(args: list) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=1)
-    rounds = parser.parse_args().rounds
+    parser.add_argument("--device", default="cpu")
+    o = parser.parse_args()
+    rounds = o.rounds
     lab, torch = [], []
     for _ in range(rounds):
         torch.append(timed([sys.executable, "-c", "import torch"]))
-        lab.append(timed([sys.executable, "-m", "mha_trace", "cache", "--format", "json"]))
+        lab.append(timed([sys.executable, "-m", "mha_trace", "cache", "--device", o.device,
+                          "--format", "json"]))
         torch.append(timed([sys.executable, "-c", "import torch"]))
     t, c = statistics.median(torch), statistics.median(lab)
-    print(f"import torch {t:.2f} s; cache (defaults) {c:.1f} s = {c / t:.0f}x import torch "
+    print(f"import torch {t:.2f} s; cache (defaults, {o.device}) {c:.1f} s = {c / t:.0f}x import torch "
           f"({rounds} round{'s' if rounds > 1 else ''}, medians)")
 
 

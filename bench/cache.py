@@ -4,7 +4,7 @@ the two alternated.
 
     python bench/cache.py [--rounds N] [--device cuda]
 
-About a minute a round on two cores, 5 s on an H200. docs/cache.md and docs/testing.md quote it.
+About a minute a round on two cores, 8 s on an H200. docs/cache.md and docs/testing.md quote it.
 """
 
 import argparse

@@ -72,10 +72,11 @@ class PolicyCache:
     tokens, the one being read included: once full, each new token takes the slot of the one
     it evicts. `position` is the new token's position, a 0-dim tensor on the device that every
     layer's cache shares and the decoding loop moves on (so that a CUDA graph of a step replays
-    at each step's position); `visible()` the slots each row's query sees; `append` evicts from each full row, adds the new token and returns every row's
-    keys and values; `observe` takes the step's weights (h2o counts what each key received). All
-    of it is index operations on tensors: no loop over rows, heads or slots, no copy of the kept
-    keys, and nothing read back to the host while decoding."""
+    at each step's position); `visible()` the slots each row's query sees; `append` evicts from
+    each full row, adds the new token and returns every row's keys and values; `observe` takes
+    the step's weights (h2o counts what each key received). All of it is index operations on
+    tensors: no loop over rows, heads or slots, no copy of the kept keys, and nothing read back
+    to the host while decoding."""
 
     def __init__(self, settings: list, group: int, rope_base: float, tokens: int,
                  position: torch.Tensor):

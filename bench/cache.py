@@ -4,7 +4,7 @@ the two alternated.
 
     python bench/cache.py [--rounds N] [--device cuda]
 
-About a minute a round on two cores, 8 s on an H200. docs/cache.md and docs/testing.md quote it.
+About 25 s a round on two cores (the release before took 8.4 s on an H200). docs/cache.md and docs/testing.md quote it.
 """
 
 import argparse

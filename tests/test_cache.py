@@ -1,5 +1,5 @@
-"""The KV-cache lab: full equals transformers over the lab's default text; the masked pass equals
-real decoding; an evicting cache keeps what its policy says; bytes are cost's."""
+"""The KV-cache lab: full equals transformers over the lab's default text; the masked pass and the
+replayed pass equal real decoding; an evicting cache keeps what its policy says; bytes are cost's."""
 
 import json
 import re
@@ -11,7 +11,7 @@ import torch
 
 import mha_trace
 from mha_trace.analyses import kvcache
-from mha_trace.analyses.kvcache import PolicyCache, Setting
+from mha_trace.analyses.evictions import PolicyCache, Setting
 from mha_trace.models.smollm2 import load_smollm2
 
 pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
@@ -62,6 +62,23 @@ def test_the_masked_pass_equals_decoding_token_by_token(model, short):
         assert set(np.flatnonzero(fast.held)) == expected
 
 
+def test_the_replayed_pass_equals_decoding_token_by_token(model):
+    """h2o a layer at a time, its evictions replayed over each layer's weights, equals h2o decoded
+    for real through the lecture's module and its cache: the same keys held at the end in every
+    layer and K/V head, the same losses. 40 tokens, budgets from 10 (evicting from the 11th
+    token on) to the whole text, four sinks, together as the lab runs them."""
+    ids = kvcache.text_ids(model, kvcache.bundled_text()[1], 40)
+    todo = [Setting("h2o", b, 4) for b in (10, 16, 24, 40)]
+    replayed, decoded = kvcache.replayed_pass(model, ids, todo), kvcache.decode(model, ids, todo)
+    for s, fast, real in zip(todo, replayed, decoded):
+        assert fast.how == "replayed" and real.how == "decoded"
+        assert fast.nll == pytest.approx(real.nll, abs=1e-5), s
+        assert np.array_equal(fast.held, real.held), s
+    assert len({round(r.nll, 4) for r in replayed}) == len(todo)  # each budget keeps other keys
+    assert replayed[-1].nll == pytest.approx(kvcache.masked_pass(model, ids, Setting("full", None, 4)).nll,
+                                             abs=1e-5)
+
+
 def test_a_budget_as_long_as_the_text_is_full_for_every_policy(model, short):
     ids = short
     full = kvcache.masked_pass(model, ids, Setting("full", None, 2)).nll
@@ -69,6 +86,7 @@ def test_a_budget_as_long_as_the_text_is_full_for_every_policy(model, short):
             Setting("sinks", 32, 2, renumber=True), Setting("h2o", len(ids), 2, renumber=True)]
     real = [s for s in todo if kvcache.decoded(s)]
     found = dict(zip(real, kvcache.decode(model, ids, real)))
+    found |= dict(zip(todo[2:3], kvcache.replayed_pass(model, ids, todo[2:3])))
     for s in todo:
         r = found[s] if s in found else kvcache.masked_pass(model, ids, s)
         assert r.nll == pytest.approx(full, abs=1e-5), s
@@ -199,8 +217,12 @@ def test_the_api_returns_the_same_record(ids):
     assert re.fullmatch(r"Took [0-9.]+ s: 2 masked passes [0-9.]+ s\.", timing(r))  # at a terminal
     both = mha_trace.model("smollm2").cache(TEXT, policies="window,h2o", budgets=[8, 10], sinks=2,
                                             tokens=12)
-    assert re.fullmatch(r"Took [0-9.]+ s: 3 masked passes [0-9.]+ s, 2 settings decoded token by "
-                        r"token together [0-9.]+ s \([0-9]+ ms a token\)\.", timing(both))
+    assert re.fullmatch(r"Took [0-9.]+ s: 3 masked passes [0-9.]+ s, 2 h2o settings a layer at a "
+                        r"time, evictions replayed, together [0-9.]+ s\.", timing(both))
+    renumbered = mha_trace.model("smollm2").cache(TEXT, policies="sinks", budgets=[10], sinks=2,
+                                                  tokens=12, renumber=True)
+    assert re.fullmatch(r"Took [0-9.]+ s: 2 masked passes [0-9.]+ s, 1 setting decoded token by "
+                        r"token [0-9.]+ s \([0-9]+ ms a token\)\.", timing(renumbered))
 
 
 def test_what_a_long_text_would_hold_is_refused_before_it_runs(cli, monkeypatch):
@@ -239,6 +261,8 @@ def test_a_trained_run_reads_its_probe_and_decodes_like_its_masked_pass(cli, tmp
     for s, r in zip(todo, together):  # as each decodes alone
         alone = kvcache.decode(m, ids, [s])[0]
         assert r.nll == pytest.approx(alone.nll, abs=1e-6) and np.array_equal(r.held, alone.held), s
+    for s, fast, r in zip(todo[2:], kvcache.replayed_pass(m, ids, todo[2:]), together[2:]):
+        assert fast.nll == pytest.approx(r.nll, abs=1e-5) and np.array_equal(fast.held, r.held), s
     result = cli("cache", "--checkpoint", str(path), "--budget", "8", "--sinks", "2", "--format", "json")
     assert json.loads(result.stdout)["text"] == "the run's probe sequence"
     refused = cli("cache", "--checkpoint", str(path), "--renumber")
@@ -253,28 +277,34 @@ def test_a_budget_that_holds_the_whole_text_says_why_its_rows_equal_full(cli, de
     assert "-0.000" not in shown
 
 
-def test_the_progress_bar_counts_work_so_its_estimate_holds_steady(default_run):
-    """A masked pass takes seconds and a decode minutes: each advances the bar by the decoded
-    tokens its time is worth, and the bar ends exactly full (its estimate once jumped from 0:00:01
-    to 0:15:21 as the passes gave way to the decodes)."""
+def test_the_progress_bar_counts_work_so_its_estimate_holds_steady(default_run, model):
+    """Each masked pass, each layer of the replayed pass and each decoded token advances the bar
+    by the tenths of a second of its estimate, and the bar ends exactly full (its estimate once
+    jumped from 0:00:01 to 0:15:21 as the passes gave way to the decodes). A trained run's probe;
+    SmolLM2 renumbering (a run with learned positions cannot)."""
     import contextlib
 
-    model = mha_trace.model(str(default_run)).model
-    seen = {}
-
-    @contextlib.contextmanager
-    def progress(total):
-        seen["total"], seen["done"] = total, 0
-        yield lambda *_: seen.__setitem__("done", seen["done"] + 1)
-
-    text = model.default_text
-    kvcache.cache_lab(model, "probe", text, 32, ["full", "window", "h2o"], [12], 4, False, progress)
-    assert seen["done"] == seen["total"]
-    T = len(kvcache.text_ids(model, text, 32))
-    todo = kvcache.settings(["full", "window", "h2o"], [12], 4, False)
     from mha_trace.models.guards import seconds
 
-    masked, rows = 2, 1  # full and window; h2o decodes
-    assert seen["total"] == kvcache.lab_work(model, T, todo) == masked * kvcache.pass_work(model, T, todo) + T
-    decoding = T * kvcache.step_seconds(model, rows)  # one unit a decoded token
-    assert kvcache.pass_work(model, T, todo) / T == pytest.approx(seconds(model, T) / decoding, abs=1 / T)
+    trained = mha_trace.model(str(default_run)).model
+    for m, text, renumber in ((trained, trained.default_text, False), (model, TEXT, True)):
+        seen = {}
+
+        @contextlib.contextmanager
+        def progress(total):
+            seen["total"], seen["done"] = total, 0
+            yield lambda *_: seen.__setitem__("done", seen["done"] + 1)
+
+        lab = kvcache.cache_lab(m, "a text", text, 12, ["full", "window", "h2o"], [10], 4, renumber,
+                                progress)
+        todo, T = [r.setting for r in lab.results], len(lab.ids)
+        assert seen["done"] == seen["total"] == kvcache.lab_work(m, T, todo)
+        kinds = {"masked": 2, "replayed": 1, "decoded": 2 if renumber else 0}
+        assert {how: sum(r.how == how for r in lab.results) for how in kinds} == kinds
+        each, layer, token = kvcache.lab_ticks(m, T, todo)
+        assert seen["total"] == 2 * each + m.layers * layer + T * token * renumber
+        assert each == max(1, round(seconds(m, T) / kvcache.TICK))
+        replaying = seconds(m, T, 2) + T * m.layers * kvcache.REPLAY_SECONDS  # a row, and attention
+        assert layer == max(1, round(replaying / m.layers / kvcache.TICK))
+        decoding = T * kvcache.step_seconds(m, 2)  # window and h2o renumbered, together
+        assert token == (max(1, round(decoding / T / kvcache.TICK)) if renumber else 1)

@@ -164,10 +164,10 @@ def test_a_run_trained_with_rope_splits_by_plane_too(cli, tmp_path):
     assert [keys[j]["weight"] for j in seen] == pytest.approx(weights[1][0, 0, 20, :21].tolist(), abs=1e-6)
     survey = json.loads(cli("survey", "--checkpoint", str(run), "--rope-planes", "--format", "json").stdout)
     assert np.array(survey["band_shares"]).shape == (2, 4, 4)
-    # the cache lab decodes it token by token (h2o), RoPE's positions going on from the cache:
-    # with room for every token that is the loss of one whole pass
+    # the cache lab runs h2o a layer at a time, replaying its cache's evictions: with room for
+    # every token that is the loss of one whole pass
     lab = json.loads(cli("cache", "--checkpoint", str(run), "--budget", "32", "--format", "json").stdout)
     logits, _, _ = model.toy(ids)
     whole = torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:]).item()
-    decoded = next(r for r in lab["results"] if r["policy"] == "h2o")
-    assert decoded["decoded"] and decoded["nll"] == pytest.approx(whole, abs=1e-5)
+    h2o = next(r for r in lab["results"] if r["policy"] == "h2o")
+    assert h2o["how"] == "replayed" and h2o["nll"] == pytest.approx(whole, abs=1e-5)

@@ -10,10 +10,13 @@ Policies (B the budget, S the sinks; the token being read always counts as one o
 
 Keys keep their original RoPE positions (the cache holds rotated keys), so for `full`, `window`
 and `sinks` what a query sees depends on positions alone: one forward pass with that mask is
-exactly token-by-token decoding (tested). `h2o` and `renumber` (positions counted inside the
-cache, as StreamingLLM does) decode for real, one token at a time, through the lecture's
-attention module with a cache that evicts (`PolicyCache`): every such setting at once, a batch
-row each, so the weights are read once a token for all of them.
+exactly token-by-token decoding (tested). What `h2o` keeps depends on the weights its keys got:
+`replayed_pass` runs the model a layer at a time, and each layer's cache evictions are replayed
+over that layer's weights to choose its mask (`evictions.replay`), which is again exactly
+decoding (tested against it). `renumber` (positions counted inside the cache, as StreamingLLM
+does) turns the keys anew at every step, so it decodes for real, one token at a time, through the
+lecture's attention module with a cache that evicts (`PolicyCache`). Settings that replay or
+decode go together, a batch row each, so the weights are read once for all of them.
 """
 
 import time
@@ -22,131 +25,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from mha_trace.core.attention import rope, rotate_half
+from mha_trace.analyses.evictions import (POLICIES, PolicyCache, Setting, kept_positions,
+                                          position_mask, replay)
 from mha_trace.errors import MhaError
 from mha_trace.models.base import ModelCard
 from mha_trace.records import Shows
-
-POLICIES = ("full", "window", "sinks", "h2o")
-
-
-@dataclass(frozen=True)
-class Setting:
-    policy: str
-    budget: int | None  # None: full
-    sinks: int
-    renumber: bool = False
-
-
-def kept_positions(s: Setting, t: int) -> np.ndarray:
-    """The positions a query at t sees under a policy that depends on positions alone."""
-    seen = np.arange(t + 1)
-    if s.policy == "full" or s.budget is None or t < s.budget:
-        return seen
-    if s.policy == "window":
-        return seen[t - s.budget + 1:]
-    return np.concatenate([seen[:s.sinks], seen[t - (s.budget - s.sinks) + 1:]])  # sinks
-
-
-def position_mask(s: Setting, T: int) -> torch.Tensor:
-    """(T, T) bool: True where query t sees key j."""
-    mask = torch.zeros(T, T, dtype=torch.bool)
-    for t in range(T):
-        mask[t, kept_positions(s, t)] = True
-    return mask
-
-
-def turn(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
-    """x (R, H, W, d) turned by RoPE, each slot at its own position (R, H, W): `rope` at
-    positions that differ by row and head (angles in float64)."""
-    d = x.size(-1)
-    inv_freq = base ** (-torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)
-    angles = positions.double()[..., None] * inv_freq  # (R, H, W, d/2)
-    angles = torch.cat([angles, angles], dim=-1)
-    return x * angles.cos().to(x.dtype) + rotate_half(x) * angles.sin().to(x.dtype)
-
-
-class PolicyCache:
-    """One layer's KV caches for several settings at once, a batch row each (every row reads the
-    same text), in buffers as wide as the largest budget. Row r holds at most its budget B_r
-    tokens, the one being read included: once full, each new token takes the slot of the one
-    it evicts. `position` is the new token's position, a 0-dim tensor on the device that every
-    layer's cache shares and the decoding loop moves on (so that a CUDA graph of a step replays
-    at each step's position); `visible()` the slots each row's query sees; `append` evicts from
-    each full row, adds the new token and returns every row's keys and values; `observe` takes
-    the step's weights (h2o counts what each key received). All of it is index operations on
-    tensors: no loop over rows, heads or slots, no copy of the kept keys, and nothing read back
-    to the host while decoding."""
-
-    def __init__(self, settings: list, group: int, rope_base: float, tokens: int,
-                 position: torch.Tensor):
-        self.group, self.base, self.position = group, rope_base, position
-        device = position.device
-        self.budgets = [min(s.budget or tokens, tokens) for s in settings]
-        self.width = max(self.budgets)
-        row = lambda values: torch.tensor(values, device=device)[:, None, None]  # (R, 1, 1)
-        self.last = row(self.budgets)[:, 0, 0] - 1  # (R,) the last slot of each row
-        self.sinks = row([s.sinks for s in settings])
-        self.recent = row([b // 2 - 1 for b in self.budgets])  # h2o: with the next token, B/2
-        self.kept_from = row([0 if s.policy == "window" else s.sinks for s in settings])
-        self.h2o = row([s.policy == "h2o" for s in settings])[..., 0]  # (R, 1)
-        self.renumbered = torch.tensor([s.renumber for s in settings], device=device)
-        self.renumbering = any(s.renumber for s in settings)
-        self.slot_index = torch.arange(self.width, device=device)  # (W,)
-        self.k = self.v = None  # (R, Hkv, W, d_k): kept keys (turned at their position, or held
-        self.positions = self.score = None  # unturned when renumbering); (R, Hkv, W) each's
-        # position (-1: empty) and the attention it received so far (h2o)
-
-    def visible(self) -> torch.Tensor:
-        """(R, 1, 1, W) bool: the slots the next token's query sees in each row, itself included."""
-        return (self.slot_index <= torch.minimum(self.last, self.position)[:, None])[:, None, None]
-
-    def append(self, k, v):
-        """This step's keys and values (R, Hkv, 1, d_k), turned at `position`; every
-        row's kept ones with them (R, Hkv, W, d_k), each full row having evicted one first."""
-        if self.k is None:
-            R, G, _, d = k.shape
-            self.k, self.v = k.new_zeros(R, G, self.width, d), v.new_zeros(R, G, self.width, d)
-            self.positions = torch.full((R, G, self.width), -1, dtype=torch.long, device=k.device)
-            self.score = torch.zeros(R, G, self.width, dtype=torch.float64, device=k.device)
-        t = self.position
-        slot = torch.where((self.last < t)[:, None], self._evicted(t), t)  # (R, Hkv)
-        if self.renumbering:  # held unturned: turned by their rank at each step
-            k = torch.where(self.renumbered[:, None, None, None], rope(k, -t, self.base), k)
-        at = lambda x: slot[..., None, None].expand(-1, -1, 1, x.size(-1))
-        self.k.scatter_(2, at(k), k)
-        self.v.scatter_(2, at(v), v)
-        self.positions.scatter_(2, slot[..., None], t.expand(slot[..., None].shape))
-        self.score.scatter_(2, slot[..., None], 0.0)
-        return self._keys(t), self.v
-
-    def _evicted(self, t: torch.Tensor) -> torch.Tensor:
-        """(R, Hkv) the slot each full row gives up: window its oldest token, sinks its oldest
-        after the sinks, h2o the one that received least of those after the sinks and before
-        the recent B/2 (per K/V head)."""
-        p = self.positions
-        oldest = torch.where(p >= self.kept_from, p, self.width + t).argmin(-1)
-        middle = (p >= self.sinks) & (p < t - self.recent)
-        lightest = torch.where(middle, self.score, torch.inf).argmin(-1)
-        return torch.where(self.h2o, lightest, oldest)
-
-    def _keys(self, t: torch.Tensor) -> torch.Tensor:
-        """The keys as each row's query reads them: a renumbered row's turned by their rank in
-        the cache, shifted so that its query, turned at t, sits at its own rank (RoPE sees only
-        differences)."""
-        if not self.renumbering:
-            return self.k
-        empty = (self.positions < 0).sum(-1, keepdim=True)
-        rank = self.positions.argsort(-1).argsort(-1) - empty  # (R, Hkv, W)
-        newest = torch.minimum(self.last, t)[:, None, None]
-        turned = turn(self.k, rank + (t - newest), self.base)
-        return torch.where(self.renumbered[:, None, None, None], turned, self.k)
-
-    def observe(self, weights) -> None:
-        """weights (R, H, 1, W): add the attention each K/V head's keys received (h2o)."""
-        R, H, _, W = weights.shape
-        self.score += weights[:, :, 0].double().view(R, H // self.group, self.group, W).sum(2)
-
 
 @dataclass(frozen=True)
 class CacheResult:
@@ -154,8 +37,13 @@ class CacheResult:
     nll: float  # mean negative log-likelihood per predicted token, nats
     seconds: float
     held: np.ndarray  # (positions,) share of layer × K/V heads holding each position at the end
-    decoded: bool  # token by token (else one masked pass)
+    how: str  # "masked" (one pass), "replayed" (a layer at a time, `replayed_pass`), "decoded"
     first_share: float | None = None  # mean weight on position 0 (queries 1.., every head)
+
+    @property
+    def decoded(self) -> bool:
+        """Token by token (renumbered settings)."""
+        return self.how == "decoded"
 
     @property
     def perplexity(self) -> float:
@@ -201,7 +89,7 @@ def masked_pass(model, ids: list, s: Setting) -> CacheResult:
     held = np.zeros(len(ids))
     held[kept_positions(s, len(ids) - 1)] = 1.0
     first = float(torch.stack([w[0, :, 1:, 0].mean() for w in weights]).mean())
-    return CacheResult(s, nll, time.perf_counter() - start, held, decoded=False, first_share=first)
+    return CacheResult(s, nll, time.perf_counter() - start, held, "masked", first_share=first)
 
 
 def decode(model, ids: list, todo: list, on_token=lambda: None) -> list:
@@ -235,7 +123,32 @@ def decode(model, ids: list, todo: list, on_token=lambda: None) -> list:
     out = torch.cat(outputs, 1)  # (R, T, D)
     nll = [_nll(model, out[r:r + 1], ids) for r in range(len(todo))]
     seconds = (time.perf_counter() - start) / len(todo)
-    return [CacheResult(s, nll[r], seconds, _held(caches, r, len(ids)), decoded=True)
+    return [CacheResult(s, nll[r], seconds, _held(caches, r, len(ids)), "decoded")
+            for r, s in enumerate(todo)]
+
+
+def replayed_pass(model, ids: list, todo: list, on_layer=lambda: None) -> list:
+    """Every setting at once (a batch row each, none renumbered), a layer at a time: the layer's
+    attention over every earlier token, its PolicyCache's evictions replayed over those weights
+    (`evictions.replay`: what each query would see when decoding), and the layer again with that
+    mask. The same as decoding (tested), with the weights read twice a layer, not once a token."""
+    start, T, R = time.perf_counter(), len(ids), len(todo)
+    group = model.heads // (model.kv_heads or model.heads)
+    causal = torch.ones(T, T, dtype=torch.bool, device=model.device).tril()
+    caches = []
+    with torch.no_grad(), model.resident():
+        x = sum(model.embedding_parts(ids).values()).expand(R, T, -1)  # (R, T, D): layer 1's input
+        for layer in range(1, model.layers + 1):
+            norm = model.attention_norm_of(layer)
+            weights = model.attention_module(layer)(x if norm is None else norm(x), mask=causal)[1]
+            clock = torch.zeros((), dtype=torch.long, device=model.device)
+            caches.append(PolicyCache(todo, group, model.rope_base, T, clock))
+            seen = replay(caches[-1], weights)  # (R, H, T, T)
+            x = model.run([ids] * R, resume=(layer, x), last=layer, mask=seen)[0]
+            on_layer()
+    nll = [_nll(model, x[r:r + 1], ids) for r in range(R)]
+    seconds = (time.perf_counter() - start) / R
+    return [CacheResult(s, nll[r], seconds, _held(caches, r, T), "replayed")
             for r, s in enumerate(todo)]
 
 
@@ -274,13 +187,25 @@ def check_settings(policies: list, budgets: list, sinks: int) -> None:
 DECODE_SECONDS = (0.06, 0.01)  # a token through SmolLM2 with a cache, 2 cores (bench/cache.py),
 TRAINED_DECODE_SECONDS = (0.002, 0.0005)  # and each further setting decoded with it; a trained
 # run's few small layers
+REPLAY_SECONDS = 2e-4  # a token's evictions replayed in one layer (`evictions.replay`), 2 cores
+TICK = 0.1  # the progress bar's unit: a tenth of a second of the estimate
 LIMIT_SECONDS = 600  # the lab's time guard
 
 
 def decoded(s: Setting) -> bool:
-    """Whether a setting needs real decoding: what h2o keeps depends on attention, and
-    renumbering changes the positions a key is turned by."""
-    return s.policy == "h2o" or (s.renumber and s.policy != "full")
+    """Whether a setting decodes token by token: renumbering turns every key anew at each step."""
+    return s.renumber and s.policy != "full"
+
+
+def replays(s: Setting) -> bool:
+    """Whether a setting's mask comes from evictions replayed over the weights: what h2o keeps
+    depends on the attention its keys received."""
+    return s.policy == "h2o" and not s.renumber
+
+
+def how(s: Setting) -> str:
+    """How the lab runs a setting: "masked", "replayed" or "decoded" (CacheResult.how)."""
+    return "decoded" if decoded(s) else "replayed" if replays(s) else "masked"
 
 
 def text_ids(model, text: str, tokens: int) -> list:
@@ -298,13 +223,22 @@ def step_seconds(model, rows: int) -> float:
     return first + more * (max(rows, 1) - 1)
 
 
-def lab_seconds(model, T: int, todo: list) -> float:
-    """The lab's estimate on 2 cores: a masked pass for each setting that has one, and the
-    decoded settings' tokens, all of them together."""
+def lab_parts(model, T: int, todo: list) -> tuple[float, float, float]:
+    """The lab's estimate on 2 cores, part by part: (a masked pass, the replayed pass of every
+    setting that replays, the decoding of every setting that decodes); 0 for a part not run."""
     from mha_trace.models.guards import seconds
 
-    rows = sum(decoded(s) for s in todo)
-    return (len(todo) - rows) * seconds(model, T) + (T * step_seconds(model, rows) if rows else 0)
+    replaying, decoding = sum(map(replays, todo)), sum(map(decoded, todo))
+    return (seconds(model, T),  # the replayed pass: the attention and the layer, a layer at a time
+            seconds(model, T, replaying + 1) + T * model.layers * REPLAY_SECONDS if replaying else 0.0,
+            T * step_seconds(model, decoding) if decoding else 0.0)
+
+
+def lab_seconds(model, T: int, todo: list) -> float:
+    """The lab's estimate on 2 cores: a masked pass for each setting that has one, and the
+    replayed and decoded settings, each kind all together."""
+    each, replaying, decoding = lab_parts(model, T, todo)
+    return sum(how(s) == "masked" for s in todo) * each + replaying + decoding
 
 
 def check_lab_time(model, T: int, todo: list) -> float:
@@ -318,39 +252,41 @@ def check_lab_time(model, T: int, todo: list) -> float:
     return estimate
 
 
-def run_lab(model, text_name: str, ids: list, todo: list, on_token=lambda: None) -> CacheLab:
-    """Every setting over the text: a masked pass where it is exact, else real decoding, every
-    decoded setting at once. on_token() is called once a decoded token, and for a masked pass as
-    often as the decoded tokens its time is worth (`pass_work`): a progress bar's estimate then
-    holds steady."""
+def run_lab(model, text_name: str, ids: list, todo: list, advance=lambda: None) -> CacheLab:
+    """Every setting over the text: a masked pass where it is exact, else the replayed pass or
+    decoding, every setting of each at once. advance() is called as often as each pass, layer
+    and decoded token's estimate is worth (`lab_ticks`): a progress bar's estimate then holds
+    steady."""
     from mha_trace.speedups import batch_work
 
     lab, found = CacheLab(ModelCard.of(model), text_name, ids, sinks=todo[0].sinks), {}
-    real = [s for s in todo if decoded(s)]
+    ticks = [lambda n=n: [advance() for _ in range(n)] for n in lab_ticks(model, len(ids), todo)]
+    kinds = {kind: [s for s in todo if how(s) == kind] for kind in ("masked", "replayed", "decoded")}
     with model.resident(), batch_work():  # the weights dequantised once; every core, and the
         # heap for temporaries (a 512-token pass's weights; a batch of caches)
-        for s in (s for s in todo if not decoded(s)):
+        for s in kinds["masked"]:
             found[s] = masked_pass(model, ids, s)
-            for _ in range(pass_work(model, len(ids), todo)):
-                on_token()
-        found |= dict(zip(real, decode(model, ids, real, on_token) if real else []))
+            ticks[0]()
+        for kind, run, tick in (("replayed", replayed_pass, ticks[1]), ("decoded", decode, ticks[2])):
+            found |= dict(zip(kinds[kind], run(model, ids, kinds[kind], tick) if kinds[kind] else []))
     lab.results = [found[s] for s in todo]
     return lab
 
 
-def pass_work(model, T: int, todo: list) -> int:
-    """A masked pass's share of the lab in decoded tokens (each a token through every decoded
-    setting at once): its estimate over a token's (a few tokens' worth: seconds, not minutes)."""
-    from mha_trace.models.guards import seconds
-
-    return max(1, round(seconds(model, T) / step_seconds(model, sum(decoded(s) for s in todo))))
+def lab_ticks(model, T: int, todo: list) -> tuple[int, int, int]:
+    """The progress bar's ticks for a masked pass, a layer of the replayed pass and a decoded
+    token: a tick for each TICK of its estimate, at least one."""
+    each, replaying, decoding = lab_parts(model, T, todo)
+    return (max(1, round(each / TICK)), max(1, round(replaying / model.layers / TICK)),
+            max(1, round(decoding / T / TICK)))
 
 
 def lab_work(model, T: int, todo: list) -> int:
-    """The lab's work in decoded tokens: each masked pass's share, and the text's T tokens
-    where anything decodes."""
-    rows = sum(decoded(s) for s in todo)
-    return (len(todo) - rows) * pass_work(model, T, todo) + (T if rows else 0)
+    """The lab's ticks in all: each masked pass's, each layer's of the replayed pass, each
+    decoded token's."""
+    each, layer, token = lab_ticks(model, T, todo)
+    return (sum(how(s) == "masked" for s in todo) * each + model.layers * layer * any(map(replays, todo))
+            + T * token * any(map(decoded, todo)))
 
 
 def bundled_text(model=None) -> tuple[str, str]:

@@ -47,8 +47,9 @@ def cache(
     The default text is the bundled corpus (its 120 sentences in order, joined by spaces), BOS
     first, the first 512 tokens; for a trained run (--checkpoint run.pt), its probe sequence.
     full, window and sinks run as one masked pass (exactly equal to decoding: keys keep their
-    positions); h2o and --renumber decode token by token, every such setting at once (a batch
-    row each).
+    positions); h2o a layer at a time, its cache's evictions replayed over each layer's weights
+    (exactly equal to decoding too); --renumber decodes token by token. Settings that replay or
+    decode run together, a batch row each.
 
     Example: mha-trace cache --model smollm2 --tokens 128 --budget 32,64 --policy full,window,sinks
     """

@@ -109,9 +109,10 @@ class Decoder(AttentionModel, Protocol):
     vocab_size: int
 
     def run(self, ids, batch: int = 1, resume=None, grad: bool = False, last: int | None = None,
-            mask=None, caches=None): ...  # mask: (T, T) in place of the causal one; caches: one a
-    # layer, their `position` where ids start (a tensor for the KV-cache lab, which gives `resume`
-    # and `mask`: read it only to make the causal mask)
+            mask=None, caches=None): ...  # mask: (T, T), or (rows, heads, T, T), in place of the
+    # causal one (the KV-cache lab's); caches: one a layer, their `position` where ids start (a
+    # tensor for the KV-cache lab, which gives `resume` and `mask`: read it only to make the causal
+    # mask)
     def tokenize(self, text: str) -> list[int]: ...
     def logits(self, hidden): ...  # (B, V) at the last position
     def unembed(self, vectors, ids=None): ...  # (N, D) -> (N, V), or (N, len(ids)): those entries'

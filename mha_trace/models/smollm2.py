@@ -217,8 +217,8 @@ class Model:
         pass reaches it and let go after. caches: one KVCache per layer when generating; `ids`
         then come after the tokens they hold. grad: let gradients flow (to head gates).
         last: stop after that layer (counted from 1) and return its output, not normed.
-        mask: (T, T) bool, True where a query may look, in place of the causal mask (the KV-cache
-        lab's evictions that depend on positions alone).
+        mask: (T, T) bool, True where a query may look, in place of the causal mask, or (rows,
+        heads, T, T) for a mask of each row and head (the KV-cache lab's evictions).
         """
         rows = rows_of(ids)
         T = len(rows[0])

@@ -128,22 +128,27 @@ def cache_renderables(lab: CacheLab) -> list:
 def timing(lab: CacheLab) -> str:
     """The wall time of each way the lab ran (on stderr at a terminal: stdout stays the same bytes
     from run to run; JSON has each setting's seconds)."""
-    masked = [r.seconds for r in lab.results if not r.decoded]
-    real = [r.seconds for r in lab.results if r.decoded]
+    spent = {how: [r.seconds for r in lab.results if r.how == how]
+             for how in ("masked", "replayed", "decoded")}
+    masked, replayed, real = spent.values()
     parts = [f"{len(masked)} masked pass{'es' if len(masked) > 1 else ''} "
              f"{sum(masked):.1f} s"] if masked else []
+    if replayed:
+        parts.append(f"{len(replayed)} h2o setting{'s' if len(replayed) > 1 else ''} a layer at a "
+                     f"time, evictions replayed, {'together ' if len(replayed) > 1 else ''}"
+                     f"{sum(replayed):.1f} s")
     if real:
         parts.append(f"{len(real)} setting{'s' if len(real) > 1 else ''} decoded token by token "
                      f"{'together ' if len(real) > 1 else ''}{sum(real):.1f} s "
                      f"({sum(real) / len(lab.ids) * 1000:.0f} ms a token)")
-    return f"Took {sum(masked) + sum(real):.1f} s: {', '.join(parts)}."
+    return f"Took {sum(map(sum, spent.values())):.1f} s: {', '.join(parts)}."
 
 
 def _result_data(lab: CacheLab, r: CacheResult) -> dict:
     s, kept = r.setting, _size(lab, r.setting.budget)
     return {"policy": s.policy, "budget": s.budget, "sinks": s.sinks, "renumber": s.renumber,
             "nll": r.nll, "perplexity": r.perplexity, "seconds": round(r.seconds, 3),
-            "decoded": r.decoded, "cache_bytes": {"float32": cache_bytes(lab, kept, "float32"),
+            "how": r.how, "decoded": r.decoded, "cache_bytes": {"float32": cache_bytes(lab, kept, "float32"),
                                                   "float16": cache_bytes(lab, kept, "float16")},
             "held": [round(float(h), 4) for h in r.held]}
 

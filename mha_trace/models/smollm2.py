@@ -60,18 +60,6 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, x.shape[-1:], self.weight, self.eps)  # x / sqrt(mean(x²) + eps) · weight
 
 
-class FewRowsLinear(nn.Linear):
-    """nn.Linear computed as W·xᵀ when x has few rows on the CPU (the KV-cache lab decodes three
-    at a time): the same product, which MKL's x·Wᵀ runs three times slower for three rows (it
-    packs the whole weight for each call)."""
-
-    def forward(self, x):
-        rows = x.reshape(-1, x.shape[-1])
-        if rows.shape[0] > 64 or x.device.type != "cpu":
-            return super().forward(x)
-        return (self.weight @ rows.T).T.reshape(*x.shape[:-1], self.weight.shape[0])
-
-
 class Block(nn.Module):
     """One LLaMA block: RMSNorm, attention (with RoPE and shared K/V heads), RMSNorm, SwiGLU."""
 
@@ -81,9 +69,9 @@ class Block(nn.Module):
         self.attention = MultiHeadAttention(d_model, heads, kv_heads, bias=False, rope=True,
                                             rope_base=rope_base)  # the lecture's module
         self.ff_norm = RMSNorm(d_model, eps)
-        self.gate = FewRowsLinear(d_model, d_ff, bias=False)
-        self.up = FewRowsLinear(d_model, d_ff, bias=False)
-        self.down = FewRowsLinear(d_ff, d_model, bias=False)
+        self.gate = nn.Linear(d_model, d_ff, bias=False)
+        self.up = nn.Linear(d_model, d_ff, bias=False)
+        self.down = nn.Linear(d_ff, d_model, bias=False)
 
     def forward(self, x, mask, cache=None):
         h = self.attention_norm(x)  # (B, T, D): what the attention reads

@@ -98,20 +98,24 @@ def corpus_losses(model, found: list, removed: list, on_pass=lambda: None) -> li
     return (total / count).tolist()
 
 
-def importance(model, texts: list[str], on_batch=lambda: None) -> np.ndarray:
+def importance(model, texts: list[str], on_batch=lambda: None) -> tuple[np.ndarray, float]:
     """(layers, heads): E over sentences of |∂ loss / ∂ gate|, each layer normalised to unit
     L2 norm (Michel et al. 2019, section 4.1 and 4.2). Each sentence of a batch has its own
-    gates, so one backward pass gives every sentence's gradient."""
+    gates, so one backward pass gives every sentence's gradient. With it, the whole model's mean
+    next-token loss over every predicted token, which the same passes give (the curve's first
+    point)."""
     score = torch.zeros(model.layers, model.heads, dtype=torch.float64)
-    n = 0
+    n, total, count = 0, 0.0, 0
     for rows in batches(model, texts, GRAD_TOKENS):
         gates = torch.ones(model.layers, len(rows), model.heads, requires_grad=True)
-        _sentence_losses(model, rows, list(gates), grad=True).sum().backward()
+        losses = _sentence_losses(model, rows, list(gates), grad=True)
+        losses.sum().backward()
         score += gates.grad.abs().double().sum(1)
-        n += len(rows)
+        total += float(losses.detach().double().sum()) * (len(rows[0]) - 1)
+        n, count = n + len(rows), count + len(rows) * (len(rows[0]) - 1)
         on_batch()
     score /= n
-    return (score / score.norm(dim=1, keepdim=True).clamp_min(1e-30)).numpy()
+    return (score / score.norm(dim=1, keepdim=True).clamp_min(1e-30)).numpy(), total / count
 
 
 def prune(model, corpus, on_step=lambda: None) -> Pruning:
@@ -121,12 +125,15 @@ def prune(model, corpus, on_step=lambda: None) -> Pruning:
 
     check_prunable(model)
     with model.resident(), batch_work():
-        scores = importance(model, corpus.sentences, on_step)
+        scores, whole = importance(model, corpus.sentences, on_step)
         ranked = np.argsort(scores, axis=None, kind="stable")
         order = [(int(i // model.heads) + 1, int(i % model.heads) + 1) for i in ranked]
         found = batches(model, corpus.sentences, PASS_TOKENS)
         counts = sorted({round(f * len(order)) for f in FRACTIONS})
-        points = list(zip(counts, corpus_losses(model, found, [order[:k] for k in counts], on_step)))
+        some = [k for k in counts if k]  # none removed: the whole model, as the ranking ran it
+        losses = {0: whole} | dict(zip(some, corpus_losses(model, found, [order[:k] for k in some],
+                                                           on_step)))
+        points = [(k, losses[k]) for k in counts]
     tokens = sum(len(rows) * (len(rows[0]) - 1) for rows in found)
     return Pruning(ModelCard.of(model), corpus.name, tokens, scores, order, points)
 

@@ -30,12 +30,26 @@ def browser():
         b.close()
 
 
+OPEN = []  # the pages this test opened
+
+
+@pytest.fixture(autouse=True)
+def each_page_closed():
+    """Each page a test opens is closed as it ends, its renderer process with it: left open,
+    the module's pages ran side by side to its end (3.3 s more of the module's 26 s)."""
+    yield
+    for page in OPEN:
+        page.context.close()
+    OPEN.clear()
+
+
 class Opened:
     """A page of the browser, with every request it made and every error it raised."""
 
     def __init__(self, browser, url: str, dark: bool = False):
         self.page = browser.new_page(viewport={"width": 1280, "height": 900},
                                      color_scheme="dark" if dark else "light")
+        OPEN.append(self.page)
         self.requests, self.errors = [], []
         self.page.on("request", lambda r: self.requests.append(r.url))
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))

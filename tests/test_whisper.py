@@ -271,6 +271,10 @@ def test_survey_hears_a_clip_and_times_its_words(cli, heard):
     (["survey", "--model", "whisper", "--audio", "examples/audio/cat.wav", "--induction"],
      "survey of its own"),
     (["survey", "--model", "whisper", "--audio", "README.md"], "not a PCM WAV file"),
+    *((["heads", "--model", "whisper", "--audio", "examples/audio/cat.wav", *more, "--png", "x.png"],
+       "heads draws in text and JSON; the slide of the cross-attention is survey --model whisper")
+      for more in ([], ["--attention", "encoder"])),  # --attention self draws the text views' slides
+    (["survey", "--png", "x.png"], "Whisper's alignment slide: it goes with --composition or --audio"),
 ])
 def test_what_whisper_cannot_do_is_refused_in_one_line(cli, args, said):
     result = cli(*args)

@@ -24,8 +24,17 @@ def _head_number(head: str | None) -> int | None:
     return int(head)
 
 
+def _cross_heads_png(o: dict) -> str | None:
+    """heads draws Whisper's cross-attention and encoder heads in text and JSON; their slide is
+    survey's (--attention self has the text models' slides)."""
+    if o["audio"] is not None and getattr(o["attention"], "value", o["attention"]) != "self":
+        return ("with --audio, heads draws in text and JSON; the slide of the cross-attention "
+                "is survey --model whisper --audio FILE --png")
+    return None
+
+
 @app.command(short_help="Each head's attention weights, their average, the output.")
-@output_options(png=True, step=True)
+@output_options(png=_cross_heads_png, step=True)
 @run_options("config", "resplit", "module", "module_width", "model", "layer", "device", "audio")
 def heads(
     head: HeadOpt = None,
@@ -266,8 +275,8 @@ def compare(
 
 
 @app.command(short_help="The output without some heads, and how far it moved.")
-@output_options(png=("prune", "--png draws the pruning curve: it goes with --model smollm2 --prune"),
-                scale=False)
+@output_options(png=lambda o: None if o["prune"] else (
+    "--png draws the pruning curve: it goes with --model smollm2 --prune"), scale=False)
 @run_options("config", "resplit", "model", "device", "time")
 def ablate(
     head: Annotated[str | None, typer.Option("--head", help="Head(s) to remove, 1-based, comma-separated (default 2); with --model, LAYER.HEAD. Example: --head 1,3, or --head 6.12,3.1")] = None,
@@ -371,9 +380,6 @@ def _cross_head(o, head, out, other) -> None:
     from mha_trace.models.guards import parse_head
     from mha_trace.runs.resolve import load
 
-    if out.png:
-        raise MhaError("with --audio, heads draws in text and JSON; the slide of the cross-attention "
-                       "is survey --model whisper --audio FILE --png", quantity="png")
     if other:
         raise MhaError("with --audio, heads shows the cross-attention heads: every one, or --head L.H "
                        "alone (e.g. --head 4.3; survey --model whisper --audio FILE ranks them all; "

@@ -12,8 +12,9 @@ from mha_trace.errors import MhaError
 from mha_trace.io.output import Output, emit, make_console
 
 @app.command(short_help="Which layer.head of a model does what, ranked.")
-@output_options(png=("composition,audio", "--png draws the composition slide or Whisper's alignment slide: it goes with --composition or --audio"),
-                scale=False)
+@output_options(png=lambda o: None if o["composition"] or o["audio"] else (
+    "--png draws the composition slide or Whisper's alignment slide: it goes with --composition or --audio"),
+    scale=False)
 def survey(
     model: Annotated[str, typer.Option("--model", help="The pretrained model: minilm, smollm2, or whisper (it hears --audio FILE). Example: --model minilm", metavar="NAME")] = "minilm",
     sentence: Annotated[str | None, typer.Option("--sentence", "-s", help="Score heads on this one text instead of the bundled corpus. Example: --sentence \"The cat sat on the mat.\"")] = None,

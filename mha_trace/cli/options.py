@@ -193,12 +193,15 @@ def _inputs(kwargs: dict) -> list:
     return found
 
 
-def output_options(png: bool | tuple = False, step: bool = False, scale: bool = True):
+def output_options(png=False, step: bool = False, scale: bool = True):
     """Give a command the output options (--format, --no-color, --width, --svg, --html, [--png])
     and --debug, declared here once; the command receives them as one `out: Output`. png:
-    True, or (options, why) when only those options' views have a slide ("composition,audio":
-    refused without one of them).
+    True, or a function of the command's options that gives the one line refusing --png where
+    the view they ask for has no slide (None where it has one): refused before anything runs.
     """
+    if not (isinstance(png, bool) or callable(png)):
+        raise TypeError(f"png is True, False or a function of the options, not {png!r}")
+
     def wrap(command):
         from mha_trace.cli.app import _title
 
@@ -222,8 +225,8 @@ def output_options(png: bool | tuple = False, step: bool = False, scale: bool = 
             if out.scale is not None and not 0 < out.scale < float("inf"):
                 raise MhaError(f"{out.scale} is not a weight above 0 (try --scale 1)",
                                quantity="scale")
-            if out.png and png is not True and not any(kwargs[name] for name in png[0].split(",")):
-                raise MhaError(png[1], quantity="png")
+            if out.png and callable(png) and (refused := png(kwargs)):
+                raise MhaError(refused, quantity="png")
             if out.scale is not None and not out.png:
                 raise MhaError("--scale sets the colour scale of --png FILE", quantity="scale")
             check_outputs({"svg": out.svg, "html": out.html, "png": out.png,

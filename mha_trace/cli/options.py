@@ -6,7 +6,7 @@ No torch here: `--help` imports this file.
 import functools
 import inspect
 from enum import Enum
-from typing import Annotated
+from typing import Annotated, Callable
 
 import typer
 
@@ -193,7 +193,8 @@ def _inputs(kwargs: dict) -> list:
     return found
 
 
-def output_options(png=False, step: bool = False, scale: bool = True):
+def output_options(png: bool | Callable[[dict], str | None] = False, step: bool = False,
+                   scale: bool = True):
     """Give a command the output options (--format, --no-color, --width, --svg, --html, [--png])
     and --debug, declared here once; the command receives them as one `out: Output`. png:
     True, or a function of the command's options that gives the one line refusing --png where

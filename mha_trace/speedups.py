@@ -10,6 +10,8 @@ run both ways). None of them changes a number the tool prints.
 - `return_freed_memory()`: large blocks from mmap, so a model's temporaries go back to the OS;
 - `one_thread_for_models()`: a sentence through a small model is quicker on one thread, and
   `batch_work()` gives the cores back (and heap memory) for batches of sentences or copies;
+- `meta_kernels_later(spec)`: torch's first import without its Python meta kernels, loaded
+  when a meta-device forward first needs them;
 - `light_meta_kernels(device)`: a meta-device forward without importing torch._dynamo and sympy;
 - `optimiser_without_dynamo()`: training without importing torch._dynamo.
 """
@@ -18,8 +20,10 @@ import contextlib
 import gc
 import importlib
 import os
+import re
 import sys
 import types
+from pathlib import Path
 
 ENABLED = os.environ.get("MHA_TRACE_NO_SPEEDUPS", "").strip().lower() not in ("1", "true", "yes")
 _OWN_PROCESS = False  # the command line's process: settings of the whole process are ours to set
@@ -177,9 +181,54 @@ def _coerced(kind, info, value, bad):
     return result
 
 
+TORCH_CHECKED = "2.13."  # the torch release whose import `meta_kernels_later` was checked with
+
+
 @contextlib.contextmanager
-def light_meta_kernels(device):
+def meta_kernels_later(spec):
+    """torch's first import (`spec`: its module spec) without torch._meta_registrations, which
+    costs about 0.15 s of the 1 s that import takes here.
+
+    That module holds the Python kernels of the meta device, and brings torch._decomp and
+    torch._refs with it, the decompositions torch.compile uses. A forward on the CPU or a GPU
+    runs none of them. While torch is imported, a stand-in takes the module's place: a name asked
+    of it loads the real module. The stand-in is removed as the import ends, so the module's next
+    import loads it as usual (torch.compile and fake tensors import it themselves), and
+    `light_meta_kernels` loads it before a forward on the meta device, whose shapes stay torch's
+    own. Only for the torch release this was checked with: there `torch.Generator()` needs
+    torch._prims, which the module would have loaded (it is loaded here), and another release
+    may tie more to it.
+    """
+    if not (ENABLED and _torch_release(spec).startswith(TORCH_CHECKED)):
+        yield
+        return
+    with _standing_in({"torch._meta_registrations": {}}):
+        yield
+    import torch._prims.rng_prims  # noqa: F401 (sets the metaclass torch.Generator() needs)
+
+
+def _torch_release(spec) -> str:
+    """The release in torch's version.py (beside its __init__.py), read without importing it."""
+    try:
+        text = (Path(spec.origin).parent / "version.py").read_text("utf-8")
+    except (AttributeError, TypeError, OSError):
+        return ""
+    found = re.search(r"^__version__ = '([^']*)'", text, re.M)
+    return found.group(1) if found else ""
+
+
+def meta_kernels() -> None:
+    """torch's Python meta kernels, loaded if `meta_kernels_later` left them out."""
+    import torch._meta_registrations  # noqa: F401
+
+
+@contextlib.contextmanager
+def light_meta_kernels(device, forward: bool = True):
     """On the meta device, keep torch from importing torch._dynamo and sympy mid-forward.
+
+    A forward's shapes come from torch's Python meta kernels, loaded first where the start-up
+    left them out (`meta_kernels_later`); building a model's skeleton (`forward=False`) needs
+    none of them.
 
     Many meta kernels are Python reference implementations that pay for machinery they do not
     use here: `_disable_dynamo` imports all of torch._dynamo (about 0.65 s) only to mark a
@@ -190,6 +239,8 @@ def light_meta_kernels(device):
     with just those names; any other name asked of a stand-in loads the real module. Modules
     already imported are left alone.
     """
+    if device.type == "meta" and forward:
+        meta_kernels()
     if device.type != "meta" or not ENABLED:
         yield
         return

@@ -21,6 +21,18 @@ if str(REPO) not in sys.path:  # this checkout's package, not an installed copy
 from snapshots import differences  # noqa: E402 (tests/ is on the path, as for conftest)
 
 
+def _torch_as_the_command_line_imports_it():
+    """The command line's process imports torch without its Python meta kernels, and loads them
+    where a forward on the meta device needs them (`speedups.meta_kernels_later`): the tests
+    that run commands in this process run them with the same torch."""
+    import importlib.util
+
+    from mha_trace import speedups
+
+    with speedups.meta_kernels_later(importlib.util.find_spec("torch")):
+        import torch  # noqa: F401
+
+
 @pytest.fixture(scope="session", autouse=True)
 def code_under_test(tmp_path_factory):
     """`mha-trace` in subprocesses runs this checkout's package with this interpreter. Its
@@ -241,18 +253,19 @@ def pytest_configure(config):
     """Under pytest-xdist each worker gets its own share of the cores (and torch as many threads),
     so two workers never run four busy threads on two cores; subprocesses inherit the share.
     The garbage collector's passes come less often from the start (`fewer_collections`), and
-    freed memory stays in the worker's heap (`a_heap_for_the_worker`)."""
+    freed memory stays in the worker's heap (`a_heap_for_the_worker`). torch is imported last, as
+    the command line imports it, with the worker's share of threads."""
     config.addinivalue_line("markers", "slow: left out of the quick tier (pytest -m 'not slow')")
     build_each_app_once()
     fewer_collections()
     a_heap_for_the_worker()
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
-    if not worker or not count or not hasattr(os, "sched_setaffinity"):
-        return
-    cores = sorted(os.sched_getaffinity(0))
-    share = set(cores[int(worker.removeprefix("gw")) % len(cores)::int(count)]) or set(cores)
-    os.sched_setaffinity(0, share)
-    os.environ["OMP_NUM_THREADS"] = str(len(share))
+    if worker and count and hasattr(os, "sched_setaffinity"):
+        cores = sorted(os.sched_getaffinity(0))
+        share = set(cores[int(worker.removeprefix("gw")) % len(cores)::int(count)]) or set(cores)
+        os.sched_setaffinity(0, share)
+        os.environ["OMP_NUM_THREADS"] = str(len(share))  # read once, when torch loads OpenMP
+    _torch_as_the_command_line_imports_it()
 
 
 def pytest_addoption(parser):

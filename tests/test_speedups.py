@@ -26,6 +26,7 @@ def run(args):
 
 
 TRAINING = ("import sys; from mha_trace.models.training import Spec, run_training; "
+            "meta = 'torch._meta_registrations' in sys.modules; "
             "losses = run_training(Spec.of('previous-token', steps=12, snapshots=2)).losses; "
             "dynamo = 'torch._dynamo' in sys.modules; ")
 
@@ -85,10 +86,48 @@ def test_tricks_live_in_one_module():
 
 def test_training_never_imports_dynamo_and_trains_the_same(without_speedups):
     """The optimiser's "do not compile" marks cost an import of torch._dynamo (about 1 s); with
-    the speed-ups training never imports it, and every loss is the same to the last bit."""
+    the speed-ups training never imports it, and every loss is the same to the last bit. A
+    library import of torch (here, or a notebook's) keeps its meta kernels: only the command
+    line's process leaves them for later."""
     env = {k: v for k, v in os.environ.items() if k != "MHA_TRACE_NO_SPEEDUPS"}
-    code = TRAINING + "import json; print(json.dumps([dynamo, losses]))"
+    code = TRAINING + "import json; print(json.dumps([dynamo, losses, meta]))"
     fast = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           timeout=300)
-    assert json.loads(fast.stdout) == [False, without_speedups["losses"]], fast.stderr
+    assert json.loads(fast.stdout) == [False, without_speedups["losses"], True], fast.stderr
     assert without_speedups["dynamo"]
+
+
+def _imported(args) -> set:
+    """The modules `mha-trace ARGS` imported, as `python -X importtime` lists them."""
+    env = {k: v for k, v in os.environ.items() if k != "MHA_TRACE_NO_SPEEDUPS"}
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "mha_trace", *args],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines()
+            if line.startswith("import time:")}
+
+
+def test_torch_meta_kernels_load_only_for_a_forward_on_meta():
+    """The command line imports torch without its Python meta kernels (0.15 s); a forward on the
+    meta device loads them first, so its shapes are torch's own (the same output both ways is
+    checked above, with `shapes --rope ... --device meta`)."""
+    assert "torch._meta_registrations" not in _imported(["heads", "--model", "minilm", "--head", "1.3"])
+    assert "torch._meta_registrations" in _imported(["shapes", "--seq", "4", "--device", "meta"])
+
+
+@pytest.mark.parametrize("release, stood_in", [("2.13.0+cpu", True), ("2.12.1", False), (None, False)])
+def test_meta_kernels_wait_only_for_the_torch_release_checked(release, stood_in, tmp_path, monkeypatch):
+    """Another torch release may tie more to its meta kernels than torch.Generator does: its
+    import is left as it is (so is one whose version cannot be read)."""
+    from importlib.machinery import ModuleSpec
+
+    from mha_trace import speedups
+
+    if release:
+        (tmp_path / "version.py").write_text(f"__version__ = '{release}'\ndebug = False\n")
+    spec = ModuleSpec("torch", None, origin=str(tmp_path / "__init__.py"))
+    monkeypatch.delitem(sys.modules, "torch._meta_registrations", raising=False)
+    with speedups.meta_kernels_later(spec):
+        placed = sys.modules.get("torch._meta_registrations")
+        assert getattr(placed, "__stand_in__", False) is stood_in
+    assert "torch._meta_registrations" not in sys.modules  # the real one loads on its next import

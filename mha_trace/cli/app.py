@@ -219,7 +219,8 @@ def main():
 class _SignalsHeldWhileTorchLoads:
     """The first `import torch` runs with Ctrl-C and SIGTERM held: torch's libraries call back into
     Python while they load, and an interruption raised there aborted the process (exit 134) or
-    was swallowed (exit 0). Held, it is raised as soon as torch has loaded."""
+    was swallowed (exit 0). Held, it is raised as soon as torch has loaded. The import leaves out
+    what no command on the CPU or a GPU runs (`speedups.meta_kernels_later`)."""
 
     def find_spec(self, name, path=None, target=None):
         if name != "torch":
@@ -245,7 +246,8 @@ class _Held:
     def exec_module(self, module):
         before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
-            self.loader.exec_module(module)
+            with speedups.meta_kernels_later(module.__spec__):
+                self.loader.exec_module(module)
         finally:
             module.__loader__ = module.__spec__.loader = self.loader
             signal.pthread_sigmask(signal.SIG_SETMASK, before)

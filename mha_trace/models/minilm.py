@@ -111,7 +111,7 @@ class Model:
         self.tokenizer.no_padding()  # the shipped file pads and truncates to 128 tokens
         self.tokenizer.no_truncation()
         meta = torch.device("meta")
-        with meta, light_meta_kernels(meta):  # shapes only: the weights are assigned from the file
+        with meta, light_meta_kernels(meta, forward=False):  # the weights are assigned from the file
             self.encoder = Encoder(self.max_positions, self.d_model, self.heads,
                                    config["intermediate_size"], self.layers,
                                    config["layer_norm_eps"])

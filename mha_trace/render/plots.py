@@ -71,11 +71,18 @@ def written_together():
 
 
 def _png(plt, fig, bg: str) -> bytes:
+    """The figure as PNG bytes, the figure closed. An axis label left empty is not placed (placing
+    one measures every tick label of its axis: 0.03 s of a 36-axes slide), and zlib's fastest
+    level writes the same pixels 0.03 s sooner, in a file 7-25% larger."""
     import io
 
+    for axis in (axis for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)):
+        if not axis.label.get_text():
+            axis.set_label_coords(0, 0)
     buffer = io.BytesIO()
     try:
-        fig.savefig(buffer, format="png", dpi=DPI, facecolor=bg, metadata={"Software": None})
+        fig.savefig(buffer, format="png", dpi=DPI, facecolor=bg, metadata={"Software": None},
+                    pil_kwargs={"compress_level": 1})
     finally:
         plt.close(fig)
     return buffer.getvalue()

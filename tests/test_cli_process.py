@@ -52,6 +52,24 @@ def test_help_does_not_import_torch():
     assert run(sys.executable, "-c", code).stdout.strip() == "False"
 
 
+REFUSED_BEFORE_TORCH = [  # flags that clash, or go with a model: no torch needed to say so
+    ["shapes", "--d-model", "7", "--heads", "2"], ["explain", "--heads", "3"],
+    ["heads", "--d-model", "7", "--heads", "2"], ["explain", "--d-model", "7"], ["heads", "--concat"],
+    ["explain", "--by-head"], ["explain", "--layer", "2"], ["heads", "--overview"],
+    ["ablate", "--rank"], ["ablate", "--prune"], ["ablate", "--sentence", "hi"],
+    ["explain", "--include-inputs", "--model", "minilm"],
+]
+
+
+def test_wrong_flags_are_refused_before_torch_is_imported():
+    """Each refusal in one process, torch looked for after each: a wrong flag is answered in a
+    fraction of the second torch takes to import."""
+    code = ("import sys; from typer.testing import CliRunner; from mha_trace.cli import app; "
+            f"runs = [CliRunner().invoke(app, a) for a in {REFUSED_BEFORE_TORCH!r}]; "
+            "print([r.exit_code for r in runs], 'torch' in sys.modules)")
+    assert run(sys.executable, "-c", code).stdout == f"{[2] * len(REFUSED_BEFORE_TORCH)} False\n"
+
+
 COMMANDS = sorted(typer.main.get_command(app).commands)
 
 

@@ -60,8 +60,6 @@ def heads(
     from mha_trace.runs.resolve import check_early, resolve
 
     check_early(o)  # before torch: a wrong flag is refused at once
-    from mha_trace.analyses.analysis import run_heads
-
     check_include(include_inputs, o.model, out)
     if o.audio is not None and o.attention != "self":
         return _cross_head(o, head, out, (overview and head is not None) or words or hide_special
@@ -77,6 +75,8 @@ def heads(
     if concat and head is None:
         raise MhaError("--concat goes with --head N (without --head every head, the "
                        "concatenation and the output are shown)", quantity="concat")
+    from mha_trace.analyses.analysis import run_heads
+
     run = resolve(o)
     view = run_heads(run, head, effect)
     emit(out, lambda: view.renderables(decimals=decimals, head=head, concat=concat),
@@ -117,9 +117,6 @@ def explain(
 
     check_early(o)  # before torch: a wrong flag is refused at once
     _check_tiled(impl.value, block_k, o, why, effect, rope_planes)
-    from mha_trace.analyses.analysis import run_heads
-    from mha_trace.analyses.walk import find_position, walk
-
     if by_head and not why:
         raise MhaError("--by-head goes with --why", quantity="by_head")
     if o.audio is not None and o.attention != "self":
@@ -137,6 +134,9 @@ def explain(
             raise MhaError("--by-head splits a model's earlier layers into their heads; a "
                            f"{'module' if o.module else 'config'}'s scores split into the head's "
                            "dims", quantity="by_head")
+        from mha_trace.analyses.analysis import run_heads
+        from mha_trace.analyses.walk import find_position, walk
+
         run = resolve(o)
         view = run_heads(run, head, effect)
         if o.module:
@@ -295,8 +295,9 @@ def ablate(
     Example: mha-trace ablate --model minilm --head 6.12,3.1
     Example: mha-trace ablate --model smollm2 --prune --png pruning.png
     """
-    from mha_trace.analyses.analysis import ablate_heads as run_ablate
+    from mha_trace.runs.resolve import check_early, resolve
 
+    check_early(o)  # before torch: a wrong flag is refused at once
     if module:
         raise MhaError("ablate zeroes a head's slice of the concatenation inside the lecture's "
                        "module, and a foreign class's concatenation cannot be reached from outside; "
@@ -315,9 +316,9 @@ def ablate(
             raise MhaError("with --model, name the heads to remove, e.g. --head 6.12 (or rank "
                            "them all with --rank, or prune them with --prune)", quantity="head")
         return _ablate_model(o, head, decimals, out, rank, top)
-    from mha_trace.runs.resolve import resolve
-
     needs_model(o.sentence, None, rank=rank, prune=prune)
+    from mha_trace.analyses.analysis import ablate_heads as run_ablate
+
     a = run_ablate(resolve(o, "config"), _int_list("2" if head is None else head, "head"))
     emit(out, lambda: a.renderables(decimals=decimals), lambda: a.data(decimals=decimals))
 

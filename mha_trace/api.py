@@ -77,7 +77,8 @@ def explain(config=None, token: str | None = None, position: int | None = None, 
     0.2509...
     """
     from mha_trace.analyses.analysis import Heads, LectureHeads, with_effect
-    from mha_trace.analyses.walk import find_position, walk
+    from mha_trace.analyses.walk import walk
+    from mha_trace.core.picks import find_position
 
     if position is not None:
         position = whole_numbers([position], "position", least=0)[0]

@@ -58,6 +58,12 @@ REFUSED_BEFORE_TORCH = [  # flags that clash, or go with a model: no torch neede
     ["explain", "--by-head"], ["explain", "--layer", "2"], ["heads", "--overview"],
     ["ablate", "--rank"], ["ablate", "--prune"], ["ablate", "--sentence", "hi"],
     ["explain", "--include-inputs", "--model", "minilm"],
+    # a config's picks: its heads and tokens are known before its run is built
+    ["explain", "--token", "nosuch"], ["explain", "--token", "cat", "--head", "3"],
+    ["explain", "--position", "9"], ["explain", "--token", "cat", "--position", "3"],
+    ["explain", "--config", "chicken-road", "--token", "zz"], ["heads", "--head", "0"],
+    ["heads", "--config", "chicken-road", "--heads", "4", "--head", "5"], ["ablate", "--head", "1,3"],
+    ["ablate", "--head", "1,x"], ["compare", "--heads", "3"], ["compare", "--heads", "1,x"],
 ]
 
 

@@ -189,10 +189,9 @@ def run_heads(run: Run, head: int | None = None, effect: bool = False) -> Heads:
         view = with_effect(view)
     if head is None:
         return view
-    if not (isinstance(head, int) and 1 <= head <= view.heads):
-        what = "this config has" if run.builtin else "the module returned"
-        raise MhaError(f"head {head!r} is out of range ({what} heads 1 to {view.heads})",
-                       quantity="head")
+    from mha_trace.core.picks import check_head
+
+    check_head(head, view.heads, "this config has" if run.builtin else "the module returned")
     return replace(view, picked=[(1, head)])
 
 
@@ -222,12 +221,11 @@ def _rotated(t, module):
 
 def ablate_heads(run: Run, removed: list[int]) -> Ablation:
     """Run the module again with the given heads' contributions zeroed before W_O."""
-    heads = run.sizes.heads
-    for h in removed:
-        if not 1 <= h <= heads:
-            raise MhaError(f"head {h} is out of range (this config has heads 1 to {heads})",
-                           quantity="head")
     from mha_trace.core.ablation import heads_zeroed
+    from mha_trace.core.picks import check_head
+
+    for h in removed:
+        check_head(h, run.sizes.heads)
 
     view = analyse(run)
     with heads_zeroed({run.module: [(None, h) for h in removed]}):

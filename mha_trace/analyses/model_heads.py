@@ -71,8 +71,9 @@ def model_walk(run, head: int | None, token: str | None, position: int | None,
                effect: bool = False):
     """One token of a model's run through its layer's heads (`explain --model`)."""
     from mha_trace.analyses.analysis import analyse, with_effect
-    from mha_trace.analyses.walk import find_position, walk
     from mha_trace.analyses.model_analysis import check_heads
+    from mha_trace.analyses.walk import walk
+    from mha_trace.core.picks import find_position
 
     s = run.sentence
     if head is not None:

@@ -8,33 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mha_trace.analyses.analysis import Heads, LectureHeads
-from mha_trace.errors import MhaError
-from mha_trace.io.units import WORD_START
 from mha_trace.records import Shows
-
-
-def find_position(tokens, token: str | None, position: int | None) -> int:
-    """The index of the token to explain; a repeated token needs --position."""
-    if position is not None:
-        if not 0 <= position < len(tokens):
-            raise MhaError(f"position {position} is out of range (positions 0 to "
-                           f"{len(tokens) - 1}: {', '.join(tokens)})", quantity="position")
-        if token is not None and tokens[position] != token:
-            raise MhaError(f"position {position} is '{tokens[position]}', not '{token}'",
-                           quantity="position")
-        return position
-    if token is None:
-        return 0
-    found = [i for i, t in enumerate(tokens) if t == token]
-    if not found:  # a byte-level token shows its leading space as ␣: "it" finds "␣it"
-        found = [i for i, t in enumerate(tokens) if t.removeprefix(WORD_START) == token]
-    if not found:
-        raise MhaError(f"token '{token}' is not in the sentence (tokens: {', '.join(tokens)})",
-                       quantity="token")
-    if len(found) > 1:
-        raise MhaError(f"token '{token}' appears at positions {', '.join(map(str, found))} "
-                       f"(pick one with --position)", quantity="token")
-    return found[0]
 
 
 @dataclass

@@ -6,22 +6,9 @@ import typer
 
 from mha_trace.cli.app import app
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
+from mha_trace.core.picks import check_picks, head_number
 from mha_trace.errors import MhaError
 from mha_trace.io.output import Output, emit, make_console
-
-
-def _head_number(head: str | None) -> int | None:
-    """--head for a config or a user's module: one number (a model's L.H goes with --model)."""
-    if head is None:
-        return None
-    import re
-
-    if re.fullmatch(r"[0-9]{1,9}", head) is None:
-        from mha_trace.errors import printable
-
-        hint = " (LAYER.HEAD goes with --model)" if "." in head else ""
-        raise MhaError(f"head '{printable(head)}' is not a whole number{hint}", quantity="head")
-    return int(head)
 
 
 def _cross_heads_png(o: dict) -> str | None:
@@ -59,7 +46,7 @@ def heads(
     from mha_trace.runs.model_options import needs_model
     from mha_trace.runs.resolve import check_early, resolve
 
-    check_early(o)  # before torch: a wrong flag is refused at once
+    config = check_early(o)  # before torch: a wrong flag is refused at once
     check_include(include_inputs, o.model, out)
     if o.audio is not None and o.attention != "self":
         return _cross_head(o, head, out, (overview and head is not None) or words or hide_special
@@ -71,10 +58,11 @@ def heads(
         check_not_overview(view, overview)
         return _emit_whole_model(view, out, decimals)
     needs_model(None, None, overview=overview, words=words, hide_special=hide_special)
-    head = _head_number(head)
+    head = head_number(head)
     if concat and head is None:
         raise MhaError("--concat goes with --head N (without --head every head, the "
                        "concatenation and the output are shown)", quantity="concat")
+    check_picks(config, [head])
     from mha_trace.analyses.analysis import run_heads
 
     run = resolve(o)
@@ -115,7 +103,7 @@ def explain(
     """
     from mha_trace.runs.resolve import check_early, resolve
 
-    check_early(o)  # before torch: a wrong flag is refused at once
+    config = check_early(o)  # before torch: a wrong flag is refused at once
     _check_tiled(impl.value, block_k, o, why, effect, rope_planes)
     if by_head and not why:
         raise MhaError("--by-head goes with --why", quantity="by_head")
@@ -129,13 +117,15 @@ def explain(
         run, w, head = _model_walk(o, head, token, position, effect)
     else:
         check_include(include_inputs, None, out)
-        head = _head_number(head)
+        head = head_number(head)
         if by_head:  # what --by-head splits is a model's earlier layers
             raise MhaError("--by-head splits a model's earlier layers into their heads; a "
                            f"{'module' if o.module else 'config'}'s scores split into the head's "
                            "dims", quantity="by_head")
+        check_picks(config, [head], token, position)
         from mha_trace.analyses.analysis import run_heads
-        from mha_trace.analyses.walk import find_position, walk
+        from mha_trace.analyses.walk import walk
+        from mha_trace.core.picks import find_position
 
         run = resolve(o)
         view = run_heads(run, head, effect)
@@ -198,7 +188,7 @@ def _model_walk(o, head: str | None, token, position, effect: bool):
 def _module_explain(run, view, token, position, head, why: bool, decimals: int, out: Output,
                     include_inputs: bool) -> None:
     """explain --module: what the user's module returned, one query's row per head."""
-    from mha_trace.analyses.walk import find_position
+    from mha_trace.core.picks import find_position
     from mha_trace.render.explain import module_explain_data, module_explain_renderables
 
     i = find_position(view.tokens, token, position)
@@ -259,16 +249,15 @@ def compare(
 
     Example: mha-trace compare --heads 1,2,4
     """
-    from mha_trace.analyses.analysis import Comparison, analyse_splits
-
     if module:
         raise MhaError("compare re-splits one set of projections into other head counts, which "
                        "only the lecture's module exposes; for your class, run heads --module "
                        "once per head count (--heads 1, 2, 4)", quantity="module")
     from mha_trace.runs.resolve import resolve_splits
 
-    counts = _int_list(heads, "heads")
-    runs = resolve_splits(o, counts)
+    runs = resolve_splits(o, _int_list(heads, "heads"))  # the checks before torch, then the runs
+    from mha_trace.analyses.analysis import Comparison, analyse_splits
+
     shown = Comparison(analyse_splits(runs))
     emit(out, lambda: shown.renderables(decimals=decimals), lambda: shown.data(decimals=decimals),
          slide=shown, decimals=decimals)
@@ -297,7 +286,7 @@ def ablate(
     """
     from mha_trace.runs.resolve import check_early, resolve
 
-    check_early(o)  # before torch: a wrong flag is refused at once
+    config = check_early(o)  # before torch: a wrong flag is refused at once
     if module:
         raise MhaError("ablate zeroes a head's slice of the concatenation inside the lecture's "
                        "module, and a foreign class's concatenation cannot be reached from outside; "
@@ -317,9 +306,11 @@ def ablate(
                            "them all with --rank, or prune them with --prune)", quantity="head")
         return _ablate_model(o, head, decimals, out, rank, top)
     needs_model(o.sentence, None, rank=rank, prune=prune)
+    removed = _int_list("2" if head is None else head, "head")
+    check_picks(config, removed)
     from mha_trace.analyses.analysis import ablate_heads as run_ablate
 
-    a = run_ablate(resolve(o, "config"), _int_list("2" if head is None else head, "head"))
+    a = run_ablate(resolve(o, "config"), removed)
     emit(out, lambda: a.renderables(decimals=decimals), lambda: a.data(decimals=decimals))
 
 

@@ -77,7 +77,7 @@ def resolve(o: RunOptions, default: str = "config", alive: int = 1,
     chapter's, as heads and explain use) or "sizes" (the built-in module, as shapes uses).
     `alive`: how many copies of a sized run live together (verify's references), and `hint` what
     the memory guard suggests when they would not fit."""
-    check_early(o, default)
+    config = check_early(o, default)
     if o.model:
         return _model_run(o)
     if o.module:
@@ -85,7 +85,7 @@ def resolve(o: RunOptions, default: str = "config", alive: int = 1,
     if o.config is not None or default == "config":
         from mha_trace.runs.run import from_config
 
-        return from_config(config_of(o), o.dtype or "float64", o.device or "cpu")
+        return from_config(config, o.dtype or "float64", o.device or "cpu")
     return _sizes_run(o, alive, hint)
 
 
@@ -187,29 +187,30 @@ def from_call(module, args: tuple, kwargs: dict):
 _HEADS_NAMES = ("heads", "num_heads", "n_head", "n_heads", "nhead", "num_attention_heads")
 
 
-def check_early(o: RunOptions, default: str = "config") -> None:
+def check_early(o: RunOptions, default: str = "config"):
     """What `resolve` checks first, before torch is imported: the options, and for a config or
     sizes from flags, the config and the sizes (a wrong flag is refused in a fraction of the time
     torch takes to import). A model or a checkpoint is checked as it loads, a module's sizes as
-    it is built."""
+    it is built. Returns the config when the run is a config's (its heads and tokens known, so a
+    command checks its picks against them before torch too), else None."""
     from mha_trace.core.validate import check_sizes
 
     check_options(o)
     if o.model or o.checkpoint is not None:
-        return
+        return None
     needs_model(o.sentence, o.layer, max_tokens=o.max_tokens, max_seconds=o.max_seconds)
     if o.config is not None:
         _fixed_by_config(o)
     if o.module:
-        return
+        return None
     if o.config is not None or default == "config":
         if o.d_model is not None:  # --d-model sizes a user's module built on a config
             raise MhaError("d_model goes with --module (a config's width is fixed by the config)",
                            quantity="d_model")
-        config_of(o)
-        return
+        return config_of(o)
     pick = lambda name: SIZE_DEFAULTS[name] if getattr(o, name) is None else getattr(o, name)
     check_sizes(*(pick(n) for n in ("batch", "seq", "d_model", "heads")), o.kv_heads, pick("pad"))
+    return None
 
 
 def sizes_of(o: RunOptions):
@@ -243,7 +244,6 @@ def _sizes_run(o: RunOptions, alive: int, hint: str):
 def resolve_splits(o: RunOptions, head_counts: list) -> list:
     """The config's run split into each head count (compare): the same Q, K, V (or seed)."""
     from mha_trace.core.validate import divisors
-    from mha_trace.runs.run import from_config
 
     if not head_counts:
         raise MhaError("--heads needs a comma-separated list of head counts, e.g. 1,2,4")
@@ -255,6 +255,8 @@ def resolve_splits(o: RunOptions, head_counts: list) -> list:
         raise MhaError(f"heads {', '.join(map(str, bad))} {verb} not divide d_model="
                        f"{config.d_model} (valid head counts: "
                        f"{', '.join(map(str, divisors(config.d_model)))})", quantity="heads")
+    from mha_trace.runs.run import from_config  # torch, once the counts are checked
+
     runs = []
     for h in head_counts:
         base = config

@@ -85,7 +85,7 @@ def test_the_switch_turns_every_speedup_off():
 def test_tricks_live_in_one_module():
     package = pathlib.Path(__file__).parent.parent / "mha_trace"
     tricks = ("mallopt", "gc.disable", "os._exit(code)", "sys.modules.update",
-              "set_num_threads(1)")
+              "set_num_threads(1)", "_update_set_signature_and_docstring =")
     found = {(p.name, t) for p in package.rglob("*.py") for t in tricks if t in p.read_text()}
     # runtime.one_thread is for determinism (verify's sums in one order), not speed; __main__'s
     # os._exit ends a run that a signal stopped while it was still importing (not for speed)
@@ -124,3 +124,28 @@ def test_meta_kernels_wait_only_for_the_torch_release_checked(release, stood_in,
         placed = sys.modules.get("torch._meta_registrations")
         assert getattr(placed, "__stand_in__", False) is stood_in
     assert "torch._meta_registrations" not in sys.modules  # the real one loads on its next import
+
+
+SET_DOCS = ("import inspect, sys; from mha_trace import speedups; from mha_trace.render import plots; "
+            "[speedups.own_the_process() for _ in sys.argv[1:]]; plots._pyplot(); "
+            "from matplotlib.artist import Artist; from matplotlib.axes import Axes; "
+            "from matplotlib.lines import Line2D; "
+            "Later = type('Later', (Line2D,), {}); "
+            "print(Line2D.set.__doc__ is None, 'linewidth' in str(inspect.signature(Line2D.set)), "
+            "Axes.set.__qualname__, Later.set.__doc__.startswith('Set multiple'))")
+
+
+def test_a_slide_imports_matplotlib_without_the_set_docs_and_draws_the_same(tmp_path):
+    """The command line's matplotlib leaves out every Artist's `set()` signature and docstring
+    (0.1 s of its import): the same PNG bytes either way; a class defined afterwards gets its
+    docs, and a library call (a notebook's `help(Line2D.set)`) keeps them all."""
+    fast, slow = tmp_path / "fast.png", tmp_path / "slow.png"
+    assert run(["explain", "--token", "cat", "--png", str(fast)]).returncode == 0
+    env = {**os.environ, "MHA_TRACE_NO_SPEEDUPS": "1"}
+    subprocess.run([sys.executable, "-m", "mha_trace", "explain", "--token", "cat", "--png", str(slow)],
+                   capture_output=True, env=env, timeout=300, check=True)
+    assert fast.read_bytes() == slow.read_bytes()
+    for own, expected in ((True, "True False Axes.set True"), (False, "False True Axes.set True")):
+        out = subprocess.run([sys.executable, "-c", SET_DOCS, *["own"] * own], capture_output=True,
+                             text=True, timeout=300)
+        assert out.stdout.split() == expected.split(), out.stderr

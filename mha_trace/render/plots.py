@@ -8,6 +8,7 @@ made. The heatmap slides are in `heatmaps`, the others beside the records they d
 import contextlib
 import os
 
+from mha_trace import speedups
 from mha_trace.errors import MhaError
 
 WIDTH_PX, HEIGHT_PX, DPI = 1920, 1080, 100
@@ -28,7 +29,8 @@ def _pyplot():
 
         if "matplotlib.pyplot" not in sys.modules:  # a notebook's own backend is left as it is
             matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        with speedups.artists_without_set_docs():
+            import matplotlib.pyplot as plt
     except ImportError:
         raise MhaError('--png needs matplotlib (install it with: pip install matplotlib, or from a '
                        'clone: pip install ".[plot]")', exit_code=1) from None

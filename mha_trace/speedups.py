@@ -198,8 +198,9 @@ def meta_kernels_later(spec):
     import loads it as usual (torch.compile and fake tensors import it themselves), and
     `light_meta_kernels` loads it before a forward on the meta device, whose shapes stay torch's
     own. Only for the torch release this was checked with: there `torch.Generator()` needs
-    torch._prims, which the module would have loaded (it is loaded here), and another release
-    may tie more to it.
+    torch._prims, which the module would have loaded (it is loaded here), and
+    `torch.broadcast_shapes` reads `torch._refs` (reading it, or `torch._decomp`, loads the
+    kernels); another release may tie more to it.
     """
     if not (ENABLED and _torch_release(spec).startswith(TORCH_CHECKED)):
         yield
@@ -207,6 +208,25 @@ def meta_kernels_later(spec):
     with _standing_in({"torch._meta_registrations": {}}):
         yield
     import torch._prims.rng_prims  # noqa: F401 (sets the metaclass torch.Generator() needs)
+
+    _kernels_when_read(sys.modules["torch"], ("_refs", "_decomp"))
+
+
+def _kernels_when_read(torch, names: tuple) -> None:
+    """`torch._refs` and `torch._decomp`, which the meta kernels import, loaded with them when
+    first read as torch's attributes (torch.broadcast_shapes reads torch._refs); loaded alone,
+    torch._refs imports itself in a circle."""
+    found = torch.__dict__.get("__getattr__")
+
+    def __getattr__(name: str):
+        if name in names:
+            meta_kernels()
+            return importlib.import_module(f"torch.{name}")
+        if found is None:
+            raise AttributeError(f"module 'torch' has no attribute '{name}'")
+        return found(name)
+
+    torch.__getattr__ = __getattr__
 
 
 def _torch_release(spec) -> str:

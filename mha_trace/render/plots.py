@@ -138,6 +138,27 @@ def _ticks(n: int, room_px: float) -> tuple[list[int], float]:
     return list(range(0, n, step)), max(size, MIN_TICK_PT)
 
 
+def rows_layout(names: list, keys: list, size: float, legend_rows: int = 1,
+                wspace: float = 0.16) -> dict:
+    """The grid of a slide with a row per head (the walk's, the why's), placed from what it
+    holds, as GridSpec's keywords (constrained layout measured every axes: 2 s of a 36-axes
+    slide's 5): room on the left for the rows' `names` ("head 6.12") and the values, below for
+    the longest of the `keys` written at `size` points (rotated) and `legend_rows` of the
+    legend, above for the titles."""
+    left = (text_px(names, 18)[0] + text_px(["-00.00"], MIN_TICK_PT)[0] + 36) / WIDTH_PX
+    legend = (1.5 * legend_rows + 0.7) * 16 * DPI / 72
+    bottom = (text_px(keys, size)[0] + legend + 16) / HEIGHT_PX
+    return {"left": left, "right": 0.99, "top": 1 - 96 / HEIGHT_PX, "bottom": bottom,
+            "wspace": wspace, "hspace": 0.45 if len(names) > 4 else 0.3}
+
+
+def few_ticks(ax) -> None:
+    """At most 3 values on a row's axis, and no closer than a label's height and a gap (22 px):
+    one on a row of 12 heads, whose axes are 45 px tall (its place in the grid must be set)."""
+    bins = max(1, min(3, int(ax.get_window_extent().height // 22)))
+    ax.locator_params(axis="y", nbins=bins, min_n_ticks=1 if bins < 3 else 2)
+
+
 def _values_on(ax, xs, values, fg: str, size: int) -> None:
     """Each bar's value written at its end (above a positive bar, below a negative one; a 0 on
     the axis, so a score of 0 reads as 0 rather than as nothing), with room made for the text."""

@@ -7,7 +7,8 @@ from mha_trace.analyses.walk import Walk
 from mha_trace.io.page import slide
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, SLIDE_W, WIDTH_PX, _fitted,
                                     _pyplot, _rc, _save, _theme, _ticks, _values_on,
-                                    _weights_on, bars, text_px, token_label)
+                                    _weights_on, bars, few_ticks, rows_layout,
+                                    token_label)
 
 
 @slide.register(Walk)
@@ -37,7 +38,9 @@ def save_walk(path: str, title: str, walk, theme: str = "light") -> None:
     with plt.rc_context({**_rc(fg), **small}):  # set once: tick_params on each of 36 axes took 0.1 s
         fig, axes = plt.subplots(len(heads), 3, squeeze=False,
                                  figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI,
-                                 facecolor=bg, gridspec_kw=_layout(heads, keys, xs, size, walk))
+                                 facecolor=bg, gridspec_kw=rows_layout(
+                                     [f"head {walk.view.head_name(hw.head)}" for hw in heads],
+                                     [keys[j] for j in xs], size))
         for row, hw in zip(axes, heads):
             _walk_row(plt, row, hw, walk.sqrt_dk, len(heads), fg, bg, walk.view.head_name)
         for ax, name in zip(axes[0], ("scores for every key", "softmax: the weights" + (
@@ -58,18 +61,6 @@ def save_walk(path: str, title: str, walk, theme: str = "light") -> None:
         axes[-1][2].set_xlabel("dimension of the head", fontsize=18)
         fig.suptitle(_fitted(title, 95), fontsize=28, color=fg)
     _save(plt, fig, path, bg)
-
-
-def _layout(heads: list, keys: list, xs: list, size: float, walk) -> dict:
-    """The slide's grid, placed from what it will hold (a constrained layout measured 36 axes
-    and took 2 s of the 5 a MiniLM slide took): room on the left for "head 6.12" and the values,
-    below for the longest key written at `size` points (rotated) and the legend, above for the
-    titles."""
-    labels = [f"head {walk.view.head_name(hw.head)}" for hw in heads]
-    left = (text_px(labels, 18)[0] + text_px(["-00.00"], MIN_TICK_PT)[0] + 36) / WIDTH_PX
-    bottom = (text_px([keys[j] for j in xs], size)[0] + 16 * DPI / 72 * 2.2 + 16) / HEIGHT_PX
-    return {"left": left, "right": 0.99, "top": 1 - 96 / HEIGHT_PX, "bottom": bottom,
-            "wspace": 0.16, "hspace": 0.45 if len(heads) > 4 else 0.3}
 
 
 def _walk_row(plt, row, hw, sqrt_dk: float, shown: int, fg: str, bg: str, name=str) -> None:
@@ -94,8 +85,10 @@ def _walk_row(plt, row, hw, sqrt_dk: float, shown: int, fg: str, bg: str, name=s
         bars(row[1], x, weights, 0.7, color=plt.get_cmap("viridis")(weights / max(weights.max(), 1e-9)))
     bars(row[1], x[masked], np.full(masked.sum(), 0.02), 0.7, hatch="///")
     bars(row[2], np.arange(len(hw.output)), hw.output, 0.7)
-    if len(x) <= 8 and few:  # room for the numbers themselves (a 0 too)
-        _values_on(row[0], np.concatenate([x - 0.2, x + 0.2]), np.concatenate([dots, scaled]), fg, 13)
+    if len(x) <= 8 and few:  # room for the numbers themselves (a 0 too, once for its two bars)
+        same = dots == scaled
+        _values_on(row[0], np.concatenate([np.where(same, x, x - 0.2), (x + 0.2)[~same]]),
+                   np.concatenate([dots, scaled[~same]]), fg, 13)
         if not effect:
             _values_on(row[1], x, weights, fg, 16)
     if effect and shown <= 2 and len(x) <= 20:  # each weight and effect that counts, upright
@@ -106,4 +99,4 @@ def _walk_row(plt, row, hw, sqrt_dk: float, shown: int, fg: str, bg: str, name=s
     row[0].set_ylabel(f"head {name(hw.head)}", fontsize=18, rotation=0, ha="right", va="center")
     for ax in row:
         ax.axhline(0, color=fg, linewidth=0.8)
-        ax.locator_params(axis="y", nbins=3)
+        few_ticks(ax)

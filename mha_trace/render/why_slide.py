@@ -5,8 +5,9 @@ import numpy as np
 
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, SLIDE_W, WIDTH_PX, _fitted,
                                     _pyplot, _rc, _save, _theme, _ticks, _weights_on, bars,
-                                    token_label)
+                                    few_ticks, rows_layout, token_label)
 
+LEGEND_COLUMNS = 7
 COLOURS = ["#3b528b", "#21918c", "#5ec962", "#f58231", "#e6194b", "#911eb4", "#42d4f4", "#9a6324"]
 
 
@@ -17,7 +18,7 @@ def save_why(path: str, title: str, walk, theme: str = "light") -> None:
     with plt.rc_context(_rc(fg)):
         fig, axes = plt.subplots(len(walk.why), 2, squeeze=False, sharex="col",
                                  figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI, facecolor=bg,
-                                 constrained_layout=True, gridspec_kw={"width_ratios": [3, 1]})
+                                 gridspec_kw={"width_ratios": [3, 1]})
         colours = _colours(walk.why)
         for (parts_ax, weights_ax), why in zip(axes, walk.why):
             _stack(parts_ax, why, fg, colours)
@@ -37,11 +38,17 @@ def save_why(path: str, title: str, walk, theme: str = "light") -> None:
                              fontsize=18, color=fg)
         axes[0][1].set_title("softmax: the weights", fontsize=20, color=fg)
         xs, size = _ticks(len(keys), SLIDE_W * 0.6)
-        for ax in axes[-1]:
-            ax.set_xticks(xs, [keys[j] for j in xs], rotation=90, fontsize=size)
+        for ax, (ticks, points) in zip(axes[-1], ((xs, size), _ticks(len(keys), SLIDE_W * 0.2))):
+            ax.set_xticks(ticks, [keys[j] for j in ticks], rotation=90, fontsize=points)  # each column's width
         handles = {label: h for ax in axes[:, 0] for h, label in zip(*ax.get_legend_handles_labels())}
-        fig.legend(handles.values(), handles.keys(), loc="outside lower left", ncols=min(7, len(handles)),
-                   fontsize=16, facecolor=bg, labelcolor=fg, frameon=False)
+        fig.legend(handles.values(), handles.keys(), loc="lower left", bbox_to_anchor=(0.005, 0.0),
+                   ncols=min(LEGEND_COLUMNS, len(handles)), fontsize=16, facecolor=bg,
+                   labelcolor=fg, frameon=False)
+        fig.subplots_adjust(**rows_layout(  # placed from what it holds, not measured by drawing
+            [f"head {walk.view.head_name(why.head)}" for why in walk.why], [keys[j] for j in xs],
+            size, legend_rows=-(-len(handles) // LEGEND_COLUMNS), wspace=0.08))
+        for ax in axes.flat:
+            few_ticks(ax)
         fig.suptitle(_fitted(title, 95), fontsize=28, color=fg)
     _save(plt, fig, path, bg)
 

@@ -9,8 +9,12 @@ import numpy as np
 from mha_trace.analyses.tiled_walk import TiledWalk
 from mha_trace.io.page import slide
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc,
-                                    _save, _theme, slide_heads, bars, token_label)
+                                    _save, _theme, bars, rows_layout, slide_heads, text_px,
+                                    token_label)
 
+ROTATED_PAST = 8  # keys: more than this many are written turned
+LINE = 13 * 1.4 * DPI / 72  # px: a line of the 13-point labels written in the axes
+GAP = 64  # px: between the columns, for their values
 TILE_COLOURS = ["#3b528b", "#21918c", "#5ec962", "#f58231", "#e6194b", "#911eb4"]
 
 
@@ -19,18 +23,18 @@ def tiled_slide(t: TiledWalk, path: str, theme: str = "light", head: int | None 
     only = head or t.walk.only
     heads = slide_heads(t.walk, t.heads, only)
     w = t.walk
-    title = f"Tiles of {t.block_k} keys: {w.view.through(w.token, only, w.position)}"
+    title = f"Tiles of {t.block_k} key{'s' * (t.block_k != 1)}: {w.view.through(w.token, only, w.position)}"
     plt = _pyplot()
     fg, bg = _theme(theme)
     small = {"xtick.labelsize": MIN_TICK_PT, "ytick.labelsize": MIN_TICK_PT, "axes.facecolor": bg}
     with plt.rc_context({**_rc(fg), **small}):
         fig, axes = plt.subplots(len(heads), 3, squeeze=False, figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI),
-                                 dpi=DPI, facecolor=bg, constrained_layout=True,
-                                 gridspec_kw={"width_ratios": [5, 3, 3]})
+                                 dpi=DPI, facecolor=bg, gridspec_kw=_layout(heads, w))
+        tall = axes[0][0].get_window_extent().height  # px: the grid is placed before it is drawn
         for i, (row, h) in enumerate(zip(axes, heads)):
-            _scores(row[0], h, fg, w.view.head_name(h.head))
-            _sums(row[1], h, fg)
-            _outputs(row[2], h, fg, legend=i == 0)  # the dims' colours, named once
+            _scores(row[0], h, fg, w.view.head_name(h.head), tall)
+            _sums(row[1], h, fg, tall, legend=i == 0)  # the legends once, on the first row
+            _outputs(row[2], h, fg, tall, legend=i == 0)
         for ax, name in zip(axes[0], ("score ÷ √d_k by key tile; the running max m",
                                       "the running sum ℓ",
                                       "o ÷ ℓ so far; dashed: the row's")):
@@ -39,8 +43,30 @@ def tiled_slide(t: TiledWalk, path: str, theme: str = "light", head: int | None 
     _save(plt, fig, path, bg)
 
 
-def _scores(ax, h, fg: str, name: str) -> None:
-    """Bars of each key's score, coloured by tile; the running max m as a step over each tile."""
+def _layout(heads: list, walk) -> dict:
+    """The grid placed from what it holds, as GridSpec's keywords: on the left the rows' names
+    and values, under each row its keys (upright, or turned when there are more than 8) and
+    tiles, between the columns their values, above the titles."""
+    keys = [token_label(k) for k in walk.view.tokens]
+    turned = len(keys) > ROTATED_PAST
+    below = (text_px(keys, MIN_TICK_PT)[0] if turned else text_px([], MIN_TICK_PT)[1]) + 18
+    names = [f"head {walk.view.head_name(h.head)}" for h in heads]
+    layout = rows_layout(names, [], MIN_TICK_PT, legend_rows=0)
+    room = (layout["top"] - layout["bottom"]) * HEIGHT_PX - len(heads) * below  # the rows' own
+    width = (layout["right"] - layout["left"]) * WIDTH_PX
+    return {**layout, "bottom": layout["bottom"] + below / HEIGHT_PX, "width_ratios": [5, 3, 3],
+            "hspace": below / (room / len(heads)), "wspace": 3 * GAP / (width - 2 * GAP)}
+
+
+def _above(ax, lo: float, hi: float, tall: float, px: float) -> None:
+    """The axis from `lo` to above `hi`, with `px` pixels (of the axes' `tall`) left over `hi`."""
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    ax.set_ylim(lo, hi + (hi - lo or 1.0) * px / max(tall - px, 1.0))
+
+
+def _scores(ax, h, fg: str, name: str, tall: float) -> None:
+    """Bars of each key's score, coloured by tile; the running max m as a step over each tile,
+    named above it (two lines: room is kept for them)."""
     x, labels = 0, []
     for i, tile in enumerate(h.tiles):
         colour = TILE_COLOURS[i % len(TILE_COLOURS)]
@@ -49,19 +75,22 @@ def _scores(ax, h, fg: str, name: str) -> None:
         bars(ax, xs, scores, 0.7, color=colour)
         if tile.m_new > -math.inf:
             ax.hlines(tile.m_new, xs[0] - 0.45, xs[-1] + 0.45, color=fg, linewidth=3)
-            rescale = f"\nrescale ×{tile.rescale:.2f}" if i else ""  # the first tile has no sum yet
+            word = "rescale " if len(tile.keys) > 2 else ""  # over a narrow tile: "×0.49" alone
+            rescale = f"\n{word}×{tile.rescale:.2f}" if i else ""  # the first tile has no sum yet
             ax.text(xs[-1] + 0.45, tile.m_new, f"m={tile.m_new:.2f}{rescale}",
                     fontsize=14, color=fg, va="bottom", ha="right")
         labels += [token_label(k) for k in tile.keys]
         x += len(tile.keys)
     ax.axhline(0, color=fg, linewidth=0.8)
-    ax.set_xticks(range(len(labels)), labels, rotation=90 if len(labels) > 8 else 0)
-    ax.margins(y=0.4)  # room above the highest m for its two lines
+    ax.set_xticks(range(len(labels)), labels, rotation=90 if len(labels) > ROTATED_PAST else 0)
+    shown = [s for t in h.tiles for s in [*t.scores, t.m_new] if s > -math.inf]
+    _above(ax, min(shown, default=0.0) * 1.1, max(shown, default=0.0), tall, 2 * LINE + 8)
     ax.set_ylabel(f"head {name}", fontsize=18, rotation=0, ha="right", va="center")
 
 
-def _sums(ax, h, fg: str) -> None:
-    """Each tile's ℓ as a stack: what the rescale kept of the old sum, and the tile's Σ p."""
+def _sums(ax, h, fg: str, tall: float, legend: bool) -> None:
+    """Each tile's ℓ as a stack: what the rescale kept of the old sum, and the tile's Σ p; with
+    `legend`, which is which, above the tallest."""
     xs = np.arange(1, len(h.tiles) + 1)
     kept = np.array([t.rescale * t.l_old for t in h.tiles])
     added = np.array([t.l_new - t.rescale * t.l_old for t in h.tiles])
@@ -70,13 +99,14 @@ def _sums(ax, h, fg: str) -> None:
     for x, t in zip(xs, h.tiles):
         ax.text(x, t.l_new, f"{t.l_new:.2f}", ha="center", va="bottom", fontsize=14, color=fg)
     ax.set_xticks(xs, [f"tile {x}" for x in xs])
-    ax.set_ylim(0, max(t.l_new for t in h.tiles) * 1.6 or 1.0)  # the legend above the tallest
-    ax.legend(fontsize=13, frameon=False, labelcolor=fg, loc="upper left")
+    _above(ax, 0.0, max(t.l_new for t in h.tiles), tall, LINE + 8 + (2 * LINE + 12) * legend)
+    if legend:
+        ax.legend(fontsize=13, frameon=False, labelcolor=fg, loc="upper left")
 
 
-def _outputs(ax, h, fg: str, legend: bool = True) -> None:
+def _outputs(ax, h, fg: str, tall: float, legend: bool) -> None:
     """The first dims of o ÷ ℓ after each tile, each closing in on the explicit row's (dashed);
-    with `legend`, which colour is which dim."""
+    with `legend`, which colour is which dim, in a line above them."""
     xs = np.arange(1, len(h.tiles) + 1)
     dims = min(4, len(h.output))
     for d in range(dims):
@@ -86,4 +116,7 @@ def _outputs(ax, h, fg: str, legend: bool = True) -> None:
         ax.axhline(h.explicit[d], color=colour, linestyle="--", linewidth=1.5)
     ax.set_xticks(xs, [f"tile {x}" for x in xs])
     if legend:
-        ax.legend(fontsize=13, frameon=False, labelcolor=fg, loc="best")
+        values = [v for line in ax.get_lines() for v in line.get_ydata()]
+        _above(ax, min(values), max(values), tall, LINE + 12)
+        ax.legend(fontsize=13, frameon=False, labelcolor=fg, loc="upper center", ncols=dims,
+                  handlelength=1.2, columnspacing=1.0)

@@ -253,15 +253,16 @@ def _drawn(axis) -> list:
     ("explain", "--model", "minilm", "--token", "it", "--layer", "6", "--why"),
     ("explain", "--token", "sat", "--impl", "tiled", "--block-k", "1"),
     ("explain", "--config", "animal-street", "--token", "it", "--impl", "tiled"),
+    ("explain", "--config", "chicken-road", "--rope", "--heads", "4", "--token", "it", "--rope-planes"),
 ], ids=["walk, 2 heads", "walk, 16 heads", "why, 2 heads", "why, 8 heads", "walk, MiniLM's 12",
-        "why, MiniLM's 12", "tiles of 1 key", "tiles, 4 heads"])
+        "why, MiniLM's 12", "tiles of 1 key", "tiles, 4 heads", "RoPE planes, 4 heads"])
 def test_slides_of_a_row_per_head_are_laid_out_without_overlap(cli, kept_slides, args):
-    """The walk's, the why's and the tiles' slides, placed from what they hold (no constrained
-    layout): every text on the slide and clear of the others (a zero score written once, the
+    """The walk's, the why's, the tiles' and the RoPE planes' slides, placed from what they hold
+    (no constrained layout): every text on the slide and clear of the others (a zero score written once, the
     running max's name over its tile, each legend over what it names)."""
-    from mha_trace.render import tiled_slide, walk_slide, why_slide
+    from mha_trace.render import rope_slide, tiled_slide, walk_slide, why_slide
 
-    made = kept_slides(walk_slide, why_slide, tiled_slide)
+    made = kept_slides(walk_slide, why_slide, tiled_slide, rope_slide)
     assert cli(*args, "--png", "x.png").exit_code == 0
     (fig,) = made
     _laid_out(fig)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from slides import laid_out
 import torch
 from snapshots import differences
 
@@ -140,6 +141,7 @@ def test_the_slide_shows_each_kind_as_a_multiple_of_random(cli, run, kept_slides
     path, _ = run
     made = kept_slides(composition_slide)
     assert cli("survey", "--checkpoint", str(path), "--composition", "--png", "c.png").exit_code == 0
+    laid_out(made[-1])
     axes = [ax for ax in made[-1].axes if ax.get_title()]
     assert [ax.get_title() for ax in axes] == ["Q-composition", "K-composition", "V-composition"]
     assert [t.get_text() for t in axes[1].get_xticklabels()] == ["2.1", "2.2", "2.3", "2.4"]

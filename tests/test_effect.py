@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from slides import laid_out
 
 import mha_trace
 from mha_trace.analyses.walk import walk
@@ -166,6 +167,7 @@ def test_slides_put_each_heads_effect_beside_its_weights(cli, kept_slides):
                "--png", "x.png").exit_code == 0
     titles = [ax.get_title() for ax in made[-1].axes if ax.get_title()]
     assert titles == ["head 3.1", "head 3.1 effect"]
+    laid_out(made[-1])
     assert cli("explain", "--token", "cat", "--effect", "--png", "x.png").exit_code == 0
     legend = [t.get_text() for t in made[-1].legends[0].get_texts()]
     assert "weight" in legend and any(t.startswith("effect") for t in legend)
@@ -176,3 +178,4 @@ def test_slides_put_each_heads_effect_beside_its_weights(cli, kept_slides):
     expected = [f"{k['weight']:.2f}" for k in terms if k["weight"] >= 0.03] + \
         [f"{k['effect']:.2f}" for k in terms if k["effect"] >= 0.03]
     assert [t.get_text() for t in made[-1].axes[1].texts] == expected
+    laid_out(made[-1])

@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+from slides import laid_out
 
 COLOUR = re.compile(r"\x1b\[[0-9;]*(3[0-9]|4[0-9]|38;|48;)[0-9;]*m")
 ANY_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -210,40 +211,9 @@ def test_heatmap_slides_are_laid_out_without_overlap_and_fill_the_slide(kept_sli
     made = _figures(kept_slides)
     heatmaps.save_heatmaps("x.png", "a title", panels)
     (fig,) = made
-    extent = _laid_out(fig)
+    extent = laid_out(fig)
     assert max((extent[:, 2].max() - extent[:, 0].min()) / 1920,
                (extent[:, 3].max() - extent[:, 1].min()) / 1080) > 0.9
-
-
-def _laid_out(fig) -> np.ndarray:
-    """Draw `fig` and check its layout: every panel and text on the slide; no text over another
-    text, nor over a panel other than its own (a value written in its own cell or above its own
-    bar is inside it); no panel over another. Returns every box, [x0, y0, x1, y1] in px."""
-    fig.canvas.draw()
-    box = lambda artist: artist.get_window_extent().extents
-    boxes, texts = [], []  # (axes, box): every panel and the colour bar; (axes, box): its texts
-    for i, ax in enumerate(a for a in fig.axes if a.axison):
-        boxes.append((i, box(ax)))
-        labels = [ax.title, ax.xaxis.label, ax.yaxis.label, *_drawn(ax.xaxis), *_drawn(ax.yaxis),
-                  *ax.texts]
-        texts += [(i, box(t)) for t in labels if t.get_visible() and t.get_text()]
-    texts += [(-1, box(t)) for t in [fig._suptitle, *(t for lg in fig.legends for t in lg.get_texts())]]
-    for _, (x0, y0, x1, y1) in boxes + texts:
-        assert 0 <= x0 and x1 <= 1920 and 0 <= y0 and y1 <= 1080
-    over = lambda a, b: a[0] < b[2] - 1 and b[0] < a[2] - 1 and a[1] < b[3] - 1 and b[1] < a[3] - 1
-    for i, a in boxes:
-        assert not [j for j, b in boxes + texts if j != i and over(a, b)]
-    for k, (i, a) in enumerate(texts):
-        assert not [j for m, (j, b) in enumerate(texts) if m != k and over(a, b)], (i, a)
-    return np.array([b for _, b in boxes + texts])
-
-
-def _drawn(axis) -> list:
-    """The tick labels an axis draws: those of its ticks inside its view (the locator's list
-    holds one past each end, never drawn)."""
-    lo, hi = sorted(axis.get_view_interval())
-    return [label for at, label in zip(axis.get_ticklocs(), axis.get_ticklabels())
-            if lo - 1e-9 * (hi - lo) <= at <= hi + 1e-9 * (hi - lo)]
 
 
 @pytest.mark.parametrize("args", [
@@ -265,7 +235,7 @@ def test_slides_of_a_row_per_head_are_laid_out_without_overlap(cli, kept_slides,
     made = kept_slides(walk_slide, why_slide, tiled_slide, rope_slide)
     assert cli(*args, "--png", "x.png").exit_code == 0
     (fig,) = made
-    _laid_out(fig)
+    laid_out(fig)
 
 
 def test_the_explain_slide_shows_each_heads_scores_scaled_scores_weights_and_output(cli, kept_slides):
@@ -516,6 +486,7 @@ def test_the_pruning_slide_zooms_on_the_rises_and_counts_the_heads(kept_slides):
     assert near.get_ylim() == pytest.approx((3.88, 5.08))
     labels = [t.get_text().strip() for t in near.texts]
     assert labels == ["every head", "+5%: 20 heads go first", "+10%: 30 heads go first"]
+    laid_out(fig)
 
 
 def test_compare_packs_head_counts_into_rows_not_a_staircase(cli, tmp_path, kept_slides):

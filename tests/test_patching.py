@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from slides import laid_out
 import torch
 
 from mha_trace.analyses.patch_inputs import default_pair, parse_metric
@@ -365,6 +366,7 @@ def test_the_slides_draw_the_shares_json_gives(cli, default_run, kept_slides):
     args = ("patch", "--checkpoint", str(default_run), "--by-input")
     data = json.loads(cli(*args, "--format", "json").stdout)
     assert cli(*args, "--png", "p.png").exit_code == 0
+    laid_out(made[-1])
     axes = [ax for ax in made[-1].axes if ax.get_title()]
     assert [ax.get_title() for ax in axes] == ["residual stream", "heads' outputs", "K/V groups"]
     for ax, key in zip(axes[1:], ("heads", "kv_groups")):
@@ -377,6 +379,7 @@ def test_the_slides_draw_the_shares_json_gives(cli, default_run, kept_slides):
     path = ("patch", "--checkpoint", str(default_run), "--sender", "1.2", "--receiver", "2.4")
     via = json.loads(cli(*path, "--format", "json").stdout)["via"]
     assert cli(*path, "--png", "q.png").exit_code == 0
+    laid_out(made[-1])
     bars = [patch.get_width() for patch in made[-1].axes[0].patches]
     assert bars == pytest.approx([via[k]["fraction"] for k in ("q", "k", "v", "qkv")], abs=1e-6)  # JSON: 6 places
 

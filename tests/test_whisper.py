@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from slides import laid_out
 
 from mha_trace.analyses import alignment
 from mha_trace.errors import MhaError
@@ -303,6 +304,7 @@ def test_the_strip_and_the_slide_show_the_jsons_alignment(cli, heard, whisper, m
     assert max(len(line) for line in strip) <= len(timeline[0])
     made = kept_slides(alignment_slide)
     assert cli(*args, "--png", "w.png").exit_code == 0
+    laid_out(made[-1])
     sound, picture, heads = made[-1].axes[:3]
     T = len(data["tokens"])
     np.testing.assert_allclose(picture.get_images()[0].get_array(), matrix[:T], atol=1e-3)

@@ -3,7 +3,8 @@ policy, the full cache as the line they approach."""
 
 from mha_trace.analyses.kvcache import CacheLab
 from mha_trace.io.page import slide
-from mha_trace.render.plots import DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc, _save, _theme
+from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, TICK_PAD, WIDTH_PX, _fitted,
+                                    _pyplot, _rc, _save, _theme, framed, heading, text_px)
 
 COLOURS = {"window": "#d1495b", "sinks": "#00798c", "h2o": "#edae49"}
 
@@ -14,9 +15,13 @@ def cache_slide(lab: CacheLab, path: str, theme: str = "light", **_) -> None:
 
     fg, bg = _theme(theme)
     full = lab.full.perplexity
+    values = [f"{x:.0f}" for x in (full, *(r.perplexity for r in lab.results))]  # the y labels' width
+    name = text_px([], 22)[1]
     with plt.rc_context(_rc(fg)):
         fig, ax = plt.subplots(figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI, facecolor=bg,
-                               constrained_layout=True)
+                               gridspec_kw=framed(16 + name + text_px(values, MIN_TICK_PT + 5)[0] + TICK_PAD,
+                                                  64, heading(28), 16 + name + TICK_PAD
+                                                  + text_px([], MIN_TICK_PT + 5)[1]))
         ax.set_facecolor(bg)
         for renumber, style in ((False, "o-"), (True, "s--")):
             for policy, colour in COLOURS.items():

@@ -6,8 +6,9 @@ import numpy as np
 from mha_trace.analyses.composition import Composition
 from mha_trace.core.composition import KINDS
 from mha_trace.io.page import slide
-from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc,
-                                    _save, _theme)
+from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, TICK_PAD, WIDTH_PX, _fitted,
+                                    _pyplot, _rc, _save, _theme, bar_beside, colour_bar_room,
+                                    framed, heading, text_px)
 
 LABELLED = 24  # every head named on the axes up to this many; layers only beyond
 MARKED = 3  # the strongest pairs of each kind, circled and named
@@ -23,23 +24,23 @@ def composition_slide(c: Composition, path: str, theme: str = "light", **_) -> N
     readers = [i for i, (l, _) in enumerate(c.heads) if l > 1]
     grids = {kind: c.scores[kind][np.ix_(writers, readers)] / base for kind in KINDS}
     top = max(float(np.nanmax(g)) for g in grids.values())
+    across, down = _names([c.heads[i] for i in readers]), _names([c.heads[i] for i in writers])
     with plt.rc_context(_rc(fg)):
         fig, axes = plt.subplots(1, 3, figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI,
-                                 facecolor=bg, constrained_layout=True)
+                                 facecolor=bg, gridspec_kw=_layout(across[1], down[1], top))
         for ax, kind in zip(axes, KINDS):
             image = ax.imshow(np.ma.masked_invalid(grids[kind]), cmap="viridis", vmin=0, vmax=top,
                               aspect="auto", interpolation="nearest")
             ax.set_facecolor(bg)
             ax.set_title(f"{kind}-composition", fontsize=24, color=fg)
-            _label(ax, [c.heads[i] for i in readers], "x")
-            _label(ax, [c.heads[i] for i in writers], "y")
+            ax.set_xticks(*across, rotation=90)
+            ax.set_yticks(*down)
             ax.set_xlabel("the later head (reads)", fontsize=18)
             ax.tick_params(labelsize=MIN_TICK_PT)
             _mark_strongest(ax, c, kind, writers, readers, base, fg, bg)
         axes[0].set_ylabel("the earlier head (writes)", fontsize=18)
-        bar = fig.colorbar(image, ax=list(axes), shrink=0.8)
-        bar.set_label(f"× random matrices of the same shapes ({base:.3f})", fontsize=18)
-        bar.ax.tick_params(labelsize=MIN_TICK_PT)
+        bar_beside(fig, image, colour_bar_room([f"{top:.1f}"]),
+                   f"× random matrices of the same shapes ({base:.3f})")
         fig.suptitle(_fitted(f"{c.model.name}: which earlier head each head reads (blank: not an "
                              f"earlier layer)", 95), fontsize=28, color=fg)
     _save(plt, fig, path, bg)
@@ -66,13 +67,20 @@ def _mark_strongest(ax, c: Composition, kind: str, writers: list, readers: list,
                 bbox={"boxstyle": "round,pad=0.4", "facecolor": bg, "edgecolor": RING}, zorder=4)
 
 
-def _label(ax, heads: list, axis: str) -> None:
-    """Every head's name when there are few; otherwise a tick at each layer's first head."""
+def _names(heads: list) -> tuple[list, list]:
+    """(ticks, names): every head's name when there are few; otherwise each layer's first head."""
     if len(heads) <= LABELLED:
-        ticks, names = range(len(heads)), [f"{l}.{h}" for l, h in heads]
-    else:
-        firsts = [i for i, (l, h) in enumerate(heads) if h == 1]
-        step = max(1, len(firsts) // 15)
-        ticks, names = firsts[::step], [f"L{heads[i][0]}" for i in firsts[::step]]
-    (ax.set_xticks if axis == "x" else ax.set_yticks)(list(ticks), names,
-                                                      **({"rotation": 90} if axis == "x" else {}))
+        return list(range(len(heads))), [f"{l}.{h}" for l, h in heads]
+    firsts = [i for i, (l, h) in enumerate(heads) if h == 1]
+    step = max(1, len(firsts) // 15)
+    return firsts[::step], [f"L{heads[i][0]}" for i in firsts[::step]]
+
+
+def _layout(across: list, down: list, top: float) -> dict:
+    """The three grids placed from what they hold: the earlier heads' names on the left and
+    between the grids, the later heads' (turned) and the axis name below, the titles above, the
+    colour bar on the right."""
+    name = text_px([], 18)[1]
+    names = text_px(down, MIN_TICK_PT)[0] + TICK_PAD
+    return framed(16 + name + names, colour_bar_room([f"{top:.1f}"]), heading(28, title=24),
+                  16 + name + text_px(across, MIN_TICK_PT)[0] + TICK_PAD, cols=3, gap=names + 24)

@@ -8,8 +8,9 @@ constrained layout, which drew and measured every axes of every slide (0.3 s a s
 a 30-layer model's figures).
 """
 
-from mha_trace.render.plots import (DPI, HEIGHT_PX, SLIDE_H, SLIDE_W, WIDTH_PX, _fitted, _pyplot,
-                                    _rc, _save, _theme, _ticks, text_px, token_label,
+from mha_trace.render.plots import (DPI, HEIGHT_PX, SLIDE_H, SLIDE_W, TICK_PAD, WIDTH_PX, _fitted,
+                                    _pyplot, _rc, _save, _theme, _ticks, bar_beside,
+                                    colour_bar_room, framed, heading, text_px, token_label,
                                     written_together)
 
 EDGE, GAP, BAR_GAP, BAR_W = 16, 24, 40, 36  # px: the slide's edge, between panels, the colour bar
@@ -63,28 +64,30 @@ def save_overview(path: str, title: str, w, mask, theme: str, top: float | None 
             tile = w[l, h] if mask is None else np.where(mask, w[l, h], np.nan)
             mosaic[r * (T + gap):r * (T + gap) + T, c * (T + gap):c * (T + gap) + T] = tile
     fg, bg = _theme(theme)
+    hi = top or float(np.nanmax(mosaic))
+    ticks = (18 if cols <= 16 else 12, 18 if rows <= 16 else 12)  # points: across, down
+    name = text_px([], 20)[1]
     with plt.rc_context(_rc(fg)):
         fig, ax = plt.subplots(figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI, facecolor=bg,
-                               constrained_layout=True)
+                               gridspec_kw=framed(
+                                   EDGE + name + text_px([str(rows)], ticks[1])[0] + TICK_PAD,
+                                   colour_bar_room([f"{hi:.2f}"]), heading(24, lines=2),
+                                   EDGE + name + text_px([], ticks[0])[1] + TICK_PAD))
         ax.set_facecolor(bg)
         cmap = plt.get_cmap("viridis").with_extremes(bad=bg)
-        hi = top or float(np.nanmax(mosaic))
         image = ax.imshow(mosaic, cmap=cmap, interpolation="nearest", aspect="auto", vmin=0.0,
                           vmax=hi)
         centres = [i * (T + gap) + (T - 1) / 2 for i in range(max(rows, cols))]
         row_name, col_name = ("head", "layer") if across else ("layer", "head")
-        ax.set_xticks(centres[:cols], [str(i + 1) for i in range(cols)],
-                      fontsize=18 if cols <= 16 else 12)
-        ax.set_yticks(centres[:rows], [str(i + 1) for i in range(rows)],
-                      fontsize=18 if rows <= 16 else 12)
+        ax.set_xticks(centres[:cols], [str(i + 1) for i in range(cols)], fontsize=ticks[0])
+        ax.set_yticks(centres[:rows], [str(i + 1) for i in range(rows)], fontsize=ticks[1])
         ax.set_xlabel(f"{col_name}  (each tile: queries down, keys across)", fontsize=20)
         ax.set_ylabel(row_name, fontsize=20)
         ax.tick_params(length=0)
         for side in ax.spines.values():
             side.set_visible(False)
-        bar = fig.colorbar(image, ax=ax, shrink=0.8)
         blank = ", blank: masked" if mask is not None else ""
-        bar.set_label(f"attention weight (0 to {hi:.2f}{blank})", fontsize=18)
+        bar_beside(fig, image, colour_bar_room([f"{hi:.2f}"]), f"attention weight (0 to {hi:.2f}{blank})")
         fig.suptitle(f"{_fitted(title, 110)}\nevery head: {L} layers × {H} heads", fontsize=24,
                      color=fg)
     _save(plt, fig, path, bg)

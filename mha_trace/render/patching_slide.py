@@ -7,8 +7,9 @@ import numpy as np
 from mha_trace.analyses.path_patching import PathPatching
 from mha_trace.analyses.patching import Patching
 from mha_trace.io.page import slide
-from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc,
-                                    _save, _theme)
+from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, TICK_PAD, WIDTH_PX, _fitted,
+                                    _pyplot, _rc, _save, _theme, bar_beside, colour_bar_room,
+                                    framed, heading, text_px)
 
 WRITTEN = 64  # a grid of at most this many cells has each share written in it
 MARKED = 3  # the heads that carry the most, ringed and named
@@ -23,10 +24,12 @@ def patching_slide(p: Patching, path: str, theme: str = "light", **_) -> None:
               ("heads' outputs", p.fraction(p.heads), "head", "layer")]
     if p.kv_groups is not None:
         panels.append(("K/V groups", p.fraction(p.kv_groups), "K/V group", "layer"))
+    differ = [t for t, (a, b) in enumerate(zip(p.clean, p.corrupt)) if a != b]
+    tokens = ([f"{t} {token}{'*' if t in differ else ''}" for t, token in enumerate(p.clean)]
+              if len(p.clean) <= 40 else [str(t) for t in range(len(p.clean))])
     with plt.rc_context(_rc(fg)):
         fig, axes = plt.subplots(1, len(panels), figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI,
-                                 facecolor=bg, constrained_layout=True,
-                                 gridspec_kw={"width_ratios": [3, 2, 1][:len(panels)]})
+                                 facecolor=bg, gridspec_kw=_layout(tokens, p, len(panels)))
         for ax, (title, grid, across, down) in zip(axes, panels):
             image = ax.imshow(grid, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
             ax.set_facecolor(bg)
@@ -38,21 +41,27 @@ def patching_slide(p: Patching, path: str, theme: str = "light", **_) -> None:
             ax.tick_params(labelsize=MIN_TICK_PT)
             if grid.size <= WRITTEN:
                 _write_cells(ax, grid)
-        differ = [t for t, (a, b) in enumerate(zip(p.clean, p.corrupt)) if a != b]
-        axes[0].set_yticks(range(len(p.clean)), [f"{t} {token}{'*' if t in differ else ''}"
-                                                 for t, token in enumerate(p.clean)]
-                           if len(p.clean) <= 40 else [str(t) for t in range(len(p.clean))])
+        axes[0].set_yticks(range(len(p.clean)), tokens)
         if p.heads.size > WRITTEN:
             _ring_top(axes[1], p.fraction(p.heads), bg)
-        bar = fig.colorbar(image, ax=list(axes), shrink=0.8)
-        bar.set_label("share of the gap " + ("destroyed" if p.noising else "restored")
-                      + " (1 = all of it)", fontsize=18)
-        bar.ax.tick_params(labelsize=MIN_TICK_PT)
+        bar_beside(fig, image, colour_bar_room(["−1.00"]), "share of the gap " + (
+            "destroyed" if p.noising else "restored") + " (1 = all of it)")
         way = "corrupted into clean" if p.noising else "clean into corrupted"
         fig.suptitle(_fitted(f"{p.card.name}: {way}, clean {p.clean_value:.2f}, corrupted "
                              f"{p.corrupt_value:.2f}", 90) + "\n" + _fitted(p.metric, 90),
                      fontsize=24, color=fg)
     _save(plt, fig, path, bg)
+
+
+def _layout(tokens: list, p: Patching, panels: int) -> dict:
+    """The grids placed from what they hold: the positions' tokens on the left, each grid's
+    layer numbers and axis name before it, one line of numbers and a name below, the two lines of
+    the title and the grids' titles above, the colour bar on the right."""
+    name, numbers = text_px([], 18)[1], text_px([str(p.heads.shape[0])], MIN_TICK_PT)[0]
+    return framed(16 + name + text_px(tokens, MIN_TICK_PT)[0] + TICK_PAD, colour_bar_room(["−1.00"]),
+                  heading(24, lines=2, title=22), 16 + name + text_px([], MIN_TICK_PT)[1] + TICK_PAD,
+                  cols=panels, gap=name + numbers + TICK_PAD + 24,
+                  width_ratios=[3, 2, 1][:panels])
 
 
 def _ticks(ax, n: int, axis: str) -> None:
@@ -86,16 +95,19 @@ def path_slide(p: PathPatching, path: str, theme: str = "light", **_) -> None:
     names = {"q": "its queries", "k": "its keys", "v": "its values", "qkv": "all three"}
     shares = [p.fraction(p.via[key]) for key in names]
     senders, (rl, rh) = p.sender_names, p.receiver
+    routes = [f"through {name}" for name in names.values()]
+    left = 16 + text_px(routes, 24)[0] + TICK_PAD
+    below = 16 + text_px([], 22)[1] + text_px([], MIN_TICK_PT + 3)[1] + TICK_PAD
     with plt.rc_context(_rc(fg)):
         fig, ax = plt.subplots(figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI, facecolor=bg,
-                               constrained_layout=True)
+                               gridspec_kw=framed(left, 32, heading(26, lines=2), below))
         ax.set_facecolor(bg)
         ax.barh(range(4), shares, color=["#3b528b", "#d62728", "#5ec962", "#888888"], height=0.6)
         for y, share in enumerate(shares):
             shown = f"{share:+.2f}"
             ax.text(share, y, f"  {'0.00' if float(shown) == 0 else shown}  ", va="center", ha="left" if share >= 0 else "right",
                     fontsize=24, color=fg)
-        ax.set_yticks(range(4), [f"through {name}" for name in names.values()], fontsize=24)
+        ax.set_yticks(range(4), routes, fontsize=24)
         ax.invert_yaxis()
         ax.axvline(0, color=fg, linewidth=1)
         ax.set_xlim(min(-0.1, min(shares) - 0.25), max(1.1, max(shares) + 0.25))

@@ -152,6 +152,45 @@ def rows_layout(names: list, keys: list, size: float, legend_rows: int = 1,
             "wspace": wspace, "hspace": 0.45 if len(names) > 4 else 0.3}
 
 
+TICK_PAD = 7.0 * DPI / 72  # px: a tick and the pad before its label (matplotlib's 3.5 + 3.5 pt)
+BAR_ROOM = 40, 36  # px: the gap before a colour bar, and its width
+
+
+def framed(left: float, right: float, top: float, bottom: float, cols: int = 1,
+           gap: float = 0.0, rows: int = 1, **grid) -> dict:
+    """GridSpec's keywords for a grid of `rows` × `cols` axes with these margins and `gap` between
+    axes (across and down), in px: room a slide measured for its labels, so no layout engine
+    draws it to find out."""
+    width, height = WIDTH_PX - left - right, HEIGHT_PX - top - bottom
+    return {"left": left / WIDTH_PX, "right": 1 - right / WIDTH_PX, "top": 1 - top / HEIGHT_PX,
+            "bottom": bottom / HEIGHT_PX, "wspace": gap * cols / (width - gap * (cols - 1)),
+            "hspace": gap * rows / (height - gap * (rows - 1)), **grid}
+
+
+def heading(points: float, lines: int = 1, title: float | None = None) -> float:
+    """px above the axes: the slide's title (`lines` at `points`) and the axes' own `title`."""
+    axes = text_px([], title)[1] + 6 * DPI / 72 if title else 0.0
+    return 0.02 * HEIGHT_PX + lines * text_px([], points)[1] + 8 + axes
+
+
+def bar_beside(fig, image, right: float, label: str, points: float = 18):
+    """A colour bar for `image` in the `right` px a slide left for it (colour_bar_room), as tall
+    as 80% of the first axes and centred on it; its values at MIN_TICK_PT, `label` beside."""
+    box = fig.axes[0].get_position()
+    tall = 0.8 * box.height
+    bar = fig.colorbar(image, cax=fig.add_axes([1 - (right - BAR_ROOM[0]) / WIDTH_PX,
+                                                 box.y0 + (box.height - tall) / 2,
+                                                 BAR_ROOM[1] / WIDTH_PX, tall]))
+    bar.set_label(label, fontsize=points)
+    bar.ax.tick_params(labelsize=MIN_TICK_PT)
+    return bar
+
+
+def colour_bar_room(values: list, points: float = 18) -> float:
+    """px on the right for a colour bar whose values read like `values` and its label's line."""
+    return sum(BAR_ROOM) + TICK_PAD + text_px(values, MIN_TICK_PT)[0] + text_px([], points)[1] + 16
+
+
 def few_ticks(ax) -> None:
     """At most 3 values on a row's axis, and no closer than a label's height and a gap (22 px):
     one on a row of 12 heads, whose axes are 45 px tall (its place in the grid must be set)."""

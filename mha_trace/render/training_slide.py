@@ -3,7 +3,8 @@ for `train --png` and for the run's view in Jupyter."""
 
 from mha_trace.io.page import slide
 from mha_trace.models.training import Training
-from mha_trace.render.plots import DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _png, _pyplot, _rc, _save, _theme
+from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, TICK_PAD, WIDTH_PX, _png, _pyplot,
+                                    _rc, _save, _theme, framed, heading, text_px)
 
 
 @slide.register(Training)
@@ -27,9 +28,12 @@ def training_figure(r, theme: str = "light") -> tuple:
     steps = [s.step for s in r.snapshots]
     names = ("previous token", "induction")
     with plt.rc_context(_rc(fg)):
+        name, values = text_px([], 20)[1], text_px(["0.00", f"{max(r.losses):.1f}"], MIN_TICK_PT)[0]
         fig, axes = plt.subplots(1 + len(names), 1, sharex=True, figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI),
-                                 dpi=DPI, facecolor=bg, constrained_layout=True,
-                                 gridspec_kw={"height_ratios": [2, 1, 1]})
+                                 dpi=DPI, facecolor=bg, gridspec_kw=framed(
+                                     16 + name + values + TICK_PAD, 32, heading(28),
+                                     16 + name + text_px([], MIN_TICK_PT)[1] + TICK_PAD,
+                                     rows=1 + len(names), gap=24, height_ratios=[2, 1, 1]))
         loss = axes[0]
         loss.plot(np.arange(len(r.losses)), r.losses, color="#888888", linewidth=1, label="each batch")
         loss.plot(steps, [s.loss for s in r.snapshots], "o-", color="#3b528b", linewidth=3,

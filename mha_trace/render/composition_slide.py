@@ -13,6 +13,7 @@ from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, TICK_PAD, WIDTH
 LABELLED = 24  # every head named on the axes up to this many; layers only beyond
 MARKED = 3  # the strongest pairs of each kind, circled and named
 RING = "#ff3b30"  # seen on every colour of viridis
+AWAY = [(11, 11), (11, -26), (-26, 11)]  # points: each mark's name off its ring, apart when rings touch
 
 
 @slide.register(Composition)
@@ -56,7 +57,7 @@ def _mark_strongest(ax, c: Composition, kind: str, writers: list, readers: list,
     for rank, (a, b, x) in enumerate(c.strongest(kind, MARKED), start=1):
         row, col = writers.index(c.heads.index(a)), readers.index(c.heads.index(b))
         ax.scatter([col], [row], s=420, facecolors="none", edgecolors=RING, linewidths=2.5, zorder=3)
-        ax.annotate(str(rank) if corner else f"{rank}: {x / base:.1f}×", (col, row), xytext=(11, 11),
+        ax.annotate(str(rank) if corner else f"{rank}: {x / base:.1f}×", (col, row), xytext=AWAY[rank - 1],
                     textcoords="offset points", color=RING, fontsize=MIN_TICK_PT,
                     fontweight="bold", zorder=4, bbox={"boxstyle": "round,pad=0.15",
                                                        "facecolor": bg, "edgecolor": "none"})

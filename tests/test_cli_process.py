@@ -64,6 +64,10 @@ REFUSED_BEFORE_TORCH = [  # flags that clash, or go with a model: no torch neede
     ["explain", "--config", "chicken-road", "--token", "zz"], ["heads", "--head", "0"],
     ["heads", "--config", "chicken-road", "--heads", "4", "--head", "5"], ["ablate", "--head", "1,3"],
     ["ablate", "--head", "1,x"], ["compare", "--heads", "3"], ["compare", "--heads", "1,x"],
+    # a model's --layer and --head, against the sizes its registry entry declares
+    ["heads", "--model", "minilm", "--head", "6.13"], ["explain", "--model", "smollm2", "--head", "31.1"],
+    ["heads", "--model", "minilm", "--layer", "7"], ["ablate", "--model", "minilm", "--head", "1.1,7.1"],
+    ["explain", "--model", "whisper", "--audio", "examples/audio/cat.wav", "--head", "5.1", "--why"],
 ]
 
 

@@ -60,6 +60,14 @@ def test_it_satisfies_the_interface_its_capabilities_declare(named):
     assert isinstance(m, base.TrainedRun) == c.trained_run
     assert c.causal == c.decodes and c.rope == (m.rope_base is not None)
     assert registry.entry(m.key).pass_seconds  # the time guards can price it
+    _declares_its_size(m)
+
+
+def _declares_its_size(m) -> None:
+    """The sizes --layer and --head are judged by before it loads are its own, under its name."""
+    card = registry.entry(m.key)
+    assert card.size is None or (card.size == (m.layers, m.heads) and card.title == m.name)
+    assert card.size or card in (registry.TRAINED, tiny_llama.ENTRY)  # every registry model declares
 
 
 def _softmax_attention(m, inputs, layer: int) -> np.ndarray:
@@ -141,6 +149,7 @@ def test_a_model_that_hears_satisfies_its_interface_and_runs_its_views_through_t
     assert not isinstance(m, base.AttentionModel)  # it reads no text: no sentence to encode
     assert (FIXTURES / f"{name}_reference.npz").exists()
     assert registry.entry(m.key).pass_seconds and registry.entry(m.key).install
+    _declares_its_size(m)
     result = cli("survey", "--model", name, "--audio", HEARS[name], "--timestamps", "--format", "json")
     assert result.exit_code == 0 and json.loads(result.stdout)["words"], result.stderr
     for args in _views(name, "The cat sat on the mat.", "cat"):

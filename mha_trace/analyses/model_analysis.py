@@ -12,14 +12,8 @@ from mha_trace.errors import MhaError
 from mha_trace.io.units import WORD_START
 from mha_trace.analyses.ablated import Ablation
 from mha_trace.models.base import ModelCard, ModelText
+from mha_trace.runs.model_options import check_heads
 from mha_trace.records import Shows
-
-def check_heads(model, heads: list[tuple[int, int]], quantity: str = "head") -> None:
-    for layer, head in heads:
-        if not 1 <= layer <= model.layers or not 1 <= head <= model.heads:
-            raise MhaError(f"head {layer}.{head} is out of range ({model.name} has layers 1 to "
-                           f"{model.layers} and heads 1 to {model.heads} in each)", quantity=quantity)
-
 
 def _run_with(model, ids, plan: dict, batch: int = 1, resume=None):
     """The model on `ids` with heads removed; plan: layer -> [(batch rows or None, head)].

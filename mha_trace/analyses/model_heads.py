@@ -15,7 +15,7 @@ def model_heads(run, layer: int | None = None, head: str | None = None, words: b
     overview: `picked` is None); `effect`: every head's effect weights too, grouped and hidden
     as the weights are."""
     from mha_trace.models.guards import parse_head
-    from mha_trace.analyses.model_analysis import check_heads
+    from mha_trace.runs.model_options import check_heads
     from mha_trace.core.masks import allowed
     from mha_trace.runs.model_options import check_layer
 
@@ -71,7 +71,7 @@ def model_walk(run, head: int | None, token: str | None, position: int | None,
                effect: bool = False):
     """One token of a model's run through its layer's heads (`explain --model`)."""
     from mha_trace.analyses.analysis import analyse, with_effect
-    from mha_trace.analyses.model_analysis import check_heads
+    from mha_trace.runs.model_options import check_heads
     from mha_trace.analyses.walk import walk
     from mha_trace.core.picks import find_position
 

@@ -65,7 +65,7 @@ def patch(model, clean: str, corrupt: str, metric: Metric, noising: bool = False
     head's output one position at a time."""
     import torch
 
-    from mha_trace.analyses.model_analysis import check_heads
+    from mha_trace.runs.model_options import check_heads
 
     check_patchable(model)
     if by_position is not None:

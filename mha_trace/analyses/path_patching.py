@@ -46,7 +46,7 @@ def path_patch(model, clean: str, corrupt: str, metric: Metric, senders: list, r
     as the receiver's q, k or v reads it (and all three), only the receiver head's output kept."""
     import torch
 
-    from mha_trace.analyses.model_analysis import check_heads
+    from mha_trace.runs.model_options import check_heads
 
     check_patchable(model)
     senders = list(dict.fromkeys(tuple(s) for s in senders))  # each once

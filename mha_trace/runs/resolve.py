@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, fields, replace
 
 from mha_trace.errors import MhaError
-from mha_trace.runs.model_options import check_layer, needs_model, refuse_with_model
+from mha_trace.runs.model_options import check_layer, check_picks_early, needs_model, refuse_with_model
 
 DEFAULT_SENTENCE = "The animal didn't cross the street because it was too tired."
 SIZE_DEFAULTS = {"batch": 2, "seq": 10, "d_model": 512, "heads": 8, "mask": "none", "pad": 0,
@@ -196,7 +196,9 @@ def check_early(o: RunOptions, default: str = "config"):
     from mha_trace.core.validate import check_sizes
 
     check_options(o)
-    if o.model or o.checkpoint is not None:
+    if o.model:
+        return check_picks_early(o.model, o.layer, None)  # its declared sizes; the rest as it loads
+    if o.checkpoint is not None:
         return None
     needs_model(o.sentence, o.layer, max_tokens=o.max_tokens, max_seconds=o.max_seconds)
     if o.config is not None:

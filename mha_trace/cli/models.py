@@ -217,23 +217,28 @@ def patch(
     from mha_trace.io.output import progress
     from mha_trace.runs.resolve import RunOptions, load, with_checkpoint
 
-    m = load(with_checkpoint(RunOptions(model=None if checkpoint else model, checkpoint=checkpoint,
-                                        at_step=at_step, device=device.value, max_tokens=max_tokens,
-                                        max_seconds=max_seconds)))
-    if (clean is None) != (corrupt is None):
+    if (clean is None) != (corrupt is None):  # the flags first, before torch and the model load
         raise MhaError("--clean and --corrupt go together (or neither: the default pair)",
                        quantity="corrupt")
     if (sender is None) != (receiver is None):
         raise MhaError("--sender and --receiver go together (path patching)", quantity="receiver")
+    if sender is not None and (by_input or by_position):
+        raise MhaError("--by-input and --by-position patch every head; path patching "
+                       "(--sender/--receiver) follows one path", quantity="receiver")
+    if model and not checkpoint:  # its heads, by the sizes it declares
+        from mha_trace.runs.model_options import check_picks_early
+
+        for heads, quantity in ((sender, "sender"), (receiver, "receiver"), (by_position, "by_position")):
+            check_picks_early(model, None, heads, quantity)
+    m = load(with_checkpoint(RunOptions(model=None if checkpoint else model, checkpoint=checkpoint,
+                                        at_step=at_step, device=device.value, max_tokens=max_tokens,
+                                        max_seconds=max_seconds)))
     default_clean, default_corrupt, default_metric = default_pair(m, path=sender is not None)
     texts = (default_clean, default_corrupt) if clean is None else (clean, corrupt)
     chosen = parse_metric(m, metric or default_metric)
     from mha_trace.models.guards import parse_head
 
     if sender is not None:
-        if by_input or by_position:
-            raise MhaError("--by-input and --by-position patch every head; path patching "
-                           "(--sender/--receiver) follows one path", quantity="receiver")
         senders = [parse_head(part.strip(), "sender") for part in sender.split(",")]
         result = path_patch(m, *texts, chosen, senders, parse_head(receiver, "receiver"), noising)
         return emit(out, result.renderables, result.data, page=result, slide=result)

@@ -18,7 +18,7 @@ def check_heads(model, heads: list[tuple[int, int]], quantity: str = "head") -> 
                            f"{model.layers} and heads 1 to {model.heads} in each)", quantity=quantity)
 
 
-def check_picks_early(name: str, layer: int | None, heads: str | None) -> None:
+def check_picks_early(name: str, layer: int | None, heads: str | None, quantity: str = "head") -> None:
     """A model's --layer and --head L.H (comma-separated) judged against the sizes its registry
     entry declares, before torch and the weights load: a typo is answered in a fraction of a
     second. A model that declares none (a trained run) is judged once loaded."""
@@ -33,8 +33,8 @@ def check_picks_early(name: str, layer: int | None, heads: str | None) -> None:
     declared = SimpleNamespace(name=card.title, layers=card.size[0], heads=card.size[1])
     if layer is not None:
         check_layer(declared, layer)
-    picked = [parse_head(part.strip()) for part in (heads or "").split(",") if part.strip()]
-    check_heads(declared, [(l, h) for l, h in picked if l >= 1 and h >= 1])  # 0: "count from 1"
+    picked = [parse_head(part.strip(), quantity) for part in (heads or "").split(",") if part.strip()]
+    check_heads(declared, [(l, h) for l, h in picked if l >= 1 and h >= 1], quantity)  # 0: "count from 1"
 
 
 def refuse_with_model(**given) -> None:

@@ -31,6 +31,7 @@ TARGETS = {  # name: (wall ratio, peak-RSS ratio) targets from the issues; None 
     "mha-trace shapes --d-model 7 --heads 2 (refused)": (0.3, None),
     "mha-trace explain --heads 3 (refused)": (0.3, None),
     "mha-trace explain --token nosuch (refused)": (0.3, None),
+    "mha-trace heads --model minilm --head 6.13 (refused)": (0.3, None),
     "mha-trace cost --preset gpt3-175b": (0.25, None),
     "mha-trace cost --preset gpt2-medium --io --backward": (0.25, None),  # arithmetic, like cost
     "mha-trace heads --model minilm": (1.0, 1.4),
@@ -45,7 +46,7 @@ TARGETS = {  # name: (wall ratio, peak-RSS ratio) targets from the issues; None 
     "mha-trace explore (first screen)": (1.3, None),
 }
 REFUSED = {("shapes", "--d-model", "7", "--heads", "2"), ("explain", "--heads", "3"),
-           ("explain", "--token", "nosuch")}  # exit 2
+           ("explain", "--token", "nosuch"), ("heads", "--model", "minilm", "--head", "6.13")}  # exit 2
 FIRST_SCREEN = b"self.W_q(q)"  # the trace pane's first rows: the explorer's first screen is up
 
 
@@ -62,6 +63,7 @@ def commands(slow: bool = False) -> dict:
         "mha-trace shapes --d-model 7 --heads 2 (refused)": cli + ["shapes", "--d-model", "7", "--heads", "2"],
         "mha-trace explain --heads 3 (refused)": cli + ["explain", "--heads", "3"],
         "mha-trace explain --token nosuch (refused)": cli + ["explain", "--token", "nosuch"],
+        "mha-trace heads --model minilm --head 6.13 (refused)": cli + ["heads", "--model", "minilm", "--head", "6.13"],
         "mha-trace shapes --impl tiled": cli + ["shapes", "--impl", "tiled"],
         "mha-trace explain --token sat --impl tiled": cli + ["explain", "--token", "sat", "--impl", "tiled"],
     }

@@ -218,14 +218,12 @@ def test_heatmap_slides_are_laid_out_without_overlap_and_fill_the_slide(kept_sli
 
 @pytest.mark.parametrize("args", [
     ("explain", "--token", "cat"), ("explain", "--config", "chicken-road", "--heads", "16", "--token", "it"),
-    ("explain", "--token", "cat", "--why"), ("explain", "--config", "chicken-road", "--token", "it", "--why"),
-    ("explain", "--model", "minilm", "--token", "it", "--layer", "6"),
+    ("explain", "--config", "chicken-road", "--token", "it", "--why"),
     ("explain", "--model", "minilm", "--token", "it", "--layer", "6", "--why"),
-    ("explain", "--token", "sat", "--impl", "tiled", "--block-k", "1"),
     ("explain", "--config", "animal-street", "--token", "it", "--impl", "tiled"),
     ("explain", "--config", "chicken-road", "--rope", "--heads", "4", "--token", "it", "--rope-planes"),
-], ids=["walk, 2 heads", "walk, 16 heads", "why, 2 heads", "why, 8 heads", "walk, MiniLM's 12",
-        "why, MiniLM's 12", "tiles of 1 key", "tiles, 4 heads", "RoPE planes, 4 heads"])
+], ids=["walk, 2 heads", "walk, 16 heads", "why, 8 heads", "why, MiniLM's 12", "tiles, 4 heads",
+        "RoPE planes, 4 heads"])
 def test_slides_of_a_row_per_head_are_laid_out_without_overlap(cli, kept_slides, args):
     """The walk's, the why's, the tiles' and the RoPE planes' slides, placed from what they hold
     (no constrained layout): every text on the slide and clear of the others (a zero score written once, the

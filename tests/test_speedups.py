@@ -126,29 +126,26 @@ def test_meta_kernels_wait_only_for_the_torch_release_checked(release, stood_in,
     assert "torch._meta_registrations" not in sys.modules  # the real one loads on its next import
 
 
-SET_DOCS = ("import inspect, sys; from mha_trace import speedups; from mha_trace.render import plots; "
-            "[speedups.own_the_process() for _ in sys.argv[1:]]; plots._pyplot(); "
-            "from matplotlib.artist import Artist; from matplotlib.axes import Axes; "
-            "from matplotlib.lines import Line2D; "
+SET_DOCS = ("import inspect, sys; import numpy as np; from mha_trace import speedups; "
+            "from mha_trace.render import heatmaps; "
+            "[speedups.own_the_process() for _ in sys.argv[2:]]; "
+            "heatmaps.save_heatmaps(sys.argv[1], 'heads', [('h', list('abc'), list('abc'), np.eye(3), None)] * 2); "
+            "from matplotlib.axes import Axes; from matplotlib.lines import Line2D; "
             "Later = type('Later', (Line2D,), {}); "
             "print(Line2D.set.__doc__ is None, 'linewidth' in str(inspect.signature(Line2D.set)), "
             "Axes.set.__qualname__, Later.set.__doc__.startswith('Set multiple'))")
 
 
 def test_a_slide_imports_matplotlib_without_the_set_docs_and_draws_the_same(tmp_path):
-    """The command line's matplotlib leaves out every Artist's `set()` signature and docstring
-    (0.1 s of its import): the same PNG bytes either way; a class defined afterwards gets its
-    docs, and a library call (a notebook's `help(Line2D.set)`) keeps them all."""
-    fast, slow = tmp_path / "fast.png", tmp_path / "slow.png"
-    assert run(["explain", "--token", "cat", "--png", str(fast)]).returncode == 0
-    env = {**os.environ, "MHA_TRACE_NO_SPEEDUPS": "1"}
-    subprocess.run([sys.executable, "-m", "mha_trace", "explain", "--token", "cat", "--png", str(slow)],
-                   capture_output=True, env=env, timeout=300, check=True)
-    assert fast.read_bytes() == slow.read_bytes()
+    """The command line's matplotlib (its process owned, as `main` says) leaves out every
+    Artist's `set()` signature and docstring (0.1 s of its import): the same PNG bytes as with
+    them; a class defined afterwards gets its docs, and a library call (a notebook's
+    `help(Line2D.set)`) keeps them all."""
     for own, expected in ((True, "True False Axes.set True"), (False, "False True Axes.set True")):
-        out = subprocess.run([sys.executable, "-c", SET_DOCS, *["own"] * own], capture_output=True,
-                             text=True, timeout=300)
+        out = subprocess.run([sys.executable, "-c", SET_DOCS, str(tmp_path / f"{own}.png"),
+                              *["own"] * own], capture_output=True, text=True, timeout=300)
         assert out.stdout.split() == expected.split(), out.stderr
+    assert (tmp_path / "True.png").read_bytes() == (tmp_path / "False.png").read_bytes()
 
 
 BROADCASTING = '''
@@ -179,6 +176,4 @@ def test_torch_broadcast_shapes_works_without_the_kernels_loaded_at_start(tmp_pa
     path.write_text(BROADCASTING)
     done = run(["heads", "--module", f"{path}:Checked", "--heads", "2", "--d-model", "8"])
     assert done.returncode == 0, done.stderr
-    assert "torch._meta_registrations" in done.imported
-    plain = run(["heads", "--module", "example:chapter_torch"])
-    assert plain.returncode == 0 and "torch._meta_registrations" not in plain.imported, plain.stderr
+    assert "torch._meta_registrations" in done.imported  # (a MiniLM run never loads them: above)

@@ -148,32 +148,10 @@ def test_a_slide_imports_matplotlib_without_the_set_docs_and_draws_the_same(tmp_
     assert (tmp_path / "True.png").read_bytes() == (tmp_path / "False.png").read_bytes()
 
 
-BROADCASTING = '''
-import torch
-import torch.nn as nn
-
-
-class Checked(nn.Module):
-    def __init__(self, d_model, num_heads):
-        super().__init__()
-        self.h, self.d_k = num_heads, d_model // num_heads
-        self.W_q, self.W_k = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-        self.W_v, self.W_o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-
-    def forward(self, x):
-        B, T, D = x.shape
-        q, k, v = (W(x).view(B, T, self.h, self.d_k).transpose(1, 2) for W in (self.W_q, self.W_k, self.W_v))
-        assert torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]) == (B, self.h)
-        w = (q @ k.transpose(-2, -1) / self.d_k ** 0.5).softmax(-1)
-        return self.W_o((w @ v).transpose(1, 2).reshape(B, T, D)), w
-'''
-
-
-def test_torch_broadcast_shapes_works_without_the_kernels_loaded_at_start(tmp_path):
-    """`torch.broadcast_shapes` reads `torch._refs`, which the meta kernels' import brought: in
-    the command line, a module that calls it runs, and reading it loads the kernels then."""
-    path = tmp_path / "checked.py"
-    path.write_text(BROADCASTING)
-    done = run(["heads", "--module", f"{path}:Checked", "--heads", "2", "--d-model", "8"])
+def test_torch_broadcast_shapes_works_without_the_kernels_loaded_at_start():
+    """`torch.broadcast_shapes` reads `torch._refs`, which the meta kernels' import brought:
+    `--why` on the chapter's module calls it (it lines up the scores' operands), and in the
+    command line reading it loads the kernels then (a MiniLM run never loads them: above)."""
+    done = run(["explain", "--module", "example:chapter_torch", "--why"])
     assert done.returncode == 0, done.stderr
-    assert "torch._meta_registrations" in done.imported  # (a MiniLM run never loads them: above)
+    assert "torch._meta_registrations" in done.imported

@@ -14,10 +14,9 @@ def model_heads(run, layer: int | None = None, head: str | None = None, words: b
     """The heads of a model's run (`resolve` with a model): head "L.H", layer L, or all (the
     overview: `picked` is None); `effect`: every head's effect weights too, grouped and hidden
     as the weights are."""
-    from mha_trace.models.guards import parse_head
-    from mha_trace.runs.model_options import check_heads
     from mha_trace.core.masks import allowed
-    from mha_trace.runs.model_options import check_layer
+    from mha_trace.models.guards import parse_head
+    from mha_trace.runs.model_options import check_heads, check_layer
 
     s = run.sentence
     tokens, weights = list(s.labels), s.weights

@@ -23,6 +23,7 @@ def cache_slide(lab: CacheLab, path: str, theme: str = "light", **_) -> None:
                                                   64, heading(28), 16 + name + TICK_PAD
                                                   + text_px([], MIN_TICK_PT + 5)[1]))
         ax.set_facecolor(bg)
+        drawn = []  # (budget, perplexity, colour) of every point
         for renumber, style in ((False, "o-"), (True, "s--")):
             for policy, colour in COLOURS.items():
                 points = sorted((r.setting.budget, r.perplexity) for r in lab.results
@@ -31,9 +32,12 @@ def cache_slide(lab: CacheLab, path: str, theme: str = "light", **_) -> None:
                     label = policy + (" (renumbered)" if renumber else "")
                     ax.plot(*zip(*points), style, color=colour, linewidth=4, markersize=14,
                             label=label)
-                    for budget, value in points:  # each point's perplexity, written in
-                        ax.annotate(f"{value:.1f}", (budget, value), textcoords="offset points",
-                                    xytext=(10, 8), fontsize=16, color=colour)
+                    drawn += [(budget, value, colour) for budget, value in points]
+        for i, (budget, value, colour) in enumerate(drawn):  # each point's perplexity, written in
+            under = any(b == budget and (v, -j) > (value, -i) and v < value * 1.1
+                        for j, (b, v, _) in enumerate(drawn) if j != i)  # a close one above it
+            ax.annotate(f"{value:.1f}", (budget, value), textcoords="offset points",
+                        xytext=(10, -26 if under else 8), fontsize=16, color=colour)
         ax.axhline(full, color="#888888", linewidth=3,
                    label=f"full ({len(lab.ids)} tokens): {full:.1f}")
         ax.annotate(f"{full:.1f}", (0, full), xycoords=("axes fraction", "data"),

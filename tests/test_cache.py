@@ -351,3 +351,25 @@ def test_the_token_loops_read_nothing_back_to_the_host(model, monkeypatch):
     kvcache.replayed_pass(model, ids, todo[2:])
     kvcache.decode(model, ids, todo)
     assert len(steps) == model.layers * len(ids) + len(ids)  # every step ran under the guard
+
+
+def test_the_slide_writes_two_close_perplexities_on_either_side_of_their_points(kept_slides):
+    """The default lab's sinks and h2o run together: at each budget the lower of two close points
+    has its value written under it, the other over it, and no text lies over another."""
+    from types import SimpleNamespace as Fake
+
+    from slides import laid_out
+
+    from mha_trace.render import cache_slide
+
+    made = kept_slides(cache_slide)
+    row = lambda policy, budget, ppl: Fake(setting=Setting(policy, budget, 4), perplexity=ppl)
+    results = [row("window", 64, 60.9), row("sinks", 64, 27.2), row("h2o", 64, 27.5),
+               row("window", 128, 52.7), row("sinks", 128, 25.6), row("h2o", 128, 25.3)]
+    lab = Fake(full=Fake(perplexity=24.9), results=results, ids=[0] * 512,
+               model=Fake(name="SmolLM2-135M-Instruct"), text_name="the bundled corpus")
+    cache_slide.cache_slide(lab, "c.png")
+    (fig,) = made
+    laid_out(fig)
+    under = {t.get_text() for t in fig.axes[0].texts if t.xyann[1] < 0}
+    assert under == {"27.2", "25.3", "24.9"}  # the lower of each pair, and the full cache's line

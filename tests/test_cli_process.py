@@ -67,6 +67,7 @@ REFUSED_BEFORE_TORCH = [  # flags that clash, or go with a model: no torch neede
     # a model's --layer and --head, against the sizes its registry entry declares
     ["heads", "--model", "minilm", "--head", "6.13"], ["explain", "--model", "smollm2", "--head", "31.1"],
     ["heads", "--model", "minilm", "--layer", "7"], ["ablate", "--model", "minilm", "--head", "1.1,7.1"],
+    ["heads", "--model", "minilm", "--layer", "2", "--head", "3.1"],
     ["explain", "--model", "whisper", "--audio", "examples/audio/cat.wav", "--head", "5.1", "--why"],
     ["patch", "--model", "smollm2", "--by-position", "31.1"], ["patch", "--clean", "a b"],
     ["patch", "--sender", "1.1"], ["patch", "--sender", "1.1", "--receiver", "2.10"],

@@ -187,6 +187,8 @@ def test_a_missing_package_names_the_install_command(cli, monkeypatch):
      "--head 6.13 is out of range (all-MiniLM-L6-v2 has layers 1 to 6 and heads 1 to 12 in each)"),
     (("heads", "--model", "minilm", "--head", "6"), 2,
      "--head '6' is not LAYER.HEAD, e.g. 4.1 (layer 4, head 1)"),
+    (("heads", "--model", "minilm", "--layer", "2", "--head", "3.1"), 2,  # as explain says it
+     "--layer 2 and --head 3.1 name different layers"),
     (("explain", "--model", "minilm", "--sentence", "the cat sat", "--token", "dog"), 2,
      "--token 'dog' is not in the sentence (tokens: [CLS], the, cat, sat, [SEP])"),
     (("explain", "--model", "minilm", "--sentence", "the cat saw the cat", "--token", "cat"), 2,

@@ -56,13 +56,13 @@ def head_in_layer(layer: int | None, head: str | None) -> tuple[int | None, int 
     if head is None:
         return layer, None
     from mha_trace.models.guards import parse_head
+    from mha_trace.runs.model_options import same_layer
 
     picked, only = parse_head(head)
     if picked < 1 or only < 1:
         raise MhaError(f"head {head} is out of range (layers and heads count from 1)",
                        quantity="head")
-    if layer is not None and layer != picked:
-        raise MhaError(f"--layer {layer} and --head {head} name different layers")
+    same_layer(layer, head, picked)
     return picked, only
 
 

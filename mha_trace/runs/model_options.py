@@ -27,14 +27,22 @@ def check_picks_early(name: str, layer: int | None, heads: str | None, quantity:
     from mha_trace.models.guards import parse_head
     from mha_trace.models.registry import entry
 
+    picked = [parse_head(part.strip(), quantity) for part in (heads or "").split(",") if part.strip()]
+    if len(picked) == 1:
+        same_layer(layer, heads, picked[0][0])
     card = entry(name)
     if card.size is None:
         return
     declared = SimpleNamespace(name=card.title, layers=card.size[0], heads=card.size[1])
     if layer is not None:
         check_layer(declared, layer)
-    picked = [parse_head(part.strip(), quantity) for part in (heads or "").split(",") if part.strip()]
     check_heads(declared, [(l, h) for l, h in picked if l >= 1 and h >= 1], quantity)  # 0: "count from 1"
+
+
+def same_layer(layer: int | None, head: str, picked: int) -> None:
+    """--layer beside --head L.H must name L, the head's own layer."""
+    if layer is not None and layer != picked:
+        raise MhaError(f"--layer {layer} and --head {head} name different layers")
 
 
 def refuse_with_model(**given) -> None:

@@ -1,10 +1,10 @@
-"""Start-up speed-ups, all in one place: each one is a trick on a library's internals, guarded so
-that a version without those internals simply runs without it.
+"""Start-up speed-ups, all in one place but the command line's option coercion (typer's own
+business, in `cli/coercion.py`): each one is a trick on a library's internals, guarded so that a
+version without those internals simply runs without it.
 
 `MHA_TRACE_NO_SPEEDUPS=1` turns every one off; everything works the same, only slower (the tests
 run both ways). None of them changes a number the tool prints.
 
-- `plain_option_coercion()`: typer's option coercion without pydantic (when the CLI is imported);
 - `no_garbage_collection()`: the collector off for one short command (the CLI's `main`);
 - `fast_exit(code)`: leave without torch's interpreter teardown once everything is flushed;
 - `return_freed_memory()`: large blocks from mmap, so a model's temporaries go back to the OS;
@@ -21,6 +21,8 @@ run both ways). None of them changes a number the tool prints.
 import contextlib
 import gc
 import importlib
+import importlib.abc
+import importlib.machinery
 import os
 import re
 import sys
@@ -107,82 +109,6 @@ def _mmap_threshold(size: int) -> None:
         pass
 
 
-def plain_option_coercion() -> None:
-    """Coerce plain options (int, float, str, bool, str enums) without pydantic.
-
-    typer 0.29 coerces every option through a pydantic TypeAdapter: importing pydantic and
-    building the adapters costs about 0.1 s of every run. Our options are all plain types, which
-    need no schema; anything else (and any typer without these internals) keeps typer's own path.
-    """
-    if not ENABLED:
-        return
-    import typer
-    from dataclasses import dataclass
-
-    try:
-        from typer import _coercion, core
-        base, get = _coercion.RuntimeParam, core._TyperParameter.get_runtime_param
-    except (ImportError, AttributeError):
-        return
-
-    @dataclass(frozen=True)
-    class Plain(base):
-        def _coerce_value(self, value, param, ctx):
-            return _coerced(self.annotation, self.parameter_info, value,
-                            lambda message: typer.BadParameter(message, ctx, param))
-
-    def get_runtime_param(self):
-        descriptor = self.type_descriptor
-        kind = _plain(descriptor.annotation)
-        if self._runtime_param is None and kind is not None and descriptor.file_annotation is None:
-            self._runtime_param = Plain(parameter_info=descriptor.parameter_info, annotation=kind)
-        return get(self)
-
-    core._TyperParameter.get_runtime_param = get_runtime_param
-
-
-def _plain(annotation):
-    """int, float, str, bool or a str enum (optional or not), else None: typer's own path."""
-    import typing
-    from enum import Enum
-
-    args = typing.get_args(annotation)
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 2 \
-            and type(None) in args:
-        annotation = args[0] if args[1] is type(None) else args[1]
-    if annotation in (int, float, str, bool) or (isinstance(annotation, type) and issubclass(annotation, Enum)):
-        return annotation
-    return None
-
-
-def _coerced(kind, info, value, bad):
-    """`value` as `kind`, within the option's min and max; `bad(message)` is the error raised."""
-    if isinstance(value, kind):
-        result = value
-    elif kind is int:
-        try:
-            result = int(str(value).strip())
-        except ValueError:
-            raise bad(f"{value!r} is not a whole number") from None
-    elif kind is float:
-        try:
-            result = float(str(value).strip())
-        except ValueError:
-            raise bad(f"{value!r} is not a number") from None
-    elif kind not in (str, bool):  # a str enum
-        try:
-            result = kind(value)
-        except ValueError:
-            raise bad(f"{value!r} is not one of {', '.join(repr(m.value) for m in kind)}") from None
-    else:
-        result = kind(value)
-    if kind in (int, float) and info.min is not None and result < info.min:
-        raise bad(f"{result} is less than the minimum, {info.min}")
-    if kind in (int, float) and info.max is not None and result > info.max:
-        raise bad(f"{result} is more than the maximum, {info.max}")
-    return result
-
-
 TORCH_CHECKED = "2.13."  # the torch release whose import `meta_kernels_later` was checked with
 
 
@@ -198,9 +124,9 @@ def meta_kernels_later(spec):
     import loads it as usual (torch.compile and fake tensors import it themselves), and
     `light_meta_kernels` loads it before a forward on the meta device, whose shapes stay torch's
     own. Only for the torch release this was checked with: there `torch.Generator()` needs
-    torch._prims, which the module would have loaded (it is loaded here), and
-    `torch.broadcast_shapes` reads `torch._refs` (reading it, or `torch._decomp`, loads the
-    kernels); another release may tie more to it.
+    torch._prims, which the module would have loaded (it is loaded here), and importing (or
+    reading) `torch._refs` or `torch._decomp` loads the kernels first (`_KernelsFirst`); another
+    release may tie more to it.
     """
     if not (ENABLED and _torch_release(spec).startswith(TORCH_CHECKED)):
         yield
@@ -209,18 +135,47 @@ def meta_kernels_later(spec):
         yield
     import torch._prims.rng_prims  # noqa: F401 (sets the metaclass torch.Generator() needs)
 
-    _kernels_when_read(sys.modules["torch"], ("_refs", "_decomp"))
+    sys.meta_path.insert(0, _KernelsFirst())
+    _imported_when_read(sys.modules["torch"], _KERNELS_FIRST)
 
 
-def _kernels_when_read(torch, names: tuple) -> None:
-    """`torch._refs` and `torch._decomp`, which the meta kernels import, loaded with them when
-    first read as torch's attributes (torch.broadcast_shapes reads torch._refs); loaded alone,
-    torch._refs imports itself in a circle."""
+_KERNELS_FIRST = ("_refs", "_decomp")  # torch's modules that only the meta kernels import in order
+
+
+class _KernelsFirst(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """`torch._decomp` and `torch._refs` (and the modules in them), imported by anyone, come with
+    the meta kernels, which import them in the one order that works: imported first, either one
+    imports itself in a circle (torch.vmap, torch.func, torch.testing.assert_close,
+    torch.utils.checkpoint and torch.compile all import torch._decomp). The module asked for is
+    then the one the kernels imported, not a second copy."""
+
+    def find_spec(self, name, path=None, target=None):
+        parts = name.split(".")
+        if parts[0] != "torch" or len(parts) < 2 or parts[1] not in _KERNELS_FIRST:
+            return None
+        sys.meta_path.remove(self)
+        meta_kernels()
+        if name not in sys.modules:  # one the kernels do not import: an ordinary import now
+            return None
+        self.module = sys.modules.pop(name)  # else the import system would run it again
+        self.spec = self.module.__spec__
+        return importlib.machinery.ModuleSpec(
+            name, self, is_package=self.spec.submodule_search_locations is not None)
+
+    def create_module(self, spec):
+        return self.module
+
+    def exec_module(self, module):
+        module.__spec__ = self.spec  # the import system gave it this finder's spec
+
+
+def _imported_when_read(torch, names: tuple) -> None:
+    """`torch._refs` and `torch._decomp` imported when first read as torch's attributes
+    (torch.broadcast_shapes reads torch._refs), through `_KernelsFirst`."""
     found = torch.__dict__.get("__getattr__")
 
     def __getattr__(name: str):
         if name in names:
-            meta_kernels()
             return importlib.import_module(f"torch.{name}")
         if found is None:
             raise AttributeError(f"module 'torch' has no attribute '{name}'")

@@ -76,21 +76,24 @@ def test_the_switch_turns_every_speedup_off():
             "speedups.no_garbage_collection(); "
             "print(speedups.ENABLED, gc.isenabled(), "
             "c._TyperParameter.get_runtime_param.__module__)")
-    for flag, expected in (("1", "False True typer.core"), ("", "True False mha_trace.speedups")):
+    for flag, expected in (("1", "False True typer.core"), ("", "True False mha_trace.cli.coercion")):
         env = {**os.environ, "MHA_TRACE_NO_SPEEDUPS": flag}
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
         assert out.stdout.split() == expected.split(), out.stderr
 
 
-def test_tricks_live_in_one_module():
+def test_tricks_live_in_one_module_and_the_coercion_beside_the_command_line():
     package = pathlib.Path(__file__).parent.parent / "mha_trace"
     tricks = ("mallopt", "gc.disable", "os._exit(code)", "sys.modules.update",
               "set_num_threads(1)", "_update_set_signature_and_docstring =")
-    found = {(p.name, t) for p in package.rglob("*.py") for t in tricks if t in p.read_text()}
+    typer_trick = "_TyperParameter.get_runtime_param ="  # the command line's own, beside it
+    found = {(p.name, t) for p in package.rglob("*.py") for t in (*tricks, typer_trick)
+             if t in p.read_text()}
     # runtime.one_thread is for determinism (verify's sums in one order), not speed; __main__'s
     # os._exit ends a run that a signal stopped while it was still importing (not for speed)
     assert found == {("speedups.py", t) for t in tricks} | {("runtime.py", "set_num_threads(1)"),
-                                                           ("__main__.py", "os._exit(code)")}
+                                                           ("__main__.py", "os._exit(code)"),
+                                                           ("coercion.py", typer_trick)}
 
 
 def test_training_never_imports_dynamo_and_trains_the_same(without_speedups):
@@ -155,3 +158,44 @@ def test_torch_broadcast_shapes_works_without_the_kernels_loaded_at_start():
     done = run(["explain", "--module", "example:chapter_torch", "--why"])
     assert done.returncode == 0, done.stderr
     assert "torch._meta_registrations" in done.imported
+
+
+WHOLE_TORCH = '''
+import torch
+import torch.nn as nn
+from torch.nn.attention.flex_attention import flex_attention
+from torch.utils.checkpoint import checkpoint
+
+
+class WholeTorch(nn.Module):
+    """Attention through the parts of torch that import torch._decomp (torch.func.vmap,
+    torch.utils.checkpoint, torch.testing) and that trace a graph (flex_attention)."""
+
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.h, self.d_k = num_heads, d_model // num_heads
+        self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def split(self, x):
+        B, T, _ = x.shape
+        return x.view(B, T, self.h, self.d_k).transpose(1, 2)
+
+    def forward(self, x):
+        q, k, v = self.split(self.W_q(x)), self.split(self.W_k(x)), self.split(self.W_v(x))
+        scores = torch.func.vmap(lambda a, b: a @ b.mT, in_dims=1, out_dims=1)(q, k) / self.d_k ** 0.5
+        out = checkpoint(torch.softmax, scores, -1, use_reentrant=False) @ v
+        torch.testing.assert_close(out, flex_attention(q, k, v))
+        B, H, T, d = out.shape
+        return self.W_o(out.transpose(1, 2).reshape(B, T, H * d))
+'''
+
+
+def test_a_module_may_use_any_of_torch_in_the_command_line(tmp_path):
+    """The command line imports torch without its meta kernels, so torch._decomp and torch._refs
+    arrive later: a user's torch.func.vmap, checkpoint or torch.testing imports them, in a circle
+    unless the kernels come first; and flex_attention traces its graph through the recorder."""
+    (tmp_path / "whole_torch.py").write_text(WHOLE_TORCH)
+    done = run(["verify", "--module", f"{tmp_path / 'whole_torch.py'}:WholeTorch",
+                "--d-model", "32", "--heads", "4"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Right: it computes what the lecture's module computes." in done.stdout

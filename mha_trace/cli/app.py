@@ -10,6 +10,7 @@ from typer.core import TyperGroup
 
 from mha_trace import __version__, speedups
 
+from mha_trace.cli import coercion
 from mha_trace.io import streams
 from mha_trace.errors import MhaError, Terminated, printable
 from mha_trace.io.streams import tool_stdout
@@ -25,7 +26,7 @@ def debugging() -> bool:
     return _debug
 
 
-speedups.plain_option_coercion()
+coercion.plain_option_coercion()
 
 
 class _Group(TyperGroup):

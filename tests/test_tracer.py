@@ -123,3 +123,27 @@ def test_filters_non_tensor_results():
 
     t = trace(Sizes(), torch.randn(2, 3, 4))
     assert [s.op for s in t.steps] == ["input", "view", "mul"]
+
+
+class _TracesAGraph(nn.Module):
+    """Attention whose forward traces part of itself for a graph (torch.jit.trace): the ops run
+    while tracing hold tensors for sizes, and are not forward's own steps."""
+
+    def forward(self, q, k, v):
+        import torch.nn.functional as F
+
+        attend = torch.jit.trace(lambda a, b, c: F.scaled_dot_product_attention(a, b, c),
+                                 (q, k, v), check_trace=False)
+        return attend(q, k, v) * 2
+
+
+def test_ops_run_while_a_graph_is_traced_are_left_out_and_the_rest_recorded():
+    q = torch.randn(1, 2, 3, 4)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit.trace is deprecated
+        t = trace(_TracesAGraph(), q, q, q)
+    assert [(s.op, s.shape, type(s.bytes)) for s in t.steps if s.op != "input"] == [
+        ("mul", (1, 2, 3, 4), int)]
+    torch.testing.assert_close(t.output, torch.nn.functional.scaled_dot_product_attention(q, q, q) * 2)

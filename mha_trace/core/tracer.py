@@ -231,8 +231,8 @@ class _Recorder(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if torch.compiler.is_compiling():  # traced for a graph (flex_attention, torch.compile):
-            return func(*args, **kwargs)   # its ops are recorded as the compiled code runs them
+        if torch.compiler.is_compiling() or torch.jit.is_tracing():  # traced for a graph
+            return func(*args, **kwargs)  # (flex_attention, torch.compile, torch.jit.trace)
         inputs = _tensors(args) + _tensors(kwargs)
         try:
             result = func(*args, **kwargs)

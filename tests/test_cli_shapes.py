@@ -208,3 +208,14 @@ def test_the_notes_explain_every_change_of_layout_and_each_copy(cli, tmp_path):
     for op in ("view", "reshape", "transpose", "mT", "permute"):
         assert f"  {op} " in notes
     assert "flatten    row 16: copied 1.2 KiB: its input was not contiguous" in notes
+
+
+def test_a_modules_own_kv_heads_are_read_off_its_run(cli):
+    """A grouped-query module builds its own K/V heads (with --module, shapes gives its
+    constructor heads // 2): the note counts the copies its repeat_interleave made (it used to
+    fail for want of --kv-heads, which is the built-in module's flag)."""
+    world = Path(__file__).parent / "world" / "gqa_sdpa.py"
+    result = cli("shapes", "--module", f"{world}:GroupedQueryAttention", "--d-model", "32",
+                 "--heads", "8")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "each K/V head copied for 2 query heads" in " ".join(result.stdout.split())

@@ -207,9 +207,11 @@ def shapes_notes(report: ShapesReport) -> Group:
         elif s.op == "contiguous":
             notes.add_row("  contiguous", f"row {s.index}: already contiguous, so it returned "
                                           "itself (no copy).")
-    if any(s.op == "repeat_interleave" for s in steps):
+    repeats = [s for s in steps if s.op == "repeat_interleave" and s.inputs]
+    if repeats:  # how many copies, read off the run (a module builds its own K/V heads)
+        copies = math.prod(repeats[0].shape) // max(math.prod(repeats[0].inputs[0]), 1)
         notes.add_row("  repeat", f"{_rows(steps, 'repeat_interleave')}: each K/V head copied for "
-                                  f"{r.heads // r.kv_heads} query heads (grouped-query attention).")
+                                  f"{copies} query heads (grouped-query attention).")
     p = report.parameters
     lines = [f"Parameters: {sum(p.values()):,}" + (" (" + " · ".join(f"{k} {v:,}" for k, v in
                                                                     p.items()) + ")" if p else "")]

@@ -206,3 +206,18 @@ def test_a_checkpoint_path_may_hold_an_at_sign_of_its_own(cli, tmp_path, default
     shown = cli("heads", "--checkpoint", str(path), "--layer", "1")
     assert shown.exit_code == 0 and shown.stdout.startswith("run@best.pt at step 600, layer 1")
     assert "at step 428" in repr(mha_trace.model(f"{path}@428"))
+
+
+def test_the_default_runs_slide_is_laid_out(induction_run):
+    """The default run's slide (loss over 600 steps, each head's scores under it): every text on
+    the slide, none over another text or another panel."""
+    from slides import laid_out
+
+    from mha_trace.render.training_slide import training_figure
+
+    plt, fig = training_figure(induction_run)
+    try:
+        boxes = laid_out(fig)
+    finally:
+        plt.close(fig)
+    assert len(boxes) > 10

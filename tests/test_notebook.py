@@ -14,6 +14,17 @@ from mha_trace.runs.config import load_config
 
 pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
 
+MINE = """import math, torch, torch.nn as nn
+class Mine(nn.Module):
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.h, self.d_k = num_heads, d_model // num_heads
+        self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(d_model, d_model) for _ in range(4))
+    def forward(self, x):
+        B, T, _ = x.shape
+        q, k, v = (W(x).view(B, T, self.h, self.d_k).transpose(1, 2) for W in (self.W_q, self.W_k, self.W_v))
+        w = (q @ k.transpose(-2, -1) / math.sqrt(self.d_k)).softmax(-1)
+        return self.W_o((w @ v).transpose(1, 2).reshape(B, T, -1)), w"""
 CELLS = [
     'import mha_trace\nmha_trace.heads("cat-sat-on-mat")',
     'mha_trace.explain("cat-sat-on-mat", token="cat", head=1)',
@@ -28,6 +39,12 @@ CELLS = [
     'm.explain(token="it", head="3.1", why=True)',
     'm.heads(head="3.1", effect=True)',
     'mha_trace.model(RUN).composition()',  # a decoder's composition: the trained run's
+    MINE,  # a class of the student's own, defined in a cell (its module has no file)
+    'print([(s.line, s.source, s.op) for s in mha_trace.trace(Mine(32, 4), torch.randn(2, 5, 32)).steps][2])',
+    'r = mha_trace.verify(Mine, d_model=32, heads=4)\nprint(r.passed, r.data()["diagnosis"])',
+    'def attend(q, k, v):\n    return (q @ k.transpose(-2, -1) / 2).softmax(-1) @ v\n'
+    't = mha_trace.trace(attend, *[torch.randn(1, 2, 3, 4)] * 3)\n'
+    'print(t.run.label, t.run.call, [(s.line, s.op) for s in t.steps])',
 ]
 
 
@@ -159,3 +176,14 @@ def test_the_notebook_shows_every_sentence_the_terminal_shows(outputs):
     composition = _prose(outputs[11][0].data["text/html"])
     assert "survey --composition: run.pt at step 600, 2 layers × 4 heads" in composition
     assert "--format json has every pair." in composition
+
+
+def test_a_class_and_a_function_defined_in_cells_are_traced_and_verified(outputs):
+    """What a student writes in a notebook: the class's module (the kernel's __main__) has no
+    file, and its lines are the cell's (they failed with 'source code not available'); a plain
+    function is traced as well, its per-head inputs read as (batch, heads, seq, d_k)."""
+    assert outputs[13][0].text.strip() == "(9, 'q, k, v = (W(x).view(B, T, self.h, self.d_k)" \
+        ".transpose(1, 2) for W in (self.W_q, self.W_k, self.W_v))', 'view')"
+    assert outputs[14][0].text == "True None\n"
+    assert outputs[15][0].text == "attend attend(x, x, x) [(0, 'input'), (2, 'transpose'), " \
+        "(2, 'matmul'), (2, 'div'), (2, 'softmax'), (2, 'matmul')]\n"

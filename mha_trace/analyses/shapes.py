@@ -132,7 +132,7 @@ def layer_parameters(module) -> dict:
     if not hasattr(module, "named_children"):
         import numpy as np
 
-        return {name: value.size for name, value in vars(module).items()
+        return {name: value.size for name, value in getattr(module, "__dict__", {}).items()
                 if isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.number)}
     counts = {name: sum(p.numel() for p in layer.parameters())
               for name, layer in module.named_children()}

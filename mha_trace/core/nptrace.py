@@ -17,7 +17,8 @@ import sys
 
 import numpy as np
 
-from mha_trace.core.tracer import ForwardFailed, Step, Trace, _own_part, leaves, where, called_from
+from mha_trace.core.tracer import (ForwardFailed, Step, Trace, _own_part, called_from, leaves,
+                                   source_file, where)
 
 _NUMPY_DIR = os.path.dirname(np.__file__)
 _THIS_FILE = __file__
@@ -104,7 +105,7 @@ def trace(module, *args, watch=(), keep_values=False, **kwargs) -> Trace:
     """Run module.forward(*args, **kwargs) with recorded arrays; the same Trace the torch one gives."""
     import inspect
 
-    own = inspect.getsourcefile(type(module))
+    own = source_file(module)
     recorder = {"watch": {f for f in (own, *watch) if f}, "steps": [], "keep_values": keep_values}
     names = list(inspect.signature(module.forward).parameters)
     wrapped = []

@@ -20,7 +20,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
-_THIS_FILE = __file__
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(__file__)) + os.sep  # ours: never a row's line
 
 # operator dunders and their everyday names
 _OP_NAMES = {"truediv": "div", "rtruediv": "div", "mul": "mul", "rmul": "mul", "add": "add",
@@ -202,6 +202,25 @@ def _positions(code) -> tuple:
     return tuple(code.co_positions())
 
 
+def source_file(obj) -> str | None:
+    """The file of the code a module (or a function) runs, for the tracer to watch: its class's
+    file; for a class defined in a notebook's cell or `python -c`, whose module has no file, the
+    file its own methods' code names (IPython keeps each cell's lines under that name)."""
+    code = getattr(obj, "__code__", None)
+    if code is not None:  # a function or a lambda
+        return code.co_filename
+    cls = obj if isinstance(obj, type) else type(obj)
+    try:
+        return inspect.getsourcefile(cls)
+    except (TypeError, OSError):
+        pass
+    for value in vars(cls).values():
+        code = getattr(getattr(value, "__func__", value), "__code__", None)
+        if code is not None:
+            return code.co_filename
+    return None
+
+
 def called_from(watch: set, frame, line: int) -> tuple:
     """(line, source line) of the outermost frame in a watched file (forward itself) when it is
     not `line`: the call into a helper of the user's that ran the op; else ()."""
@@ -227,7 +246,7 @@ class _Recorder(TorchFunctionMode):
 
     def _where(self):
         """(file, line, source line, expression span) of the innermost watched frame."""
-        return where(self.watch, sys._getframe(2), (_THIS_FILE, _TORCH_DIR))
+        return where(self.watch, sys._getframe(2), (_PACKAGE_DIR, _TORCH_DIR))
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -273,14 +292,14 @@ class _Recorder(TorchFunctionMode):
 def _input_steps(module, args, kwargs, recorder, phase=""):
     """One "input" row per distinct tensor handed to forward, named by forward's parameters."""
     try:
-        bound = inspect.signature(module.forward).bind(*args, **kwargs).arguments
-    except TypeError:
+        bound = inspect.signature(getattr(module, "forward", module)).bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):  # not its arguments, or a builtin without a signature
         bound = {f"arg{i}": a for i, a in enumerate(args)} | kwargs
     seen = set()
     for name, value in bound.items():
         if isinstance(value, torch.Tensor) and id(value) not in seen:
             seen.add(id(value))
-            where = inspect.getsourcefile(type(module)) or "?"
+            where = source_file(module) or "?"
             recorder._record("input", name, where, 0, "", "", [value], [])
             recorder.steps[-1].is_view = False
             # what the tensor holds in memory: an expanded (T, T) mask stores one row of T
@@ -306,7 +325,7 @@ def trace_phases(module, phases, watch=(), keep_values=False) -> Trace:
     Decoding is a prefill call and then one call per new token; every step carries its phase.
     The output is the last call's.
     """
-    own_file = inspect.getsourcefile(type(module))
+    own_file = source_file(module)
     recorder = _Recorder({f for f in (own_file, *watch) if f}, keep_values)
     output = None
     for label, args, kwargs in phases:

@@ -161,30 +161,30 @@ def check_options(o: RunOptions) -> None:
 
 
 def from_call(module, args: tuple, kwargs: dict):
-    """The Run of `module(*args, **kwargs)` as given (the Python API's `trace`): sizes read off
-    the first array argument and the module's head count, where it says one."""
-    import inspect
-
+    """The Run of `module(*args, **kwargs)` as given (the Python API's `trace`; a function too):
+    sizes read off the first array argument, (batch, seq, d_model) or one head's (batch, heads,
+    seq, d_k), and the module's head count where it says one."""
     import numpy as np
     import torch
 
+    from mha_trace.core.tracer import source_file
     from mha_trace.runs.run import Run, Sizes
+    from mha_trace.runs.usermodule import HEADS_NAMES
 
     first = next((a for a in args if isinstance(a, (torch.Tensor, np.ndarray))), None)
-    if isinstance(first, np.ndarray):
-        first = torch.from_numpy(first)[None] if first.ndim == 2 else torch.from_numpy(first)
-    shape = tuple(first.shape) if first is not None and first.dim() == 3 else (1, 1, 1)
-    heads = next((getattr(module, n) for n in _HEADS_NAMES
+    dims = (1, *first.shape) if first is not None and first.ndim == 2 else \
+        tuple(first.shape) if first is not None else ()
+    heads = next((getattr(module, n) for n in HEADS_NAMES
                   if isinstance(getattr(module, n, None), int)), 1)
-    sizes = Sizes(*shape, heads=heads, dtype="float32" if first is None else
-                  str(first.dtype).removeprefix("torch."),
-                  device="cpu" if first is None else first.device.type)
+    if len(dims) == 4:  # per-head tensors, as an attention function takes them
+        dims, heads = (dims[0], dims[2], dims[1] * dims[3]), dims[1]
+    sizes = Sizes(*(dims if len(dims) == 3 else (1, 1, 1)), heads=heads,
+                  dtype="float32" if first is None else str(first.dtype).removeprefix("torch."),
+                  device=getattr(getattr(first, "device", None), "type", "cpu"))
+    function = None if hasattr(module, "forward") else getattr(module, "__name__", None)
     names = ", ".join(["x"] * len(args) + list(kwargs))
-    return Run(module, args, kwargs, sizes, label=type(module).__name__, call=f"forward({names})",
-               source=inspect.getsourcefile(type(module)) or "?")
-
-
-_HEADS_NAMES = ("heads", "num_heads", "n_head", "n_heads", "nhead", "num_attention_heads")
+    return Run(module, args, kwargs, sizes, label=function or type(module).__name__,
+               call=f"{function or 'forward'}({names})", source=source_file(module) or "?")
 
 
 def check_early(o: RunOptions, default: str = "config"):

@@ -97,8 +97,9 @@ class Run:
 
     @property
     def numpy(self) -> bool:
-        """The module is a NumPy implementation (a class with forward, not a torch module)."""
-        return not isinstance(self.module, nn.Module)
+        """The module is a NumPy implementation (a class with forward, not a torch module; a
+        plain function is traced as torch code)."""
+        return not isinstance(self.module, nn.Module) and hasattr(self.module, "forward")
 
     def forward(self):
         if self.numpy:
@@ -307,9 +308,9 @@ def module_sizes_for_config(config: Config, d_model: int | None, heads: int | No
 
 
 def _source(module) -> str:
-    import inspect
+    from mha_trace.core.tracer import source_file
 
-    return inspect.getsourcefile(type(module)) or "?"
+    return source_file(module) or "?"
 
 
 def from_model(sentence, layer: int) -> Run:

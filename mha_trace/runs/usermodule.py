@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from mha_trace.core.tracer import source_file
 from mha_trace.errors import MhaError, printable
 from mha_trace.io.files import regular_file
 from mha_trace.io.streams import guard_stdout
@@ -295,7 +296,7 @@ def load_user_class(spec: str, d_model: int, heads: int, init: str | None, devic
         module = construct(cls, d_model, heads, init, kv_heads)
     if isinstance(module, nn.Module):
         module = module.to(dtype).eval()  # as at inference: dropout off
-    source = inspect.getsourcefile(cls) or "?"
+    source = source_file(cls) or "?"
     return module, source, f"{cls.__name__} from {where}"
 
 

@@ -1,12 +1,11 @@
 """The Python API: the library the CLI calls, for notebooks and scripts.
 
     import mha_trace
-    t = mha_trace.trace(module, x)                    # any module, any forward arguments
+    t = mha_trace.trace(module, x)                    # any module or function, its arguments
     mha_trace.trace_sizes(d_model=512, heads=8)       # like `mha-trace shapes`
-    mha_trace.heads("cat-sat-on-mat")                 # like `mha-trace heads`
-    mha_trace.explain("cat-sat-on-mat", token="cat", head=1)
+    mha_trace.heads("cat-sat-on-mat"); mha_trace.explain("cat-sat-on-mat", token="cat", head=1)
     m = mha_trace.model("minilm")                     # loaded once, offline; also "smollm2"
-    m.heads("The animal didn't cross the street because it was too tired.")
+    m.heads("The animal didn't cross the street because it was too tired."); m.composition()
     m.explain("...", token="it", head="4.2"); m.survey("..."); m.ablate("...", removed=["4.2"])
     mha_trace.verify(MyAttention); mha_trace.cost(preset="gpt3-175b", dtype="float16")
 
@@ -27,12 +26,13 @@ from mha_trace.runs.resolve import RunOptions, check_options, load, resolve
 
 def trace(module, *args, **kwargs):
     """Run `module(*args, **kwargs)` once under the tracer: every tensor op, its shape and memory.
-    A NumPy implementation (a class with forward) is traced array op by array op.
+    A NumPy implementation (a class with forward) is traced array op by array op; a function too.
 
-    >>> t = trace(torch.nn.MultiheadAttention(64, 4, batch_first=True), x, x, x)
-    >>> t.steps[0].shape
+    >>> trace(torch.nn.MultiheadAttention(64, 4, batch_first=True), x, x, x).steps[0].shape
     (2, 10, 64)
     """
+    if not callable(module) and not hasattr(module, "forward"):
+        raise MhaError(f"{module!r} is not a module or a function to run", quantity="module")
     from mha_trace.analyses.shapes import trace_run
     from mha_trace.runs.resolve import from_call
 

@@ -128,6 +128,10 @@ def test_the_api_leaves_the_callers_process_as_it_was():
     (lambda m: m.explain(by_head=True), "by_head"),
     (lambda m: mha_trace.model(m.name, max_tokens=0), "max_tokens"),
     (lambda m: mha_trace.model(m.name, max_tokens=-5), "max_tokens"),
+    (lambda m: mha_trace.verify("example:l04", map=["q=W_q"]), "map"),
+    (lambda m: mha_trace.verify("example:l04", mask_means=["keep"]), "mask-means"),
+    (lambda m: mha_trace.train(["induction"]), "task"),
+    (lambda m: mha_trace.trace(3, 4), "module"),
 ])
 def test_the_apis_wrong_values_are_one_mhaerror_naming_the_quantity(default_run, call, quantity):
     """What the command line's parser refuses, the API refuses too: never a raw TypeError or

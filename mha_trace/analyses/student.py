@@ -21,9 +21,12 @@ from mha_trace.errors import MhaError
 def check_student(runs, given_map: str | None = None, mask_means: str = "any") -> StudentReport:
     """The student's class against the lecture's module: `runs` is what `resolve.resolve_student`
     made of the options (the sizes, or a config)."""
-    if mask_means not in MASK_WAYS:
+    if not isinstance(mask_means, str) or mask_means not in MASK_WAYS:
         raise MhaError(f"'{mask_means}' is not one of {', '.join(MASK_WAYS)}",
                        quantity="mask-means")
+    if not isinstance(given_map, (str, type(None))):
+        raise MhaError(f"map={given_map!r} is not ROLE=NAME pairs such as 'q=W_Q,k=W_K,v=W_V,o=W_O'",
+                       quantity="map")
     if runs.on_config:
         return check_on_config(*runs.on_config)
     report = check_module(runs, given_map, mask_means)

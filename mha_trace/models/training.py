@@ -59,7 +59,7 @@ class Spec:
     @classmethod
     def of(cls, task: str = "induction", **given) -> "Spec":
         """The spec for a task, its defaults under what is given (None: the default)."""
-        if task not in TASKS:
+        if not isinstance(task, str) or task not in TASKS:
             raise MhaError(f"task '{task}' is not one of {', '.join(TASKS)}", quantity="task")
         layers, heads, steps, lr = DEFAULTS[task]
         chosen = {"layers": layers, "heads": heads, "steps": steps, "lr": lr}

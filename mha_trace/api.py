@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from mha_trace.errors import MhaError
 from mha_trace.models.registry import entry, listed
-from mha_trace.runs.values import head_of, names, text_of, whole_numbers
+from mha_trace.runs.values import head_of, names, text_of, texts_of, whole_numbers
 from mha_trace.runs.resolve import RunOptions, check_options, load, resolve
 
 
@@ -190,6 +190,7 @@ class Model:
         adds the effect weights."""
         from mha_trace.analyses.model_heads import model_heads
 
+        layer = None if layer is None else whole_numbers([layer], "layer")[0]
         return model_heads(self.run(text), layer, head_of(head), words, hide_special, effect)
 
     def explain(self, text: str | None = None, *, token: str | None = None,
@@ -234,14 +235,11 @@ class Model:
 
         if text is not None and sentences is not None:
             raise MhaError("give a text or sentences, not both", quantity="sentences")
-        texts = None if sentences is None or isinstance(sentences, (str, os.PathLike)) else \
-            [text_of(t) for t in sentences]
-        if texts == []:
-            raise MhaError("sentences is empty", quantity="sentences")
+        texts = texts_of(sentences)
         chosen = (corpus.one(text_of(text)) if text is not None else corpus.Corpus(
             f"{len(texts)} sentences", texts) if texts else corpus.from_file(os.fspath(sentences))
             if sentences is not None else corpus.bundled())
-        to = [targets] if isinstance(targets, str) else targets
+        to = [targets] if isinstance(targets, str) else targets and names(targets, "targets")
         return survey(self.model, chosen, source, to and [t.lower() for t in to], effect=effect)
 
     def hear(self, audio, *, timestamps: bool = False):
@@ -265,10 +263,10 @@ class Model:
         from mha_trace.models.guards import parse_head
         from mha_trace.analyses.model_analysis import ablate_model_heads
 
-        removed = removed if heads is None else heads  # a str or a list
-        removed = [parse_head(head_of(h)) for h in ([removed] if isinstance(removed, str) else removed)]
-        if not removed:
+        removed = removed if heads is None else heads  # "4.2,5.1" or a list
+        if removed in ((), []):
             raise MhaError("name at least one head to remove, e.g. removed=['6.12']", quantity="removed")
+        removed = [parse_head(h) for h in names(removed, "removed")]
         return ablate_model_heads(self.run(text).sentence, removed)
 
     def rank(self, text: str | None = None):

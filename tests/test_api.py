@@ -132,6 +132,12 @@ def test_the_api_leaves_the_callers_process_as_it_was():
     (lambda m: mha_trace.verify("example:l04", mask_means=["keep"]), "mask-means"),
     (lambda m: mha_trace.train(["induction"]), "task"),
     (lambda m: mha_trace.trace(3, 4), "module"),
+    (lambda m: m.heads(layer="2"), "layer"),
+    (lambda m: m.survey(sentences=5), "sentences"),
+    (lambda m: m.survey(targets=[1]), "targets"),
+    (lambda m: m.ablate(removed=3), "removed"),
+    (lambda m: m.patch(metric=3), "metric"),
+    (lambda m: m.patch(by_position=3), "by_position"),
 ])
 def test_the_apis_wrong_values_are_one_mhaerror_naming_the_quantity(default_run, call, quantity):
     """What the command line's parser refuses, the API refuses too: never a raw TypeError or

@@ -47,7 +47,7 @@ def parse_metric(model, text: str) -> Metric:
     if text == "induction":
         return Metric("induction", label="the receiver's induction score (its weight on the token "
                                          "after the query's earlier copy)")
-    kind, _, words = text.partition(":")
+    kind, _, words = text.partition(":") if isinstance(text, str) else ("", "", "")
     pair = [w for w in words.split(",")] if kind == "logit-diff" else []
     if len(pair) != 2 or not all(w.strip() for w in pair):
         raise MhaError(f"metric {text!r} is not 'loss' or 'logit-diff:A,B' (e.g. logit-diff:"

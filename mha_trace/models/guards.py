@@ -100,10 +100,10 @@ def parse_head(text: str, quantity: str = "head") -> tuple[int, int]:
     """'4.1' -> (4, 1): layer and head, both counted from 1, in ASCII digits."""
     import re
 
-    found = re.fullmatch(r"([0-9]{1,9})\.([0-9]{1,9})", text)
+    found = re.fullmatch(r"([0-9]{1,9})\.([0-9]{1,9})", text) if isinstance(text, str) else None
     if found is None:
         from mha_trace.errors import printable
 
-        raise MhaError(f"head '{printable(text)}' is not LAYER.HEAD, e.g. 4.1 (layer 4, head 1)",
+        raise MhaError(f"head '{printable(str(text))}' is not LAYER.HEAD, e.g. 4.1 (layer 4, head 1)",
                        quantity=quantity)
     return int(found[1]), int(found[2])

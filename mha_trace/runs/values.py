@@ -29,6 +29,18 @@ def text_of(text):
     return text
 
 
+def texts_of(sentences):
+    """A list of texts as a list, checked; None, a path (str or os.PathLike) as None."""
+    import os
+
+    if sentences is None or isinstance(sentences, (str, os.PathLike)):
+        return None
+    if not isinstance(sentences, (list, tuple)) or not sentences:
+        raise MhaError(f"sentences is a list of texts or a file's path, got {sentences!r}",
+                       quantity="sentences")
+    return [text_of(t) for t in sentences]
+
+
 def head_of(head):
     if head is None or isinstance(head, str):
         return head

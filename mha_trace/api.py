@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from mha_trace.errors import MhaError
 from mha_trace.models.registry import entry, listed
-from mha_trace.runs.values import head_of, names, text_of, texts_of, whole_numbers
+from mha_trace.runs.values import head_of, names, text_of, sentences_of, whole_numbers
 from mha_trace.runs.resolve import RunOptions, check_options, load, resolve
 
 
@@ -235,7 +235,7 @@ class Model:
 
         if text is not None and sentences is not None:
             raise MhaError("give a text or sentences, not both", quantity="sentences")
-        texts = texts_of(sentences)
+        texts = sentences_of(sentences)
         chosen = (corpus.one(text_of(text)) if text is not None else corpus.Corpus(
             f"{len(texts)} sentences", texts) if texts else corpus.from_file(os.fspath(sentences))
             if sentences is not None else corpus.bundled())

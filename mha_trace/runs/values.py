@@ -29,7 +29,7 @@ def text_of(text):
     return text
 
 
-def texts_of(sentences):
+def sentences_of(sentences):
     """A list of texts as a list, checked; None, a path (str or os.PathLike) as None."""
     import os
 

@@ -34,7 +34,7 @@ def trace(module, *args, **kwargs):
     if not callable(module) and not hasattr(module, "forward"):
         raise MhaError(f"{module!r} is not a module or a function to run", quantity="module")
     from mha_trace.analyses.shapes import trace_run
-    from mha_trace.runs.resolve import from_call
+    from mha_trace.runs.calls import from_call
 
     return trace_run(from_call(module, args, kwargs))
 

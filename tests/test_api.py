@@ -29,7 +29,7 @@ def test_trace_any_module_renders_as_text_html_and_json():
     t = mha_trace.trace(mha, x, x, x)
     assert (t.steps[0].shape, t.steps[0].op) == ((2, 10, 64), "input")
     text = str(t)
-    assert text.startswith("shapes: MultiheadAttention, forward(x, x, x): batch=2 seq=10 d_model=64")
+    assert text.startswith("shapes: MultiheadAttention, forward(query, key, value): batch=2 seq=10 d_model=64")
     assert "multi_head_attention_forward" in text
     html = t._repr_html_()
     assert html.startswith("<div") and "<table" in html and "<pre" not in html

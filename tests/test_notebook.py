@@ -185,5 +185,5 @@ def test_a_class_and_a_function_defined_in_cells_are_traced_and_verified(outputs
     assert outputs[13][0].text.strip() == "(9, 'q, k, v = (W(x).view(B, T, self.h, self.d_k)" \
         ".transpose(1, 2) for W in (self.W_q, self.W_k, self.W_v))', 'view')"
     assert outputs[14][0].text == "True None\n"
-    assert outputs[15][0].text == "attend attend(x, x, x) [(0, 'input'), (2, 'transpose'), " \
+    assert outputs[15][0].text == "attend attend(q, k, v) [(0, 'input'), (2, 'transpose'), " \
         "(2, 'matmul'), (2, 'div'), (2, 'softmax'), (2, 'matmul')]\n"

@@ -160,33 +160,6 @@ def check_options(o: RunOptions) -> None:
                        f"{type(o.config).__name__}", quantity="config")
 
 
-def from_call(module, args: tuple, kwargs: dict):
-    """The Run of `module(*args, **kwargs)` as given (the Python API's `trace`; a function too):
-    sizes read off the first array argument, (batch, seq, d_model) or one head's (batch, heads,
-    seq, d_k), and the module's head count where it says one."""
-    import numpy as np
-    import torch
-
-    from mha_trace.core.tracer import source_file
-    from mha_trace.runs.run import Run, Sizes
-    from mha_trace.runs.usermodule import HEADS_NAMES
-
-    first = next((a for a in args if isinstance(a, (torch.Tensor, np.ndarray))), None)
-    dims = (1, *first.shape) if first is not None and first.ndim == 2 else \
-        tuple(first.shape) if first is not None else ()
-    heads = next((getattr(module, n) for n in HEADS_NAMES
-                  if isinstance(getattr(module, n, None), int)), 1)
-    if len(dims) == 4:  # per-head tensors, as an attention function takes them
-        dims, heads = (dims[0], dims[2], dims[1] * dims[3]), dims[1]
-    sizes = Sizes(*(dims if len(dims) == 3 else (1, 1, 1)), heads=heads,
-                  dtype="float32" if first is None else str(first.dtype).removeprefix("torch."),
-                  device=getattr(getattr(first, "device", None), "type", "cpu"))
-    function = None if hasattr(module, "forward") else getattr(module, "__name__", None)
-    names = ", ".join(["x"] * len(args) + list(kwargs))
-    return Run(module, args, kwargs, sizes, label=function or type(module).__name__,
-               call=f"{function or 'forward'}({names})", source=source_file(module) or "?")
-
-
 def check_early(o: RunOptions, default: str = "config"):
     """What `resolve` checks first, before torch is imported: the options, and for a config or
     sizes from flags, the config and the sizes (a wrong flag is refused in a fraction of the time

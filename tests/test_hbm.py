@@ -10,7 +10,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from mha_trace.core.hbm import STATS, Tiles, io
+from mha_trace.core.hbm import STATS, Tiles, causal_skipped, floor_sum, io
 
 FIG2 = dict(B=64, H=16, N=1024, d=64, s=2, backward=True, causal=True, dropout=0.1)  # GPT-2 medium
 
@@ -154,8 +154,44 @@ def test_cost_io_json_and_formulas(cli):
     assert "mask S" not in table and "dropout" not in table and " backward " not in table
 
 
+def test_the_causal_skip_in_closed_form_is_the_loop_for_every_tiling():
+    """The closed form (a floor sum, any N at once) against the tile-by-tile loop, for every
+    pair of tiles of a few small N: square, tall, wide, larger than N, N not a multiple."""
+    for N in (1, 2, 7, 12, 31):
+        for Br in range(1, N + 2):
+            for Bc in range(1, N + 2):
+                t = Tiles((min(Br, N), min(Bc, N)), (min(Bc, N), min(Br, N)), "")
+                for backward in (False, True):
+                    whole = flash2_loops(N, 4, 2, t, backward, False)
+                    assert causal_skipped(1, 1, N, 4, 2, t, backward) == \
+                        whole - flash2_loops(N, 4, 2, t, backward, True), (N, Br, Bc, backward)
+
+
+def test_a_floor_sum_is_the_sum_it_names():
+    for n, m, a, b in [(0, 3, 1, 1), (1, 1, 0, 0), (10, 3, 7, 5), (37, 5, 12, 4), (100, 97, 96, 200)]:
+        assert floor_sum(n, m, a, b) == sum((a * i + b) // m for i in range(n))
+
+
+def test_any_size_is_counted_at_once_or_refused_in_one_line(cli):
+    """A causal count over 2³¹ positions in tiles of one (a loop over 2⁶² tiles before), and an
+    SRAM of 400 digits (an OverflowError before): a result, or one line."""
+    huge = cli("cost", "--io", "--causal", "--seq", "2147483647", "--block-q", "1", "--block-k", "1",
+               "--backward", "--format", "json")
+    assert huge.exit_code == 0, huge.stderr
+    assert 0 < json.loads(huge.stdout)["io"]["tiled_bytes_skipping_causal_tiles"]
+    sram = cli("cost", "--io", "--sram", "9" * 400)
+    assert (sram.exit_code, sram.stderr) == (2, "Error: --sram is more on-chip memory than any chip has: at "
+                                                "most 1,099,511,627,776 bytes (an A100 has 196,608 a multiprocessor)\n")
+    digits = cli("cost", "--seq", "9" * 5000)
+    assert digits.exit_code == 2 and len(digits.stderr) < 200
+
+
 @pytest.mark.parametrize("args,message", [
     (("--block-q", "64"), "--block-q counts main-memory traffic: add --io"),
+    (("--sram", "98304"), "--sram counts main-memory traffic: add --io"),
+    (("--backward",), "--backward counts main-memory traffic: add --io"),
+    (("--dropout", "0.1"), "--dropout counts main-memory traffic: add --io"),
+    (("--causal",), "--causal counts main-memory traffic: add --io"),
     (("--io", "--block-k", "0"), "--block-k: block_k=0 must be a positive integer"),
     (("--io", "--dropout", "1"), "--dropout: dropout=1.0 must be a probability in [0, 1)"),
     (("--io", "--sram", "100"), "--sram: sram=100 bytes holds less than a tile of 2 rows of d_k=64 "

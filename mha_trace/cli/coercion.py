@@ -62,21 +62,28 @@ def _coerced(kind, info, value, bad):
         try:
             result = int(str(value).strip())
         except ValueError:
-            raise bad(f"{value!r} is not a whole number") from None
+            raise bad(f"{_short(value)} is not a whole number") from None
     elif kind is float:
         try:
             result = float(str(value).strip())
         except ValueError:
-            raise bad(f"{value!r} is not a number") from None
+            raise bad(f"{_short(value)} is not a number") from None
     elif kind not in (str, bool):  # a str enum
         try:
             result = kind(value)
         except ValueError:
-            raise bad(f"{value!r} is not one of {', '.join(repr(m.value) for m in kind)}") from None
+            raise bad(f"{_short(value)} is not one of {', '.join(repr(m.value) for m in kind)}") from None
     else:
         result = kind(value)
     if kind in (int, float) and info.min is not None and result < info.min:
-        raise bad(f"{result} is less than the minimum, {info.min}")
+        raise bad(f"{_short(result)} is less than the minimum, {info.min}")
     if kind in (int, float) and info.max is not None and result > info.max:
-        raise bad(f"{result} is more than the maximum, {info.max}")
+        raise bad(f"{_short(result)} is more than the maximum, {info.max}")
     return result
+
+
+def _short(value) -> str:
+    """A value as an error shows it: a 400-digit number or a pasted page cut to one line."""
+    text = repr(value) if isinstance(value, str) else str(value) if not isinstance(value, int) \
+        or value.bit_length() < 128 else f"a {len(str(abs(value)))}-digit number"
+    return text if len(text) <= 40 else text[:38] + "…" + text[-1]

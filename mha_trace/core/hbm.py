@@ -8,11 +8,11 @@ tiles live in on-chip SRAM and never reach HBM. This module never imports torch.
 """
 
 from dataclasses import dataclass
-from math import ceil
 
 from mha_trace.errors import MhaError
 
 SRAM_A100 = 192 * 1024  # bytes of on-chip SRAM per streaming multiprocessor (Dao et al. 2022, §2.1)
+SRAM_MOST = 1 << 40  # 1 TiB: past any chip's on-chip memory (an H100 has 228 KB a multiprocessor)
 STATS = 4  # a row's logsumexp L and the backward's D = rowsum(dO∘O) are fp32
 
 
@@ -43,10 +43,13 @@ def tiles(d_k: int, itemsize: int, sram: int, block_q: int | None, block_k: int 
     for name, value in (("sram", sram), ("block_q", block_q), ("block_k", block_k)):
         if value is not None and (type(value) is not int or value < 1):
             raise MhaError(f"{name}={value!r} must be a positive integer", quantity=name)
+    if sram > SRAM_MOST:
+        raise MhaError(f"sram is more on-chip memory than any chip has: at most {SRAM_MOST:,} "
+                       f"bytes (an A100 has {SRAM_A100:,} a multiprocessor)", quantity="sram")
     if block_q or block_k:
         pair = (min(block_q or block_k, seq), min(block_k or block_q, seq))
         return Tiles(pair, pair, "as given, in both passes")
-    outer = min(ceil(sram / itemsize / (4 * d_k)), seq)
+    outer = min(-(-sram // (itemsize * 4 * d_k)), seq)  # whole numbers: any --sram, no float
     inner = min(outer, d_k)
     if sram < 4 * d_k * itemsize * 2:
         raise MhaError(f"sram={sram} bytes holds less than a tile of 2 rows of d_k={d_k} "
@@ -104,11 +107,11 @@ def _tiled(N: int, d: int, s: int, pass_: str, t: Tiles) -> list:
     queries, dO, L, D and dQ past it (T_c = ⌈N/B_c⌉ times). Masks and dropout happen in SRAM."""
     nd, rect = f"{N}·{d}·{s}", N * d * s
     if pass_ == "forward":
-        Tr = ceil(N / t.forward[0])
+        Tr = -(-N // t.forward[0])
         return [("read Q, write O: once", "2·N·d·s", f"2·{nd}", 2 * rect),
                 ("read K, V: once per query tile", "2·N·d·s·T_r", f"2·{nd}·{Tr}", 2 * rect * Tr),
                 ("write the logsumexp L (fp32)", "4·N", f"4·{N}", STATS * N)]
-    Tc = ceil(N / t.backward[1])
+    Tc = -(-N // t.backward[1])
     return [("D = rowsum(dO∘O): read dO, O, write D (fp32)", "2·N·d·s + 4·N", f"2·{nd} + 4·{N}",
              2 * rect + STATS * N),
             ("read K, V, write dK, dV: once", "4·N·d·s", f"4·{nd}", 4 * rect),
@@ -120,15 +123,37 @@ def _tiled(N: int, d: int, s: int, pass_: str, t: Tiles) -> list:
 def causal_skipped(B: int, H: int, N: int, d: int, s: int, t: Tiles, backward: bool) -> int:
     """Bytes the tiled pass no longer moves when, under a causal mask, it skips the tiles wholly
     above the diagonal (FlashAttention-2, §3.1.1): a query tile reads only the keys up to its
-    last row; a key tile only the queries from its first row."""
+    last row; a key tile only the queries from its first row. Closed forms (any N at once): the
+    forward's query tile i reads ⌈(i+1)·B_r/B_c⌉·B_c keys until that passes the last whole key
+    tile, then all N; the backward's key tile j skips ⌊j·B_c/B_r⌋·B_r query rows."""
     Br, Bc = t.forward
-    rows = sum(min(ceil(min(start + Br, N) / Bc) * Bc, N) for start in range(0, N, Br))
-    saved = 2 * d * s * (ceil(N / Br) * N - rows)
+    Tr, whole = -(-N // Br), min(-(-N // Br), N // Bc * Bc // Br)  # tiles, those inside whole key tiles
+    rows = Bc * floor_sum(whole, Bc, Br, Br + Bc - 1) + (Tr - whole) * N
+    saved = 2 * d * s * (Tr * N - rows)
     if backward:
         Br, Bc = t.backward
-        rows = sum(N - start // Br * Br for start in range(0, N, Bc))
-        saved += (4 * d * s + 2 * STATS) * (ceil(N / Bc) * N - rows)
+        Tc = -(-N // Bc)
+        saved += (4 * d * s + 2 * STATS) * Br * floor_sum(Tc, Br, Bc, 0)
     return B * H * saved
+
+
+def floor_sum(n: int, m: int, a: int, b: int) -> int:
+    """Σ ⌊(a·i + b) / m⌋ for i from 0 to n − 1 (a, b ≥ 0, m ≥ 1), in a few steps of Euclid's
+    algorithm instead of n (as in the AtCoder Library's floor_sum)."""
+    total = 0
+    while n > 0:
+        if a >= m:
+            total += n * (n - 1) // 2 * (a // m)
+            a %= m
+        if b >= m:
+            total += n * (b // m)
+            b %= m
+        top = a * n + b
+        if top < m:
+            break
+        n, b = divmod(top, m)
+        m, a = a, m
+    return total
 
 
 @dataclass(frozen=True)

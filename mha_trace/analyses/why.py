@@ -93,34 +93,50 @@ def model_why(run, view, position: int, heads: list, by_head: bool = False) -> l
 
 
 def module_why(run, view, position: int, heads: list) -> list[Why]:
-    """A module of your own: the first product in its forward whose result is (..., T, T) is
-    taken for its scores, q·k, and split into the head's dims, once its softmax (÷ √d_k, masked)
-    is seen to give the weights the module returned."""
+    """A module of your own: the first product in its forward whose result is (..., T, T) and
+    whose softmax (÷ √d_k, masked) gives the weights the module returned is taken for its scores,
+    q·k, and split into the head's dims. A T×T product before it (a helper matrix, a mask made
+    by a product) is passed over."""
     if run.numpy or view.averaged:
         what = "a NumPy module" if run.numpy else "a module that averages its heads' weights"
         raise MhaError(f"needs each head's q and k, which {what} does not show; explain --why "
                        f"runs on a config or a --model", quantity="why")
-    Q, KT = _scores_operands(run, len(view.tokens), view.heads)
+    closest = None
+    for Q, KT in _scores_operands(run, len(view.tokens), view.heads):
+        found, off = _split(view, Q, KT, position, heads)
+        if found is not None:
+            return found
+        closest = off if closest is None else min(closest, off)
+    raise MhaError(f"no T×T product in {run.label}'s forward is where its weights come from (the "
+                   f"closest, its softmax ÷ √d_k, differs from them by {closest:.2g}), so --why "
+                   f"cannot split them; verify --module compares it with the lecture's module",
+                   quantity="why")
+
+
+def _split(view, Q, KT, position: int, heads: list) -> tuple:
+    """(each head's score split into its dims, 0) where these operands give the weights the
+    module returned; else (None, how far the nearest head's weights are from them)."""
+    if Q.shape[0] < max(heads) or KT.shape[-1] != len(view.tokens) or Q.shape[-1] != KT.shape[-2]:
+        return None, math.inf
     d_k, out = Q.shape[-1], []
     for h in heads:
         pairs = np.zeros((d_k, d_k, KT.shape[-1]))
         pairs[np.arange(d_k), np.arange(d_k)] = Q[h - 1, position][:, None] * KT[h - 1] / math.sqrt(d_k)
-        score = pairs.sum((0, 1))
-        allowed = np.ones(len(score), bool) if view.mask is None else np.asarray(view.mask[position], bool)
-        why = Why(h, [f"dim {(h - 1) * d_k + d}" for d in range(d_k)], pairs, score, allowed)
+        allowed = np.ones(KT.shape[-1], bool) if view.mask is None else np.asarray(view.mask[position], bool)
+        why = Why(h, [f"dim {(h - 1) * d_k + d}" for d in range(d_k)], pairs, pairs.sum((0, 1)), allowed)
         off = float(np.abs(why.weights() - view.weights[h - 1, position]).max())
-        if off > 1e-4:
-            raise MhaError(f"the first T×T product in {run.label}'s forward is not where its head "
-                           f"{h} weights come from (its softmax ÷ √{d_k} differs from them by "
-                           f"{off:.2g}), so --why cannot split them; verify --module compares "
-                           f"it with the lecture's module", quantity="why")
+        if not off <= 1e-4:  # NaN too
+            return None, off
         out.append(why)
-    return out
+    return out, 0.0
 
 
-def _scores_operands(run, T: int, heads: int) -> tuple:
-    """(Q (heads, T, d_k), Kᵀ (heads, d_k, T)) of the first batch item, from the first matrix
-    product of the module's forward whose result is (..., T, T)."""
+CANDIDATES = 64  # T×T products of a forward tried as its q·k, in order
+
+
+def _scores_operands(run, T: int, heads: int) -> list:
+    """Each candidate (Q (heads, T, d_k), Kᵀ (heads, d_k, T)) of the first batch item, in order:
+    from each matrix product of the module's forward whose result is (..., T, T)."""
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -143,7 +159,14 @@ def _scores_operands(run, T: int, heads: int) -> tuple:
     if not found:
         raise MhaError(f"{run.label}'s forward computes no T×T product of two tensors (its q·k), "
                        f"so --why cannot split its scores", quantity="why")
-    return _heads_of(found, T, heads, run.args[0].shape[0] if run.args[0].dim() == 3 else 1)
+    batch = run.args[0].shape[0] if run.args[0].dim() == 3 else 1
+    candidates = []
+    for start in range(min(len(found), CANDIDATES)):
+        try:
+            candidates.append(_heads_of(found[start:], T, heads, batch))
+        except RuntimeError:  # products of other shapes (a helper, a loop's last heads)
+            continue
+    return candidates
 
 
 def _heads_of(found: list, T: int, heads: int, batch: int) -> tuple:

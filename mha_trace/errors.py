@@ -14,6 +14,16 @@ class MhaError(Exception):
         self.exit_code = exit_code
         self.quantity = quantity
 
+    def __str__(self) -> str:
+        """The message as Python shows it (a notebook, a traceback): naming its parameter, as the
+        command line's `Error:` line names the option ("window: expected names ...")."""
+        q = self.quantity
+        named = [f"{name}{mark}" for name in (q, f"--{q.replace('_', '-')}") for mark in " =:,("] if q else []
+        if not q or self.message.startswith(tuple(named)) or (  # it names its own already
+                self.message.startswith("--") and f"--{q.replace('_', '-')}" in self.message):
+            return self.message
+        return f"{q}: {self.message}"
+
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the run stands so that files half-made are removed as on Ctrl-C."""

@@ -71,6 +71,12 @@ REFUSED_BEFORE_TORCH = [  # flags that clash, or go with a model: no torch neede
     ["explain", "--model", "whisper", "--audio", "examples/audio/cat.wav", "--head", "5.1", "--why"],
     ["patch", "--model", "smollm2", "--by-position", "31.1"], ["patch", "--clean", "a b"],
     ["patch", "--sender", "1.1"], ["patch", "--sender", "1.1", "--receiver", "2.10"],
+    # round 5: a metric nobody chose, a clash, an odd head width for RoPE, a tile without tiles
+    ["patch", "--metric", ""], ["patch", "--sender", "1.1", "--receiver", "2.1", "--by-input"],
+    ["patch", "--sender", "1.1", "--receiver", "2.1,2.2"],
+    ["train", "--rope", "--d-model", "4", "--heads", "4"], ["train", "--rope", "--d-model", "12", "--heads", "4"],
+    ["train", "--rope", "--d-model", "10", "--heads", "2"], ["explain", "--impl", "tiled", "--why"],
+    ["explain", "--block-k", "2"], ["explain", "--rope-planes", "--impl", "tiled"],
 ]
 
 

@@ -433,8 +433,8 @@ def test_a_config_too_long_to_read_live_is_refused(tmp_path):
     config.write_text('title = "long"\nsentence = "' + "word " * 70 + '"\nd_model = 8\nheads = 2\n')
     with pytest.raises(MhaError) as e:
         prepare(config=str(config))
-    assert str(e.value) == ("explore shows every token live: at most 64 (this config has 70; "
-                            "heads --config shows longer ones)")
+    assert str(e.value) == ("config: explore shows every token live: at most 64 (this config has 70; "
+                            "heads --config shows longer ones)")  # as Python shows it: naming the parameter
 
 
 def test_the_split_pane_draws_at_most_48_maps():

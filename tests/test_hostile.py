@@ -1463,7 +1463,7 @@ def test_flags_that_would_be_ignored_are_refused(cli, default_run):
     """--model beside --checkpoint in cache, --by-head with --module: refused, never dropped."""
     both = cli("cache", "--checkpoint", str(default_run), "--model", "bogus")
     assert (both.exit_code, both.stderr) == (
-        2, "Error: --checkpoint: --model and --checkpoint are two models: choose one\n")
+        2, "Error: --model and --checkpoint are two models: choose one\n")
     by_head = cli("explain", "--module", "tests/world/hf_bert.py:BertAttention", "--why", "--by-head")
     assert (by_head.exit_code, by_head.stderr) == (
         2, "Error: --by-head splits a model's earlier layers into their heads; a module's scores "

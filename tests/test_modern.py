@@ -185,7 +185,7 @@ def test_mistral_cache_honours_its_window(cli):
 
 @pytest.mark.parametrize("args,message", [
     (("shapes", "--rope", "--d-model", "12", "--heads", "4"),
-     "--rope turns pairs of dims, so d_k = d_model / heads = 3 must be even"),
+     "--rope turns pairs of dims, so d_k = d_model / heads = 3 must be even (try --heads 1, 2, 3, 6)"),
     (("shapes", "--compare-impl"), "--compare-impl goes with --impl sdpa or tiled (it compares that "
                                    "path with the explicit one)"),
     (("shapes", "--decode", "2", "--pad", "1"), "--pad does not go with --decode (decoding appends real tokens)"),

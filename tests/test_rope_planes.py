@@ -62,8 +62,8 @@ def test_smollm2s_planes_add_up_to_its_scores(cli):
 
 @pytest.mark.parametrize("args,message", [
     (("--rope-planes",), "--rope-planes splits scores that RoPE turned: add --rope (or a model with RoPE, such as smollm2)"),
-    (("--rope", "--rope-planes", "--why"), "--why goes with the explicit walk; --rope-planes shows the planes alone"),
-    (("--rope", "--rope-planes", "--impl", "tiled"), "--rope-planes splits the explicit walk's scores (not with --impl tiled)"),
+    (("--rope", "--rope-planes", "--why"), "--rope-planes does not go with --why (the planes are shown alone)"),
+    (("--rope", "--rope-planes", "--impl", "tiled"), "--rope-planes does not go with --impl tiled (it splits the explicit walk's scores)"),
 ])
 def test_rope_planes_errors(cli, args, message):
     result = cli("explain", *args)

@@ -92,7 +92,7 @@ def test_at_4096_tokens_no_tensor_is_t_by_t(cli):
 
 
 @pytest.mark.parametrize("args,message", [
-    (("--block-q", "3"), "--block-q sets the tiles of --impl tiled (add --impl tiled)"),
+    (("--block-q", "3"), "--block-q sets the tiles of the tiled pass: add --impl tiled"),
     (("--impl", "tiled", "--block-k", "0"), "--block-k: block_k=0 must be a positive integer (at least 1)"),
     (("--impl", "tiled", "--seq", "100", "--block-q", "1", "--block-k", "1"),
      "--block-q: block_q=1 and block_k=1 cut seq=100 into 10,000 tiles; a trace walks at most 1,024 (larger blocks)"),
@@ -142,9 +142,9 @@ def test_explain_tiled_shows_the_rescale_when_the_max_rises(cli, golden):
 
 
 @pytest.mark.parametrize("args,message", [
-    (("--impl", "sdpa"), "--impl sdpa never forms the weights, so there is no row to walk (explicit or tiled)"),
-    (("--block-k", "2"), "--block-k sets the key tiles of --impl tiled (add --impl tiled)"),
-    (("--impl", "tiled", "--why"), "--why goes with the explicit walk; --impl tiled shows the online softmax alone"),
+    (("--impl", "sdpa"), "--impl 'sdpa' never forms the weights to walk: explicit or tiled"),
+    (("--block-k", "2"), "--block-k sets the key tiles of the tiled walk: add --impl tiled"),
+    (("--impl", "tiled", "--why"), "--impl tiled does not go with --why (the tiled walk shows the online softmax alone)"),
     (("--impl", "tiled", "--block-k", "0"), "--block-k: block_k=0 must be a positive integer (at least 1)"),
     (("--impl", "tiled", "--model", "minilm", "--png", "x.png"),
      "--png: the slide shows at most 4 heads: pick one with --head (e.g. --head 1.1)"),

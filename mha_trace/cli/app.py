@@ -1,6 +1,7 @@
 """The Typer app, its error handling and the console-script entry point."""
 
 import os
+import re
 import signal
 import sys
 from typing import Annotated
@@ -144,7 +145,7 @@ def _with_flag(e: MhaError) -> str:
     flag = "--" + e.quantity.replace("_", "-")
     if e.message.startswith(f"{e.quantity} "):  # "head 3 is out of range" -> "--head 3 is ..."
         return flag + e.message[len(e.quantity):]
-    if e.message.startswith((f"{flag} ", f"{flag}:", f"{flag},")):  # the message names it already
+    if e.message.startswith("--") and re.search(rf"{flag}\b(?!-)", e.message):  # it names it already
         return e.message
     return f"{flag}: {e.message}"
 

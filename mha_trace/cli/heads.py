@@ -105,11 +105,10 @@ def explain(
     Example: mha-trace explain --model whisper --audio examples/audio/cat.wav --attention self --token mat --head 2.3 --why
     """
     from mha_trace.runs.resolve import check_early, resolve
+    from mha_trace.views.explain import check_shown_as
 
     config = check_early(o)  # before torch: a wrong flag is refused at once
-    _check_tiled(impl.value, block_k, o, why, effect, rope_planes)
-    if by_head and not why:
-        raise MhaError("--by-head goes with --why", quantity="by_head")
+    check_shown_as(impl.value, block_k, why, effect, o.module, rope_planes, by_head)
     if o.model:
         check_picks_early(o.model, o.layer, head)
     if o.audio is not None and o.attention != "self":
@@ -153,29 +152,6 @@ def explain(
     emit(out, lambda: w.renderables(decimals=decimals, head=head),
          lambda: with_inputs(w.data(decimals=decimals, head=head), run, include_inputs), page=w,
          slide=w, head=head)
-
-
-def _check_tiled(impl: str, block_k, o, why: bool, effect: bool, rope_planes: bool) -> None:
-    """explain walks the explicit row, the tiled one or the RoPE planes; the last two alone."""
-    if impl == "tiled" and rope_planes:
-        raise MhaError("--rope-planes splits the explicit walk's scores (not with --impl tiled)",
-                       quantity="rope_planes")
-    if impl == "sdpa":
-        raise MhaError("impl sdpa never forms the weights, so there is no row to walk (explicit "
-                       "or tiled)", quantity="impl")
-    if block_k is not None and impl != "tiled":
-        raise MhaError("block_k sets the key tiles of --impl tiled (add --impl tiled)",
-                       quantity="block_k")
-    if block_k is not None:
-        from mha_trace.core.validate import positive
-
-        positive("block_k", block_k)
-    clash = [flag for flag, given in (("--why", why), ("--effect", effect), ("--module", o.module))
-             if given]
-    if (impl == "tiled" or rope_planes) and clash:
-        shows = "--impl tiled shows the online softmax" if impl == "tiled" else "--rope-planes shows the planes"
-        raise MhaError(f"{', '.join(clash)} go{'es' if len(clash) == 1 else ''} with the explicit "
-                       f"walk; {shows} alone")
 
 
 def _model_walk(o, head: str | None, token, position, effect: bool):

@@ -43,16 +43,22 @@ def train(
     """
     from dataclasses import replace
 
-    from mha_trace.models import checkpoints, training
-    from mha_trace.io.output import progress
-    from mha_trace.speedups import one_thread_for_models
+    from mha_trace.models.spec import Spec
 
-    one_thread_for_models()
     given = {"task": (task, "induction"), "layers": (layers, None), "heads": (heads, None),
              "d-model": (d_model, 64), "vocab": (vocab, 16), "seq": (seq, 32), "batch": (batch, 32),
              "lr": (lr, None), "seed": (seed, 0), "identical-heads": (identical_heads, False), "rope": (rope, False),
              "snapshots": (snapshots, 20)}
     _check_resume(resume, [flag for flag, (value, default) in given.items() if value != default])
+    if resume is None:  # the settings alone decide: judged before torch loads
+        Spec.of(task, layers=layers, heads=heads, d_model=d_model, vocab=vocab, seq=seq,
+                batch=batch, steps=steps, lr=lr, seed=seed, identical_heads=identical_heads,
+                snapshots=snapshots, rope=rope).check_settings()
+    from mha_trace.models import checkpoints, training
+    from mha_trace.io.output import progress
+    from mha_trace.speedups import one_thread_for_models
+
+    one_thread_for_models()
     before = checkpoints.read_checkpoint(resume, option="resume") if resume is not None else None
     if before is not None:
         spec = replace(before.spec, steps=steps if steps is not None else before.spec.steps)
@@ -60,9 +66,9 @@ def train(
             raise MhaError(f"{resume} has {len(before.losses)} steps already: give more with "
                            f"--steps", quantity="steps")
     else:
-        spec = training.Spec.of(task, layers=layers, heads=heads, d_model=d_model, vocab=vocab,
-                                seq=seq, batch=batch, steps=steps, lr=lr, seed=seed,
-                                identical_heads=identical_heads, snapshots=snapshots, rope=rope)
+        spec = Spec.of(task, layers=layers, heads=heads, d_model=d_model, vocab=vocab,
+                       seq=seq, batch=batch, steps=steps, lr=lr, seed=seed,
+                       identical_heads=identical_heads, snapshots=snapshots, rope=rope)
     spec.check()
     if spec.seconds > 60:
         import sys

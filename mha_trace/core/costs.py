@@ -6,6 +6,7 @@ multi-head, 1 for multi-query), d_k = D / H, L layers, s bytes per element.
 
 from dataclasses import dataclass
 
+from mha_trace.core.clashes import needs
 from mha_trace.errors import MhaError
 from mha_trace.io.units import human_bytes  # noqa: F401 (the unit every byte count is shown in)
 from mha_trace.records import Shows
@@ -290,6 +291,10 @@ class CostReport(Shows):
     io: object = None  # core.hbm.Io: main-memory traffic (`--io`), or None
 
 
+IO_RULES = tuple(needs(name, "io", "counts main-memory traffic")  # cost's options that --io reads
+                 for name in ("backward", "sram", "block_q", "block_k", "causal", "dropout"))
+
+
 def cost_report(preset: str | None = None, batch: int | None = None, seq: int | None = None,
                 d_model: int | None = None, heads: int | None = None, kv_heads: int | None = None,
                 layers: int | None = None, dtype: str = "float32", bias: bool | None = None,
@@ -301,6 +306,7 @@ def cost_report(preset: str | None = None, batch: int | None = None, seq: int | 
     """The cost of attention at a preset's dimensions (gpt3-175b, ...), any of them overridden;
     without a preset: batch 2, seq 10, d_model 512, heads 8, one layer. With `io`, the bytes
     standard and tiled attention move to and from main memory (`backward` adds that pass)."""
+    from mha_trace.core.clashes import judge
     from mha_trace.core.validate import check_sizes, positive
 
     given = {"batch": batch, "seq": seq, "d_model": d_model, "heads": heads,
@@ -328,11 +334,8 @@ def cost_report(preset: str | None = None, batch: int | None = None, seq: int | 
     d = Dims(batch, seq, d_model, heads, kv_heads, dtype, bias=pick(bias, "bias", True),
              window=window, rope=pick(rope, "rope", False), cross=cross)
     label = p.get("name", "custom") if preset else "custom"
-    io_only = {"backward": backward or None, "sram": sram, "block_q": block_q, "block_k": block_k,
-               "causal": causal, "dropout": dropout}
-    if not io and any(v is not None for v in io_only.values()):
-        name = next(k for k, v in io_only.items() if v is not None)
-        raise MhaError(f"{name} counts main-memory traffic: add --io", quantity=name)
+    judge({"io": io, "backward": backward, "sram": sram, "block_q": block_q, "block_k": block_k,
+           "causal": causal, "dropout": dropout}, IO_RULES)
     traffic = None
     if io:
         from mha_trace.core.hbm import io as count

@@ -4,6 +4,7 @@ Every source of a run goes through `check_sizes`: flags, configs (which add the 
 the message) and `cost`. The CLI adds the flag's name where the error carries one.
 """
 
+from mha_trace.core.clashes import judge, needs
 from mha_trace.errors import MhaError
 
 
@@ -78,6 +79,15 @@ def kv_heads_divide(heads: int, kv_heads: int) -> None:
                        f"(valid kv-head counts: {valid})", quantity="kv_heads")
 
 
+def rope_pairs(d_model: int, heads: int) -> None:
+    """RoPE turns pairs of a head's dims: d_k must be even (said before a run or training)."""
+    if heads and (d_model // heads) % 2:
+        even = [h for h in divisors(d_model) if (d_model // h) % 2 == 0]
+        hint = f" (try --heads {', '.join(map(str, even[:4]))})" if even else " (an odd d_model has none)"
+        raise MhaError(f"rope turns pairs of dims, so d_k = d_model / heads = {d_model // heads} "
+                       f"must be even{hint}", quantity="rope")
+
+
 def pad_fits(pad: int, seq: int) -> None:
     if not 0 <= pad < seq:
         raise MhaError(f"pad={pad} must be at least 0 and less than seq={seq} "
@@ -97,16 +107,15 @@ def check_sizes(batch: int, seq: int, d_model: int, heads: int | None, kv_heads:
     pad_fits(pad, seq)
 
 
+TILES = tuple(needs(name, "impl=tiled", "sets the tiles of the tiled pass") for name in ("block_q", "block_k"))
 MAX_TILES = 1024  # query tile × key tile steps a tiled trace walks
 
 
 def check_tiles(impl: str | None, seq: int, block_q: int | None, block_k: int | None) -> None:
     """Tile sizes go with the tiled path, are positive, and cut `seq` into at most MAX_TILES."""
+    judge({"impl=tiled": impl == "tiled", "block_q": block_q, "block_k": block_k}, TILES)
     for name, value in (("block_q", block_q), ("block_k", block_k)):
         if value is not None:
-            if impl != "tiled":
-                raise MhaError(f"{name} sets the tiles of --impl tiled (add --impl tiled)",
-                               quantity=name)
             positive(name, value)
     tiles = -(-seq // (block_q or -(-seq // 2))) * -(-seq // (block_k or -(-seq // 2)))
     if impl == "tiled" and tiles > MAX_TILES:

@@ -285,7 +285,7 @@ class Explorer(App):
             change()
             (redraw or (lambda: self.refresh_all(keep_row=True)))()
         except MhaError as e:
-            self.notify(str(e), severity="warning", timeout=4)
+            self.notify(e.message, severity="warning", timeout=4)
         except Exception as e:
             if self.reraise:
                 raise

@@ -6,7 +6,8 @@ import torch
 
 from mha_trace.errors import MhaError
 from mha_trace.io.files import CHECKPOINT as FORMAT
-from mha_trace.models.training import Snapshot, Spec, Toy, Training
+from mha_trace.models.spec import Spec
+from mha_trace.models.training import Snapshot, Toy, Training
 
 
 def save(r: Training, path: str) -> None:

@@ -7,7 +7,8 @@ from mha_trace.io.output import new_table
 from mha_trace.io.page import notebook_figure
 from mha_trace.records import data, renderables
 from mha_trace.render.matrices import shade
-from mha_trace.models.training import TASKS, Training
+from mha_trace.models.spec import TASKS
+from mha_trace.models.training import Training
 
 DETECTORS = ("previous token", "two back", "induction")
 

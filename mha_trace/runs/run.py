@@ -149,11 +149,10 @@ MAX_DECODE = 1000
 
 
 def check_modern(sizes: Sizes) -> None:
-    from mha_trace.core.validate import positive
+    from mha_trace.core.validate import positive, rope_pairs
 
-    if sizes.rope and (sizes.d_model // sizes.heads) % 2:
-        raise MhaError(f"rope turns pairs of dims, so d_k = d_model / heads = "
-                       f"{sizes.d_model // sizes.heads} must be even", quantity="rope")
+    if sizes.rope:
+        rope_pairs(sizes.d_model, sizes.heads)
     if not 1 < sizes.rope_base < 1e300:  # nan and inf included
         raise MhaError(f"rope_base={sizes.rope_base} must be a number more than 1 and below 1e300 "
                        f"(LLaMA uses 10000)",

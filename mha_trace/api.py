@@ -79,7 +79,9 @@ def explain(config=None, token: str | None = None, position: int | None = None, 
     from mha_trace.analyses.analysis import Heads, LectureHeads, with_effect
     from mha_trace.analyses.walk import walk
     from mha_trace.core.picks import find_position
+    from mha_trace.views.explain import check_shown_as
 
+    check_shown_as(impl, block_k, why, effect, None, rope_planes)  # before a run is made
     if position is not None:
         position = whole_numbers([position], "position", least=0)[0]
     view = config if isinstance(config, Heads) else heads(config, head=head, **options)
@@ -95,7 +97,7 @@ def explain(config=None, token: str | None = None, position: int | None = None, 
         w = replace(w, why=config_why(view, w.position, [head] if head else range(1, view.heads + 1)))
     from mha_trace.analyses.variants import shown_as
 
-    return shown_as(w, impl, block_k, why or effect, rope_planes)
+    return shown_as(w, impl, block_k, rope_planes)
 
 
 def ablate(config=None, removed=(2,), **options):
@@ -204,8 +206,9 @@ class Model:
         each score by RoPE's rotation planes."""
         from mha_trace.analyses.model_heads import head_in_layer, model_walk
 
-        if by_head and not why:
-            raise MhaError("by_head=True splits the sources of why=True: give both", quantity="by_head")
+        from mha_trace.views.explain import check_shown_as
+
+        check_shown_as(impl, block_k, why, effect, None, rope_planes, by_head)
         if position is not None:
             position = whole_numbers([position], "position", least=0)[0]
         layer, only = head_in_layer(layer, head_of(head))
@@ -217,7 +220,7 @@ class Model:
             w = with_why(w, run, only, by_head)
         from mha_trace.analyses.variants import shown_as
 
-        return shown_as(w, impl, block_k, why or effect, rope_planes)
+        return shown_as(w, impl, block_k, rope_planes)
 
     def trace(self, text: str | None = None, layer: int = 1):
         """One layer's attention on the text's hidden states, traced op by op."""
@@ -289,22 +292,10 @@ class Model:
         clean → corrupted (noising=True: the other way); without texts, an indirect-object sentence
         or a trained run's probe. by_input=True adds queries and K/V groups; by_position="24.1" one
         head a position at a time; sender="1.1" (or "1.1,1.2", a list), receiver="2.4": path patching."""
-        from mha_trace.analyses.patch_inputs import default_pair, parse_metric
-        from mha_trace.analyses.path_patching import path_patch
-        from mha_trace.analyses.patching import patch
-        from mha_trace.models.guards import parse_head
+        from mha_trace.views.patch import PatchRequest, patch_view
 
-        pair = default_pair(self.model, path=sender is not None)
-        if (clean is None) != (corrupt is None) or (sender is None) != (receiver is None):
-            raise MhaError("clean and corrupt go together, and so do sender and receiver")
-        texts = pair[:2] if clean is None else (text_of(clean), text_of(corrupt))
-        chosen = parse_metric(self.model, metric or pair[2])
-        if sender is None:
-            at = None if by_position is None else parse_head(by_position, "by_position")
-            return patch(self.model, *texts, chosen, bool(noising), by_input=bool(by_input), by_position=at)
-        senders = [parse_head(str(s).strip(), "sender") for s in (  # "1.1,1.2" or a list
-            sender if isinstance(sender, (list, tuple)) else str(sender).split(","))]
-        return path_patch(self.model, *texts, chosen, senders, parse_head(receiver, "receiver"), bool(noising))
+        return patch_view(self.model, PatchRequest(clean, corrupt, metric, noising, sender, receiver,
+                                                   by_input, by_position))
 
     def cache(self, text: str | None = None, *, policies=("full", "window", "sinks", "h2o"),
               budgets=(64, 128, 256), sinks: int = 4, tokens: int = 512, renumber: bool = False):
@@ -349,8 +340,9 @@ def train(task: str = "induction", *, resume=None, save: str | None = None, on_s
     identical_heads, snapshots. `resume` a saved path or a record; `save` a path for the run
     (then `mha_trace.model("run.pt")` is a model every view reads)."""
     from mha_trace.models import checkpoints, training
+    from mha_trace.models.spec import Spec
 
-    known = set(training.Spec.__dataclass_fields__) - {"task"}
+    known = set(Spec.__dataclass_fields__) - {"task"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise MhaError(f"train has no option {unknown[0]!r} (it has {', '.join(sorted(known))})",
@@ -365,7 +357,7 @@ def train(task: str = "induction", *, resume=None, save: str | None = None, on_s
     if save is not None:
         check_outputs({"save": os.fspath(save)}, [])  # before a step is trained
     before = checkpoints.read_checkpoint(os.fspath(resume)) if isinstance(resume, (str, os.PathLike)) else resume
-    spec = training.Spec.of(task, **options)
+    spec = Spec.of(task, **options)
     if before is not None:
         spec = replace(before.spec, steps=spec.steps)
     from mha_trace.io.page import NotebookProgress

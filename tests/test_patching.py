@@ -4,6 +4,7 @@ indirect-object sentence."""
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -142,7 +143,7 @@ def test_noising_copies_the_other_way(trained, cli, default_run):
 
 
 @pytest.mark.parametrize("args,message", [
-    (("--clean", "The cat sat"), "--corrupt: --clean and --corrupt go together (or neither: the default pair)"),
+    (("--clean", "The cat sat"), "--clean and --corrupt go together (or neither: the default pair)"),
     (("--clean", "The cat sat on the mat", "--corrupt", "The dog sat", "--metric", "loss"),
      "--corrupt: the clean and the corrupted text must be the same length in tokens to patch position by "
      "position: 6 and 3"),
@@ -160,8 +161,13 @@ def test_noising_copies_the_other_way(trained, cli, default_run):
     (("--by-position", "31.1"), "--by-position: head 31.1 is out of range (SmolLM2-135M-Instruct has layers 1 to 30 "
                                 "and heads 1 to 9 in each)"),
     (("--sender", "1.1,", "--receiver", "2.4"), "--sender: head '' is not LAYER.HEAD, e.g. 4.1 (layer 4, head 1)"),
-    (("--sender", "1.1", "--receiver", "2.4", "--by-input"), "--receiver: --by-input and --by-position patch every "
-                                                             "head; path patching (--sender/--receiver) follows one path"),
+    (("--sender", "1.1", "--receiver", "2.4", "--by-input"), "--sender does not go with --by-input (--by-input and "
+                                                             "--by-position patch every head; path patching follows one path)"),
+    (("--metric", ""), "--metric '' is not 'loss', 'logit-diff:A,B' or, with --receiver, 'induction'"),
+    (("--sender", "1.1", "--receiver", "2.4,2.5"), "--receiver is one head, LAYER.HEAD (several senders may share it)"),
+    (("--clean", "The cat", "--corrupt", "A dog", "--metric", "loss", "--sender", "1.1", "--receiver", "2.1"),
+     "--metric: the loss is taken over the next tokens both texts share, and these share none: corrupt fewer "
+     "tokens, or use logit-diff:A,B"),
     (("--model", "minilm"), "--model: patch scores a causal model's next token; all-MiniLM-L6-v2 is an encoder "
                             "(try --model smollm2 or --checkpoint run.pt)"),
 ])
@@ -262,19 +268,87 @@ def test_attribution_is_the_gradient_times_each_heads_change(trained):
     assert f"{p.rank_correlation:.2f} on the trained run's probe" in guide
 
 
-def test_a_pair_without_a_gap_says_so_and_a_bad_run_text_names_its_option(cli, default_run):
+def test_a_pair_without_a_gap_says_so_and_a_bad_run_text_names_its_option(cli, default_run, kept_slides):
+    """No gap (the two runs score the same): no share is defined, said in words in the terminal,
+    null with its reason in the JSON and the page, a word on the slide; never a number."""
+    from mha_trace.render import patching_slide
+
     same = cli("patch", "--checkpoint", str(default_run), "--clean", "1 2 3", "--corrupt", "1 2 4", "--metric", "loss")
-    assert "there is no gap, and every share is 0" in " ".join(same.stdout.split())
+    text = " ".join(same.stdout.split())
+    assert "there is no gap to take a share of: no share is defined (—)" in text and not NAN.search(text)
     bad = cli("patch", "--checkpoint", str(default_run), "--clean", "a b", "--corrupt", "1 2")
     assert bad.exit_code == 2 and bad.stderr.startswith("Error: --clean: this run's text is token ids 0 to 15")
     twice = cli("patch", "--checkpoint", str(default_run), "--clean", "1 2 3 4", "--corrupt", "1 2 3 4",
                 "--by-input", "--by-position", "2.1", "--format", "json")  # the same text: nothing to copy
-    data = json.loads(twice.stdout)
+    data = strict_json(twice.stdout)
+    assert data["fraction_undefined"] == "the two runs score the same: there is no gap to take a share of"
     for key in ("residual", "heads", "queries", "kv_groups", "by_position"):
-        assert np.array(data[key]["fraction"]) == pytest.approx(0, abs=0), key
+        assert {x for x in np.ravel(np.array(data[key]["fraction"], dtype=object))} == {None}, key
         assert np.array(data[key]["metric"]) == pytest.approx(data["clean"]["metric"], abs=1e-6), key
+    assert data["heads"]["spearman_exact_vs_attribution"] is None
+    assert data["heads"]["spearman_exact_vs_attribution_undefined"] == "no gap, no shares to rank"
+    made = kept_slides(patching_slide)
+    assert cli("patch", "--checkpoint", str(default_run), "--clean", "1 2 3 4", "--corrupt", "1 2 3 4",
+               "--png", "p.png").exit_code == 0
+    assert "no share is defined" in made[-1]._suptitle.get_text()
+    assert {t.get_text() for ax in made[-1].axes for t in ax.texts} <= {"—"}  # no ring, no number
+    laid_out(made[-1])
     text = cli("patch", "--checkpoint", str(default_run), "--clean", "1 2 3 4", "--corrupt", "1 2 3 4").stdout
     assert "The two texts are the same, token for token." in " ".join(text.split())
+    path = cli("patch", "--checkpoint", str(default_run), "--clean", "1 2 3 4", "--corrupt", "1 2 3 4",
+               "--sender", "1.1", "--receiver", "2.1", "--format", "json")
+    assert [v["fraction"] for v in strict_json(path.stdout)["via"].values()] == [None] * 4
+
+
+NAN = re.compile(r"\b(nan|inf)\b", re.IGNORECASE)  # a number that is none, shown
+
+
+def strict_json(text: str):
+    """JSON as a strict parser reads it: NaN, Infinity and -Infinity are not JSON."""
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_texts_a_metric_cannot_score_are_refused_before_the_patch_runs(cli, default_run):
+    """Path patching's loss over texts that share no next token, and the induction score of a text
+    too short to repeat itself: one line each (a ZeroDivisionError and an IndexError before)."""
+    run = ("patch", "--checkpoint", str(default_run), "--sender", "1.1", "--receiver", "2.1")
+    loss = cli(*run, "--clean", "1 2 3 4", "--corrupt", "5 6 7 8", "--metric", "loss")
+    assert (loss.exit_code, loss.stderr) == (2, "Error: --metric: the loss is taken over the next tokens both "
+                                                "texts share, and these share none: corrupt fewer tokens, or use "
+                                                "logit-diff:A,B\n")
+    short = cli(*run, "--clean", "1", "--corrupt", "2", "--metric", "induction")
+    assert (short.exit_code, short.stderr) == (2, "Error: --metric: induction scores a text whose second half "
+                                                  "repeats its first: it needs at least 4 tokens, and the texts "
+                                                  "have 1\n")
+
+
+@pytest.fixture(scope="module")
+def one_head_run(tmp_path_factory):
+    """A run of one layer of one head, trained a few steps: one head, so nothing to rank."""
+    import mha_trace
+
+    path = tmp_path_factory.mktemp("one-head") / "one.pt"
+    mha_trace.train("induction", layers=1, heads=1, d_model=16, steps=3, snapshots=2, save=str(path))
+    return path
+
+
+def test_spearman_over_one_head_is_undefined_and_said_so_everywhere(cli, one_head_run, tmp_path):
+    """Spearman's ρ over one head: words in the terminal, null with its reason in the JSON and the
+    page's data (JSON.parse read NaN as an error), nothing on stderr (NumPy warned)."""
+    text = cli("patch", "--checkpoint", str(one_head_run))
+    assert text.exit_code == 0 and text.stderr == ""
+    said = " ".join(text.stdout.split())
+    assert "Spearman's ρ is undefined: one head, nothing to rank" in said and not NAN.search(said)
+    data = strict_json(cli("patch", "--checkpoint", str(one_head_run), "--format", "json").stdout)
+    assert data["heads"]["spearman_exact_vs_attribution"] is None
+    assert data["heads"]["spearman_exact_vs_attribution_undefined"] == "one head, nothing to rank"
+    assert cli("patch", "--checkpoint", str(one_head_run), "--html", str(tmp_path / "p.html")).exit_code == 0
+    page = (tmp_path / "p.html").read_text()
+    payload = page.split('id="mha-data">')[1].split("</script>")[0]
+    assert strict_json(payload)["spearman"] is None
 
 
 def smollm2_attention_by_hand(attention, x, source, group=None, query_head=None):

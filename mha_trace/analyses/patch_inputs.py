@@ -82,6 +82,23 @@ def texts_of(model, clean: str, corrupt: str) -> tuple:
     return found
 
 
+INDUCTION_LEAST = 4  # tokens: a first half of two and its repeat (an earlier copy with a token after it)
+
+
+def check_metric(metric: Metric, clean_ids: list, corrupt_ids: list) -> dict:
+    """The metric scores these texts, or one line says why not; the shared next tokens (the loss's
+    targets). Judged on the token ids, before a patch runs."""
+    targets = shared_targets(clean_ids, corrupt_ids)
+    if metric.kind == "loss" and not targets:
+        raise MhaError("the loss is taken over the next tokens both texts share, and these share "
+                       "none: corrupt fewer tokens, or use logit-diff:A,B", quantity="metric")
+    if metric.kind == "induction" and len(clean_ids) < INDUCTION_LEAST:
+        raise MhaError(f"induction scores a text whose second half repeats its first: it needs at "
+                       f"least {INDUCTION_LEAST} tokens, and the texts have {len(clean_ids)}",
+                       quantity="metric")
+    return targets
+
+
 def check_patchable(model) -> None:
     if not model.capabilities.causal:
         raise MhaError(f"patch scores a causal model's next token; {model.name} is an encoder "

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mha_trace.analyses.patch_inputs import (Metric, Run, capture, check_patchable, metric_tensor,
-                                             shared_targets, texts_of)
+from mha_trace.analyses.patch_inputs import (Metric, Run, capture, check_metric, check_patchable,
+                                             metric_tensor, texts_of)
 from mha_trace.core.ranks import spearman
 from mha_trace.errors import MhaError
 from mha_trace.models.base import ModelCard
@@ -43,16 +43,24 @@ class Patching(Shows):
     by_position: tuple | None = None  # ((layer, head), (positions,)): that head, one position a copy
 
     @property
-    def rank_correlation(self) -> float:
-        """Spearman's ρ over the heads between the exact patches and their attribution estimates."""
-        return spearman(self.heads, self.attribution)
+    def rank_correlation(self) -> float | None:
+        """Spearman's ρ over the heads between the exact patches and their attribution estimates;
+        None with one head (nothing to rank) or no gap (no shares to rank)."""
+        return None if self.undefined else spearman(self.heads, self.attribution)
+
+    @property
+    def undefined(self) -> str | None:
+        """Why no share of the gap is defined (the two runs score the same), else None."""
+        if self.clean_value == self.corrupt_value:
+            return "the two runs score the same: there is no gap to take a share of"
+        return None
 
     def fraction(self, values: np.ndarray) -> np.ndarray:
         """Denoising: the share of the clean − corrupt gap a patch restores; noising: the share
-        it destroys. 0 where the gap is 0."""
+        it destroys. Undefined (NaN, which every output says in words or null) where the gap is 0."""
         gap = self.clean_value - self.corrupt_value
         if gap == 0:
-            return np.zeros_like(values)
+            return np.full(np.shape(values), np.nan)
         base = self.clean_value if self.noising else self.corrupt_value
         return (values - base) / gap * (-1 if self.noising else 1)
 
@@ -81,10 +89,7 @@ def patch(model, clean: str, corrupt: str, metric: Metric, noising: bool = False
     start = next((t for t, (a, b) in enumerate(zip(clean_ids, corrupt_ids)) if a != b), len(clean_ids))
     check_time(model, len(clean_ids), patch_copies(model, len(clean_ids), by_input, start,
                                                    metric.kind == "loss"), "patch", "clean")
-    targets = shared_targets(clean_ids, corrupt_ids)
-    if metric.kind == "loss" and not targets:
-        raise MhaError("the loss is taken over the next tokens both texts share, and these share "
-                       "none: corrupt fewer tokens, or use logit-diff:A,B", quantity="metric")
+    targets = check_metric(metric, clean_ids, corrupt_ids)
     source_ids, target_ids = (corrupt_ids, clean_ids) if noising else (clean_ids, corrupt_ids)
     with model.resident(), batch_work(), torch.no_grad():  # every core for the copies
         source, target = capture(model, source_ids), capture(model, target_ids)

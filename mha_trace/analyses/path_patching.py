@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mha_trace.analyses.patch_inputs import (Metric, capture, check_patchable, hooked,
-                                             shared_targets, texts_of)
+from mha_trace.analyses.patch_inputs import (Metric, capture, check_metric, check_patchable, hooked,
+                                             texts_of)
 from mha_trace.analyses.patching import Patching
 from mha_trace.errors import MhaError
 from mha_trace.models.base import ModelCard
@@ -31,7 +31,10 @@ class PathPatching(Shows):
     corrupt_value: float
     via: dict  # "q" | "k" | "v" | "qkv" -> the metric with that input patched
 
+    undefined = Patching.undefined
+
     def fraction(self, value: float) -> float:
+        """The share of the gap (NaN where there is none: see `undefined`)."""
         return float(Patching.fraction(self, np.array([value]))[0])
 
     @property
@@ -61,7 +64,7 @@ def path_patch(model, clean: str, corrupt: str, metric: Metric, senders: list, r
     if len(clean_ids) != len(corrupt_ids):
         raise MhaError(f"the clean and the corrupted text must be the same length in tokens: "
                        f"{len(clean_ids)} and {len(corrupt_ids)}", quantity="corrupt")
-    targets = shared_targets(clean_ids, corrupt_ids)
+    targets = check_metric(metric, clean_ids, corrupt_ids)
     source, target = (corrupt_ids, clean_ids) if noising else (clean_ids, corrupt_ids)
     with model.resident(), batch_work(), torch.no_grad():  # every core for the copies
         source_run, target_run = capture(model, source), capture(model, target)

@@ -14,7 +14,7 @@ from mha_trace.errors import MhaError
 from mha_trace.models.base import ModelCard
 from mha_trace.records import Shows
 
-BANDS = 4  # the planes in four bands of equal size, fastest first
+BANDS = 4  # the planes in four bands of (near) equal size, fastest first (fewer when fewer planes)
 
 
 @dataclass
@@ -29,16 +29,23 @@ class RopeShares(Shows):
     previous: np.ndarray  # (layers, heads): the survey's previous-token score
 
     @property
-    def rank_correlation(self) -> float:
+    def rank_correlation(self) -> float | None:
         """Spearman's ρ over every head between the previous-token score and the fastest band's
-        share."""
+        share; None with one head (nothing to rank)."""
         return spearman(self.previous, self.bands[..., 0])
 
     @property
+    def band_planes(self) -> list[range]:
+        """The planes of each band: BANDS bands of (near) equal size, or one a plane when a head
+        has fewer planes (d_k = 2 has one)."""
+        planes = self.shares.shape[-1]
+        return [range(int(c[0]), int(c[-1]) + 1)
+                for c in np.array_split(np.arange(planes), min(BANDS, planes))]
+
+    @property
     def bands(self) -> np.ndarray:
-        """(layers, heads, BANDS): the shares summed over each quarter of the planes."""
-        L, H, P = self.shares.shape
-        return self.shares.reshape(L, H, BANDS, P // BANDS).sum(-1)
+        """(layers, heads, bands): the shares summed over each band's planes."""
+        return np.add.reduceat(self.shares, [b.start for b in self.band_planes], axis=-1)
 
 
 def rope_shares(model, corpus, on_sentence=lambda: None) -> RopeShares:

@@ -211,20 +211,12 @@ def patch(
     Example: mha-trace patch --checkpoint run.pt --by-input --by-position 2.1 --html patch.html --png patch.png
     Example: mha-trace patch --checkpoint run.pt --sender 1.1 --receiver 2.4
     """
-    from mha_trace.analyses.patch_inputs import default_pair, parse_metric
-    from mha_trace.analyses.path_patching import path_patch
-    from mha_trace.analyses.patching import patch as run_patch
     from mha_trace.io.output import progress
     from mha_trace.runs.resolve import RunOptions, load, with_checkpoint
+    from mha_trace.views.patch import PatchRequest, patch_view
 
-    if (clean is None) != (corrupt is None):  # the flags first, before torch and the model load
-        raise MhaError("--clean and --corrupt go together (or neither: the default pair)",
-                       quantity="corrupt")
-    if (sender is None) != (receiver is None):
-        raise MhaError("--sender and --receiver go together (path patching)", quantity="receiver")
-    if sender is not None and (by_input or by_position):
-        raise MhaError("--by-input and --by-position patch every head; path patching "
-                       "(--sender/--receiver) follows one path", quantity="receiver")
+    request = PatchRequest(clean, corrupt, metric, noising, sender, receiver, by_input, by_position)
+    request.check()  # the flags first, before torch and the model load
     if model and not checkpoint:  # its heads, by the sizes it declares
         from mha_trace.runs.model_options import check_picks_early
 
@@ -233,18 +225,11 @@ def patch(
     m = load(with_checkpoint(RunOptions(model=None if checkpoint else model, checkpoint=checkpoint,
                                         at_step=at_step, device=device.value, max_tokens=max_tokens,
                                         max_seconds=max_seconds)))
-    default_clean, default_corrupt, default_metric = default_pair(m, path=sender is not None)
-    texts = (default_clean, default_corrupt) if clean is None else (clean, corrupt)
-    chosen = parse_metric(m, metric or default_metric)
-    from mha_trace.models.guards import parse_head
-
     if sender is not None:
-        senders = [parse_head(part.strip(), "sender") for part in sender.split(",")]
-        result = path_patch(m, *texts, chosen, senders, parse_head(receiver, "receiver"), noising)
+        result = patch_view(m, request)
         return emit(out, result.renderables, result.data, page=result, slide=result)
-    at = None if by_position is None else parse_head(by_position, "by_position")
     with progress(m.layers, "patching, layer by layer") as advance:
-        result = run_patch(m, *texts, chosen, noising, advance, by_input, at)
+        result = patch_view(m, request, advance)
     emit(out, lambda: result.renderables(top=top), result.data, page=result, slide=result)
 
 

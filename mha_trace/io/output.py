@@ -8,6 +8,7 @@ import contextlib
 import copy
 import io
 import json
+import math
 import os
 import re
 import sys
@@ -138,6 +139,23 @@ def to_markdown(renderables) -> str:
     return "\n\n".join(p for p in parts if p) + "\n"
 
 
+def undefined_or(key: str, value: float | None, decimals: int, reason: str) -> dict:
+    """A statistic for JSON: rounded, or, where it is undefined (None), null and beside it
+    `<key>_undefined` saying why. JSON has no NaN: nothing undefined is ever a number."""
+    if value is None:
+        return {key: None, f"{key}_undefined": reason}
+    return {key: round(value, decimals)}
+
+
+def finite(a, places: int = 6):
+    """Numbers (a nested array or one) for JSON, rounded; an undefined one (NaN) as null."""
+    if hasattr(a, "tolist"):
+        a = a.tolist()
+    if isinstance(a, (list, tuple)):
+        return [finite(x, places) for x in a]
+    return round(float(a), places) if math.isfinite(a) else None
+
+
 def to_json(data: dict) -> str:
     """--format json: the payload with its schema version, its strings made printable."""
     return _json(printable_data({"schema_version": SCHEMA_VERSION, **data}))
@@ -154,7 +172,7 @@ def _json(value, pad: str = "") -> str:
                                   for k, v in value.items()) + f"\n{pad}}}"
     if isinstance(value, (list, tuple)) and any(isinstance(v, (dict, list, tuple)) for v in value):
         return "[\n" + ",\n".join(inner + _json(v, inner) for v in value) + f"\n{pad}]"
-    return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)  # strict: a NaN is a bug, never output
 
 
 def emit(out: Output, renderables: Callable[[], list], data: Callable[[], dict],

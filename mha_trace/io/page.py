@@ -19,7 +19,8 @@ def page(record) -> str:
     """The whole page for a record."""
     data = page_data(record)
     css, js = ((WEB / name).read_text("utf-8") for name in ("page.css", "page.js"))
-    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"),
+                         allow_nan=False).replace("<", "\\u003c")  # strict: JSON.parse must read it
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{html.escape(data['title'])}</title><style>{css}</style></head>"

@@ -26,3 +26,11 @@ def turn_text(theta: float) -> str:
     """Tokens for one full turn of a plane: 6.28, 62.8, 1,387."""
     turn = 2 * math.pi / theta
     return f"{turn:.3g}" if turn < 1000 else f"{turn:,.0f}"
+
+
+def shared(x: float, signed: bool = False) -> str:
+    """A share as every output writes it: two decimals, no -0.00, and "—" where it is undefined."""
+    if x != x:  # NaN: no gap to take a share of
+        return "—"
+    shown = f"{x:+.2f}" if signed else f"{x:.2f}"
+    return ("+" if signed else "") + "0.00" if float(shown) == 0 else shown

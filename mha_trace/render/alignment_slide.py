@@ -54,9 +54,9 @@ def alignment_slide(h: Hearing, path: str, theme: str = "light", **_) -> None:
         heads.set_yticks(range(L), [str(i + 1) for i in range(L)])
         heads.set_xlabel("head")
         heads.set_ylabel("decoder layer")
-        heads.set_title(f"disagreement (s); under it, the lag\nof the {h.disagreement.size // 2} that agree most; "
-                        f"boxed: published\nthe 8 latest: precision@8 {h.precision}/8, "
-                        f"chance {h.chance:.1f}", fontsize=18, color=fg)
+        heads.set_title(f"disagreement (s), and under it\nthe lag of the {h.disagreement.size // 2} that agree "
+                        f"most;\nboxed: published; of the 8 latest,\n{h.precision} published "
+                        f"(chance {h.chance:.1f})", fontsize=16, color=fg)
         fig.colorbar(image, ax=heads, orientation="horizontal", fraction=0.05, pad=0.1).ax.tick_params(labelsize=MIN_TICK_PT)
         sound.set_title("where each token listens (the published heads) and the timings' path",
                         fontsize=18, color=fg)

@@ -14,6 +14,7 @@ from mha_trace.analyses.patching import Patching
 from mha_trace.analyses.tiled_walk import TiledWalk
 from mha_trace.analyses.walk import Walk
 from mha_trace.errors import MhaError
+from mha_trace.io.output import finite
 from mha_trace.io.page import page_data
 from mha_trace.io.units import human_bytes
 from mha_trace.analyses.shapes import ShapesReport
@@ -131,12 +132,13 @@ def shapes_page(report) -> dict:
 def patching_page(p) -> dict:
     """The patching grids as shares of the gap (four decimals, as the terminal's two and JSON's six
     round them), with the metric each copy gave and attribution's estimate beside each head."""
-    grid = lambda a: None if a is None else {"fraction": _round(p.fraction(a)), "metric": _round(a)}
+    grid = lambda a: None if a is None else {"fraction": finite(p.fraction(a), 4), "metric": _round(a)}
     return {"kind": "patching", "title": f"patch: {p.card.name}, {p.metric}",
             "noising": p.noising, "clean": list(p.clean), "corrupt": list(p.corrupt),
             "values": [round(p.clean_value, 4), round(p.corrupt_value, 4)],
             "residual": grid(p.residual), "heads": grid(p.heads), "attribution": grid(p.attribution),
-            "spearman": round(p.rank_correlation, 4), "queries": grid(p.queries),
+            "spearman": None if p.rank_correlation is None else round(p.rank_correlation, 4),
+            "undefined": p.undefined, "queries": grid(p.queries),
             "kv_groups": grid(p.kv_groups),
             "by_position": None if p.by_position is None else {
                 "head": list(p.by_position[0]), **grid(p.by_position[1])}}
@@ -149,7 +151,8 @@ def path_page(p) -> dict:
                                      f"{p.receiver[0]}.{p.receiver[1]}, {p.metric}",
             "noising": p.noising, "senders": p.sender_names,
             "receiver": f"{p.receiver[0]}.{p.receiver[1]}", "values": [round(p.clean_value, 4), round(p.corrupt_value, 4)],
-            "via": [{"input": key, "metric": round(v, 4), "fraction": round(p.fraction(v), 4)}
+            "undefined": p.undefined,
+            "via": [{"input": key, "metric": round(v, 4), "fraction": finite(p.fraction(v), 4)}
                     for key, v in p.via.items()]}
 
 

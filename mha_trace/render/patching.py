@@ -6,15 +6,15 @@ from rich.text import Text
 
 from mha_trace.analyses.path_patching import PathPatching
 from mha_trace.analyses.patching import Patching
-from mha_trace.io.output import new_table
+from mha_trace.io.output import finite, new_table, undefined_or
+from mha_trace.io.units import shared
 from mha_trace.records import data, renderables
 
 STRONG = 0.2  # a share shown in bold
 
 
 def _cell(x: float) -> Text:
-    shown = f"{x:.2f}"
-    return Text("0.00" if float(shown) == 0 else shown, style="bold" if abs(x) >= STRONG else "")  # no -0.00
+    return Text(shared(x), style="bold" if abs(x) >= STRONG else "")
 
 
 def patching_renderables(p: Patching, top: int, width: int) -> list:
@@ -30,24 +30,31 @@ def patching_renderables(p: Patching, top: int, width: int) -> list:
                    f"{', '.join(map(str, differ))}." if differ else "The two texts are the same, token for token.")
                 + f" Each cell: {way} "
                 f"(1 = all of it; 0 = none; bold: {STRONG} or more either way)."
-                + (" The two runs score the same: there is no gap, and every share is 0."
-                   if p.clean_value == p.corrupt_value else "")),
+                + (f" But {p.undefined}: no share is defined (—), and --format json keeps each "
+                   f"patch's metric." if p.undefined else "")),
            _residual(p, differ, width),
            _grid(p.fraction(p.heads), "Each head's output, at every position",
                  [str(h + 1) for h in range(p.heads.shape[1])], "layer \\ head")]
     out += _by_input(p) + _by_position(p, differ)
     f, a = p.fraction(p.heads), p.fraction(p.attribution)
     order = np.argsort(-np.abs(f).ravel(), kind="stable")[:top]
-    heads = ", ".join(f"{i // f.shape[1] + 1}.{i % f.shape[1] + 1} {f.ravel()[i]:+.2f} "
-                      f"({a.ravel()[i]:+.2f})" for i in order)
+    heads = ", ".join(f"{i // f.shape[1] + 1}.{i % f.shape[1] + 1} {shared(f.ravel()[i], True)} "
+                      f"({shared(a.ravel()[i], True)})" for i in order)
+    rho = p.rank_correlation
+    follows = (f"whose ranking of all {f.size} heads follows the exact one with Spearman ρ = {rho:.2f}"
+               if rho is not None else "whose ranking cannot be compared with the exact one here "
+               f"(Spearman's ρ is undefined: {_why_no_rho(p)})")
     out.append(Text(f"The heads that carry the most: {heads}; in brackets, attribution patching's "
                     f"estimate (Nanda 2023: one backward pass, the metric's gradient times each "
-                    f"head's change of output), whose ranking of all {f.size} heads follows the exact "
-                    f"one with Spearman ρ = {p.rank_correlation:.2f}. Positions marked * are where the two "
+                    f"head's change of output), {follows}. Positions marked * are where the two "
                     f"texts differ; a residual entry patched there carries the difference itself. "
                     f"A head's output is its slice of the W_O input, every position at once (with "
                     f"shared K/V heads, each query head's own output)."))
     return out
+
+
+def _why_no_rho(p: Patching) -> str:
+    return "one head, nothing to rank" if p.heads.size < 2 else "no gap, no shares to rank"
 
 
 def _by_input(p: Patching) -> list:
@@ -104,21 +111,22 @@ def _grid(f: np.ndarray, title: str, columns: list, corner: str, rows: list | No
 
 def patching_data(p: Patching) -> dict:
     r = lambda a: np.round(np.asarray(a, float), 6).tolist()
+    grid = lambda a: {"metric": r(a), "fraction": finite(p.fraction(a))}
     return {"command": "patch", "model": p.card.name, "metric": p.metric,
             "direction": "noising" if p.noising else "denoising",
             "clean": {"tokens": list(p.clean), "metric": round(p.clean_value, 6)},
             "corrupt": {"tokens": list(p.corrupt), "metric": round(p.corrupt_value, 6)},
-            "residual": {"metric": r(p.residual), "fraction": r(p.fraction(p.residual))},
-            "heads": {"metric": r(p.heads), "fraction": r(p.fraction(p.heads)),
-                      "attribution": {"metric": r(p.attribution), "fraction": r(p.fraction(p.attribution))},
-                      "spearman_exact_vs_attribution": round(p.rank_correlation, 6)},
+            **({"fraction_undefined": p.undefined} if p.undefined else {}),
+            "residual": grid(p.residual),
+            "heads": {**grid(p.heads), "attribution": grid(p.attribution),
+                      **undefined_or("spearman_exact_vs_attribution", p.rank_correlation, 6,
+                                     _why_no_rho(p) if p.rank_correlation is None else "")},
             **({} if p.queries is None else {
-                "queries": {"metric": r(p.queries), "fraction": r(p.fraction(p.queries))},
-                "kv_groups": {"metric": r(p.kv_groups), "fraction": r(p.fraction(p.kv_groups)),
+                "queries": grid(p.queries),
+                "kv_groups": {**grid(p.kv_groups),
                               "query_heads_each": p.queries.shape[1] // p.kv_groups.shape[1]}}),
             **({} if p.by_position is None else {"by_position": {
-                "head": f"{p.by_position[0][0]}.{p.by_position[0][1]}",
-                "metric": r(p.by_position[1]), "fraction": r(p.fraction(p.by_position[1]))}})}
+                "head": f"{p.by_position[0][0]}.{p.by_position[0][1]}", **grid(p.by_position[1])}})}
 
 
 @renderables.register(Patching)
@@ -146,7 +154,8 @@ def path_renderables(p: PathPatching) -> list:
                  f"difference (several senders': their sum) reaches the receiver only through the input named; every other path, "
                  f"and every other head of the receiver's layer, is the target run's (Wang et al. "
                  f"2022's path patching). A head's weights do not depend on its values: a score "
-                 f"read off them moves through q and k alone."),
+                 f"read off them moves through q and k alone."
+                 + (f" But {p.undefined}: no share is defined (—)." if p.undefined else "")),
             table]
 
 
@@ -155,7 +164,8 @@ def path_data(p: PathPatching) -> dict:
             "direction": "noising" if p.noising else "denoising",
             "sender": p.sender_names.replace(" + ", ","), "receiver": f"{p.receiver[0]}.{p.receiver[1]}",
             "clean": round(p.clean_value, 6), "corrupt": round(p.corrupt_value, 6),
-            "via": {k: {"metric": round(v, 6), "fraction": round(p.fraction(v), 6)} for k, v in p.via.items()}}
+            **({"fraction_undefined": p.undefined} if p.undefined else {}),
+            "via": {k: {"metric": round(v, 6), "fraction": finite(p.fraction(v))} for k, v in p.via.items()}}
 
 
 @renderables.register(PathPatching)

@@ -3,10 +3,12 @@
 on one diverging scale from −1 to 1; path patching's four inputs as bars."""
 
 import numpy as np
+from matplotlib.text import Text
 
 from mha_trace.analyses.path_patching import PathPatching
 from mha_trace.analyses.patching import Patching
 from mha_trace.io.page import slide
+from mha_trace.io.units import shared
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, TICK_PAD, WIDTH_PX, _fitted,
                                     _pyplot, _rc, _save, _theme, bar_beside, colour_bar_room,
                                     framed, heading, text_px)
@@ -42,14 +44,15 @@ def patching_slide(p: Patching, path: str, theme: str = "light", **_) -> None:
             if grid.size <= WRITTEN:
                 _write_cells(ax, grid)
         axes[0].set_yticks(range(len(p.clean)), tokens)
-        if p.heads.size > WRITTEN:
+        if p.heads.size > WRITTEN and not p.undefined:
             _ring_top(axes[1], p.fraction(p.heads), bg)
         bar_beside(fig, image, colour_bar_room(["−1.00"]), "share of the gap " + (
             "destroyed" if p.noising else "restored") + " (1 = all of it)")
         way = "corrupted into clean" if p.noising else "clean into corrupted"
         fig.suptitle(_fitted(f"{p.card.name}: {way}, clean {p.clean_value:.2f}, corrupted "
-                             f"{p.corrupt_value:.2f}", 90) + "\n" + _fitted(p.metric, 90),
-                     fontsize=24, color=fg)
+                             f"{p.corrupt_value:.2f}", 90) + "\n" + _fitted(
+                                 "no gap: the two runs score the same, no share is defined"
+                                 if p.undefined else p.metric, 90), fontsize=24, color=fg)
     _save(plt, fig, path, bg)
 
 
@@ -73,19 +76,42 @@ def _ticks(ax, n: int, axis: str) -> None:
 
 def _write_cells(ax, grid: np.ndarray) -> None:
     for (row, col), x in np.ndenumerate(grid):
-        shown = f"{x:.2f}"
-        ax.text(col, row, "0.00" if float(shown) == 0 else shown, ha="center", va="center",
+        ax.text(col, row, shared(x), ha="center", va="center",
                 fontsize=MIN_TICK_PT + 3, color="white" if abs(x) > 0.6 else "black")
 
 
+# where a ringed head's name may go, in points from its ring: nearest first (right and up before
+# the other corners); the first that keeps clear of the names placed and of the panel's edge
+PLACES = sorted(((dx, dy) for dx in (14, -14, 60, -60, 110, -110) for dy in (10, -24, 26, -40, 42, -56)),
+                key=lambda p: (abs(p[0]) + abs(p[1]), p[0] < 0, p[1] < 0))
+
+
 def _ring_top(ax, f: np.ndarray, bg: str) -> None:
-    """The MARKED heads that carry the most, ringed, each with its name and share."""
+    """The MARKED heads that carry the most, ringed, each with its name and share, the names
+    placed apart (two neighbouring heads' names never over each other)."""
+    placed = []
+    renderer = ax.figure.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
     for i in np.argsort(-np.abs(f).ravel(), kind="stable")[:MARKED]:
         layer, head = divmod(int(i), f.shape[1])
         ax.scatter([head], [layer], s=500, facecolors="none", edgecolors=RING, linewidths=3, zorder=3)
-        ax.annotate(f"{layer + 1}.{head + 1} {f[layer, head]:+.2f}", (head, layer), xytext=(14, 10),
-                    textcoords="offset points", color=RING, fontsize=MIN_TICK_PT, fontweight="bold",
-                    zorder=4, bbox={"boxstyle": "round,pad=0.15", "facecolor": bg, "edgecolor": "none"})
+        for dx, dy in PLACES:
+            label = ax.annotate(f"{layer + 1}.{head + 1} {shared(f[layer, head], True)}", (head, layer),
+                                xytext=(dx, dy), textcoords="offset points", color=RING,
+                                ha="left" if dx > 0 else "right", fontsize=MIN_TICK_PT,
+                                fontweight="bold", zorder=4, bbox={"boxstyle": "round,pad=0.15",
+                                                                  "facecolor": bg, "edgecolor": "none"},
+                                arrowprops=None if (dx, dy) in PLACES[:4] else  # far: a line to its ring
+                                {"arrowstyle": "-", "color": RING, "linewidth": 1.5, "shrinkB": 12})
+            label.update_positions(renderer)
+            box = Text.get_window_extent(label, renderer)  # the name's own box, not its line
+            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            if inside and not any(box.overlaps(other) for other in placed):
+                break
+            label.remove()
+        else:  # no place clear: the ring alone (its name is in the terminal's list and the JSON)
+            continue
+        placed.append(box)
 
 
 @slide.register(PathPatching)
@@ -104,16 +130,17 @@ def path_slide(p: PathPatching, path: str, theme: str = "light", **_) -> None:
         ax.set_facecolor(bg)
         ax.barh(range(4), shares, color=["#3b528b", "#d62728", "#5ec962", "#888888"], height=0.6)
         for y, share in enumerate(shares):
-            shown = f"{share:+.2f}"
-            ax.text(share, y, f"  {'0.00' if float(shown) == 0 else shown}  ", va="center", ha="left" if share >= 0 else "right",
-                    fontsize=24, color=fg)
+            ax.text(0 if share != share else share, y, f"  {shared(share, True)}  ", va="center",
+                    ha="right" if share < 0 else "left", fontsize=24, color=fg)
         ax.set_yticks(range(4), routes, fontsize=24)
         ax.invert_yaxis()
         ax.axvline(0, color=fg, linewidth=1)
-        ax.set_xlim(min(-0.1, min(shares) - 0.25), max(1.1, max(shares) + 0.25))
+        known = np.nan_to_num(shares)  # an undefined share (no gap) draws no bar
+        ax.set_xlim(min(-0.1, known.min() - 0.25), max(1.1, known.max() + 0.25))
         ax.set_xlabel("share of the gap " + ("destroyed" if p.noising else "restored"), fontsize=22)
         ax.tick_params(axis="x", labelsize=MIN_TICK_PT + 3)
         whose = f"head {senders}'s output" if len(p.senders) == 1 else f"heads {senders}, together,"
-        fig.suptitle(_fitted(f"{p.card.name}: {whose} into head {rl}.{rh}", 90)
-                     + "\n" + _fitted(p.metric, 90), fontsize=26, color=fg)
+        fig.suptitle(_fitted(f"{p.card.name}: {whose} into head {rl}.{rh}", 90) + "\n" + _fitted(
+            "no gap: the two runs score the same, no share is defined" if p.undefined else p.metric,
+            90), fontsize=26, color=fg)
     _save(plt, fig, path, bg)

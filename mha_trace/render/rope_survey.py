@@ -5,8 +5,8 @@ import numpy as np
 from rich.text import Text
 
 from mha_trace.analyses.rope_planes import wavelength
-from mha_trace.analyses.rope_survey import BANDS, RopeShares
-from mha_trace.io.output import new_table
+from mha_trace.analyses.rope_survey import RopeShares
+from mha_trace.io.output import new_table, undefined_or
 from mha_trace.records import data, renderables
 from mha_trace.io.units import turn_text
 
@@ -14,8 +14,8 @@ PREVIOUS = 0.5  # a previous-token head: at least half its weight on the token b
 
 
 def _band_names(r: RopeShares) -> list[str]:
-    size = len(r.frequencies) // BANDS
-    return [f"planes {b * size}–{b * size + size - 1}" for b in range(BANDS)]
+    return [f"plane {b.start}" if len(b) == 1 else f"planes {b.start}–{b.stop - 1}"
+            for b in r.band_planes]
 
 
 def _table(r: RopeShares, title: str, order: np.ndarray, top: int):
@@ -33,16 +33,16 @@ def _table(r: RopeShares, title: str, order: np.ndarray, top: int):
 
 
 def rope_survey_renderables(r: RopeShares, top: int) -> list:
-    bands, size = r.bands, len(r.frequencies) // BANDS
-    turns = ", ".join(f"{name}: one turn every {turn_text(r.frequencies[b * size])}–"
-                      f"{turn_text(r.frequencies[b * size + size - 1])} tokens"
-                      for b, name in enumerate(_band_names(r)))
+    bands, planes = r.bands, r.band_planes
+    turns = ", ".join(f"{name}: one turn every {turn_text(r.frequencies[b.start])}"
+                      + ("" if len(b) == 1 else f"–{turn_text(r.frequencies[b.stop - 1])}") + " tokens"
+                      for b, name in zip(planes, _band_names(r)))
     positional = r.previous >= PREVIOUS
     fast = bands[..., 0]
     out = [Text(f"{r.card.name}: each head's |q·k| by band of RoPE planes, over {r.corpus}",
                 style="bold"),
            Text(f"Every head turns every plane (the frequency belongs to a pair of dims); a head "
-                f"leans on some. The planes in {BANDS} bands of {size}, fastest first: {turns}. "
+                f"leans on some. The planes in {len(planes)} band{'s' * (len(planes) != 1)}, fastest first: {turns}. "
                 f"Each share is the band's part of Σ|q'·k'| over every query and each key it sees."),
            _table(r, "The previous-token heads", np.argsort(-r.previous.ravel(), kind="stable"), top),
            _table(r, "The heads leaning most on the fastest planes", np.argsort(-fast.ravel(), kind="stable"), top)]
@@ -54,8 +54,9 @@ def _verdict(r: RopeShares, positional, fast, bands) -> list[str]:
     """What the numbers say of Barbero et al.'s claim and of the chapter's, read off the data."""
     rho = r.rank_correlation
     lines = [f"Over all {fast.size} heads the fastest band's share "
-             f"{'rises' if rho > 0 else 'falls'} with the previous-token score: Spearman ρ = {rho:.2f}."]
-    holds = rho >= 0.5
+             f"{'rises' if rho > 0 else 'falls'} with the previous-token score: Spearman ρ = {rho:.2f}."
+             if rho is not None else "With one head there is no ranking of heads to correlate (Spearman's ρ is undefined)."]
+    holds = rho is not None and rho >= 0.5
     if positional.any():
         lines.append(f"The {int(positional.sum())} previous-token heads (score ≥ {PREVIOUS}) give "
                      f"the fastest band {fast[positional].min():.0%}–{fast[positional].max():.0%}, "
@@ -74,13 +75,14 @@ def _verdict(r: RopeShares, positional, fast, bands) -> list[str]:
 
 def rope_survey_data(r: RopeShares, top: int) -> dict:
     return {"command": "survey", "rope_planes": True, "model": r.card.name, "corpus": r.corpus,
-            "sentences": r.sentences, "bands": BANDS,
+            "sentences": r.sentences, "bands": len(r.band_planes),
             "planes": [{"plane": i, "theta": float(t), "wavelength": wavelength(t)}
                        for i, t in enumerate(r.frequencies)],
             "previous_token": np.round(r.previous, 4).tolist(),
             "band_shares": np.round(r.bands, 4).tolist(),
             "plane_shares": np.round(r.shares, 4).tolist(),
-            "spearman_previous_vs_fastest_band": round(r.rank_correlation, 4)}
+            **undefined_or("spearman_previous_vs_fastest_band", r.rank_correlation, 4,
+                           "one head: no ranking of heads to correlate")}
 
 
 @renderables.register(RopeShares)

@@ -37,7 +37,7 @@ def tiled_slide(t: TiledWalk, path: str, theme: str = "light", head: int | None 
             _outputs(row[2], h, fg, tall, legend=i == 0)
         for ax, name in zip(axes[0], ("score ÷ √d_k by key tile; the running max m",
                                       "the running sum ℓ",
-                                      "o ÷ ℓ so far; dashed: the row's")):
+                                      "o ÷ ℓ by tile; dashed: the end")):
             ax.set_title(name, fontsize=20, color=fg)
         fig.suptitle(_fitted(title, 95), fontsize=26, color=fg)
     _save(plt, fig, path, bg)

@@ -1,12 +1,28 @@
 """Render `verify`: each reference, what it compares, the largest difference and the verdict."""
 
+import math
+
 import torch
 from rich.text import Text
 
-from mha_trace.io.output import new_table
+from mha_trace.io.output import new_table, undefined_or
 from mha_trace.records import data, renderables
 from mha_trace.analyses.references import VerifyReport
 from mha_trace.analyses.verdict import StudentReport
+
+
+UNDEFINED = ("max |diff| is undefined where one side holds NaN (not a number) or an infinity: a row "
+             "whose every key is masked divides 0 by 0")
+
+
+def _diff(x: float | None) -> str:
+    """A difference as the table writes it: "—" where nothing is compared, a word where it is
+    undefined (a NaN or an infinity on one side), else its value."""
+    return "—" if x is None else "undefined" if not math.isfinite(x) else f"{x:.2e}"
+
+
+def _diff_data(key: str, x: float | None) -> dict:
+    return {key: x} if x is None or math.isfinite(x) else undefined_or(key, None, 0, UNDEFINED)
 
 
 def verify_renderables(report, width: int = 100) -> list:
@@ -30,17 +46,18 @@ def verify_renderables(report, width: int = 100) -> list:
             notes.append(c.note)
         if not inline and c.note:
             result = result + Text(f" [{len(notes)}]")
-        table.add_row(c.reference, c.compares, "—" if c.max_abs is None else f"{c.max_abs:.2e}",
+        table.add_row(c.reference, c.compares, _diff(c.max_abs),
                       f"{c.tolerance:.0e}", result, *([c.note] if inline else []))
     verdict = "All comparisons pass." if report.passed else "Some comparisons FAIL (exit code 1)."
-    lines = [f"[{i}] {n}" for i, n in enumerate(notes, 1)] + [verdict]
+    undefined = [UNDEFINED + "."] if any(_diff(c.max_abs) == "undefined" for c in report.checks) else []
+    lines = [f"[{i}] {n}" for i, n in enumerate(notes, 1)] + undefined + [verdict]
     return [table, Text("\n".join(lines), style="bold")]
 
 
 def verify_data(report) -> dict:
     return {"command": "verify", "description": report.description, **(report.settings or {}),
             "dtype": report.dtype, "device": report.device, "passed": report.passed,
-            "checks": [{"reference": c.reference, "compares": c.compares, "max_abs_diff": c.max_abs,
+            "checks": [{"reference": c.reference, "compares": c.compares, **_diff_data("max_abs_diff", c.max_abs),
                         "tolerance": c.tolerance, "passed": c.passed, "note": c.note}
                        for c in report.checks]}
 
@@ -75,9 +92,8 @@ def student_renderables(r) -> list:
     table.add_column("result", no_wrap=True)
     verdict = lambda d: Text("n/a", style="dim") if d is None else (
         Text("pass", style="green") if d <= r.tolerance else Text("FAIL", style="bold red"))
-    table.add_row("output", f"{r.output_diff:.2e}", f"{r.tolerance:.0e}", verdict(r.output_diff))
-    table.add_row("per-head weights", "—" if r.weights_diff is None else f"{r.weights_diff:.2e}",
-                  f"{r.tolerance:.0e}", verdict(r.weights_diff))
+    table.add_row("output", _diff(r.output_diff), f"{r.tolerance:.0e}", verdict(r.output_diff))
+    table.add_row("per-head weights", _diff(r.weights_diff), f"{r.tolerance:.0e}", verdict(r.weights_diff))
     if r.mapping.startswith("(projections none: the config's"):
         found = f"Fed {r.mapping[len('(projections none: '):-1]}"
     elif r.mapping.startswith("(projections none"):
@@ -88,6 +104,8 @@ def student_renderables(r) -> list:
     lines = [f"{found}; called as {r.fed}."] + [n[0].upper() + n[1:] + "." for n in r.notes]
     if r.weights_diff is None:
         lines.append("It returns no per-head weights, so only its output is compared.")
+    if "undefined" in (_diff(r.output_diff), _diff(r.weights_diff)):
+        lines.append(UNDEFINED + ".")
     if r.passed:
         lines.append("Right: it computes what the lecture's module computes.")
         return [table, Text("\n".join(lines))]
@@ -127,8 +145,8 @@ def _first_wrong_lines(r) -> list:
 def student_data(r) -> dict:
     f = r.first_wrong
     return {"command": "verify", "module": r.label, "mapping": r.mapping, "call": r.fed,
-            "passed": r.passed, "output_max_abs_diff": r.output_diff,
-            "weights_max_abs_diff": r.weights_diff, "tolerance": r.tolerance,
+            "passed": r.passed, **_diff_data("output_max_abs_diff", r.output_diff),
+            **_diff_data("weights_max_abs_diff", r.weights_diff), "tolerance": r.tolerance,
             "first_wrong_step": None if f is None else {
                 "line": f.line, "source": f.source, "op": f.op, "shape": list(f.shape),
                 "called_from": f.called_from[0] if f.called_from else None,

@@ -43,8 +43,8 @@ def save_walk(path: str, title: str, walk, theme: str = "light") -> None:
                                      [keys[j] for j in xs], size))
         for row, hw in zip(axes, heads):
             _walk_row(plt, row, hw, walk.sqrt_dk, len(heads), fg, bg, walk.view.head_name)
-        for ax, name in zip(axes[0], ("scores for every key", "softmax: the weights" + (
-                                      " and their effect" if effect else ""),
+        for ax, name in zip(axes[0], ("scores for every key", "softmax: weights and effect"
+                                      if effect else "softmax: the weights",
                                       "Σ w·v: this head's output")):
             ax.set_title(name, fontsize=22, color=fg)
         handles = [h for ax in axes[0][:2] for h in zip(*ax.get_legend_handles_labels())]

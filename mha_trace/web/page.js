@@ -26,7 +26,7 @@
     Object.entries(attrs || {}).forEach(([k, v]) => node.setAttribute(k, v));
     return node;
   }
-  const fmt = (x, d) => Number(x).toFixed(d === undefined ? 4 : d);
+  const fmt = (x, d) => x === null ? "—" : Number(x).toFixed(d === undefined ? 4 : d);  // null: undefined, said in words
 
   /* ---- page frame and theme ---- */
   const dark = window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches;
@@ -445,12 +445,15 @@
       `${data.corrupt.join(" ")} (${fmt(corrupt)}). Each cell: the share of the gap the activation ` +
       `${way} when copied ${data.noising ? "from the corrupted run into the clean one" : "from the clean run into the corrupted one"}` +
       " (1 = all of it; red restores, blue works against). Hover or focus a cell for its numbers. " +
-      "Positions marked * are where the texts differ."}), readout);
+      "Positions marked * are where the texts differ." +
+      (data.undefined ? ` But ${data.undefined}: no share is defined (—); hover a cell for its metric.` : "")}), readout);
     const residual = {fraction: data.residual.fraction[0].map((_, t) => data.residual.fraction.map((r) => r[t])),
                       metric: data.residual.metric[0].map((_, t) => data.residual.metric.map((r) => r[t]))};
     grid("patch-residual", "The residual stream entering each layer, by position", residual, positions, layers,
          (t, l, x, m) => `position ${t} '${data.clean[t]}', entering layer ${l + 1}: ${share(x)} (metric ${fmt(m)})`);
-    grid("patch-heads", `Each head's output (attribution patching's ranking follows it with Spearman ρ = ${fmt(data.spearman, 2)})`,
+    grid("patch-heads", data.spearman === null ? "Each head's output (Spearman's ρ against attribution patching's " +
+           `ranking is undefined: ${data.heads.fraction.flat().length < 2 ? "one head, nothing to rank" : "no gap"})` :
+           `Each head's output (attribution patching's ranking follows it with Spearman ρ = ${fmt(data.spearman, 2)})`,
          data.heads, layers, heads, (l, h, x, m) => `head ${l + 1}.${h + 1}: ${share(x)} (metric ${fmt(m)}); ` +
          `attribution patching's estimate ${fmt(data.attribution.fraction[l][h], 4)}`);
     if (data.queries) {
@@ -477,7 +480,8 @@
     root.append(el("p", {text: `Clean ${fmt(data.values[0])}, corrupted ${fmt(data.values[1])}. The ` +
       `output of ${data.senders} reaches ${data.receiver} only through the input named; every other ` +
       "path is the target run's (Wang et al. 2022's path patching). A head's weights do not depend " +
-      "on its values: a score read off them moves through q and k alone."}));
+      "on its values: a score read off them moves through q and k alone." +
+      (data.undefined ? ` But ${data.undefined}: no share is defined (—).` : "")}));
     const table = el("table", {class: "walk", id: "path-table"});
     table.append(el("tr", {}, ...["through", "metric", `share of the gap it ${way}`].map((t, i) =>
       el("th", {class: i ? "num" : "", text: t}))));

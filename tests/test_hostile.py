@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -1486,3 +1487,72 @@ def test_a_users_module_leaves_the_process_as_it_found_it(cli, tmp_path):
     result = cli("shapes", "--module", f"{tmp_path / 'rude.py'}:Rude", "--d-model", "8", "--heads", "2")
     assert result.exit_code == 0, result.stderr
     assert (torch.get_default_dtype(), os.getcwd(), signal.getsignal(signal.SIGINT)) == before
+
+
+# 9. round 5: the newest surfaces (patch, --impl tiled, cost --io, RoPE planes, train --rope) ----
+
+def strict_json(text: str):
+    """JSON as a strict parser (a browser's JSON.parse) reads it: NaN and Infinity are not JSON."""
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+ROUND_5 = [  # (arguments, exit code); {run} is a trained run of two layers, {one} of one head
+    (("patch", "--checkpoint", "{run}", "--clean", "1 2 3 4", "--corrupt", "5 6 7 8", "--metric", "loss",
+      "--sender", "1.1", "--receiver", "2.1"), 2),
+    (("patch", "--checkpoint", "{run}", "--clean", "1", "--corrupt", "2", "--metric", "induction",
+      "--sender", "1.1", "--receiver", "2.1"), 2),
+    (("patch", "--checkpoint", "{run}", "--clean", "1", "--corrupt", "2"), 2),  # one token: no next one to score
+    (("patch", "--checkpoint", "{run}", "--clean", "1 2", "--corrupt", "1 2 3"), 2),
+    (("patch", "--checkpoint", "{run}", "--clean", "1 2 3 4", "--corrupt", "1 2 3 4", "--by-input"), 0),
+    (("patch", "--checkpoint", "{run}", "--clean", "1 2 3 4", "--corrupt", "1 2 3 4", "--sender", "1.1",
+      "--receiver", "2.1"), 0),
+    (("patch", "--checkpoint", "{run}", "--metric", ""), 2),
+    (("patch", "--checkpoint", "{run}", "--metric", "logit-diff:"), 2),
+    (("patch", "--checkpoint", "{one}"), 0),
+    (("patch", "--checkpoint", "{one}", "--by-input", "--by-position", "1.1"), 0),
+    (("survey", "--checkpoint", "{rope}", "--rope-planes"), 0),
+    (("explain", "--checkpoint", "{rope}", "--rope-planes"), 0),
+    (("cost", "--io", "--causal", "--seq", "2147483647", "--block-q", "1", "--block-k", "1", "--backward"), 0),
+    (("cost", "--io", "--sram", "9" * 400), 2),
+    (("cost", "--io", "--block-q", "0"), 2), (("cost", "--io", "--block-k", "-1"), 2),
+    (("cost", "--io", "--block-q", "1000000000", "--block-k", "1000000000"), 0),
+    (("cost", "--io", "--dropout", "nan"), 2), (("cost", "--block-q", "2"), 2), (("cost", "--backward"), 2),
+    (("explain", "--impl", "tiled", "--block-k", "0"), 2), (("explain", "--impl", "tiled", "--block-k", "-1"), 2),
+    (("explain", "--impl", "tiled", "--block-k", "1000000000"), 0),
+    (("shapes", "--impl", "tiled", "--block-q", "1000000000"), 0),
+    (("shapes", "--impl", "tiled", "--seq", "64", "--block-q", "1", "--block-k", "1"), 2),
+    (("train", "--rope", "--d-model", "4", "--heads", "4"), 2), (("train", "--rope", "--d-model", "10", "--heads", "2"), 2),
+    (("shapes", "--rope", "--d-model", "12", "--heads", "4"), 2),
+    (("verify", "--module", "example:chapter_torch", "--d-model", "8", "--heads", "2", "--mask", "causal",
+      "--mask-means", "keep"), 1),  # its inverted mask leaves a row with no key: NaN, said in words
+]
+
+
+@pytest.fixture(scope="module")
+def small_runs(tmp_path_factory):
+    """A run of one layer of one head, and one of RoPE with d_k = 2 (one plane a head)."""
+    import mha_trace
+
+    folder = tmp_path_factory.mktemp("round5")
+    mha_trace.train("induction", layers=1, heads=1, d_model=16, steps=3, snapshots=2, save=str(folder / "one.pt"))
+    mha_trace.train("induction", layers=1, heads=4, d_model=8, rope=True, steps=3, snapshots=2,
+                    save=str(folder / "rope.pt"))
+    return folder
+
+
+@pytest.mark.parametrize("args,code", ROUND_5, ids=lambda a: " ".join(a)[:60] if isinstance(a, tuple) else str(a))
+def test_round_5_ends_in_one_line_or_a_clean_run_with_strict_json(cli, default_run, small_runs, args, code):
+    """Each case of round 5 (an internal error, a NaN shown, invalid JSON, a silent acceptance or a
+    hang before): exit 2 with one Error line, or a run whose JSON a strict parser reads, with no
+    NaN or infinity written anywhere in its text."""
+    args = [a.format(run=default_run, one=small_runs / "one.pt", rope=small_runs / "rope.pt") for a in args]
+    result = cli(*args, "--format", "json")
+    check_clean(result)
+    assert result.exit_code == code, result.stderr
+    if code != 2:
+        strict_json(result.stdout)
+        text = cli(*args).stdout
+        assert not re.search(r"\bnan\b|(?<![-\"'])\binf\b", text), text  # as Python prints them; −inf: masked

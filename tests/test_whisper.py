@@ -4,6 +4,8 @@ venv: tests/fixtures/make_whisper_reference.py), the cross-attention heads' alig
 `survey --model whisper` as a user runs it."""
 
 import json
+import os
+import struct
 import wave
 from pathlib import Path
 
@@ -52,8 +54,8 @@ def test_pcm_of_any_width_and_channels_reads_as_the_same_samples(tmp_path, width
     np.testing.assert_allclose(got, tone, atol=1.5 / 2 ** (8 * width - 1) + 1e-6)
 
 
-def test_another_rate_is_resampled_keeping_the_pitch_and_the_length(tmp_path):
-    rate = 22_050
+@pytest.mark.parametrize("rate", [8_000, 22_050, 48_000])
+def test_another_rate_is_resampled_keeping_the_pitch_and_the_length(tmp_path, rate):
     tone = 0.5 * np.sin(2 * np.pi * 440 * np.arange(rate) / rate)  # one second
     got = read_wav(_wav(tmp_path / "t.wav", tone, rate=rate))
     assert len(got) == RATE
@@ -70,10 +72,22 @@ def test_what_is_not_a_readable_wav_is_one_line(tmp_path):
     with wave.open(str(tmp_path / "24.wav"), "wb") as w:
         w.setnchannels(1), w.setsampwidth(3), w.setframerate(RATE), w.writeframes(b"\0" * 30)
     short = _wav(tmp_path / "short.wav", np.full(160, 0.01))
+    (tmp_path / "zero.wav").write_bytes(b"")
+    floats = np.full(RATE, np.nan, "<f4").tobytes()  # format 3: float samples, NaN at that
+    (tmp_path / "float.wav").write_bytes(b"RIFF" + struct.pack("<I", 36 + len(floats)) + b"WAVEfmt " + struct.pack(
+        "<IHHIIHH", 16, 3, 1, RATE, 4 * RATE, 4, 32) + b"data" + struct.pack("<I", len(floats)) + floats)
+    forty = bytearray(_wav(tmp_path / "forty.wav", np.zeros(RATE)).read_bytes())  # says 40 minutes in its
+    forty[40:44] = struct.pack("<I", 2 * RATE * 60 * 40)  # header: refused before a sample is read
+    (tmp_path / "forty.wav").write_bytes(bytes(forty))
+    os.mkfifo(tmp_path / "fifo.wav")  # opening it would wait for a writer for ever
     for path, said in [(tmp_path / "none.wav", "no such file"), (tmp_path / "a.txt", "not a PCM WAV"),
                        (long, "at most 30 s"), (empty, "holds no samples"), (short, "0.010 s long: too short"),
                        (tmp_path, "is a folder, not a WAV file"),
-                       (tmp_path / "24.wav", "24-bit audio")]:
+                       (tmp_path / "24.wav", "24-bit audio at 16000 Hz, 1 channel: only"),
+                       (tmp_path / "zero.wav", r"not a PCM WAV file \(it is empty\)"),
+                       (tmp_path / "float.wav", "it holds float samples"),
+                       (tmp_path / "forty.wav", "2400.0 s long: Whisper hears at most 30 s"),
+                       (tmp_path / "fifo.wav", "not a regular file")]:
         with pytest.raises(MhaError, match=said) as e:
             read_wav(path)
         assert "\n" not in str(e.value) and e.value.quantity == "audio"

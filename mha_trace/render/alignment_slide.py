@@ -60,5 +60,5 @@ def alignment_slide(h: Hearing, path: str, theme: str = "light", **_) -> None:
         fig.colorbar(image, ax=heads, orientation="horizontal", fraction=0.05, pad=0.1).ax.tick_params(labelsize=MIN_TICK_PT)
         sound.set_title("where each token listens (the published heads) and the timings' path",
                         fontsize=18, color=fg)
-        fig.suptitle(_fitted(f"{h.card.name} hears \"{h.text}\"", 95), fontsize=26, color=fg)
+        fig.suptitle(_fitted(f"{h.card.name} hears \"{h.text}\"", 95, 26), fontsize=26, color=fg)
     _save(plt, fig, path, bg)

@@ -56,5 +56,5 @@ def cache_slide(lab: CacheLab, path: str, theme: str = "light", **_) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=20, facecolor=bg, labelcolor=fg)
         fig.suptitle(_fitted(f"{lab.model.name}: what a smaller KV cache costs "
-                             f"({lab.text_name})", 95), fontsize=28, color=fg)
+                             f"({lab.text_name})", 95, 28), fontsize=28, color=fg)
     _save(plt, fig, path, bg)

@@ -43,7 +43,7 @@ def composition_slide(c: Composition, path: str, theme: str = "light", **_) -> N
         bar_beside(fig, image, colour_bar_room([f"{top:.1f}"]),
                    f"× random matrices of the same shapes ({base:.3f})")
         fig.suptitle(_fitted(f"{c.model.name}: which earlier head each head reads (blank: not an "
-                             f"earlier layer)", 95), fontsize=28, color=fg)
+                             f"earlier layer)", 95, 28), fontsize=28, color=fg)
     _save(plt, fig, path, bg)
 
 

@@ -88,7 +88,7 @@ def save_overview(path: str, title: str, w, mask, theme: str, top: float | None 
             side.set_visible(False)
         blank = ", blank: masked" if mask is not None else ""
         bar_beside(fig, image, colour_bar_room([f"{hi:.2f}"]), f"attention weight (0 to {hi:.2f}{blank})")
-        fig.suptitle(f"{_fitted(title, 110)}\nevery head: {L} layers × {H} heads", fontsize=24,
+        fig.suptitle(f"{_fitted(title, 110, 24)}\nevery head: {L} layers × {H} heads", fontsize=24,
                      color=fg)
     _save(plt, fig, path, bg)
 
@@ -163,7 +163,7 @@ def save_heatmaps(path: str, title: str, panels: list, decimals: int = 4, theme:
         bar = fig.colorbar(images[-1], cax=fig.add_axes(bar_at))
         bar.set_label(f"attention weight (0 to {hi:.2f}{', fixed' if top else ''})", fontsize=18)
         bar.ax.tick_params(labelsize=16)
-        fig.suptitle(_fitted(title, 95), fontsize=28, color=fg)
+        fig.suptitle(_fitted(title, 95, 28), fontsize=28, color=fg)
     _save(plt, fig, path, bg)
 
 

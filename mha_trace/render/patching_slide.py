@@ -50,9 +50,9 @@ def patching_slide(p: Patching, path: str, theme: str = "light", **_) -> None:
             "destroyed" if p.noising else "restored") + " (1 = all of it)")
         way = "corrupted into clean" if p.noising else "clean into corrupted"
         fig.suptitle(_fitted(f"{p.card.name}: {way}, clean {p.clean_value:.2f}, corrupted "
-                             f"{p.corrupt_value:.2f}", 90) + "\n" + _fitted(
+                             f"{p.corrupt_value:.2f}", 90, 24) + "\n" + _fitted(
                                  "no gap: the two runs score the same, no share is defined"
-                                 if p.undefined else p.metric, 90), fontsize=24, color=fg)
+                                 if p.undefined else p.metric, 90, 24), fontsize=24, color=fg)
     _save(plt, fig, path, bg)
 
 
@@ -140,7 +140,7 @@ def path_slide(p: PathPatching, path: str, theme: str = "light", **_) -> None:
         ax.set_xlabel("share of the gap " + ("destroyed" if p.noising else "restored"), fontsize=22)
         ax.tick_params(axis="x", labelsize=MIN_TICK_PT + 3)
         whose = f"head {senders}'s output" if len(p.senders) == 1 else f"heads {senders}, together,"
-        fig.suptitle(_fitted(f"{p.card.name}: {whose} into head {rl}.{rh}", 90) + "\n" + _fitted(
+        fig.suptitle(_fitted(f"{p.card.name}: {whose} into head {rl}.{rh}", 90, 26) + "\n" + _fitted(
             "no gap: the two runs score the same, no share is defined" if p.undefined else p.metric,
-            90), fontsize=26, color=fg)
+            90, 26), fontsize=26, color=fg)
     _save(plt, fig, path, bg)

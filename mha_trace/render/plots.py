@@ -100,9 +100,17 @@ def _save(plt, fig, path: str, bg: str) -> None:
         write_atomic(path, data, "png")
 
 
-def _fitted(title: str, limit: int) -> str:
-    """A title that fits across the slide (a long sentence is cut, with an ellipsis)."""
-    return title if len(title) <= limit else title[:limit - 1].rstrip() + "…"
+EDGE_PX = 24  # px a slide's title keeps from each side (one that touched the edge was cut there)
+
+
+def _fitted(title: str, limit: int, points: float | None = None) -> str:
+    """A title that fits across the slide (a long sentence is cut, with an ellipsis): at most
+    `limit` characters and, at `points`, within the slide's width as drawn (wide letters take
+    more room than a count of characters allows)."""
+    title = title if len(title) <= limit else title[:limit - 1].rstrip() + "…"
+    while points and len(title) > 1 and text_px([title], points)[0] > WIDTH_PX - 2 * EDGE_PX:
+        title = title[:-2].rstrip() + "…"
+    return title
 
 
 LABEL_CHARS = 24  # the longest token a slide writes as a label: a config's 200-character token

@@ -50,7 +50,7 @@ def save_curve(path: str, title: str, points: list, total: int, base: float, ris
         near.set_title("up to a 25% rise: where the exercise is", fontsize=22, color=fg)
         for rise, label in zip((0, *rises), labels):
             near.text(over, base * (1 + rise), label, va="center", fontsize=18, color=fg)
-        fig.suptitle(_fitted(title, 95), fontsize=28, color=fg)
+        fig.suptitle(_fitted(title, 95, 28), fontsize=28, color=fg)
     _save(plt, fig, path, bg)
 
 

@@ -44,7 +44,7 @@ def rope_slide(t: RopePlanes, path: str, theme: str = "light", head: int | None 
             share.xaxis.set_major_formatter(PercentFormatter(1.0))  # 2.5%, not "2%"
         axes[0][0].set_title("each plane's part of the score (q·k ÷ √d_k)", fontsize=20, color=fg)
         axes[0][1].set_title("each plane's share of Σ|part|", fontsize=20, color=fg)
-        fig.suptitle(_fitted(f"The score by RoPE plane: {w.view.through(w.token, only, w.position)}", 95),
+        fig.suptitle(_fitted(f"The score by RoPE plane: {w.view.through(w.token, only, w.position)}", 95, 26),
                      fontsize=26, color=fg)
     _save(plt, fig, path, bg)
 

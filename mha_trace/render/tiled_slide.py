@@ -13,6 +13,9 @@ from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitt
                                     token_label)
 
 ROTATED_PAST = 8  # keys: more than this many are written turned
+KEYS_NAMED = 32  # keys named under the scores at most: past it, every k-th (a row of 1,024 keys)
+TILES_WRITTEN = 8  # tiles whose m, rescale and ℓ are written at most: past it, drawn alone
+TILES_NAMED = 6  # tiles named under ℓ and o ÷ ℓ at most: past it, every k-th
 LINE = 13 * 1.4 * DPI / 72  # px: a line of the 13-point labels written in the axes
 GAP = 64  # px: between the columns, for their values
 TILE_COLOURS = ["#3b528b", "#21918c", "#5ec962", "#f58231", "#e6194b", "#911eb4"]
@@ -39,7 +42,7 @@ def tiled_slide(t: TiledWalk, path: str, theme: str = "light", head: int | None 
                                       "the running sum ℓ",
                                       "o ÷ ℓ by tile; dashed: the end")):
             ax.set_title(name, fontsize=20, color=fg)
-        fig.suptitle(_fitted(title, 95), fontsize=26, color=fg)
+        fig.suptitle(_fitted(title, 95, 26), fontsize=26, color=fg)
     _save(plt, fig, path, bg)
 
 
@@ -47,8 +50,8 @@ def _layout(heads: list, walk) -> dict:
     """The grid placed from what it holds, as GridSpec's keywords: on the left the rows' names
     and values, under each row its keys (upright, or turned when there are more than 8) and
     tiles, between the columns their values, above the titles."""
-    keys = [token_label(k) for k in walk.view.tokens]
-    turned = len(keys) > ROTATED_PAST
+    keys = [token_label(k) for k in walk.view.tokens][::_step(len(walk.view.tokens), KEYS_NAMED)]
+    turned = len(walk.view.tokens) > ROTATED_PAST
     below = (text_px(keys, MIN_TICK_PT)[0] if turned else text_px([], MIN_TICK_PT)[1]) + 18
     names = [f"head {walk.view.head_name(h.head)}" for h in heads]
     layout = rows_layout(names, [], MIN_TICK_PT, legend_rows=0)
@@ -56,6 +59,19 @@ def _layout(heads: list, walk) -> dict:
     width = (layout["right"] - layout["left"]) * WIDTH_PX
     return {**layout, "bottom": layout["bottom"] + below / HEIGHT_PX, "width_ratios": [5, 3, 3],
             "hspace": below / (room / len(heads)), "wspace": 3 * GAP / (width - 2 * GAP)}
+
+
+def _step(n: int, most: int) -> int:
+    """Every k-th of n marks named, so that at most `most` are."""
+    return -(-n // most)
+
+
+def _name_tiles(ax, n: int) -> None:
+    """"tile 1", "tile 2" ... under a few tiles; under many, every k-th tile's number and "tile"."""
+    xs = np.arange(1, n + 1)[::_step(n, TILES_NAMED)]
+    ax.set_xticks(xs, [f"tile {x}" if n <= TILES_WRITTEN else str(x) for x in xs])
+    if n > TILES_WRITTEN:
+        ax.set_xlabel("tile", fontsize=MIN_TICK_PT)
 
 
 def _above(ax, lo: float, hi: float, tall: float, px: float) -> None:
@@ -67,22 +83,26 @@ def _above(ax, lo: float, hi: float, tall: float, px: float) -> None:
 def _scores(ax, h, fg: str, name: str, tall: float) -> None:
     """Bars of each key's score, coloured by tile; the running max m as a step over each tile,
     named above it (two lines: room is kept for them)."""
-    x, labels = 0, []
+    x, labels, colours, scores, steps = 0, [], [], [], []
     for i, tile in enumerate(h.tiles):
-        colour = TILE_COLOURS[i % len(TILE_COLOURS)]
-        xs = np.arange(x, x + len(tile.keys))
-        scores = np.array([s if s > -math.inf else 0.0 for s in tile.scores])
-        bars(ax, xs, scores, 0.7, color=colour)
+        colours += [TILE_COLOURS[i % len(TILE_COLOURS)]] * len(tile.keys)
+        scores += [s if s > -math.inf else 0.0 for s in tile.scores]
+        last = x + len(tile.keys) - 1
         if tile.m_new > -math.inf:
-            ax.hlines(tile.m_new, xs[0] - 0.45, xs[-1] + 0.45, color=fg, linewidth=3)
+            steps.append((tile.m_new, x - 0.45, last + 0.45))
+        if tile.m_new > -math.inf and len(h.tiles) <= TILES_WRITTEN:
             word = "rescale " if len(tile.keys) > 2 else ""  # over a narrow tile: "×0.49" alone
             rescale = f"\n{word}×{tile.rescale:.2f}" if i else ""  # the first tile has no sum yet
-            ax.text(xs[-1] + 0.45, tile.m_new, f"m={tile.m_new:.2f}{rescale}",
+            ax.text(last + 0.45, tile.m_new, f"m={tile.m_new:.2f}{rescale}",
                     fontsize=14, color=fg, va="bottom", ha="right")
         labels += [token_label(k) for k in tile.keys]
         x += len(tile.keys)
+    bars(ax, np.arange(x), scores, 0.7, color=colours)  # one collection for every key (1,024 tiles)
+    if steps:
+        ax.hlines(*zip(*steps), color=fg, linewidth=3)
     ax.axhline(0, color=fg, linewidth=0.8)
-    ax.set_xticks(range(len(labels)), labels, rotation=90 if len(labels) > ROTATED_PAST else 0)
+    named = range(0, len(labels), _step(len(labels), KEYS_NAMED))
+    ax.set_xticks(named, [labels[i] for i in named], rotation=90 if len(labels) > ROTATED_PAST else 0)
     shown = [s for t in h.tiles for s in [*t.scores, t.m_new] if s > -math.inf]
     _above(ax, min(shown, default=0.0) * 1.1, max(shown, default=0.0), tall, 2 * LINE + 8)
     ax.set_ylabel(f"head {name}", fontsize=18, rotation=0, ha="right", va="center")
@@ -96,9 +116,9 @@ def _sums(ax, h, fg: str, tall: float, legend: bool) -> None:
     added = np.array([t.l_new - t.rescale * t.l_old for t in h.tiles])
     bars(ax, xs, kept, 0.6, color="#888888", label="rescale × ℓ_old")
     bars(ax, xs, added, 0.6, bottom=kept, color="#21918c", label="Σ p of the tile")
-    for x, t in zip(xs, h.tiles):
+    for x, t in zip(xs, h.tiles) if len(h.tiles) <= TILES_WRITTEN else ():
         ax.text(x, t.l_new, f"{t.l_new:.2f}", ha="center", va="bottom", fontsize=14, color=fg)
-    ax.set_xticks(xs, [f"tile {x}" for x in xs])
+    _name_tiles(ax, len(h.tiles))
     _above(ax, 0.0, max(t.l_new for t in h.tiles), tall, LINE + 8 + (2 * LINE + 12) * legend)
     if legend:
         ax.legend(fontsize=13, frameon=False, labelcolor=fg, loc="upper left")
@@ -112,9 +132,10 @@ def _outputs(ax, h, fg: str, tall: float, legend: bool) -> None:
     for d in range(dims):
         colour = TILE_COLOURS[d % len(TILE_COLOURS)]
         so_far = [t.o[d] / t.l_new if t.l_new else 0.0 for t in h.tiles]
-        ax.plot(xs, so_far, "o-", color=colour, linewidth=2, markersize=8, label=f"dim {d}")
+        ax.plot(xs, so_far, "o-" if len(xs) <= 4 * TILES_NAMED else "-", color=colour, linewidth=2,
+                markersize=8, label=f"dim {d}")
         ax.axhline(h.explicit[d], color=colour, linestyle="--", linewidth=1.5)
-    ax.set_xticks(xs, [f"tile {x}" for x in xs])
+    _name_tiles(ax, len(h.tiles))
     if legend:
         values = [v for line in ax.get_lines() for v in line.get_ydata()]
         _above(ax, min(values), max(values), tall, LINE + 12)

@@ -59,7 +59,7 @@ def save_walk(path: str, title: str, walk, theme: str = "light") -> None:
                 ax.set_xlim(bottom.get_xlim())
                 ax.set_xticks([])
         axes[-1][2].set_xlabel("dimension of the head", fontsize=18)
-        fig.suptitle(_fitted(title, 95), fontsize=28, color=fg)
+        fig.suptitle(_fitted(title, 95, 28), fontsize=28, color=fg)
     _save(plt, fig, path, bg)
 
 

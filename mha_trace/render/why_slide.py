@@ -49,7 +49,7 @@ def save_why(path: str, title: str, walk, theme: str = "light") -> None:
             size, legend_rows=-(-len(handles) // LEGEND_COLUMNS), wspace=0.08))
         for ax in axes.flat:
             few_ticks(ax)
-        fig.suptitle(_fitted(title, 95), fontsize=28, color=fg)
+        fig.suptitle(_fitted(title, 95, 28), fontsize=28, color=fg)
     _save(plt, fig, path, bg)
 
 

@@ -117,9 +117,11 @@ def compare(config=None, head_counts=(1, 2, 4), **options):
     return Comparison(analyse_splits(resolve_splits(o, counts)))
 
 
-def verify(module=None, *, map: str | None = None, mask_means: str = "any", **options):
+def verify(module=None, *, map: str | None = None, mask_means: str = "any", course: str | None = None,
+           **options):
     """The built-in module (or your class, or 'FILE.py:Class') against independent references:
     numpy by hand, nn.MultiheadAttention and F.scaled_dot_product_attention. `.passed` says it.
+    course="cs231n" (or a profile's .toml path) checks your class under a course's conventions.
 
     >>> verify(heads=8, kv_heads=2, mask="causal", dtype="float64").passed
     True
@@ -127,17 +129,20 @@ def verify(module=None, *, map: str | None = None, mask_means: str = "any", **op
     from mha_trace.analyses.references import check_references
 
     o = _options(options, config=options.pop("config", None))
+    if course is not None and not isinstance(course, str):
+        raise MhaError(f"course={course!r} is a course's name or a profile's .toml path", quantity="course")
     if module is None:
+        if course is not None:
+            raise MhaError("--course holds a course's conventions for your module: add --module", quantity="course")
         if o.config is not None:
             return check_references(resolve(o, "config"))
         return check_references(resolve(o, "sizes", alive=4, hint="verify on smaller sizes: the check "
                                   "does not depend on them"))
     from dataclasses import replace
 
-    from mha_trace.runs.resolve import resolve_student
-    from mha_trace.analyses.student import check_student
+    from mha_trace.views.verify import student_verdict
 
-    return check_student(resolve_student(replace(o, module=module)), map, mask_means)
+    return student_verdict(replace(o, module=module), map, mask_means, course)
 
 
 def cost(preset: str | None = None, **dims):

@@ -505,3 +505,72 @@ def test_a_numpy_class_written_for_a_batch_is_fed_one(cli, sizes):
     assert result.exit_code == 0, result.stdout
     text = " ".join(result.stdout.split())
     assert "It takes a batch (B, T, d_model), so it was fed one." in text and "Right:" in text
+
+
+COURSE_STYLES = "tests/student/course_styles.py"
+
+
+@pytest.mark.parametrize("cls,course,right", [
+    ("MultiHeadAttention", "cs231n", True), ("InvertedMask", "cs231n", False),
+    ("Eecs498Style", "eecs498", True), ("Eecs498Style", "cs231n", False),
+    ("MultiHeadAttention", "eecs498", False), ("InvertedMask", "eecs498", True)])
+def test_a_course_profile_holds_the_mask_to_its_reading(cli, cls, course, right):
+    """Under a course's profile a mask read the other way round is Wrong, named, and fixed in the
+    course's words (without one it was Right, with a note): CS231n's nonzero where a query may
+    attend, EECS 498's True where it may not."""
+    result = cli("verify", "--module", f"{COURSE_STYLES}:{cls}", "--course", course, "--format", "json")
+    data = json.loads(result.stdout)
+    assert (result.exit_code, data["passed"]) == ((0, True) if right else (1, False))
+    assert data["notes"][0].startswith(f"checked under the {course} profile")
+    if not right:
+        assert data["diagnosis"] == "mask inverted"
+        assert data["fix"] == ("fill where the mask is True: in eecs498 True means a query may NOT look"
+                               if course == "eecs498" else "fill where the mask is False (== 0): in "
+                               "cs231n True (nonzero) means a query may look")
+    assert not any(n.startswith("its mask means True where a query may NOT") for n in data["notes"])
+
+
+def test_without_a_profile_either_reading_passes_and_which_is_said(cli):
+    """No course named: the inverted class is Right under the other reading, saying which; the
+    class read as the lecture reads it is told that a course may mean the opposite."""
+    args = ("verify", "--mask", "causal", "--format", "json", "--module")
+    inverted = json.loads(cli(*args, f"{COURSE_STYLES}:InvertedMask").stdout)
+    assert inverted["passed"] and any(n.startswith("its mask means True where a query may NOT")
+                                      for n in inverted["notes"])
+    kept = json.loads(cli(*args, f"{COURSE_STYLES}:MultiHeadAttention").stdout)
+    assert kept["passed"] and kept["notes"][-1].startswith("its boolean mask was read as True where a "
+                                                           "query may attend (the lecture's convention)")
+    plain = json.loads(cli("verify", "--format", "json", "--module", f"{COURSE_STYLES}:MultiHeadAttention").stdout)
+    assert not any("boolean mask was read" in n for n in plain["notes"])  # no mask given: nothing to say
+
+
+def test_a_profile_of_ones_own_and_the_errors_of_a_profile(cli, tmp_path):
+    import mha_trace
+
+    own = tmp_path / "mine.toml"
+    own.write_text('title = "My course"\nconvention = "True where a query may NOT look"\n'
+                   'mask_means = "blocked"\nmask = "causal"\nheads = 2\n')
+    data = json.loads(cli("verify", "--module", f"{COURSE_STYLES}:InvertedMask", "--course", str(own),
+                          "--format", "json").stdout)
+    assert data["passed"] and data["notes"][0] == ("checked under the mine.toml profile (My course): "
+                                                   "True where a query may NOT look")
+    assert mha_trace.verify(f"{COURSE_STYLES}:MultiHeadAttention", course="cs231n").passed  # the API's
+    assert not mha_trace.verify(f"{COURSE_STYLES}:InvertedMask", course="cs231n").passed  # the same profile
+    (tmp_path / "bad.toml").write_text('mask_means = "sideways"\n')
+    (tmp_path / "key.toml").write_text('masks = "causal"\n')
+    for args, message in [
+        (("--course", "nosuch"), "Error: --course: 'nosuch' is not a bundled course (cs231n, cs336, d2l, "
+                                 "eecs498) or a profile's .toml file\n"),
+        (("--course", str(tmp_path / "bad.toml")), "Error: --course: " + str(tmp_path / "bad.toml")
+         + ": mask_means is 'keep' or 'blocked'\n"),
+        (("--course", str(tmp_path / "key.toml")), "Error: --course: " + str(tmp_path / "key.toml")
+         + ": key 'masks' is not one of title, convention, mask_means, mask, d_model, heads, seq, batch\n"),
+        (("--course", "cs231n", "--mask-means", "blocked"), "Error: --mask-means blocked contradicts the "
+                                                             "cs231n profile's (keep): leave one out\n")]:
+        result = cli("verify", "--module", f"{COURSE_STYLES}:MultiHeadAttention", *args)
+        assert (result.exit_code, result.stderr) == (2, message)
+    alone = cli("verify", "--course", "cs231n")
+    assert (alone.exit_code, alone.stderr) == (2, "Error: --course holds a course's conventions for your "
+                                                  "module: add --module\n")
+    with pytest.raises(mha_trace.MhaError, match="--course holds a course's conventions"):
+        mha_trace.verify(course="cs231n")

@@ -6,6 +6,8 @@ import typer
 
 from mha_trace.cli.app import app
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
+from mha_trace.core.clashes import judge, needs
+from mha_trace.runs.course import course_names
 from mha_trace.errors import MhaError
 from mha_trace.io.output import Output, emit
 
@@ -17,6 +19,7 @@ def verify(
     config: Annotated[str | None, typer.Option("--config", "-c", help="Verify on a config's Q, K, V (or generated input) instead of random sizes from flags; --heads, --kv-heads, --mask and --pad override the config's. Example: --config chicken-road")] = None,
     map_: Annotated[str | None, typer.Option("--map", help="With --module: which of your layers is which projection, when names and shapes do not tell. Example: --map 'q=W_Q,k=W_K,v=W_V,o=W_O'")] = None,
     mask_means: Annotated[str, typer.Option("--mask-means", help="With --module and a mask: what your module's boolean mask means. keep: True where a query may attend (the lecture's); blocked: True where it may not (nn.MultiheadAttention's, the chapter's class's); any: both are tried, and the one that matches is said. Example: --mask-means keep")] = "any",
+    course: Annotated[str | None, typer.Option("--course", help=f"With --module: a course's conventions, so that a mask read the other way round is Wrong, not Right with a note: {', '.join(course_names())}, or a profile's .toml file of your own (title, convention, mask_means, mask, d_model, heads, seq, batch). Example: --course cs231n", metavar="NAME")] = None,
     o=None,
     out: Output = None,
 ):
@@ -34,11 +37,11 @@ def verify(
     from dataclasses import replace
 
     o = replace(o, config=config)
+    judge({"course": course, "module": o.module}, (needs("course", "module", "holds a course's conventions for your module"),))
     if o.module:
-        from mha_trace.runs.resolve import resolve_student
-        from mha_trace.analyses.student import check_student
+        from mha_trace.views.verify import student_verdict
 
-        report = check_student(resolve_student(o), map_, mask_means)
+        report = student_verdict(o, map_, mask_means, course)
     else:
         report = _builtin(o, map_, mask_means)
     from mha_trace.io.output import make_console

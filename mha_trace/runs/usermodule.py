@@ -24,7 +24,8 @@ from mha_trace.io.streams import guard_stdout
 from mha_trace.runs.contained import forget_patches, own_process, own_torch, said_warnings
 
 D_MODEL_NAMES = ("d_model", "embed_dim", "n_embd", "dim", "hidden_size", "model_dim", "emb_dim",
-                 "hidden_dim", "d", "num_hiddens", "input_dim", "query_dim", "d_in", "d_out", "emb")
+                 "hidden_dim", "d", "num_hiddens", "input_dim", "query_dim", "d_in", "d_out", "emb",
+                 "dim_in")  # dim_in: EECS 498's
 HEADS_NAMES = ("heads", "num_heads", "n_head", "n_heads", "h", "nhead", "head_count", "num_attention_heads")
 KV_HEADS_NAMES = ("kv_heads", "n_kv_heads", "num_kv_heads", "num_key_value_heads", "n_kv_head",
                   "n_query_groups", "num_groups")

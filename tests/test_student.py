@@ -430,7 +430,8 @@ def test_rope_modules_pass_under_rope_in_either_convention_and_rope_on_v_is_name
     with each head's dims reordered), and turning V too is caught at the call that does it."""
     args = ("--rope", "--mask", "causal", "--d-model", "32", "--heads", "4", "--format", "json")
     halves = json.loads(cli("verify", "--module", R + "RotaryAttention", *args).stdout)
-    assert halves["passed"] and halves["output_max_abs_diff"] < 1e-12 and not halves["notes"]
+    assert halves["passed"] and halves["output_max_abs_diff"] < 1e-12 and \
+        [n for n in halves["notes"] if not n.startswith("its boolean mask was read")] == []  # no convention of RoPE
     pairs = json.loads(cli("verify", "--module", R + "RotaryPairs", *args).stdout)
     assert pairs["passed"] and pairs["output_max_abs_diff"] < 1e-12
     assert any("a convention, not a mistake" in n for n in pairs["notes"])
@@ -574,3 +575,18 @@ def test_a_profile_of_ones_own_and_the_errors_of_a_profile(cli, tmp_path):
                                                   "module: add --module\n")
     with pytest.raises(mha_trace.MhaError, match="--course holds a course's conventions"):
         mha_trace.verify(course="cs231n")
+
+
+def test_an_output_named_otherwise_is_the_one_square_weight_left_and_dropout_left_on_is_named(cli):
+    """q_proj, k_proj and v_proj named, output_proj not in the list: the one d_model × d_model
+    weight left is the output (it tried 24 orders before, and a wrong module failed all of them);
+    F.dropout without training= changes the weights in eval mode: named at its line, by what it
+    did to the values (once "do not say which projection each is")."""
+    right = json.loads(cli("verify", "--module", "tests/student/output_named_otherwise.py:OutputProj",
+                           "--format", "json").stdout)
+    assert right["passed"] and right["mapping"].startswith("q=q_proj, k=k_proj, v=v_proj, o=output_proj")
+    result = cli("verify", "--module", "tests/student/output_named_otherwise.py:DropoutLeftOn", "--format", "json")
+    wrong = json.loads(result.stdout)
+    assert result.exit_code == 1 and wrong["diagnosis"] == "dropout left on: it drops weights at random even in eval mode"
+    assert wrong["first_wrong_step"]["line"] == 32 and "F.dropout" in wrong["first_wrong_step"]["source"]
+    assert wrong["fix"].startswith("pass training=self.training to F.dropout")

@@ -258,6 +258,11 @@ def _projections(module, d_model: int, given: str | None, kv_rows: int) -> Mappi
         return _checked(Mapping({r: roles[r] for r in "qkvo"}, "by name"), d_model, kv_rows)
     if {"qkv", "o"} <= set(roles):
         return _checked(Mapping({r: roles[r] for r in ("qkv", "o")}, "by name"), d_model, kv_rows)
+    left = _output_left(weights, roles, d_model)
+    if left:  # q, k and v (or qkv) named; the output's name unknown (output_proj, linear, ...)
+        inputs = "qkv" if {"q", "k", "v"} <= set(roles) else ("qkv",)
+        return _checked(Mapping({**{r: roles[r] for r in inputs}, "o": left},
+                                f"by name; o: {left[0]}, the one d_model × d_model weight left"), d_model, kv_rows)
     square = [(n, h) for n, h in weights.items() if _shape(h) == (d_model, d_model)]
     fused = [(n, h) for n, h in weights.items() if _shape(h) in ((d_model + 2 * kv_rows, d_model),
                                                                    (d_model, d_model + 2 * kv_rows))]
@@ -271,6 +276,17 @@ def _projections(module, d_model: int, given: str | None, kv_rows: int) -> Mappi
         return Mapping({"qkv": fused[0], "o": square[0]}, "by shape")
     raise MhaError(f"could not map your weights: found {_found(weights)}; say which is which with "
                    f"--map, e.g. --map 'q=W_Q,k=W_K,v=W_V,o=W_O'", quantity="map")
+
+
+def _output_left(weights: dict, roles: dict, d_model: int) -> tuple | None:
+    """(name, weight) of the output projection when the inputs are named (q, k and v, or a fused
+    qkv) and exactly one d_model × d_model weight is left over: what else could it be."""
+    inputs = [r for r in ("q", "k", "v") if r in roles] if "qkv" not in roles else ["qkv"]
+    if inputs not in (["q", "k", "v"], ["qkv"]):
+        return None
+    taken = {roles[r][0] for r in inputs}
+    left = [(n, h) for n, h in weights.items() if n not in taken and _shape(h) == (d_model, d_model)]
+    return left[0] if len(left) == 1 else None
 
 
 def _called(name: str) -> str:

@@ -103,6 +103,25 @@ def where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output,
         _returned_too_early(report, traced, ref_trace, module, output)
     if report.diagnosis == "mask never applied":
         _discarded_mask(report, traced, ref_trace)
+    _dropout_left_on(report, traced)
+
+
+def _dropout_left_on(report, traced) -> None:
+    """A dropout that changed its input while the module ran in eval mode (F.dropout(x, p) keeps
+    training=True unless told): seen in the values, whatever the code's shape, it is named at its
+    line, before whatever it made differ downstream."""
+    steps = [s for s in traced.steps if s.value is not None]
+    for before, step in zip(steps, steps[1:]):
+        if "dropout" in step.op and tuple(before.value.shape) == tuple(step.value.shape) \
+                and not torch.allclose(before.value, step.value, rtol=0, atol=0, equal_nan=True):
+            report.first_wrong, report.reference_step, report.missing = step, None, None
+            report.diagnosis, report.candidates = DROPOUT_ON, [DROPOUT_ON]
+            report.own_fix = ("pass training=self.training to F.dropout (or use nn.Dropout), so that "
+                              "eval mode turns it off")
+            return
+
+
+DROPOUT_ON = "dropout left on: it drops weights at random even in eval mode"
 
 
 def _discarded_mask(report, traced, ref_trace) -> None:

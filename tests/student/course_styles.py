@@ -29,28 +29,20 @@ class MultiHeadAttention(nn.Module):
         v = self.value(value).view(N, T, H, E // H).transpose(1, 2)
         scores = q @ k.transpose(-2, -1) / math.sqrt(E // H)
         if attn_mask is not None:
-            scores = scores.masked_fill(attn_mask == 0, float("-inf"))
+            scores = self.masked(scores, attn_mask)
         attn = self.attn_drop(F.softmax(scores, dim=-1))
         Y = (attn @ v).transpose(1, 2).reshape(N, S, E)
         return self.proj(Y)
+
+    def masked(self, scores, attn_mask):
+        return scores.masked_fill(attn_mask == 0, float("-inf"))
 
 
 class InvertedMask(MultiHeadAttention):
     """The same with its mask read the other way round: True where a query may NOT attend."""
 
-    def forward(self, query, key, value, attn_mask=None):
-        N, S, E = query.shape
-        N, T, E = value.shape
-        H = self.n_head
-        q = self.query(query).view(N, S, H, E // H).transpose(1, 2)
-        k = self.key(key).view(N, T, H, E // H).transpose(1, 2)
-        v = self.value(value).view(N, T, H, E // H).transpose(1, 2)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(E // H)
-        if attn_mask is not None:
-            scores = scores.masked_fill(attn_mask, float("-inf"))
-        attn = self.attn_drop(F.softmax(scores, dim=-1))
-        Y = (attn @ v).transpose(1, 2).reshape(N, S, E)
-        return self.proj(Y)
+    def masked(self, scores, attn_mask):
+        return scores.masked_fill(attn_mask, float("-inf"))
 
 
 class Eecs498Style(nn.Module):

@@ -590,3 +590,12 @@ def test_an_output_named_otherwise_is_the_one_square_weight_left_and_dropout_lef
     assert result.exit_code == 1 and wrong["diagnosis"] == "dropout left on: it drops weights at random even in eval mode"
     assert wrong["first_wrong_step"]["line"] == 32 and "F.dropout" in wrong["first_wrong_step"]["source"]
     assert wrong["fix"].startswith("pass training=self.training to F.dropout")
+
+
+def test_a_padding_mask_of_one_row_of_keys_per_sequence_is_fed_so(cli):
+    """BERT's attention_mask is (B, T), one row of keys a sequence: with padding alone it is fed
+    that layout, and the layout is said (a (T, T) mask did not broadcast against it)."""
+    data = json.loads(cli("verify", "--module", "tests/student/key_padding.py:BertSelfAttention",
+                          "--pad", "2", "--format", "json").stdout)
+    assert data["passed"] and data["weights_max_abs_diff"] < 1e-12
+    assert "its mask is one row of the keys per sequence, (B, T), as BERT's attention_mask: padding" in data["notes"]

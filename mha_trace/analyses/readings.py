@@ -30,6 +30,7 @@ class Way:
     head_by_head: bool = False  # a fused qkv's rows go head by head
     seq_first: bool = False  # fed (T, B, d_model), as fairseq and nn.MultiheadAttention take it
     mask_per_sequence: bool = False  # the mask (B, T, T), one per sequence (the Annotated Transformer's)
+    key_padding: bool = False  # the mask (B, T), one row of the keys per sequence (BERT's attention_mask)
 
     def notes(self, numpy: bool = False) -> list:
         mask = {"own causal": "it masks causally by itself (its forward takes no mask), so it was "
@@ -55,6 +56,9 @@ class Way:
         if self.mask_per_sequence:
             mask = (mask + "; one (T, T) mask per sequence, (B, T, T)") if mask else \
                 "its mask is one (T, T) mask per sequence, (B, T, T)"
+        if self.key_padding:
+            mask = (mask + "; one row of the keys per sequence, (B, T)") if mask else \
+                "its mask is one row of the keys per sequence, (B, T), as BERT's attention_mask: padding"
         return [n for n in (mask, fed, layout) if n]
 
 
@@ -115,6 +119,8 @@ def check_once(run, module, mapping: Mapping | None, sizes, way: Way,
     given = None if way.mask_as.startswith("own") else _mask_as(mask, way.mask_as, run.numpy)
     if way.mask_per_sequence and given is not None:
         given = given.expand(len(xs[0]), *given.shape).clone()  # (B, T, T)
+    if way.key_padding and given is not None:
+        given = given[0].expand(len(xs[0]), *given.shape[1:]).clone()  # (B, T): padding is one row
     call, args, kwargs = forward_call(module, fed if len(fed) == 3 else fed[0], given)
     if "use_projections" in inspect.signature(module.forward).parameters and mapping.layers:
         kwargs["use_projections"] = True  # the chapter's class: let it use the copied weights

@@ -203,6 +203,10 @@ def _each_way(run, sizes, given_map: str | None, mask_means: str = "any",
         # takes it (a (T, T) mask there broadcasts wrongly, or not at all)
         others += [Way(t, m, False, strided, h, False, True) for h in layouts for m in masks
                    for t in turns]
+    if not run.numpy and masks[0] != "own" and sizes.mask == "none" and sizes.pad:
+        # padding alone: one row of the keys per sequence, (B, T), as BERT's attention_mask
+        others += [Way(t, m, False, strided, h, key_padding=True) for h in layouts for m in masks
+                   for t in turns]
     if not any(r.passed for r in reports):
         passed = (r for r in (try_way(run, module, mapping, sizes, way) for way in others)
                   if r is not None and r.passed)

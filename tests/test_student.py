@@ -599,3 +599,17 @@ def test_a_padding_mask_of_one_row_of_keys_per_sequence_is_fed_so(cli):
                           "--pad", "2", "--format", "json").stdout)
     assert data["passed"] and data["weights_max_abs_diff"] < 1e-12
     assert "its mask is one row of the keys per sequence, (B, T), as BERT's attention_mask: padding" in data["notes"]
+
+
+def test_forwards_inputs_are_fed_by_their_names(cli):
+    """forward(key, value, query) gets each its own tensor (it was fed by position: refused after
+    24 orders); forward(x, cos, sin) is refused in one line (it was fed q, k, v and called Wrong)."""
+    data = json.loads(cli("verify", "--module", "tests/student/inputs_by_name.py:KeyValueQuery", "--mask",
+                          "causal", "--format", "json").stdout)
+    assert data["passed"] and data["call"] == "forward(key, value, query, mask)"
+    assert data["mapping"] == "q=linear_query, k=linear_keys, v=linear_values, o=final_linear (by name)"
+    rotary = cli("verify", "--module", "tests/student/inputs_by_name.py:Rotary")
+    assert (rotary.exit_code, rotary.stderr) == (2, "Error: --module: Rotary.forward takes cos, sin: rotary "
+                                                    "positions made outside the module, which verify does not "
+                                                    "make for it (give it a forward that makes them, or trace "
+                                                    "it with shapes)\n")

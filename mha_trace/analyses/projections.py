@@ -12,11 +12,11 @@ from mha_trace.core.attention import MultiHeadAttention
 from mha_trace.errors import MhaError
 
 NAMES = {  # lower-cased attribute names, most specific first
-    "q": ("q_lin", "w_q", "wq", "q_proj", "query", "to_q", "q_linear", "linear_q", "q"),
-    "k": ("k_lin", "w_k", "wk", "k_proj", "key", "to_k", "k_linear", "linear_k", "k"),
-    "v": ("v_lin", "w_v", "wv", "v_proj", "value", "to_v", "v_linear", "linear_v", "v"),
+    "q": ("q_lin", "w_q", "wq", "q_proj", "query", "to_q", "q_linear", "linear_q", "linear_query", "q"),
+    "k": ("k_lin", "w_k", "wk", "k_proj", "key", "to_k", "k_linear", "linear_k", "linear_keys", "k"),
+    "v": ("v_lin", "w_v", "wv", "v_proj", "value", "to_v", "v_linear", "linear_v", "linear_values", "v"),
     "o": ("w_o", "wo", "o_proj", "out_proj", "out_lin", "out", "output", "to_out", "c_proj", "proj", "dense",
-          "o_linear", "linear_out", "fc_out", "o"),
+          "o_linear", "linear_out", "fc_out", "final_linear", "o"),
     "qkv": ("c_attn", "qkv", "w_qkv", "wqkv", "qkv_proj", "in_proj", "query_key_value", "to_qkv"),
 }
 

@@ -252,10 +252,19 @@ def takes_lengths(module) -> str | None:
     return next((p.name for p in _forward_params(module) if p.name in LENGTH_NAMES), None)
 
 
+ROLES = {"query": 0, "queries": 0, "q": 0, "key": 1, "keys": 1, "k": 1, "value": 2, "values": 2, "v": 2}
+POSITION_NAMES = ("cos", "sin", "freqs_cis", "freqs", "position_ids", "position_embeddings", "rope")
+
+
 def input_names(module) -> list:
     """forward's required inputs, the mask aside: one (x) or three (q, k, v)."""
     names = [p.name for p in _forward_params(module) if p.default is p.empty
              and p.name not in MASK_NAMES + LENGTH_NAMES]
+    made = [n for n in names if n.lower() in POSITION_NAMES]
+    if made:
+        raise MhaError(f"{type(module).__name__}.forward takes {', '.join(made)}: rotary positions "
+                       f"made outside the module, which verify does not make for it (give it a "
+                       f"forward that makes them, or trace it with shapes)", quantity="module")
     if len(names) not in (1, 3):
         raise MhaError(f"cannot call {type(module).__name__}.forward{inspect.signature(module.forward)}: "
                        f"expected one input (x) or three (q, k, v)")
@@ -273,6 +282,9 @@ def forward_call(module: nn.Module, x, mask: torch.Tensor | None):
     mask_param = next((p for p in params if p.name in MASK_NAMES), None)
     names = input_names(module)
     args = x if isinstance(x, tuple) and len(names) == 3 else tuple(x for _ in names)
+    order = [ROLES.get(n.lower()) for n in names]
+    if len(args) == 3 and sorted(o for o in order if o is not None) == [0, 1, 2]:
+        args = tuple(args[o] for o in order)  # by name: forward(key, value, query) gets each its own
     kwargs = {}
     if mask is not None:
         if mask_param is None:

@@ -613,3 +613,20 @@ def test_forwards_inputs_are_fed_by_their_names(cli):
                                                     "positions made outside the module, which verify does not "
                                                     "make for it (give it a forward that makes them, or trace "
                                                     "it with shapes)\n")
+
+
+@pytest.mark.parametrize("cls,line,named", [
+    ("SoftCapped", 39, "logit soft-capping (Gemma 2)"), ("QKNorm", 44, "QK-norm (Qwen3, OLMo 2)"),
+    ("PositionBias", 54, "a position bias added to the scores")])
+def test_a_variant_is_named_at_its_line_not_called_a_mistake(cli, cls, line, named):
+    """QK-norm, soft-capping and a relative position bias make attention other than the lecture's:
+    named as a variant at the student's line (once "none of the known mistakes"), exit 1, and a
+    student's mistakes are still mistakes (the plain class is Right)."""
+    result = cli("verify", "--module", f"tests/student/variants_2026.py:{cls}", "--format", "json")
+    data = json.loads(result.stdout)
+    assert result.exit_code == 1 and data["variant"].startswith(named) and data["diagnosis"] is None
+    assert data["first_wrong_step"]["line"] == line
+    text = cli("verify", "--module", f"tests/student/variants_2026.py:{cls}").stdout
+    assert "Not the lecture's module: a variant (exit code 1)." in text and "Wrong" not in text
+    assert json.loads(cli("verify", "--module", "tests/student/variants_2026.py:Base", "--format",
+                          "json").stdout)["passed"]

@@ -33,6 +33,7 @@ class StudentReport(Shows):
     numpy: bool = False  # a NumPy module: its fix is written in NumPy
     own_fix: str | None = None  # a fix for this module's own line, where the mistake's would mislead
     rotates: bool = False  # its forward computed cosines or complex turns (RoPE, maybe)
+    variant: str | None = None  # a variant of attention the lecture's module does not have (QK-norm ...)
 
     @property
     def fix(self) -> str | None:
@@ -104,6 +105,31 @@ def where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output,
     if report.diagnosis == "mask never applied":
         _discarded_mask(report, traced, ref_trace)
     _dropout_left_on(report, traced)
+    if report.diagnosis is None:
+        reference = diagnose_args[0]
+        _variant(report, traced, expected.shape[-2], reference.heads, reference.d_k)
+
+
+VARIANTS = (  # (what names it in a step, the variant): read off the student's trace, in order
+    (lambda s, T, H, d: s.op == "tanh" and tuple(s.shape[-2:]) == (T, T),
+     "logit soft-capping (Gemma 2): the scores squashed as c·tanh(s / c) before the softmax"),
+    (lambda s, T, H, d: s.op in ("rms_norm", "layer_norm", "normalize") and tuple(s.shape[-2:]) == (T, d),
+     "QK-norm (Qwen3, OLMo 2): q or k normalised over each head's d_k dims before q·k"),
+    (lambda s, T, H, d: s.op in ("add", "add_") and tuple(s.shape[-2:]) == (T, T) and any(
+        len(i) >= 3 and tuple(i[-2:]) == (T, T) and H in tuple(i[-4:-2]) and tuple(i[:1]) != tuple(s.shape[:1])
+        for i in s.inputs),
+     "a position bias added to the scores, one (T, T) a head (ALiBi, T5's or Swin's relative bias)"),
+)
+
+
+def _variant(report, traced, T: int, H: int, d_k: int) -> None:
+    """A step that makes attention a variant the lecture's module does not have, named with its
+    line as that, not as a mistake (its numbers differ for a reason the lecture does not teach)."""
+    for step in traced.steps:
+        found = next((name for test, name in VARIANTS if test(step, T, H, d_k)), None)
+        if found:
+            report.variant, report.first_wrong, report.reference_step, report.missing = found, step, None, None
+            return
 
 
 def _dropout_left_on(report, traced) -> None:

@@ -109,6 +109,15 @@ def student_renderables(r) -> list:
     if r.passed:
         lines.append("Right: it computes what the lecture's module computes.")
         return [table, Text("\n".join(lines))]
+    if r.variant:
+        from mha_trace.io.output import display_path
+
+        f = r.first_wrong
+        lines += [f"Variant at {display_path(f.file)}:{f.line}  {f.source}",
+                  f"  {r.variant[0].upper()}{r.variant[1:]}: a variant the lecture's module does not "
+                  f"have, so its numbers differ; not a mistake of the chapter's attention.",
+                  "Not the lecture's module: a variant (exit code 1)."]
+        return [table, Text("\n".join(lines))]
     lines += _first_wrong_lines(r)
     lines.append(f"Diagnosis: {r.diagnosis}." if r.diagnosis else
                  "Diagnosis: none of the known mistakes gives this output exactly.")
@@ -151,7 +160,7 @@ def student_data(r) -> dict:
                 "line": f.line, "source": f.source, "op": f.op, "shape": list(f.shape),
                 "called_from": f.called_from[0] if f.called_from else None,
                 "missing_after_it": r.missing},
-            "diagnosis": r.diagnosis, "fix": r.fix, "notes": r.notes}
+            "diagnosis": r.diagnosis, "fix": r.fix, "variant": r.variant, "notes": r.notes}
 
 
 @renderables.register(VerifyReport)

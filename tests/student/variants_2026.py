@@ -1,0 +1,54 @@
+"""Attention as 2026 teaches it, each a variant the lecture's module does not have: logit soft-capping,
+QK-norm and a position bias added to the scores; the plain class is the lecture's."""
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Base(nn.Module):
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.h, self.d_k = num_heads, d_model // num_heads
+        self.W_q, self.W_k = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.W_v, self.W_o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+
+    def heads(self, x):
+        B, T, _ = x.shape
+        return [W(x).view(B, T, self.h, self.d_k).transpose(1, 2) for W in (self.W_q, self.W_k, self.W_v)]
+
+    def forward(self, x):
+        B, T, D = x.shape
+        q, k, v = self.heads(x)
+        q, k = self.normed(q), self.normed(k)
+        scores = self.capped(q @ k.transpose(-2, -1) / math.sqrt(self.d_k))
+        w = scores.softmax(-1)
+        return self.W_o((w @ v).transpose(1, 2).reshape(B, T, D)), w
+
+    def normed(self, t):
+        return t
+
+    def capped(self, s):
+        return s
+
+
+class SoftCapped(Base):
+    def capped(self, s):
+        return 50.0 * torch.tanh(s / 50.0)
+
+
+class QKNorm(Base):
+    def normed(self, t):
+        return F.rms_norm(t, (self.d_k,))
+
+
+class PositionBias(Base):
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.bias = nn.Parameter(torch.randn(num_heads, 64, 64) * 0.1)
+
+    def capped(self, s):
+        T = s.size(-1)
+        return s + self.bias[:, :T, :T]

@@ -141,11 +141,15 @@ def test_the_api_leaves_the_callers_process_as_it_was():
 ])
 def test_the_apis_wrong_values_are_one_mhaerror_naming_the_quantity(default_run, call, quantity):
     """What the command line's parser refuses, the API refuses too: never a raw TypeError or
-    IndexError from deep inside, never a by_head that silently runs why."""
+    IndexError from deep inside, never a by_head that silently runs why; and the message a
+    notebook shows names the parameter, as the command line's names its option."""
     m = mha_trace.model(str(default_run))
     with pytest.raises(mha_trace.MhaError) as refused:
         call(m)
     assert refused.value.quantity == quantity
+    shown = str(refused.value)
+    assert shown.startswith((quantity, f"--{quantity.replace('_', '-')}")) or \
+        f"--{quantity.replace('_', '-')}" in shown, shown
 
 
 def test_device_none_is_the_default_device(default_run):

@@ -116,11 +116,7 @@ def check_once(run, module, mapping: Mapping | None, sizes, way: Way,
     mask = make_mask(sizes.seq, "causal" if way.mask_as == "own causal" else sizes.mask, sizes.pad)
     fed = tuple(t[0] if one else t.transpose(0, 1).contiguous() if way.seq_first else t for t in xs)
     fed = tuple(t.numpy() for t in fed) if run.numpy else fed
-    given = None if way.mask_as.startswith("own") else _mask_as(mask, way.mask_as, run.numpy)
-    if way.mask_per_sequence and given is not None:
-        given = given.expand(len(xs[0]), *given.shape).clone()  # (B, T, T)
-    if way.key_padding and given is not None:
-        given = given[0].expand(len(xs[0]), *given.shape[1:]).clone()  # (B, T): padding is one row
+    given = _mask_given(mask, way, run.numpy, len(xs[0]))
     call, args, kwargs = forward_call(module, fed if len(fed) == 3 else fed[0], given)
     if "use_projections" in inspect.signature(module.forward).parameters and mapping.layers:
         kwargs["use_projections"] = True  # the chapter's class: let it use the copied weights
@@ -225,6 +221,17 @@ def _reference_for(module, mapping: Mapping | None, sizes, way: Way) -> tuple:
             lin.bias.zero_()
     return reference, Mapping({}, "none: it splits Q, K, V as given, so the lecture's projections "
                                   "were set to the identity"), True
+
+
+def _mask_given(mask, way: Way, numpy: bool, batch: int):
+    """The mask as the student's forward takes it: read its way, in its layout ((T, T); one per
+    sequence, (B, T, T); padding as one row of keys per sequence, (B, T)); None for its own."""
+    given = None if way.mask_as.startswith("own") else _mask_as(mask, way.mask_as, numpy)
+    if way.mask_per_sequence and given is not None:
+        given = given.expand(batch, *given.shape).clone()  # (B, T, T)
+    if way.key_padding and given is not None:
+        given = given[0].expand(batch, *given.shape[1:]).clone()  # (B, T): padding is one row
+    return given
 
 
 def _mask_as(mask, kind: str, numpy: bool):

@@ -83,6 +83,14 @@ def check_module(runs, given_map: str | None, mask_means: str = "any") -> Studen
     return report
 
 
+def _mask_layouts(sizes) -> list:
+    """(one per sequence, one row of keys) layouts of a mask beside (T, T): (B, T, T), as the
+    Annotated Transformer's mask.unsqueeze(1) takes it (a (T, T) mask there broadcasts wrongly,
+    or not at all); with padding alone, (B, T), as BERT's attention_mask."""
+    return [(True, False)] * bool(sizes.mask != "none" or sizes.pad) + \
+        [(False, True)] * bool(sizes.mask == "none" and sizes.pad)
+
+
 def _right_with_rope(run, sizes, given_map, mask_means) -> None:
     """A module that turns Q and K by position, checked without --rope, is wrong against the
     plain module for that alone: when it is right with --rope, that is what is said."""
@@ -198,15 +206,9 @@ def _each_way(run, sizes, given_map: str | None, mask_means: str = "any",
             error = error or e
         if reports and reports[-1].passed:
             break  # right this way: no other reading can be more right
-    if not run.numpy and masks[0] != "own" and (sizes.mask != "none" or sizes.pad):
-        # one mask per sequence, (B, T, T), as the Annotated Transformer's mask.unsqueeze(1)
-        # takes it (a (T, T) mask there broadcasts wrongly, or not at all)
-        others += [Way(t, m, False, strided, h, False, True) for h in layouts for m in masks
-                   for t in turns]
-    if not run.numpy and masks[0] != "own" and sizes.mask == "none" and sizes.pad:
-        # padding alone: one row of the keys per sequence, (B, T), as BERT's attention_mask
-        others += [Way(t, m, False, strided, h, key_padding=True) for h in layouts for m in masks
-                   for t in turns]
+    if not run.numpy and masks[0] != "own":
+        others += [Way(t, m, False, strided, h, mask_per_sequence=per, key_padding=keys)
+                   for per, keys in _mask_layouts(sizes) for h in layouts for m in masks for t in turns]
     if not any(r.passed for r in reports):
         passed = (r for r in (try_way(run, module, mapping, sizes, way) for way in others)
                   if r is not None and r.passed)

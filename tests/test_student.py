@@ -630,3 +630,16 @@ def test_a_variant_is_named_at_its_line_not_called_a_mistake(cli, cls, line, nam
     assert "Not the lecture's module: a variant (exit code 1)." in text and "Wrong" not in text
     assert json.loads(cli("verify", "--module", "tests/student/variants_2026.py:Base", "--format",
                           "json").stdout)["passed"]
+
+
+def test_init_sets_the_sizes_the_check_runs_at(cli):
+    """--init 'num_heads=2, dim_in=16' builds the class 16 wide: the check runs 16 wide with 2 heads
+    (it ran at 64 and refused: "q has a weight of shape [16, 16]; as q it should be [64, 64]")."""
+    args = ("verify", "--module", f"{COURSE_STYLES}:Eecs498Style", "--init", "num_heads=2, dim_in=16",
+            "--mask", "causal", "--mask-means", "blocked", "--format", "json")
+    data = json.loads(cli(*args).stdout)
+    assert data["passed"] and data["mapping"] == "q=q, k=k, v=v, o=out (by name)"
+    import mha_trace
+
+    assert mha_trace.verify(f"{COURSE_STYLES}:Eecs498Style", init="num_heads=2, dim_in=16", mask="causal",
+                            mask_means="blocked").passed

@@ -291,8 +291,11 @@ def resolve_student(o: RunOptions) -> StudentRuns:
     pick = lambda value, default: default if value is None else value
     rope_base = pick(o.rope_base, 10000.0)
     if o.config is None:
-        sizes = Sizes(batch=pick(o.batch, 2), seq=pick(o.seq, 6), d_model=pick(o.d_model, 64),
-                      heads=pick(o.heads, 4), kv_heads=o.kv_heads, mask=pick(o.mask, "none"),
+        from mha_trace.runs.usermodule import init_sizes
+
+        built = init_sizes(o.init)  # --init 'num_heads=2, dim_in=16': the check runs 16 wide
+        sizes = Sizes(batch=pick(o.batch, 2), seq=pick(o.seq, 6), d_model=pick(o.d_model, built.get("d_model", 64)),
+                      heads=pick(o.heads, built.get("heads", 4)), kv_heads=o.kv_heads, mask=pick(o.mask, "none"),
                       pad=pick(o.pad, 0), dtype="float64", seed=pick(o.seed, 0), rope=bool(o.rope),
                       rope_base=rope_base)
         check_sizes(sizes.batch, sizes.seq, sizes.d_model, None if o.init else sizes.heads,

@@ -174,6 +174,18 @@ def _with_forward(cls: type) -> type:
                                        "__qualname__": cls.__qualname__})
 
 
+def init_sizes(init: str | None) -> dict:
+    """The width and head count an --init names ({"d_model": 16, "heads": 2} from 'num_heads=2,
+    dim_in=16'), so that the check runs at the sizes the class is built with."""
+    given = parse_init(init) if init else {}
+    found = {}
+    for size, names in (("d_model", D_MODEL_NAMES), ("heads", HEADS_NAMES)):
+        value = next((v for n, v in given.items() if n in names and type(v) is int and v > 0), None)
+        if value is not None:
+            found[size] = value
+    return found
+
+
 def parse_init(text: str) -> dict:
     """'d_model=64, num_heads=4' -> {'d_model': 64, 'num_heads': 4} (Python literals only)."""
     from mha_trace.errors import printable

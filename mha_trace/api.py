@@ -118,31 +118,23 @@ def compare(config=None, head_counts=(1, 2, 4), **options):
 
 
 def verify(module=None, *, map: str | None = None, mask_means: str = "any", course: str | None = None,
-           **options):
+           gradebook: str | None = None, jobs: int | None = None, time_limit: float | None = None,
+           memory: float | None = None, **options):
     """The built-in module (or your class, or 'FILE.py:Class') against independent references:
     numpy by hand, nn.MultiheadAttention and F.scaled_dot_product_attention. `.passed` says it.
-    course="cs231n" (or a profile's .toml path) checks your class under a course's conventions.
+    course="cs231n" (or a profile's .toml path) checks your class under a course's conventions;
+    'class/*.py:Name' (a glob or a folder) verifies a whole class, each submission in a contained
+    process of its own (jobs, time_limit in seconds, memory in GiB), into a Gradebook.
 
     >>> verify(heads=8, kv_heads=2, mask="causal", dtype="float64").passed
     True
     """
-    from mha_trace.analyses.references import check_references
+    from mha_trace.views.verify import verify_view
 
-    o = _options(options, config=options.pop("config", None))
     if course is not None and not isinstance(course, str):
         raise MhaError(f"course={course!r} is a course's name or a profile's .toml path", quantity="course")
-    if module is None:
-        if course is not None:
-            raise MhaError("--course holds a course's conventions for your module: add --module", quantity="course")
-        if o.config is not None:
-            return check_references(resolve(o, "config"))
-        return check_references(resolve(o, "sizes", alive=4, hint="verify on smaller sizes: the check "
-                                  "does not depend on them"))
-    from dataclasses import replace
-
-    from mha_trace.views.verify import student_verdict
-
-    return student_verdict(replace(o, module=module), map, mask_means, course)
+    o = _options(options, config=options.pop("config", None), module=module)
+    return verify_view(o, map, mask_means, course, gradebook, (jobs, time_limit, memory))
 
 
 def cost(preset: str | None = None, **dims):

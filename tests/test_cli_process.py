@@ -150,6 +150,14 @@ def test_every_help_example_runs(cli, name, example, tmp_path, monkeypatch):
 
         checkpoints.save(training.run_training(training.Spec.of("induction", steps=5, snapshots=2)),
                       "run.pt")  # two layers: composition has a later layer to read the first
+    if "class/" in example:  # a lecturer's folder of submissions: two students
+        from pathlib import Path
+
+        monkeypatch.chdir(tmp_path)
+        skeleton = (Path(__file__).parent / "classroom" / "skeleton.py").read_text()
+        (tmp_path / "class").mkdir()
+        (tmp_path / "class" / "alice.py").write_text(skeleton)
+        (tmp_path / "class" / "bob.py").write_text(skeleton.replace("/ math.sqrt(D)", "/ D"))
     if "--prune" in example:  # the whole corpus takes 45 seconds: tests/test_pruning.py runs it small
         from mha_trace.models import corpus
 

@@ -280,6 +280,29 @@ def test_shapes_rows_light_their_source_line(cli, tmp_path, browser):
     assert p.clean()
 
 
+def test_the_gradebook_page_shows_each_student_as_text(cli, tmp_path, browser):
+    """A class's grades.html: a row per student with the JSON's verdict and mistake, the class's
+    counts, and a student's file name that is markup shown as text, never run."""
+    skeleton = (Path(__file__).parent / "classroom" / "skeleton.py").read_text()
+    klass = tmp_path / "class"
+    klass.mkdir()
+    evil = "<img src=x onerror=alert(1)>"
+    for name, text in (("alice", skeleton), ("bob", skeleton.replace("/ math.sqrt(D)", "/ D")), (evil, "x = (\n")):
+        (klass / f"{name}.py").write_text(text)
+    result = cli("verify", "--module", f"{klass}/*.py:MultiHeadAttention", "--course", "cs231n",
+                 "--gradebook", str(tmp_path / "grades"), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    p = Opened(browser, (tmp_path / "grades" / "grades.html").as_uri())
+    cells = p.page.eval_on_selector_all("tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.textContent))")
+    assert [(c[0], c[1].lower()) for c in cells] == [(r["student"], r["verdict"]) for r in data["students"]]
+    assert evil in [c[0] for c in cells] and p.page.locator("img").count() == 0
+    bob = next(c for c in cells if c[0] == "bob")
+    assert bob[2].startswith("30") and bob[3] == "scaled by d_k instead of √d_k" and "math.sqrt(d_k)" in bob[4]
+    assert "Scaled by d_k instead of √d_k: 1 of 3." in p.page.text_content("ul")
+    assert p.clean()
+
+
 def test_the_notebook_view_is_the_same_page_in_a_sandboxed_frame(browser, tmp_path):
     fragment = mha_trace.heads("cat-sat-on-mat")._repr_html_()
     assert fragment.startswith('<div class="mha-trace"')  # the view first, then the tables

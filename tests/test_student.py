@@ -86,7 +86,7 @@ def test_the_mapping_is_printed_and_can_be_given(cli, tmp_path):
                    .replace("self.key", "self.b").replace("self.value", "self.c").replace("self.out", "self.d"))
     data = json.loads(cli("verify", "--module", f"{odd}:Attention", "--d-model", "32", "--heads", "4",
                           "--format", "json").stdout)
-    assert data["passed"] and data["mapping"].endswith("(by shape, in the order defined)")
+    assert data["passed"] and data["mapping"] == "q=a, k=b, v=c, o=d (by data flow)"
     given = json.loads(cli("verify", "--module", f"{odd}:Attention", "--d-model", "32", "--heads", "4",
                            "--map", "q=a,k=b,v=c,o=d", "--format", "json").stdout)
     assert given["passed"] and given["mapping"] == "q=a, k=b, v=c, o=d (--map)"
@@ -483,19 +483,18 @@ def test_biases_under_names_that_say_nothing_are_zeroed_and_said(cli, tmp_path):
 
 
 @pytest.mark.parametrize("sizes", [("--d-model", "32", "--heads", "4"), ("--d-model", "24", "--heads", "3")])
-def test_matrices_with_names_that_say_nothing_are_tried_in_every_order(cli, sizes):
-    """a, b, c, d defined in the order o, v, k, q: the one order that fits is found and said
-    (mapping them in the order defined used to call a correct module Wrong)."""
+def test_matrices_with_names_that_say_nothing_are_mapped_by_what_they_do(cli, sizes):
+    """a, b, c, d defined in the order o, v, k, q: the data flow says which is which (mapping them
+    in the order defined used to call a correct module Wrong, and a wrong one could not be mapped
+    at all); so a wrong one is Wrong at its line, its mistake named."""
     spec = "tests/student/unnamed_order.py:"
     result = cli("verify", "--module", spec + "Abcd", *sizes, "--format", "json")
     data = json.loads(result.stdout)
     assert result.exit_code == 0 and data["passed"], result.stdout
-    assert data["mapping"] == "q=d, k=c, v=b, o=a (by trying every order)"
-    wrong = cli("verify", "--module", spec + "AbcdWrong", *sizes)
-    assert wrong.exit_code == 2 and wrong.stderr == (
-        "Error: --map: a, b, c, d do not say which projection each is, and no order of the 24 "
-        "makes the module right: say which is which with --map, e.g. --map "
-        "'q=NAME,k=NAME,v=NAME,o=NAME'\n")
+    assert data["mapping"] == "q=d, k=c, v=b, o=a (by data flow)"
+    wrong = json.loads(cli("verify", "--module", spec + "AbcdWrong", *sizes, "--format", "json").stdout)
+    assert wrong["mapping"] == "q=d, k=c, v=b, o=a (by data flow)"
+    assert (wrong["diagnosis"], wrong["first_wrong_step"]["line"]) == ("scaled by d_k instead of √d_k", 27)
 
 
 @pytest.mark.parametrize("sizes", [("--d-model", "32", "--heads", "4"), ("--d-model", "24", "--heads", "3")])

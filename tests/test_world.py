@@ -1,7 +1,7 @@
 """verify --module on attention as the world writes it (tests/world/: nanoGPT, minGPT, the
-Annotated Transformer, Hugging Face BERT, GPT-2 and LLaMA, fairseq, timm, vit-pytorch, latent
-diffusion, TransformerLens, the UvA tutorials, d2l, MPT, Keras-style NumPy, the paper's own
-notation): each is Right at two sizes as its author meant it to run, with the line that says how
+Annotated Transformer, Hugging Face BERT, GPT-2, LLaMA, CLIP and GPT-BigCode, fairseq, Megatron,
+timm, BEiT, vit-pytorch, latent diffusion, diffusers, perceiver, TransformerLens, a Haiku port,
+CS336, the UvA tutorials, d2l, MPT, Keras-style NumPy, the paper's own notation): each is Right at two sizes as its author meant it to run, with the line that says how
 it was run, or refused in one line naming what it is; and one-line mutations (the zoo's mistakes,
 applied to that code) are Wrong at the mutated line with the mistake named."""
 
@@ -55,7 +55,16 @@ RIGHT = {
     "cs231n_numpy_loop.py:LoopMultiHeadAttention": (CAUSAL, "used as x @ W"),
     "bloom_baddbmm.py:BloomAttention": ((), "its rows go head by head"),
     "qwen2_gqa_bias.py:Qwen2Attention": (("--rope", *CAUSAL), "(grouped-query attention)"),
-    "peterbloem.py:SelfAttention": ((), "the one order of the 24 in which the module is right"),
+    "peterbloem.py:SelfAttention": ((), "(by data flow)"),
+    "haiku_port.py:MultiHeadAttention": (CAUSAL, "q=query_w+query_b, k=key_w+key_b, v=value_w+value_b, "
+                                                 "o=linear_w+linear_b (by data flow)"),
+    "perceiver.py:Attention": (("--pad", "2"), "q=to_q, kv=to_kv, o=to_out (by data flow)"),
+    "diffusers_attention.py:Attention": ((), "o=to_out.0"),
+    "clip_attention.py:CLIPAttention": (CAUSAL, "its mask is added to the scores"),
+    "gpt_bigcode.py:GPTBigCodeAttention": ((), "(multi-query attention)"),
+    "beit.py:Attention": ((), "q_bias, v_bias were set to zero"),
+    "cs336.py:MultiHeadSelfAttention": ((), "o: output_proj.weight, the one d_model × d_model weight left"),
+    "megatron.py:ParallelAttention": (CAUSAL, "sequence first"),
 }
 
 
@@ -148,6 +157,26 @@ MUTATIONS = [
     ("in_proj_manual.py:InProjAttention", "attn = attn.masked_fill(~attn_mask, float(\"-inf\"))",
      "attn = attn.masked_fill(attn_mask, float(\"-inf\"))", (*CAUSAL, "--mask-means", "keep"),
      "mask inverted"),
+    # styles whose roles only the data flow tells, and steps with no counterpart in the lecture's
+    ("haiku_port.py:MultiHeadAttention", "attn_logits = attn_logits / math.sqrt(self.key_size)",
+     "attn_logits = attn_logits / self.key_size", (), "scaled by d_k instead of √d_k"),
+    ("haiku_port.py:MultiHeadAttention", "attn_weights = torch.softmax(attn_logits, dim=-1)",
+     "attn_weights = torch.softmax(attn_logits, dim=-2)", (), "softmax over the queries instead of the keys"),
+    ("perceiver.py:Attention", "attn = sim.softmax(dim=-1)", "attn = sim.softmax(dim=-2)", (),
+     "softmax over the queries instead of the keys"),
+    ("perceiver.py:Attention", 'out = einsum("b i j, b j d -> b i d", attn, v)',
+     'out = einsum("b i j, b j d -> b i d", attn, k)', (), "weights applied to K instead of V"),
+    ("diffusers_attention.py:Attention", "return attention_scores.softmax(dim=-1)",
+     "return attention_scores.softmax(dim=-2)", (), "softmax over the queries instead of the keys"),
+    ("clip_attention.py:CLIPAttention", "attn_output = attn_output.transpose(1, 2).reshape(bsz, tgt_len, embed_dim)",
+     "attn_output = attn_output.reshape(bsz, tgt_len, embed_dim)", (), "heads merged without transposing back"),
+    ("beit.py:Attention", "attn = attn.softmax(dim=-1)", "attn = attn.softmax(dim=-2)", (),
+     "softmax over the queries instead of the keys"),
+    ("beit.py:Attention", "q = q * self.scale", "q = q * self.scale ** 2", (), "scaled by d_k instead of √d_k"),
+    ("cs336.py:MultiHeadSelfAttention", "scores = scores.masked_fill(~mask, float(\"-inf\"))",
+     "scores = scores.masked_fill(mask, float(\"-inf\"))", (), "mask inverted"),
+    ("megatron.py:ParallelAttention", "attention_probs = torch.softmax(attention_scores, dim=-1)",
+     "attention_probs = torch.softmax(attention_scores, dim=-2)", (), "softmax over the queries instead of the keys"),
 ]
 
 

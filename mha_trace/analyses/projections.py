@@ -1,5 +1,6 @@
 """A student's four projections: found by name (W_q / query / q_proj ..., fused c_attn / qkv /
-in_proj), by shape, or given with --map, checked, and the lecture's weights copied into them."""
+in_proj), by shape, by data flow (what each weight does in the forward pass), or given with --map,
+and checked (copied.py copies the lecture's weights into them)."""
 
 import re
 from dataclasses import dataclass, field
@@ -8,7 +9,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from mha_trace.core.attention import MultiHeadAttention
 from mha_trace.errors import MhaError
 
 NAMES = {  # lower-cased attribute names, most specific first
@@ -25,7 +25,7 @@ NAMES = {  # lower-cased attribute names, most specific first
 class Mapping:
     """Which of the student's parameters holds which projection."""
 
-    layers: dict  # role ("q", "k", "v", "o", "qkv") -> (name, nn.Linear or (weight, bias) pair)
+    layers: dict  # role ("q", "k", "v", "o", "qkv", "kv") -> (name, nn.Linear or (weight, bias) pair)
     how: str  # "by name", "by shape", "--map"
     biases: dict = field(default_factory=dict)  # role -> (name, 1-D bias) beside a bare matrix
     stray: list = field(default_factory=list)  # 1-D parameters no projection claims: [(name, t)]
@@ -49,15 +49,16 @@ class Joined:
     matrix of that shape back into the parts."""
 
     def __init__(self, parts: list, how: str):
-        self.parts, self.how = parts, how  # how: "in" [H, D, d], "out" [H, d, D], "side", "flat"
+        self.parts, self.how = parts, how  # how: "in" [H, D, d], "out" [H, d, D], "flax" [D, H, d], "side", "flat"
 
     @property
     def value(self) -> torch.Tensor:
         t = self.parts[0]
         if self.how == "in":
             return t.permute(1, 0, 2).reshape(t.shape[1], -1)
-        if self.how in ("out", "flat"):
-            return t.reshape(-1, t.shape[-1]) if self.how == "out" else t.reshape(-1)
+        if self.how in ("out", "flat", "flax"):
+            return t.reshape(-1, t.shape[-1]) if self.how == "out" else t.reshape(t.shape[0], -1) \
+                if self.how == "flax" else t.reshape(-1)
         return torch.cat(list(self.parts), dim=1)
 
     @property
@@ -68,7 +69,7 @@ class Joined:
         t = self.parts[0]
         if self.how == "in":
             t.copy_(value.reshape(t.shape[1], t.shape[0], t.shape[2]).permute(1, 0, 2))
-        elif self.how in ("out", "flat"):
+        elif self.how in ("out", "flat", "flax"):
             t.copy_(value.reshape(t.shape))
         else:
             for part, piece in zip(self.parts, value.split(self.parts[0].shape[1], dim=1)):
@@ -88,9 +89,16 @@ def named_weights(module) -> dict:
         if t.dim() == 2:
             found[name] = t
         elif t.dim() == 3 and t.is_floating_point():
-            out = _called(name) in NAMES["o"] or t.shape[2] > t.shape[1]
-            found[name] = Joined([t], "out" if out else "in")
+            found[name] = Joined([t], _kernel_layout(name, t.shape))
     return _per_head(found)
+
+
+def _kernel_layout(name: str, shape: tuple) -> str:
+    """A 3-D per-head weight's layout, by where d_model (its largest axis) is: [H, D, d]
+    (TransformerLens' W_Q), [H, d, D] (an output's), or [D, H, d] (a Flax or Haiku kernel)."""
+    if _called(name) in NAMES["o"] or shape[2] > shape[1] and shape[2] >= shape[0]:
+        return "out"
+    return "flax" if shape[0] > shape[1] else "in"
 
 
 def _is_bias(name: str) -> bool:
@@ -221,7 +229,7 @@ def _with_biases(mapping: Mapping, module, d_model: int, kv_rows: int | None = N
     for role, (name, held) in mapping.layers.items():
         if isinstance(held, (nn.Linear, tuple, list)):
             continue
-        size = {"qkv": d_model + 2 * kv_rows, "k": kv_rows, "v": kv_rows}.get(role, d_model)
+        size = role_rows(role, d_model, kv_rows)
         stem = _stem(name, ("weight", "w"))
         found = [n for n, v in vectors.items() if _stem(n, ("bias", "b")) == stem
                  and tuple(v.shape) == (size,)]
@@ -246,7 +254,7 @@ def _projections(module, d_model: int, given: str | None, kv_rows: int) -> Mappi
                 raise MhaError(f"'{part.strip()}' is not ROLE=NAME with ROLE q, k, v, o or qkv and "
                                f"NAME one of your weights (found: {_found(weights)})", quantity="map")
             roles[role] = (name, weights[name])
-        return _checked(Mapping(roles, "--map"), d_model, kv_rows)
+        return checked(Mapping(roles, "--map"), d_model, kv_rows)
     roles = {}
     for role, names in NAMES.items():
         for candidate in names:
@@ -255,13 +263,13 @@ def _projections(module, d_model: int, given: str | None, kv_rows: int) -> Mappi
                 roles[role] = (named[0], weights[named[0]])
                 break
     if {"q", "k", "v", "o"} <= set(roles):
-        return _checked(Mapping({r: roles[r] for r in "qkvo"}, "by name"), d_model, kv_rows)
+        return checked(Mapping({r: roles[r] for r in "qkvo"}, "by name"), d_model, kv_rows)
     if {"qkv", "o"} <= set(roles):
-        return _checked(Mapping({r: roles[r] for r in ("qkv", "o")}, "by name"), d_model, kv_rows)
+        return checked(Mapping({r: roles[r] for r in ("qkv", "o")}, "by name"), d_model, kv_rows)
     left = _output_left(weights, roles, d_model)
     if left:  # q, k and v (or qkv) named; the output's name unknown (output_proj, linear, ...)
         inputs = "qkv" if {"q", "k", "v"} <= set(roles) else ("qkv",)
-        return _checked(Mapping({**{r: roles[r] for r in inputs}, "o": left},
+        return checked(Mapping({**{r: roles[r] for r in inputs}, "o": left},
                                 f"by name; o: {left[0]}, the one d_model × d_model weight left"), d_model, kv_rows)
     square = [(n, h) for n, h in weights.items() if _shape(h) == (d_model, d_model)]
     fused = [(n, h) for n, h in weights.items() if _shape(h) in ((d_model + 2 * kv_rows, d_model),
@@ -302,9 +310,14 @@ def _called(name: str) -> str:
     return last.split("_")[0] if name.endswith("*") else last
 
 
-def _checked(mapping: Mapping, d_model: int, kv_rows: int) -> Mapping:
+def role_rows(role: str, d_model: int, kv_rows: int) -> int:
+    """The rows a projection of this role has (q and o d_model; k and v kv_rows; fused, their sum)."""
+    return sum(kv_rows if r in "kv" else d_model for r in role)
+
+
+def checked(mapping: Mapping, d_model: int, kv_rows: int) -> Mapping:
     for role, (name, layer) in mapping.layers.items():
-        rows = {"qkv": d_model + 2 * kv_rows, "k": kv_rows, "v": kv_rows}.get(role, d_model)
+        rows = role_rows(role, d_model, kv_rows)
         want = [(rows, d_model)]
         if rows != d_model and not isinstance(layer, (nn.Linear, tuple, list)):
             want.append((d_model, rows))  # a bare matrix used as x @ W
@@ -312,71 +325,6 @@ def _checked(mapping: Mapping, d_model: int, kv_rows: int) -> Mapping:
             raise MhaError(f"{name} has a weight of shape {list(_shape(layer))}; as {role} it "
                            f"should be {list(want[0])}", quantity="map")
     return mapping
-
-
-def _head_by_head(t: torch.Tensor, heads: int) -> torch.Tensor:
-    """Rows [Q; K; V] reordered head by head, [Q_1; K_1; V_1; Q_2; ...]: a fused qkv that the
-    module reshapes to (B, T, H, 3·d_k) before splitting (the UvA tutorials' layout)."""
-    q, k, v = (part.reshape(heads, -1, *t.shape[1:]) for part in t.chunk(3))
-    return torch.cat([q, k, v], dim=1).reshape(t.shape)
-
-
-def copy_reference(reference: MultiHeadAttention, mapping: Mapping, module=None,
-                   transposed: bool = False, head_by_head: bool = False) -> bool:
-    """Put the reference's weights (and biases) into the student's; False if the student's
-    projections have no biases (the reference's are then zeroed to match). A bare matrix gets
-    W as nn.Linear holds it (x @ W.T), or W.T when `transposed` (x @ W) or its shape says so.
-    head_by_head: a fused qkv's rows go head by head (q, k, v of head 1, then of head 2, ...)."""
-    layers = mapping.layers
-    has_bias = all(role in mapping.biases if not isinstance(hs, (nn.Linear, tuple, list)) else
-                   all(_bias(h) is not None for h in (hs if isinstance(hs, list) else [hs]))
-                   for role, (_, hs) in layers.items())
-    with torch.no_grad():
-        if not has_bias:
-            for lin in (reference.W_q, reference.W_k, reference.W_v, reference.W_o):
-                lin.bias.zero_()
-        _zero_strays(mapping, module)
-        source = {"q": reference.W_q, "k": reference.W_k, "v": reference.W_v, "o": reference.W_o}
-        for role, (name, target) in layers.items():
-            parts = [source[r] for r in ("qkv" if role == "qkv" else role)]
-            weight = torch.cat([p.weight for p in parts])
-            bias = torch.cat([p.bias for p in parts])
-            if role == "qkv" and head_by_head:
-                weight, bias = (_head_by_head(t, reference.heads) for t in (weight, bias))
-            if isinstance(target, list):  # per head: each its rows
-                rows = weight.shape[0] // len(target)
-                for i, lin in enumerate(target):
-                    lin.weight.copy_(weight[i * rows:(i + 1) * rows])
-                    if lin.bias is not None:
-                        lin.bias.copy_(bias[i * rows:(i + 1) * rows])
-                continue
-            if isinstance(target, (nn.Linear, tuple)):
-                _weight(target).copy_(weight)
-                if _bias(target) is not None:
-                    _bias(target).copy_(bias)
-                continue
-            if transposed or tuple(target.shape) != tuple(weight.shape):
-                weight = weight.T
-            _put(module, name, target, weight)
-            if role in mapping.biases and has_bias:
-                _put(module, *mapping.biases[role], bias)
-    return has_bias
-
-
-def _put(module, name: str, target, value: torch.Tensor) -> None:
-    """A tensor's values into the student's parameter, or a NumPy class's array attribute."""
-    if isinstance(target, np.ndarray):
-        setattr(module, name, value.numpy().copy())  # float64, whatever it held
-    else:
-        target.copy_(value)
-
-
-def _zero_strays(mapping: Mapping, module) -> None:
-    """1-D parameters no projection claims (biases under names that say nothing) are zeroed, as
-    the reference's biases are when not every projection has one: never a wrong verdict for how
-    a correct module names its biases."""
-    for name, t in mapping.stray:
-        _put(module, name, t, torch.zeros(t.shape, dtype=torch.float64))
 
 
 def _weight(layer):
@@ -387,7 +335,29 @@ def _bias(layer):
     return layer[1] if isinstance(layer, tuple) else layer.bias
 
 
-def square_matrices(mapping: Mapping) -> bool:
-    """Whether a bare square matrix is among the projections: x @ W and x @ W.T both run."""
-    return any(not isinstance(h, (nn.Linear, tuple, list)) and h.shape[0] == h.shape[1]
-               for _, h in mapping.layers.values())
+def by_flow(sides: dict, module, d_model: int, kv_rows: int) -> Mapping | None:
+    """The projections from the data flow (`core.flow`: the parameters each side of attention was
+    computed from): one weight each for q, k, v and the output, or a fused one for q, k and v
+    (or k and v); None where the flow does not name one weight a side."""
+    weights = named_weights(module)
+    owner = {id(t): key for key, held in weights.items() for t in _tensors_of(held)}
+    keys = {r: {owner[i] for i in ids if i in owner} for r, ids in sides.items()}
+    if set(keys) != set("qkvo") or any(len(k) != 1 for k in keys.values()):
+        return None
+    q, k, v, o = (keys[r].pop() for r in "qkvo")
+    roles = {"qkv": q} if q == k == v else {"q": q, "kv": k} if k == v != q else \
+        {"q": q, "k": k, "v": v} if len({q, k, v}) == 3 else None
+    if roles is None or o in roles.values():
+        return None
+    layers = {role: (name, weights[name]) for role, name in {**roles, "o": o}.items()}
+    mapping = Mapping(layers, "by data flow")
+    return _with_biases(checked(mapping, d_model, kv_rows), module, d_model, kv_rows)
+
+
+def _tensors_of(held) -> list:
+    """The weight tensors a projection holds (never its bias)."""
+    if isinstance(held, list):
+        return [t for h in held for t in _tensors_of(h)]
+    if isinstance(held, Joined):
+        return list(held.parts)
+    return [_weight(held)] if isinstance(held, (nn.Linear, tuple)) else [held]

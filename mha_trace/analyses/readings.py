@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from mha_trace.analyses.projections import Mapping, copy_reference, square_matrices
+from mha_trace.analyses.copied import copy_reference, square_matrices
+from mha_trace.analyses.projections import Mapping
 from mha_trace.analyses.verdict import StudentReport, differences, where_it_went_wrong
 from mha_trace.core.attention import MultiHeadAttention
 from mha_trace.core.runtime import seed

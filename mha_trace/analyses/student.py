@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import torch
 
-from mha_trace.analyses.projections import (BY_ORDER, Mapping, find_projections, named_weights,
-                                            other_orders, square_matrices)
+from mha_trace.analyses.copied import square_matrices
+from mha_trace.analyses.projections import BY_ORDER, Mapping, find_projections, named_weights, other_orders
 from mha_trace.analyses.readings import (MASK_WAYS, Way, check_once, mask_ways, traced_forward,
                                          try_way)
 from mha_trace.analyses.verdict import StudentReport, differences, where_it_went_wrong
@@ -184,8 +184,7 @@ def _each_way(run, sizes, given_map: str | None, mask_means: str = "any",
     _not_a_block(module, run.label, sizes.d_model)
     sizes, grouped = _grouped(module, sizes)
     kv_rows = sizes.kv_heads * (sizes.d_model // sizes.heads) if sizes.kv_heads else None
-    mapping = find_projections(module, sizes.d_model, given_map, kv_rows) \
-        if named_weights(module) or given_map else None
+    mapping = _mapped(run, module, sizes, given_map, kv_rows)
     turns = (False, True) if mapping is not None and square_matrices(mapping) else (False,)
     masks = mask_ways(run, sizes, mask_means)
     batches = (True, False) if run.numpy else (False, True)  # NumPy: one sequence first
@@ -223,10 +222,58 @@ def _each_way(run, sizes, given_map: str | None, mask_means: str = "any",
     if not reports:
         raise error
     if not any(r.passed for r in reports):
-        reports = _in_another_order(run, module, mapping, sizes, usual) or reports
+        reports = _in_another_order(run, module, mapping, sizes, usual) or _seq_first(
+            run, module, mapping, sizes, others, reports)
     for r in reports:
         r.notes[:0] = grouped
     return reports
+
+
+def _seq_first(run, module, mapping, sizes, others: list, reports: list) -> list:
+    """A wrong module that no way explains, explained fed sequence first (T, B, d_model), its
+    own layout (fairseq's, Megatron's), when that way names its mistake."""
+    if run.numpy or any(r.diagnosis for r in reports):
+        return reports
+    tried = (try_way(run, module, mapping, sizes, w, True) for w in others if w.seq_first)
+    named = next((r for r in tried if r is not None and r.diagnosis), None)
+    return [named] if named else reports
+
+
+def _mapped(run, module, sizes, given_map: str | None, kv_rows: int | None) -> Mapping | None:
+    """The student's projections: by --map, by name or shape, else by what its forward does
+    with them (one run watched, `core.flow`); None for a module without weights."""
+    if not (named_weights(module) or given_map):
+        return None
+    try:
+        named = find_projections(module, sizes.d_model, given_map, kv_rows)
+    except MhaError:
+        if given_map or run.numpy:
+            raise
+        found = _by_flow(run, module, sizes, kv_rows or sizes.d_model)
+        if found is None:
+            raise
+        return found
+    if named.how != BY_ORDER or run.numpy:
+        return named
+    return _by_flow(run, module, sizes, kv_rows or sizes.d_model) or named  # which is which: what each does
+
+
+def _by_flow(run, module, sizes, kv_rows: int) -> Mapping | None:
+    """The projections as one plain run of the student's forward shows them (None where it does
+    not run, or shows no attention a weight each side)."""
+    from mha_trace.analyses.projections import by_flow
+    from mha_trace.analyses.readings import inputs
+    from mha_trace.core.flow import data_flow
+    from mha_trace.runs.usermodule import forward_call, user_code
+
+    xs = inputs(run, (sizes.batch, sizes.seq, sizes.d_model), False)
+    _, args, kwargs = forward_call(module, tuple(xs) if len(xs) == 3 else xs[0], None)
+    try:
+        with user_code(f"{run.label}: forward"):
+            flow = data_flow(module, args, kwargs)
+    except Exception:  # a forward that needs a mask, or another layout: the names' error stands
+        return None
+    return by_flow(flow.sides(), module, sizes.d_model, kv_rows)
 
 
 NORMS = ("LayerNorm", "RMSNorm", "BatchNorm1d", "GroupNorm")

@@ -53,6 +53,7 @@ class Step:
     value: object = None  # a copy of the output, when the trace keeps values (checking a module)
     called_from: tuple = ()  # (line, source) in forward when `line` is in a helper it called
     from_input: bool = True  # computed from forward's inputs (False: from constants and weights alone)
+    parents: tuple = ()  # the indices of the steps whose outputs it took in (kept values only)
 
 
 @dataclass
@@ -242,6 +243,7 @@ class _Recorder(TorchFunctionMode):
         self.steps: list[Step] = []
         self.failure: Failure | None = None
         self.from_input: dict = {}  # id -> tensor, for what forward's inputs reach (kept alive)
+        self.made: dict = {}  # id of such a tensor -> the index of the step that made it
         self.spans: dict = {}  # (file, line) -> the expressions of its steps so far
 
     def _where(self):
@@ -272,7 +274,9 @@ class _Recorder(TorchFunctionMode):
             if self.keep_values:  # which steps the inputs reach: the rest is constants (ALiBi's)
                 reached = any(id(t) in self.from_input for t in inputs)
                 self.steps[-1].from_input = reached
+                self.steps[-1].parents = tuple(sorted({self.made[id(t)] for t in inputs if id(t) in self.made}))
                 self.from_input |= {id(t): t for t in outputs} if reached else {}
+                self.made |= {id(t): len(self.steps) - 1 for t in outputs} if reached else {}
         return result
 
     def _record(self, op, text, file, line, source, span, outputs, inputs):
@@ -307,6 +311,7 @@ def _input_steps(module, args, kwargs, recorder, phase=""):
                                            value.untyped_storage().nbytes())
             recorder.steps[-1].phase = phase
             recorder.from_input[id(value)] = value
+            recorder.made[id(value)] = len(recorder.steps) - 1
 
 
 def trace(module, *args, watch=(), keep_values=False, **kwargs) -> Trace:

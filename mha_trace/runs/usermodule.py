@@ -29,7 +29,7 @@ D_MODEL_NAMES = ("d_model", "embed_dim", "n_embd", "dim", "hidden_size", "model_
 HEADS_NAMES = ("heads", "num_heads", "n_head", "n_heads", "h", "nhead", "head_count", "num_attention_heads")
 KV_HEADS_NAMES = ("kv_heads", "n_kv_heads", "num_kv_heads", "num_key_value_heads", "n_kv_head",
                   "n_query_groups", "num_groups")
-HEAD_DIM_NAMES = ("d_k", "d_head", "head_dim", "dim_head", "key_dim", "head_size")
+HEAD_DIM_NAMES = ("d_k", "d_head", "head_dim", "dim_head", "key_dim", "head_size", "key_size")  # key_size: Haiku's
 CONTEXT_NAMES = ("context_length", "block_size", "max_len", "max_seq_len", "n_positions",
                  "max_position_embeddings", "n_ctx")  # a causal buffer's size: room to spare
 DROPOUT_NAMES = ("dropout", "p_drop", "attn_dropout", "attention_dropout", "drop", "p")

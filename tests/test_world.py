@@ -1,6 +1,6 @@
 """verify --module on attention as the world writes it (tests/world/: nanoGPT, minGPT, the
 Annotated Transformer, Hugging Face BERT, GPT-2, LLaMA, CLIP and GPT-BigCode, fairseq, Megatron,
-timm, BEiT, vit-pytorch, latent diffusion, diffusers, perceiver, TransformerLens, a Haiku port,
+timm, BEiT, DINOv2, ESM-2, vit-pytorch, latent diffusion, diffusers, perceiver, TransformerLens, a Haiku port,
 CS336, the UvA tutorials, d2l, MPT, Keras-style NumPy, the paper's own notation): each is Right at two sizes as its author meant it to run, with the line that says how
 it was run, or refused in one line naming what it is; and one-line mutations (the zoo's mistakes,
 applied to that code) are Wrong at the mutated line with the mistake named."""
@@ -65,6 +65,8 @@ RIGHT = {
     "beit.py:Attention": ((), "q_bias, v_bias were set to zero"),
     "cs336.py:MultiHeadSelfAttention": ((), "o: output_proj.weight, the one d_model × d_model weight left"),
     "megatron.py:ParallelAttention": (CAUSAL, "sequence first"),
+    "dinov2.py:Attention": ((), "its projections have no biases"),
+    "esm2.py:MultiheadAttention": (("--pad", "2"), "sequence first"),
 }
 
 
@@ -95,6 +97,8 @@ REFUSED = {  # file:Class, flags -> the one line
     "and --pad\n",
     ("mpt_mqa.py:MultiQueryAttention", ("--kv-heads", "2")): "Error: --kv-heads 2, "
     "but its K and V projections have 8 rows: 1 heads of d_k=8\n",
+    ("esm2.py:MultiheadAttention", CAUSAL): "Error: --mask: MultiheadAttention.forward takes "
+    "key_padding_mask, the (B, T) keys to leave out: a causal mask cannot be given that way (--pad can)\n",
 }
 
 
@@ -175,6 +179,9 @@ MUTATIONS = [
     ("beit.py:Attention", "q = q * self.scale", "q = q * self.scale ** 2", (), "scaled by d_k instead of √d_k"),
     ("cs336.py:MultiHeadSelfAttention", "scores = scores.masked_fill(~mask, float(\"-inf\"))",
      "scores = scores.masked_fill(mask, float(\"-inf\"))", (), "mask inverted"),
+    ("dinov2.py:Attention", "q, k, v = qkv[0] * self.scale, qkv[1], qkv[2]",
+     "q, k, v = qkv[0] * self.scale ** 2, qkv[1], qkv[2]", (), "scaled by d_k instead of √d_k"),
+    ("esm2.py:MultiheadAttention", "q *= self.scaling", "q *= self.scaling ** 2", (), "scaled by d_k instead of √d_k"),
     ("megatron.py:ParallelAttention", "attention_probs = torch.softmax(attention_scores, dim=-1)",
      "attention_probs = torch.softmax(attention_scores, dim=-2)", (), "softmax over the queries instead of the keys"),
 ]

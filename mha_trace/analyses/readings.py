@@ -82,6 +82,9 @@ def mask_ways(run, sizes, mask_means: str) -> tuple:
             raise MhaError(f"{name}.forward takes no mask argument, so no padding mask can be "
                            f"applied", quantity="pad")
         return ("own", "own causal") if sizes.mask == "none" else ("own causal",)
+    if sizes.mask == "causal" and takes_mask(run.module) == "key_padding_mask":
+        raise MhaError(f"{name}.forward takes key_padding_mask, the (B, T) keys to leave out: a causal "
+                       f"mask cannot be given that way (--pad can)", quantity="mask")
     return ("bool",) if sizes.mask == "none" and not sizes.pad else MASK_WAYS[mask_means]
 
 

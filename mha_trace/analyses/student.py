@@ -206,8 +206,9 @@ def _each_way(run, sizes, given_map: str | None, mask_means: str = "any",
         if reports and reports[-1].passed:
             break  # right this way: no other reading can be more right
     if not run.numpy and masks[0] != "own":
-        others += [Way(t, m, False, strided, h, mask_per_sequence=per, key_padding=keys)
-                   for per, keys in _mask_layouts(sizes) for h in layouts for m in masks for t in turns]
+        others += [Way(t, m, False, strided, h, first, mask_per_sequence=per, key_padding=keys)
+                   for first in (False, True) for per, keys in _mask_layouts(sizes) for h in layouts
+                   for m in masks for t in turns]
     if not any(r.passed for r in reports):
         passed = (r for r in (try_way(run, module, mapping, sizes, way) for way in others)
                   if r is not None and r.passed)

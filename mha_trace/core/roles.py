@@ -163,8 +163,25 @@ def first_wrong_step(student_steps, reference_steps) -> tuple:
             continue  # x @ W, then + b: the sum is the projection
         if not _holds(step, candidates or known) and not _fused(step, role, known, ref_roles) \
                 and not _vouched_for(i, student_steps, roles, known, ref_roles):
-            return step, counterpart(step, role, known, ref_roles), None
+            made = _made_at(step, student_steps, roles)
+            return made, counterpart(made, roles[student_steps.index(made)], known, ref_roles), None
     return None, None, None
+
+
+def _made_at(step, steps, roles: list):
+    """A change of layout holds what it was given: when what it was given comes, through more
+    changes of layout, from a scale the lecture's module has no counterpart for (q *= scale
+    before the head split), that scale is where the numbers went wrong."""
+    at = {s.index: i for i, s in enumerate(steps)}
+    walk = step
+    while walk.op in LAYOUT_OPS and len(walk.parents) == 1 and walk.parents[0] in at:
+        parent = steps[at[walk.parents[0]]]
+        if roles[at[parent.index]] == "rope" and parent.op.rstrip("_") in SCALES:
+            return parent
+        if roles[at[parent.index]] != "layout":
+            break
+        walk = parent
+    return step
 
 
 LATER_JOBS = ("softmax", "weights·V", "output")

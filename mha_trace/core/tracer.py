@@ -74,6 +74,9 @@ class Failure:
         if self.op == "view" and "contiguous" in self.message:
             return ("the input to .view() is not contiguous (a transpose made it so); call "
                     ".contiguous() first, or use .reshape()")
+        if "not enough values to unpack (expected 4, got 3)" in self.message:
+            return ("it reads four axes from its input, an image's (B, H, W, C) grid perhaps; verify "
+                    "feeds attention a sequence, (B, T, d_model)")
         if self.op in ("matmul", "linear", "mm", "bmm") and "shapes cannot be multiplied" in self.message:
             return "the inner dimensions differ; check the last dim of the left and the rows of the right"
         return ""

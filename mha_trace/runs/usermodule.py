@@ -33,7 +33,7 @@ HEAD_DIM_NAMES = ("d_k", "d_head", "head_dim", "dim_head", "key_dim", "head_size
 CONTEXT_NAMES = ("context_length", "block_size", "max_len", "max_seq_len", "n_positions",
                  "max_position_embeddings", "n_ctx")  # a causal buffer's size: room to spare
 DROPOUT_NAMES = ("dropout", "p_drop", "attn_dropout", "attention_dropout", "drop", "p")
-MASK_NAMES = ("mask", "attn_mask", "attention_mask")
+MASK_NAMES = ("mask", "attn_mask", "attention_mask", "key_padding_mask")  # the last: fairseq's, ESM's (B, T)
 LENGTH_NAMES = ("valid_lens", "valid_len", "lengths")  # d2l's: how many keys of each sequence count
 
 
@@ -254,9 +254,11 @@ def _forward_params(module) -> list:
             if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
 
-def takes_mask(module) -> bool:
-    """Whether forward has a mask / attn_mask / attention_mask parameter."""
-    return any(p.name in MASK_NAMES for p in _forward_params(module))
+def takes_mask(module) -> str | None:
+    """The name of forward's mask parameter (mask, attn_mask, attention_mask, key_padding_mask),
+    the first in that order; None if it takes none."""
+    names = {p.name for p in _forward_params(module)}
+    return next((n for n in MASK_NAMES if n in names), None)
 
 
 def takes_lengths(module) -> str | None:
@@ -291,7 +293,7 @@ def forward_call(module: nn.Module, x, mask: torch.Tensor | None):
     attend) when one is given; every other optional parameter keeps its default.
     """
     params = _forward_params(module)
-    mask_param = next((p for p in params if p.name in MASK_NAMES), None)
+    mask_param = next((p for p in params if p.name == takes_mask(module)), None)
     names = input_names(module)
     args = x if isinstance(x, tuple) and len(names) == 3 else tuple(x for _ in names)
     order = [ROLES.get(n.lower()) for n in names]

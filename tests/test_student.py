@@ -2,6 +2,7 @@
 
 import inspect
 import json
+import pathlib
 
 import numpy as np
 
@@ -642,3 +643,16 @@ def test_init_sets_the_sizes_the_check_runs_at(cli):
 
     assert mha_trace.verify(f"{COURSE_STYLES}:Eecs498Style", init="num_heads=2, dim_in=16", mask="causal",
                             mask_means="blocked").passed
+
+
+def test_two_mistakes_at_once_are_each_named_with_each_fix(cli, tmp_path):
+    """No one mistake gives the output, two together do: both are named, the first at its line,
+    and the fix says each in turn."""
+    skeleton = (pathlib.Path(__file__).parent / "classroom" / "skeleton.py").read_text()
+    (tmp_path / "two.py").write_text(skeleton.replace("/ math.sqrt(D)", "/ D").replace("dim=-1", "dim=-2"))
+    data = json.loads(cli("verify", "--module", f"{tmp_path / 'two.py'}:MultiHeadAttention", "--course", "cs231n",
+                          "--format", "json").stdout)
+    assert data["diagnosis"] == "scaled by d_k instead of √d_k; and softmax over the queries instead of the keys"
+    assert data["first_wrong_step"]["line"] == next(i for i, line in enumerate(skeleton.splitlines(), 1)
+                                                     if "/ math.sqrt(D)" in line)
+    assert data["fix"].startswith("divide the scores by math.sqrt(d_k), not by d_k; then take the softmax over the keys")

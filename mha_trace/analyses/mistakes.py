@@ -153,6 +153,21 @@ MISTAKES = (
 )
 BUGS = tuple(m.name for m in MISTAKES)
 FIXES = {m.name: m.fix for m in MISTAKES}
+BOTH = "; and "  # two mistakes at once: "scaled by d_k instead of √d_k; and softmax over the ..."
+
+
+def fix_of(diagnosis: str | None) -> str | None:
+    """A diagnosis's fix: one mistake's sentence, or for two at once each one's, in turn."""
+    names = (diagnosis or "").split(BOTH)
+    return "; then ".join(FIXES[n] for n in names) if all(n in FIXES for n in names) else None
+
+
+def _pairs():
+    """Two mistakes at once, each in its own stage: what a module with two of them computes."""
+    for i, a in enumerate(MISTAKES):
+        for b in MISTAKES[i + 1:]:
+            if not set(a.stages) & set(b.stages):
+                yield Mistake(a.name + BOTH + b.name, "", {**a.stages, **b.stages}, a.needs + b.needs)
 
 
 def with_mistake(m: MultiHeadAttention, mistake: Mistake, q, k, v, mask):
@@ -190,8 +205,13 @@ def diagnoses(reference: MultiHeadAttention, x, mask, output: torch.Tensor,
     x: the input (B, T, D), or the (q, k, v) tuple a config gives. atol: wider for a module that
     computes part of its work in a lower precision."""
     qkv = x if isinstance(x, tuple) else (x, x, x)
+    return _matching(MISTAKES, reference, qkv, mask, output, atol) or \
+        _matching(_pairs(), reference, qkv, mask, output, atol)[:1]  # none alone: two at once
+
+
+def _matching(mistakes, reference, qkv: tuple, mask, output: torch.Tensor, atol: float) -> list[str]:
     found = []
-    for mistake in MISTAKES:
+    for mistake in mistakes:
         if not _can_show(mistake, reference, qkv[0].size(1), mask):
             continue
         try:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from mha_trace.analyses.mistakes import FIXES, diagnoses
+from mha_trace.analyses.mistakes import diagnoses, fix_of
 from mha_trace.core.roles import first_wrong_step
 from mha_trace.records import Shows
 
@@ -38,7 +38,7 @@ class StudentReport(Shows):
     @property
     def fix(self) -> str | None:
         """The diagnosed mistake's one-sentence fix, in NumPy for a NumPy module."""
-        fix = self.own_fix or FIXES.get(self.diagnosis)
+        fix = self.own_fix or fix_of(self.diagnosis)
         return in_numpy(fix) if fix and self.numpy else fix
 
     @property

@@ -1,5 +1,5 @@
 """verify --module on attention as the world writes it (tests/world/: nanoGPT, minGPT, the
-Annotated Transformer, Hugging Face BERT, GPT-2, LLaMA, CLIP and GPT-BigCode, fairseq, Megatron,
+Annotated Transformer, Hugging Face BERT, GPT-2, LLaMA, OPT, CLIP and GPT-BigCode, fairseq, Megatron,
 timm, BEiT, DINOv2, ESM-2, vit-pytorch, latent diffusion, diffusers, perceiver, TransformerLens, a Haiku port,
 CS336, the UvA tutorials, d2l, MPT, Keras-style NumPy, the paper's own notation): each is Right at two sizes as its author meant it to run, with the line that says how
 it was run, or refused in one line naming what it is; and one-line mutations (the zoo's mistakes,
@@ -67,6 +67,7 @@ RIGHT = {
     "megatron.py:ParallelAttention": (CAUSAL, "sequence first"),
     "dinov2.py:Attention": ((), "its projections have no biases"),
     "esm2.py:MultiheadAttention": (("--pad", "2"), "sequence first"),
+    "opt.py:OPTAttention": (CAUSAL, "(B, 1, T, T), with an axis for the heads"),
 }
 
 
@@ -182,6 +183,8 @@ MUTATIONS = [
     ("dinov2.py:Attention", "q, k, v = qkv[0] * self.scale, qkv[1], qkv[2]",
      "q, k, v = qkv[0] * self.scale ** 2, qkv[1], qkv[2]", (), "scaled by d_k instead of √d_k"),
     ("esm2.py:MultiheadAttention", "q *= self.scaling", "q *= self.scaling ** 2", (), "scaled by d_k instead of √d_k"),
+    ("opt.py:OPTAttention", "softmax(attn_weights, dim=-1, dtype=torch.float32)",
+     "softmax(attn_weights, dim=-2, dtype=torch.float32)", CAUSAL, "softmax over the queries instead of the keys"),
     ("megatron.py:ParallelAttention", "attention_probs = torch.softmax(attention_scores, dim=-1)",
      "attention_probs = torch.softmax(attention_scores, dim=-2)", (), "softmax over the queries instead of the keys"),
 ]

@@ -32,6 +32,7 @@ class Way:
     seq_first: bool = False  # fed (T, B, d_model), as fairseq and nn.MultiheadAttention take it
     mask_per_sequence: bool = False  # the mask (B, T, T), one per sequence (the Annotated Transformer's)
     key_padding: bool = False  # the mask (B, T), one row of the keys per sequence (BERT's attention_mask)
+    heads_axis: bool = False  # the mask (B, 1, T, T): per sequence, with an axis for the heads (Hugging Face's)
 
     def notes(self, numpy: bool = False) -> list:
         mask = {"own causal": "it masks causally by itself (its forward takes no mask), so it was "
@@ -57,6 +58,9 @@ class Way:
         if self.mask_per_sequence:
             mask = (mask + "; one (T, T) mask per sequence, (B, T, T)") if mask else \
                 "its mask is one (T, T) mask per sequence, (B, T, T)"
+        if self.heads_axis:
+            mask = mask.replace("(B, T, T)", "(B, 1, T, T), with an axis for the heads, as Hugging Face's "
+                                "attention classes take it")
         if self.key_padding:
             mask = (mask + "; one row of the keys per sequence, (B, T)") if mask else \
                 "its mask is one row of the keys per sequence, (B, T), as BERT's attention_mask: padding"
@@ -233,6 +237,8 @@ def _mask_given(mask, way: Way, numpy: bool, batch: int):
     given = None if way.mask_as.startswith("own") else _mask_as(mask, way.mask_as, numpy)
     if way.mask_per_sequence and given is not None:
         given = given.expand(batch, *given.shape).clone()  # (B, T, T)
+    if way.heads_axis and given is not None:
+        given = given.unsqueeze(1)  # (B, 1, T, T)
     if way.key_padding and given is not None:
         given = given[0].expand(batch, *given.shape[1:]).clone()  # (B, T): padding is one row
     return given

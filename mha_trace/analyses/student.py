@@ -84,11 +84,13 @@ def check_module(runs, given_map: str | None, mask_means: str = "any") -> Studen
 
 
 def _mask_layouts(sizes) -> list:
-    """(one per sequence, one row of keys) layouts of a mask beside (T, T): (B, T, T), as the
-    Annotated Transformer's mask.unsqueeze(1) takes it (a (T, T) mask there broadcasts wrongly,
-    or not at all); with padding alone, (B, T), as BERT's attention_mask."""
-    return [(True, False)] * bool(sizes.mask != "none" or sizes.pad) + \
-        [(False, True)] * bool(sizes.mask == "none" and sizes.pad)
+    """(one per sequence, one row of keys, an axis for the heads) layouts of a mask beside (T, T):
+    (B, T, T), as the Annotated Transformer's mask.unsqueeze(1) takes it (a (T, T) mask there
+    broadcasts wrongly, or not at all), and (B, 1, T, T), as Hugging Face's classes slice it; with
+    padding alone, (B, T), as BERT's attention_mask."""
+    masked = sizes.mask != "none" or sizes.pad
+    return [(True, False, False), (True, False, True)] * bool(masked) + \
+        [(False, True, False)] * bool(sizes.mask == "none" and sizes.pad)
 
 
 def _right_with_rope(run, sizes, given_map, mask_means) -> None:
@@ -206,8 +208,8 @@ def _each_way(run, sizes, given_map: str | None, mask_means: str = "any",
         if reports and reports[-1].passed:
             break  # right this way: no other reading can be more right
     if not run.numpy and masks[0] != "own":
-        others += [Way(t, m, False, strided, h, first, mask_per_sequence=per, key_padding=keys)
-                   for first in (False, True) for per, keys in _mask_layouts(sizes) for h in layouts
+        others += [Way(t, m, False, strided, h, first, mask_per_sequence=per, key_padding=keys, heads_axis=four)
+                   for first in (False, True) for per, keys, four in _mask_layouts(sizes) for h in layouts
                    for m in masks for t in turns]
     if not any(r.passed for r in reports):
         passed = (r for r in (try_way(run, module, mapping, sizes, way) for way in others)
@@ -216,10 +218,8 @@ def _each_way(run, sizes, given_map: str | None, mask_means: str = "any",
     if not reports:  # the usual way does not run: with one mask per sequence, or else the first
         reports = [r for r in (try_way(run, module, mapping, sizes, replace(w, mask_per_sequence=True),
                                     True) for w in usual if sizes.mask != "none" or sizes.pad) if r]
-    if not reports:  # way that runs is explained
-        runs = (r for r in (try_way(run, module, mapping, sizes, w, True) for w in others
-                            if not w.seq_first) if r)
-        reports = [r for r in [next(runs, None)] if r]
+    if not reports:  # the ways that run are explained: the first that names a mistake is kept
+        reports = _explained([w for w in others if not w.seq_first], run, module, mapping, sizes)
     if not reports:
         raise error
     if not any(r.passed for r in reports):
@@ -228,6 +228,20 @@ def _each_way(run, sizes, given_map: str | None, mask_means: str = "any",
     for r in reports:
         r.notes[:0] = grouped
     return reports
+
+
+def _explained(ways: list, run, module, mapping, sizes, at_most: int = 6) -> list:
+    """Of the ways the module runs (at most `at_most`, in order), the first whose explanation
+    names a known mistake, else the one right the longest: a mask read in a way that runs is not
+    yet the author's reading."""
+    running = [w for w in ways if try_way(run, module, mapping, sizes, w) is not None][:at_most]
+    explained = []
+    for way in running:
+        report = try_way(run, module, mapping, sizes, way, True)
+        if report is not None and report.diagnosis:
+            return [report]
+        explained += [report] if report is not None else []
+    return [_best(explained)] if explained else []
 
 
 def _seq_first(run, module, mapping, sizes, others: list, reports: list) -> list:

@@ -140,6 +140,7 @@ def first_wrong_step(student_steps, reference_steps) -> tuple:
     roles = tag(student_steps, seq)
     chains = {c[-1].index: c for c in _chains(student_steps, roles)}
     prescale = None  # the student's last scale of Q before the scores (q = q / √d_k)
+    data = _from_data(student_steps)
     for i, step in enumerate(student_steps):
         role = roles[i]
         if role == "rope" and step.op in SCALES and "rope" not in ref_roles.values():
@@ -152,7 +153,7 @@ def first_wrong_step(student_steps, reference_steps) -> tuple:
             if found:
                 return found
         if role in ("input", *PRE_SOFTMAX) or step.value is None or step.op in CONSTANTS + IDENTITY \
-                or not step.from_input \
+                or not step.from_input or step.index not in data \
                 or step.value.dtype == torch.bool or step.value.is_complex() or not _checked(i, roles):
             continue
         jobs = SAME_JOB.get(role, ())
@@ -162,6 +163,7 @@ def first_wrong_step(student_steps, reference_steps) -> tuple:
         if role == "projection" and _bias_next(student_steps, i, roles):
             continue  # x @ W, then + b: the sum is the projection
         if not _holds(step, candidates or known) and not _fused(step, role, known, ref_roles) \
+                and not _scaled_early(step, known, ref_roles) \
                 and not _vouched_for(i, student_steps, roles, known, ref_roles):
             made = _made_at(step, student_steps, roles)
             return made, counterpart(made, roles[student_steps.index(made)], known, ref_roles), None
@@ -182,6 +184,31 @@ def _made_at(step, steps, roles: list):
             break
         walk = parent
     return step
+
+
+def _from_data(steps) -> set:
+    """The indices of the steps computed from forward's data (x, or q, k and v: the inputs shaped
+    as the first), not from a mask alone (a mask sliced to the keys there are is no job)."""
+    inputs = [s for s in steps if s.op == "input"]
+    if not any(s.parents for s in steps):  # a trace that keeps no parents (NumPy's): all of it
+        return {s.index for s in steps}
+    data = {s.index for s in inputs if inputs and s.shape == inputs[0].shape}
+    for s in steps:
+        if s.op != "input" and data.intersection(s.parents):
+            data.add(s.index)
+    return data
+
+
+def _scaled_early(step, known, ref_roles) -> bool:
+    """Q scaled by 1/√d_k before the scores (CLIP's, OPT's, ESM's q * scaling), in any layout:
+    its numbers are the lecture's Q's times 1/√d_k, which leaves the scores the lecture's."""
+    split = [r for r in known if ref_roles[r.index] == "layout" and len(r.shape) == 4]
+    if not split or step.value is None or not step.value.is_floating_point():
+        return False
+    scale = split[0].shape[-1] ** -0.5
+    mine = step.value.double().flatten().sort().values
+    return any(torch.allclose(mine, r.value.double().flatten().sort().values * scale, rtol=1e-6, atol=1e-9)
+               for r in known if ref_roles[r.index] in ("projection", "layout") and r.value.numel() == mine.numel())
 
 
 LATER_JOBS = ("softmax", "weights·V", "output")

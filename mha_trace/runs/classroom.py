@@ -126,10 +126,10 @@ def _child(submission: Submission, judge, limits: Limits, scratch: str, readable
 
         resource.setrlimit(resource.RLIMIT_CPU, (int(limits.seconds) + 2,) * 2)
         watch(scratch, readable + own, submission.path, attempts)
-        import torch
+        from mha_trace.core.runtime import one_thread
 
-        torch.set_num_threads(1)
-        row = dict(judge(submission), attempts=attempts, contained=held)
+        with one_thread():  # one submission a core
+            row = dict(judge(submission), attempts=attempts, contained=held)
     except BaseException as e:  # the tool's own failure here: said as such, never a traceback
         row = {"verdict": "stopped", "message": f"unexpected {type(e).__name__}: {printable(str(e))}"}
     try:

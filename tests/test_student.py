@@ -656,3 +656,18 @@ def test_two_mistakes_at_once_are_each_named_with_each_fix(cli, tmp_path):
     assert data["first_wrong_step"]["line"] == next(i for i, line in enumerate(skeleton.splitlines(), 1)
                                                      if "/ math.sqrt(D)" in line)
     assert data["fix"].startswith("divide the scores by math.sqrt(d_k), not by d_k; then take the softmax over the keys")
+
+
+@pytest.mark.parametrize("wrong, reading", [
+    ("/ math.sqrt(D) * 3", "its numbers are the lecture's times 3"),
+    ("/ math.sqrt(D) * -1", "its numbers are the lecture's times -1"),
+])
+def test_a_mistake_no_known_one_gives_is_read_at_its_step(cli, tmp_path, wrong, reading):
+    """No known mistake, nor two of them, gives the output: what the first wrong step's numbers
+    are beside the lecture's is said, read from the numbers whatever the code's shape."""
+    skeleton = (pathlib.Path(__file__).parent / "classroom" / "skeleton.py").read_text()
+    (tmp_path / "odd.py").write_text(skeleton.replace("/ math.sqrt(D)", wrong))
+    result = cli("verify", "--module", f"{tmp_path / 'odd.py'}:MultiHeadAttention", "--d-model", "32", "--heads", "4",
+                 "--format", "json")
+    data = json.loads(result.stdout)
+    assert result.exit_code == 1 and data["diagnosis"] is None and data["reading"] == reading

@@ -60,4 +60,4 @@ def row(student: str, file: str, verdict: str, report: dict | None = None, messa
     return {"student": student, "file": file, "verdict": verdict, "line": step.get("line"),
             "source": step.get("source"), "mistake": mistake, "fix": report.get("fix"),
             "output_max_abs_diff": report.get("output_max_abs_diff"), **undefined,
-            "notes": report.get("notes", []), "message": message}
+            "reading": report.get("reading"), "notes": report.get("notes", []), "message": message}

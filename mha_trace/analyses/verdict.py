@@ -34,6 +34,7 @@ class StudentReport(Shows):
     own_fix: str | None = None  # a fix for this module's own line, where the mistake's would mislead
     rotates: bool = False  # its forward computed cosines or complex turns (RoPE, maybe)
     variant: str | None = None  # a variant of attention the lecture's module does not have (QK-norm ...)
+    reading: str | None = None  # no known mistake: what the first wrong step's numbers are (times 3)
 
     @property
     def fix(self) -> str | None:
@@ -108,6 +109,8 @@ def where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output,
     if report.diagnosis is None:
         reference = diagnose_args[0]
         _variant(report, traced, expected.shape[-2], reference.heads, reference.d_k)
+    if report.diagnosis is None and report.variant is None:
+        report.reading = _what_the_step_did(report.first_wrong, report.reference_step)
 
 
 VARIANTS = (  # (what names it in a step, the variant): read off the student's trace, in order
@@ -120,6 +123,26 @@ VARIANTS = (  # (what names it in a step, the variant): read off the student's t
         for i in s.inputs),
      "a position bias added to the scores, one (T, T) a head (ALiBi, T5's or Swin's relative bias)"),
 )
+
+
+def _what_the_step_did(step, reference) -> str | None:
+    """For a mistake none of the known ones gives: what the first wrong step's numbers are, next
+    to the lecture's step of the same job, read in code of any shape (the lecture's times a
+    constant; its last two axes swapped; weights that sum to 1 over another axis)."""
+    if step is None or reference is None or step.value is None or reference.value is None \
+            or tuple(step.value.shape) != tuple(reference.value.shape) or not step.value.is_floating_point():
+        return None
+    mine, theirs = step.value.double(), reference.value.double()
+    finite = torch.isfinite(mine) & torch.isfinite(theirs) & (theirs.abs() > 1e-6)
+    if finite.any():
+        c = float((mine[finite] / theirs[finite]).median())
+        if abs(c - 1) > 1e-6 and torch.allclose(mine[finite], c * theirs[finite], rtol=1e-6, atol=1e-9):
+            return f"its numbers are the lecture's times {c:.6g}"
+    if mine.dim() >= 2 and mine.shape[-1] == mine.shape[-2] and torch.allclose(mine, theirs.transpose(-2, -1), atol=1e-9):
+        return "its numbers are the lecture's with the last two axes swapped"
+    if mine.dim() >= 2 and mine.min() >= 0 and torch.allclose(mine.sum(-2), torch.ones_like(mine.sum(-2)), atol=1e-6):
+        return "its weights sum to 1 over the queries (axis -2), not over the keys"
+    return None
 
 
 def _variant(report, traced, T: int, H: int, d_k: int) -> None:

@@ -71,7 +71,8 @@ def _said(r: dict) -> str:
 
 def happened(r: dict) -> list:
     """A row's mistake (or why it was not checked), and what it tried that it may not."""
-    return [t for t in (r.get("mistake") or r.get("message"),
+    mistake = r.get("mistake") and r["mistake"] + (f" (at the first wrong step {r['reading']})" if r.get("reading") else "")
+    return [t for t in (mistake or r.get("message"),
                         r.get("attempts") and "contained: it " + ", ".join(r["attempts"])) if t]
 
 

@@ -120,7 +120,8 @@ def student_renderables(r) -> list:
         return [table, Text("\n".join(lines))]
     lines += _first_wrong_lines(r)
     lines.append(f"Diagnosis: {r.diagnosis}." if r.diagnosis else
-                 "Diagnosis: none of the known mistakes gives this output exactly.")
+                 "Diagnosis: none of the known mistakes gives this output exactly"
+                 + (f"; at the first wrong step {r.reading}." if r.reading else "."))
     if r.fix:
         lines.append(f"Fix: {r.fix}.")
     lines.append("Wrong (exit code 1).")
@@ -160,7 +161,7 @@ def student_data(r) -> dict:
                 "line": f.line, "source": f.source, "op": f.op, "shape": list(f.shape),
                 "called_from": f.called_from[0] if f.called_from else None,
                 "missing_after_it": r.missing},
-            "diagnosis": r.diagnosis, "fix": r.fix, "variant": r.variant, "notes": r.notes}
+            "diagnosis": r.diagnosis, "fix": r.fix, "variant": r.variant, "reading": r.reading, "notes": r.notes}
 
 
 @renderables.register(VerifyReport)

@@ -632,6 +632,19 @@ def test_a_variant_is_named_at_its_line_not_called_a_mistake(cli, cls, line, nam
                           "json").stdout)["passed"]
 
 
+def test_a_sliding_window_is_named_and_right_under_its_flag(cli):
+    """A module that masks each query to its last 4 keys by itself: without --window, the variant
+    named with the flag that checks it; with --window 4, Right and said so; at another width, Wrong."""
+    spec = "tests/student/variants_2026.py:SlidingWindow"
+    data = json.loads(cli("verify", "--module", spec, "--format", "json").stdout)
+    assert data["variant"].startswith("a sliding window of 4 keys") and "--window 4 checks it" in data["variant"]
+    assert data["first_wrong_step"]["line"] == 63
+    right = json.loads(cli("verify", "--module", spec, "--window", "4", "--format", "json").stdout)
+    assert right["passed"] and "under a sliding window of 4 keys" in " ".join(right["notes"])
+    wrong = cli("verify", "--module", spec, "--window", "3", "--format", "json")
+    assert wrong.exit_code == 1 and not json.loads(wrong.stdout)["passed"]
+
+
 def test_init_sets_the_sizes_the_check_runs_at(cli):
     """--init 'num_heads=2, dim_in=16' builds the class 16 wide: the check runs 16 wide with 2 heads
     (it ran at 64 and refused: "q has a weight of shape [16, 16]; as q it should be [64, 64]")."""

@@ -121,7 +121,8 @@ def check_once(run, module, mapping: Mapping | None, sizes, way: Way,
     one = way.unbatched
     xs = inputs(run, (1 if one else sizes.batch, sizes.seq, sizes.d_model), way.strided)
     x = xs[0]
-    mask = make_mask(sizes.seq, "causal" if way.mask_as == "own causal" else sizes.mask, sizes.pad)
+    mask = make_mask(sizes.seq, "causal" if way.mask_as == "own causal" or sizes.window else sizes.mask,
+                     sizes.pad, window=sizes.window)  # a sliding window: causal, within it (Mistral's)
     fed = tuple(t[0] if one else t.transpose(0, 1).contiguous() if way.seq_first else t for t in xs)
     fed = tuple(t.numpy() for t in fed) if run.numpy else fed
     given = _mask_given(mask, way, run.numpy, len(xs[0]))
@@ -154,6 +155,9 @@ def check_once(run, module, mapping: Mapping | None, sizes, way: Way,
         report.notes.append(f"its weight matrices are used as "
                             f"{'x @ W' if way.transposed else 'x @ W.T'} (both ways round were tried)")
     report.notes += way.notes(run.numpy) + _dropout(module)
+    if sizes.window:
+        report.notes.append(f"it was compared with the lecture's module under a sliding window of "
+                            f"{sizes.window} keys, causal (--window)")
     if not report.passed and explain:
         where_it_went_wrong(report, traced, trace(reference, *xs, mask=mask, keep_values=True),
                              (reference, tuple(xs) if len(xs) == 3 else x, mask), output, expected,

@@ -109,6 +109,8 @@ def where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output,
     if report.diagnosis is None:
         reference = diagnose_args[0]
         _variant(report, traced, expected.shape[-2], reference.heads, reference.d_k)
+        if report.variant is None:
+            _window(report, traced, expected.shape[-2])
     if report.diagnosis is None and report.variant is None:
         report.reading = _what_the_step_did(report.first_wrong, report.reference_step)
 
@@ -133,7 +135,9 @@ def _what_the_step_did(step, reference) -> str | None:
             or tuple(step.value.shape) != tuple(reference.value.shape) or not step.value.is_floating_point():
         return None
     mine, theirs = step.value.double(), reference.value.double()
-    finite = torch.isfinite(mine) & torch.isfinite(theirs) & (theirs.abs() > 1e-6)
+    if not torch.equal(torch.isfinite(mine), torch.isfinite(theirs)):
+        return None  # masked where the lecture's is not, or the other way: not one job's numbers
+    finite = torch.isfinite(mine) & (theirs.abs() > 1e-6)
     if finite.any():
         c = float((mine[finite] / theirs[finite]).median())
         if abs(c - 1) > 1e-6 and torch.allclose(mine[finite], c * theirs[finite], rtol=1e-6, atol=1e-9):
@@ -152,6 +156,23 @@ def _variant(report, traced, T: int, H: int, d_k: int) -> None:
         found = next((name for test, name in VARIANTS if test(step, T, H, d_k)), None)
         if found:
             report.variant, report.first_wrong, report.reference_step, report.missing = found, step, None, None
+            return
+
+
+def _window(report, traced, T: int) -> None:
+    """A mask of the module's own that lets each query see only its last W keys, itself included
+    (Mistral's sliding window): named as the variant it is, with the flag that checks it."""
+    for step in traced.steps:
+        if step.op not in ("masked_fill", "masked_fill_", "where", "add") or step.value is None \
+                or tuple(step.value.shape[-2:]) != (T, T) or not step.value.is_floating_point():
+            continue
+        seen = ~torch.isneginf(step.value.reshape(-1, T, T)[0])
+        width = int(seen[-1].sum())
+        band = torch.ones(T, T, dtype=torch.bool).tril() & ~torch.ones(T, T, dtype=torch.bool).tril(-width)
+        if 1 <= width < T and torch.equal(seen, band):
+            report.variant, report.first_wrong, report.reference_step, report.missing = (
+                f"a sliding window of {width} keys (Mistral's): each query sees itself and the {width - 1} "
+                f"keys before it; --window {width} checks it", step, None, None)
             return
 
 

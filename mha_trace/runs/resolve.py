@@ -284,9 +284,11 @@ def resolve_student(o: RunOptions) -> StudentRuns:
     from mha_trace.core.validate import check_sizes
     from mha_trace.runs.run import Sizes, from_config, from_module, module_sizes_for_config
 
-    if o.window or o.impl not in (None, "explicit"):
-        raise MhaError("--window and --impl check the built-in module; with --module give sizes "
-                       "(or --config), --mask, --pad, --kv-heads, --rope and --seed", quantity="module")
+    if o.impl not in (None, "explicit"):
+        raise MhaError("--impl checks the built-in module; with --module give sizes (or --config), "
+                       "--mask, --pad, --kv-heads, --rope, --window and --seed", quantity="module")
+    if o.window is not None and o.config is not None:
+        raise MhaError("--window goes with sizes from flags when it checks your module", quantity="window")
     at = functools.partial(from_module, o.module, init=o.init)
     pick = lambda value, default: default if value is None else value
     rope_base = pick(o.rope_base, 10000.0)
@@ -297,7 +299,7 @@ def resolve_student(o: RunOptions) -> StudentRuns:
         sizes = Sizes(batch=pick(o.batch, 2), seq=pick(o.seq, 6), d_model=pick(o.d_model, built.get("d_model", 64)),
                       heads=pick(o.heads, built.get("heads", 4)), kv_heads=o.kv_heads, mask=pick(o.mask, "none"),
                       pad=pick(o.pad, 0), dtype="float64", seed=pick(o.seed, 0), rope=bool(o.rope),
-                      rope_base=rope_base)
+                      rope_base=rope_base, window=o.window)
         check_sizes(sizes.batch, sizes.seq, sizes.d_model, None if o.init else sizes.heads,
                     sizes.kv_heads, sizes.pad)
         # the check feeds the mask itself, each way a module may take one (or none)

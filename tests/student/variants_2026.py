@@ -1,5 +1,5 @@
 """Attention as 2026 teaches it, each a variant the lecture's module does not have: logit soft-capping,
-QK-norm and a position bias added to the scores; the plain class is the lecture's."""
+QK-norm, a position bias added to the scores and a sliding window; the plain class is the lecture's."""
 
 import math
 
@@ -52,3 +52,12 @@ class PositionBias(Base):
     def capped(self, s):
         T = s.size(-1)
         return s + self.bias[:, :T, :T]
+
+
+class SlidingWindow(Base):
+    """Mistral's sliding window, made by the module: each query sees itself and the 3 keys before it."""
+
+    def capped(self, s):
+        T = s.size(-1)
+        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        return s.masked_fill(~((j <= i) & (j > i - 4)), float("-inf"))

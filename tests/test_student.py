@@ -617,7 +617,7 @@ def test_forwards_inputs_are_fed_by_their_names(cli):
 
 @pytest.mark.parametrize("cls,line,named", [
     ("SoftCapped", 39, "logit soft-capping (Gemma 2)"), ("QKNorm", 44, "QK-norm (Qwen3, OLMo 2)"),
-    ("PositionBias", 54, "a position bias added to the scores")])
+    ("PositionBias", 54, "a position bias added to the scores"), ("PartialRope", 75, "partial RoPE (Phi's, GPT-J's)")])
 def test_a_variant_is_named_at_its_line_not_called_a_mistake(cli, cls, line, named):
     """QK-norm, soft-capping and a relative position bias make attention other than the lecture's:
     named as a variant at the student's line (once "none of the known mistakes"), exit 1, and a

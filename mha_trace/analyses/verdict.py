@@ -111,6 +111,8 @@ def where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output,
         _variant(report, traced, expected.shape[-2], reference.heads, reference.d_k)
         if report.variant is None:
             _window(report, traced, expected.shape[-2])
+        if report.variant is None and report.rotates:
+            _partial_rope(report, traced, reference.d_k)
     if report.diagnosis is None and report.variant is None:
         report.reading = _what_the_step_did(report.first_wrong, report.reference_step)
 
@@ -173,6 +175,23 @@ def _window(report, traced, T: int) -> None:
             report.variant, report.first_wrong, report.reference_step, report.missing = (
                 f"a sliding window of {width} keys (Mistral's): each query sees itself and the {width - 1} "
                 f"keys before it; --window {width} checks it", step, None, None)
+            return
+
+
+def _partial_rope(report, traced, d_k: int) -> None:
+    """Rotary positions on part of each head's dims (Phi's, GPT-J's rotary_dim): a d_k-wide
+    concatenation of which one part is a slice of a head's dims passed through untouched."""
+    at = {s.index: s for s in traced.steps}
+    for step in traced.steps:
+        if step.op != "cat" or not step.shape or step.shape[-1] != d_k:
+            continue
+        passed = [at[i] for i in step.parents if i in at and at[i].op in ("index", "getitem", "narrow")
+                  and at[i].shape[-1] < d_k and any(j in at and at[j].shape[-1] == d_k for j in at[i].parents)]
+        if passed:
+            turned = d_k - passed[0].shape[-1]
+            report.variant, report.first_wrong, report.reference_step, report.missing = (
+                f"partial RoPE (Phi's, GPT-J's): only {turned} of each head's {d_k} dims turn with "
+                f"position, the other {d_k - turned} pass through", step, None, None)
             return
 
 

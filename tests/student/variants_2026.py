@@ -1,5 +1,5 @@
-"""Attention as 2026 teaches it, each a variant the lecture's module does not have: logit soft-capping,
-QK-norm, a position bias added to the scores and a sliding window; the plain class is the lecture's."""
+"""Attention as 2026 teaches it, each a variant the lecture's module does not have: soft-capping, QK-norm,
+a position bias added to the scores, a sliding window, partial RoPE; the plain class is the lecture's."""
 
 import math
 
@@ -61,3 +61,15 @@ class SlidingWindow(Base):
         T = s.size(-1)
         i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
         return s.masked_fill(~((j <= i) & (j > i - 4)), float("-inf"))
+
+
+class PartialRope(Base):
+    """Phi's partial rotary: the first half of each head's dims turn with position, the rest pass."""
+
+    def normed(self, t):
+        T, r = t.size(-2), self.d_k // 2
+        inv = 10000.0 ** (-torch.arange(0, r, 2, dtype=t.dtype) / r)
+        angles = torch.cat([torch.arange(T, dtype=t.dtype)[:, None] * inv] * 2, dim=-1)
+        turn, rest = t[..., :r], t[..., r:]
+        half = torch.cat((-turn[..., r // 2:], turn[..., :r // 2]), dim=-1)
+        return torch.cat((turn * angles.cos() + half * angles.sin(), rest), dim=-1)

@@ -154,10 +154,7 @@ def check_once(run, module, mapping: Mapping | None, sizes, way: Way,
     if square_matrices(mapping):
         report.notes.append(f"its weight matrices are used as "
                             f"{'x @ W' if way.transposed else 'x @ W.T'} (both ways round were tried)")
-    report.notes += way.notes(run.numpy) + _dropout(module)
-    if sizes.window:
-        report.notes.append(f"it was compared with the lecture's module under a sliding window of "
-                            f"{sizes.window} keys, causal (--window)")
+    report.notes += way.notes(run.numpy) + _dropout(module) + _windowed(sizes)
     if not report.passed and explain:
         where_it_went_wrong(report, traced, trace(reference, *xs, mask=mask, keep_values=True),
                              (reference, tuple(xs) if len(xs) == 3 else x, mask), output, expected,
@@ -233,6 +230,11 @@ def _reference_for(module, mapping: Mapping | None, sizes, way: Way) -> tuple:
             lin.bias.zero_()
     return reference, Mapping({}, "none: it splits Q, K, V as given, so the lecture's projections "
                                   "were set to the identity"), True
+
+
+def _windowed(sizes) -> list:
+    return [f"it was compared with the lecture's module under a sliding window of {sizes.window} keys, "
+            f"causal (--window)"] if sizes.window else []
 
 
 def _mask_given(mask, way: Way, numpy: bool, batch: int):

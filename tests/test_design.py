@@ -37,6 +37,17 @@ def test_the_layers_hold_and_no_import_forms_a_cycle():
     assert "3 kept, 0 broken" in p.stdout
 
 
+def test_the_modules_contract_names_every_module_and_the_guide_shows_it():
+    """Every module is in a layer of its folder (pyproject.toml's second contract), and the table
+    of layers in docs/code.md is that contract's (python docs/layers.py makes both)."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "docs/layers.py", "--check"], cwd=PACKAGE.parent, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stdout
+
+
 def test_no_module_runs_past_400_lines():
     long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > 400}

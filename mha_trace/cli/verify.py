@@ -36,6 +36,10 @@ def verify(
     Example: mha-trace verify --module example:l04 --d-model 64 --heads 4
     Example: mha-trace verify --module example:rope_pairs --rope --mask causal
 
+    With --impl tiled, check a FlashAttention forward of your own (CS336's: a torch.autograd.Function
+    or a function, called (Q, K, V, is_causal)) tile by tile against the lecture's walk.
+    Example: mha-trace verify --module example:flash_cs336 --impl tiled --mask causal
+
     With a --module whose file is a glob or a folder, verify a whole class: each submission in a
     process of its own (a time limit, a memory limit, no network, writes only in a scratch
     folder), then a row per student and the class's mistakes counted; exits 0 once all are judged.

@@ -89,6 +89,8 @@ def student_verdict(options, given_map: str | None, mask_means: str, course):
 
 
 def _verdict(options, mask_means: str, profile, given_map: str | None):
+    if options.impl == "tiled":
+        return _tiled(options, profile)
     from mha_trace.analyses.student import check_student
     from mha_trace.runs.resolve import resolve_student
 
@@ -98,6 +100,24 @@ def _verdict(options, mask_means: str, profile, given_map: str | None):
     masked = options.mask not in (None, "none") or options.pad
     if mask_means == "any" and masked and report.passed and not any(n.startswith(MASK_READ) for n in report.notes):
         report.notes.append(AMBIGUOUS)  # right under the lecture's reading: which is the course's?
+    return report
+
+
+def _tiled(options, profile):
+    """A student's tiled forward (--impl tiled) against the lecture's walk: Q, K and V of one head,
+    (batch, seq, d_model), causal under --mask causal (or the course's)."""
+    from mha_trace.analyses.tiled_student import check_tiled
+    from mha_trace.runs.usermodule import load_tiled
+
+    for flag in ("heads", "kv_heads", "pad", "rope", "window", "block_q", "block_k", "config"):
+        if getattr(options, flag) not in (None, False, 0):
+            raise MhaError(f"--{flag.replace('_', '-')} does not go with --impl tiled on your module: it is "
+                           f"checked on one head's Q, K and V, at its own tile sizes", quantity=flag)
+    call, label, source = load_tiled(options.module)
+    shape = (options.batch or 2, options.seq or 64, options.d_model or 16)
+    report = check_tiled(call, label, source, shape, options.mask == "causal", options.seed or 0)
+    if profile is not None:
+        report.notes.insert(0, f"checked under the {profile.name} profile ({profile.title})")
     return report
 
 

@@ -93,3 +93,19 @@ def test_the_text_names_the_tile_the_line_and_the_fix(cli):
 def test_what_tiled_cannot_check_is_refused_in_one_line(cli, args, words):
     result = cli("verify", *args)
     assert result.exit_code == 2 and words in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_backward_when_written_is_checked_against_autograd(cli):
+    """dQ, dK and dV of its backward for one dO, against autograd through attention computed whole;
+    a backward that leaves D out of dS is Wrong for dQ and dK alone; one not written is said."""
+    _, right = _verify(cli, "WithBackward", "--mask", "causal")
+    assert right["passed"] and set(right["gradients"]) == {"dQ", "dK", "dV"}
+    result, wrong = _verify(cli, "BackwardWithoutD", "--mask", "causal")
+    assert result.exit_code == 1 and not wrong["passed"]
+    assert {k for k, v in wrong["gradients"].items() if v["max_abs_diff"] > wrong["tolerance"]} == {"dQ", "dK"}
+    text = " ".join(cli("verify", "--module", f"{ZOO}:BackwardWithoutD", "--impl", "tiled").stdout.split())
+    assert "Its forward is right; its backward's dQ and dK differ from autograd's" in text
+    _, forward_only = _verify(cli, "FlashAttention")
+    assert forward_only["gradients"] == {} and any("not written yet" in n for n in forward_only["notes"])
+    bundled = cli("verify", "--module", "example:flash_cs336", "--impl", "tiled", "--mask", "causal").stdout
+    assert bundled.startswith("verify: FlashAttention from example:flash_cs336") and "dK (its backward)" in bundled

@@ -30,6 +30,7 @@ class TiledReport(Shows):
     output_diff: float
     lse_diff: float | None  # None: no logsumexp found (returned, or saved for the backward)
     tolerance: float
+    grad_diffs: dict = field(default_factory=dict)  # "dQ", "dK", "dV" -> max |diff|, when it has a backward
     first_wrong: object = None  # tracer.Step
     tile: tuple | None = None  # (query tile, key tile), counted from 1
     diagnosis: str | None = None
@@ -38,7 +39,8 @@ class TiledReport(Shows):
 
     @property
     def passed(self) -> bool:
-        return self.output_diff <= self.tolerance and (self.lse_diff is None or self.lse_diff <= self.tolerance)
+        return all(x <= self.tolerance for x in (self.output_diff, self.lse_diff, *self.grad_diffs.values())
+                   if x is not None)
 
     @property
     def fix(self) -> str | None:
@@ -57,11 +59,16 @@ def check_tiled(call, label: str, source: str, shape: tuple, causal: bool, seed:
     """The student's tiled forward `call(Q, K, V, is_causal)` on seeded (B, T, d) float64 inputs."""
     g = torch.Generator().manual_seed(seed)
     Q, K, V = (torch.randn(shape, generator=g, dtype=torch.float64) for _ in range(3))
-    O, L, traced = _run(call, label, source, Q, K, V, causal)
+    dO = torch.randn(shape, generator=g, dtype=torch.float64)
+    O, L, traced, grads = _run(call, label, source, (Q, K, V), dO, causal)
     O_ref, L_ref = reference(Q, K, V, causal)
     diff = lambda a, b: float((a.double() - b).abs().max()) if a.shape == b.shape else float("inf")
     report = TiledReport(label, causal, shape, _blocks(traced.steps, shape), diff(O, O_ref),
                          None if L is None else diff(L, L_ref), 1e-8)
+    if isinstance(grads, tuple):
+        report.grad_diffs = dict(zip(("dQ", "dK", "dV"), map(diff, grads, _reference_grads(Q, K, V, dO, causal))))
+    else:
+        report.notes.append(grads)
     if L is None:
         report.notes.append("no logsumexp found (neither returned nor saved for the backward as (B, T)): "
                             "only O is compared")
@@ -70,8 +77,28 @@ def check_tiled(call, label: str, source: str, shape: tuple, causal: bool, seed:
     return report
 
 
-def _run(call, label: str, source: str, Q, K, V, causal: bool) -> tuple:
-    """(O, L or None, its trace): L returned beside O, or saved for the backward (CS336's way)."""
+def _reference_grads(Q, K, V, dO, causal: bool) -> tuple:
+    """dQ, dK, dV of attention computed whole, by autograd."""
+    inputs = [t.clone().requires_grad_() for t in (Q, K, V)]
+    return torch.autograd.grad(reference(*inputs, causal)[0], inputs, dO)
+
+
+def _backward(O, inputs: list, dO) -> tuple | str:
+    """Its dQ, dK, dV for dO, or in words why there are none."""
+    if O.grad_fn is None:
+        return "its forward keeps no graph: no backward to check"
+    try:
+        grads = torch.autograd.grad(O, inputs, dO, allow_unused=True)
+    except NotImplementedError:
+        return "its backward is not written yet (NotImplementedError): the forward alone is checked"
+    missing = [n for n, g in zip(("dQ", "dK", "dV"), grads) if g is None]
+    return f"its backward gives no {', '.join(missing)}" if missing else tuple(g.detach() for g in grads)
+
+
+def _run(call, label: str, source: str, qkv: tuple, dO, causal: bool) -> tuple:
+    """(O, L or None, its trace, its gradients or why none): L returned beside O, or saved for the
+    backward (CS336's way); the gradients of its backward for dO, when it has one."""
+    Q, K, V = qkv
     from mha_trace.core.tracer import ForwardFailed, trace
     from mha_trace.runs.usermodule import explain_exception, user_code
 
@@ -86,7 +113,11 @@ def _run(call, label: str, source: str, Q, K, V, causal: bool) -> tuple:
         with user_code(f"{label}: forward"):
             with torch.no_grad():
                 traced = trace(forward, Q, K, V, watch=(source,), keep_values=True)
-            result = forward(*(t.clone().requires_grad_() for t in (Q, K, V)))
+            inputs = [t.clone().requires_grad_() for t in (Q, K, V)]
+            result = forward(*inputs)
+            O = result[0] if isinstance(result, tuple) else result
+            L = result[1] if isinstance(result, tuple) else _saved_lse(result, Q.shape[:2])  # before the
+            grads = _backward(O, inputs, dO)  # backward frees what was saved
     except ForwardFailed as failed:
         f = failed.trace.failure
         raise MhaError(f"{label}: forward raised at line {f.line} ({f.source.strip()}): {f.message}", exit_code=1) from None
@@ -94,8 +125,7 @@ def _run(call, label: str, source: str, Q, K, V, causal: bool) -> tuple:
         raise
     except Exception as e:
         raise MhaError(f"{label}: forward raised {explain_exception(e)}", exit_code=1) from None
-    O, L = result if isinstance(result, tuple) else (result, _saved_lse(result, Q.shape[:2]))
-    return O.detach(), None if L is None else L.detach(), traced
+    return O.detach(), None if L is None else L.detach(), traced, grads
 
 
 def _takes_causal(call) -> bool:

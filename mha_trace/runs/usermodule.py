@@ -160,7 +160,8 @@ def load_class(spec) -> type:
 def load_tiled(spec) -> tuple:
     """A tiled forward as CS336's assignment asks for one: a torch.autograd.Function (called through
     .apply) or a function, each called (Q, K, V, is_causal); (the callable, its label, its file)."""
-    if isinstance(spec, str) and spec.startswith("example:"):
+    shown = spec.partition(":")[0] + ":" + spec.split(":")[1] if isinstance(spec, str) and spec.startswith("example:") else None
+    if shown:
         from mha_trace.runs.bundled import example_path
 
         spec = example_path(spec)
@@ -175,7 +176,7 @@ def load_tiled(spec) -> tuple:
     else:
         raise MhaError(f"module {printable(spec)}: {printable(name)} is not a torch.autograd.Function or a "
                        f"function (--impl tiled checks a tiled forward, called (Q, K, V, is_causal))", quantity="module")
-    return call, f"{name} from {target}", source_file(found) or target
+    return call, f"{name} from {shown or target}", source_file(found) or target
 
 
 def _own_call(cls: type) -> bool:

@@ -71,3 +71,28 @@ class DivideEach(FlashAttention): bug = "divide_each"
 class NoDivision(FlashAttention): bug = "no_division"
 class LseNoM(FlashAttention): bug = "lse_no_m"
 class LseNoLog(FlashAttention): bug = "lse_no_log"
+
+
+def recomputed_backward(ctx, dO, bug=""):
+    """CS336's first backward: recomputed from L, whole; D = rowsum(dO ∘ O)."""
+    L, Q, K, V, O = ctx.saved_tensors
+    scale = 1 / math.sqrt(Q.shape[-1])
+    S = Q @ K.transpose(-2, -1) * scale
+    if ctx.is_causal:
+        S = S.masked_fill(torch.ones(S.shape[-2:], dtype=torch.bool).tril().logical_not(), float("-inf"))
+    P = torch.exp(S - L[..., None])
+    dP = dO @ V.transpose(-2, -1)
+    dS = P * dP if bug == "no_d" else P * (dP - (dO * O).sum(dim=-1, keepdim=True))
+    return dS @ K * scale, dS.transpose(-2, -1) @ Q * scale, P.transpose(-2, -1) @ dO, None
+
+
+class WithBackward(FlashAttention):
+    @staticmethod
+    def backward(ctx, dO):
+        return recomputed_backward(ctx, dO)
+
+
+class BackwardWithoutD(FlashAttention):
+    @staticmethod
+    def backward(ctx, dO):
+        return recomputed_backward(ctx, dO, "no_d")

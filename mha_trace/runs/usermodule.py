@@ -160,11 +160,9 @@ def load_class(spec) -> type:
 def load_tiled(spec) -> tuple:
     """A tiled forward as CS336's assignment asks for one: a torch.autograd.Function (called through
     .apply) or a function, each called (Q, K, V, is_causal); (the callable, its label, its file)."""
-    shown = spec.partition(":")[0] + ":" + spec.split(":")[1] if isinstance(spec, str) and spec.startswith("example:") else None
-    if shown:
-        from mha_trace.runs.bundled import example_path
+    from mha_trace.runs.bundled import example_path
 
-        spec = example_path(spec)
+    shown, spec = (":".join(spec.split(":")[:2]), example_path(spec)) if str(spec).startswith("example:") else (None, spec)
     if not isinstance(spec, str) or ":" not in spec:
         raise MhaError(f"expected 'FILE.py:Name' for --impl tiled, got {printable(str(spec))}", quantity="module")
     target, name = spec.rsplit(":", 1)

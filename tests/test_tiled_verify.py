@@ -4,6 +4,7 @@ Wrong, named, at the line whose numbers went wrong and its tile. The walk the mi
 against is checked first against the lecture's tiled attention and PyTorch's own attention."""
 
 import json
+import pathlib
 
 import pytest
 import torch
@@ -109,3 +110,16 @@ def test_a_backward_when_written_is_checked_against_autograd(cli):
     assert forward_only["gradients"] == {} and any("not written yet" in n for n in forward_only["notes"])
     bundled = cli("verify", "--module", "example:flash_cs336", "--impl", "tiled", "--mask", "causal").stdout
     assert bundled.startswith("verify: FlashAttention from example:flash_cs336") and "dK (its backward)" in bundled
+
+
+def test_a_class_of_tiled_forwards_is_graded(cli, tmp_path):
+    """CS336's assignment graded for a class: each FlashAttention in a process of its own."""
+    right = (pathlib.Path("examples") / "flash_cs336.py").read_text()
+    (tmp_path / "alice.py").write_text(right)
+    (tmp_path / "bob.py").write_text(right.replace("l = alpha * l + P.sum(dim=-1)", "l = l + P.sum(dim=-1)"))
+    result = cli("verify", "--module", f"{tmp_path}/*.py:FlashAttention", "--impl", "tiled", "--mask", "causal",
+                 "--format", "json")
+    rows = {r["student"]: r for r in json.loads(result.stdout)["students"]}
+    assert result.exit_code == 0 and rows["alice"]["verdict"] == "right"
+    assert (rows["bob"]["verdict"], rows["bob"]["mistake"]) == ("wrong", "the running sum ℓ not rescaled")
+    assert rows["bob"]["source"] == "l = l + P.sum(dim=-1)"

@@ -178,5 +178,5 @@ def _judged(options, mask_means: str, profile, given_map: str | None, submission
     except MhaError as e:
         message = str(e).replace(submission.path, submission.student + ".py")  # as the class's folder names it
         return row(submission.student, submission.path, "refused", message=message)
-    verdict = "right" if report.passed else "variant" if report.variant else "wrong"
+    verdict = "right" if report.passed else "variant" if getattr(report, "variant", None) else "wrong"
     return row(submission.student, submission.path, verdict, report.data())

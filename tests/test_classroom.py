@@ -249,3 +249,26 @@ def test_the_gradebook_reads_at_each_width(golden, width):
     assert max(len(line) for line in text.splitlines()) <= width
     assert "Scaled by d_k instead of √d_k: 2 of 6." in " ".join(text.split())
     golden(f"verify_class_{width}.txt", text)
+
+
+def test_ctrl_c_ends_every_submissions_process_and_its_scratch(tmp_path):
+    """Interrupted while a submission loops: one line, exit 130, and no process or scratch left."""
+    import signal
+    import time
+
+    (tmp_path / "class").mkdir()
+    (tmp_path / "class" / "looper.py").write_text(SKELETON.replace(AT_IMPORT, AT_IMPORT + "while True:\n    pass\n"))
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    run = subprocess.Popen([sys.executable, "-m", "mha_trace", "verify", "--module",
+                            f"{tmp_path / 'class'}:MultiHeadAttention", "--time-limit", "600"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 60
+    while not list((tmp_path / "tmp").glob("mha-trace-class-*/scratch-0")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # the submission is looping now
+    run.send_signal(signal.SIGINT)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 130 and "Traceback" not in err, err
+    assert not list((tmp_path / "tmp").iterdir())
+    assert not [p for p in Path("/proc").glob("[0-9]*") if str(tmp_path) in _cmdline(p)]

@@ -85,13 +85,27 @@ def run_each(submissions: list, judge, limits: Limits, advance=lambda: None) -> 
     waiting, running = list(enumerate(submissions)), {}
     with tempfile.TemporaryDirectory(prefix="mha-trace-class-") as room:
         readable = readable_roots(os.getcwd())
-        while waiting or running:
-            while waiting and len(running) < max(1, jobs):
-                i, submission = waiting.pop(0)
-                fd, pid = _start(i, submission, judge, limits, room, readable)
-                running[fd] = [i, pid, time.monotonic(), b""]
-            _collect(running, results, limits, room, advance)
+        try:
+            while waiting or running:
+                while waiting and len(running) < max(1, jobs):
+                    i, submission = waiting.pop(0)
+                    fd, pid = _start(i, submission, judge, limits, room, readable)
+                    running[fd] = [i, pid, time.monotonic(), b""]
+                _collect(running, results, limits, room, advance)
+        finally:  # Ctrl-C, or any failure of ours: no submission's process outlives the run
+            for fd, (_, pid, _, _) in running.items():
+                _end(pid)
+                os.close(fd)
     return results
+
+
+def _end(pid: int) -> int:
+    """Stop a submission's process group and reap it: its wait status."""
+    try:
+        os.killpg(pid, signal.SIGKILL)  # it and anything it started
+    except (ProcessLookupError, PermissionError):
+        pass
+    return os.waitpid(pid, 0)[1]
 
 
 def _start(i: int, submission: Submission, judge, limits: Limits, room: str, readable: list) -> tuple:
@@ -189,11 +203,7 @@ def _finish(fd: int, entry: list, results: list, limits: Limits, room: str, stop
     """The submission's verdict, or why it has none; its process group ended, its scratch gone."""
     i, pid, _, sent = entry
     os.close(fd)
-    try:
-        os.killpg(pid, signal.SIGKILL)  # it and anything it started
-    except (ProcessLookupError, PermissionError):
-        pass
-    _, status = os.waitpid(pid, 0)
+    status = _end(pid)
     row = None if stopped else _parsed(sent)
     if row is None:
         row = {"verdict": "stopped", "message": stopped or _why_ended(status)}

@@ -12,7 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from mha_trace.core.attention import MultiHeadAttention
 from mha_trace.core.costs import Dims, cost_rows, load_preset, preset_names
 
-PRESETS = preset_names()
+PRESETS = [n for n in preset_names() if load_preset(n).get("attention") != "mla"]  # heads that cache K, V
 
 
 def rows_by_item(rows):
@@ -101,7 +101,8 @@ def test_cost_never_imports_torch():
 
 
 @pytest.mark.parametrize("args,message", [
-    (("--preset", "gpt5"), "--preset 'gpt5' is not bundled (presets: bert-base, gpt2-medium, gpt2-small, gpt3-175b, "
+    (("--preset", "gpt5"), "--preset 'gpt5' is not bundled (presets: bert-base, deepseek-v2, deepseek-v3, "
+                           "gpt2-medium, gpt2-small, gpt3-175b, "
                            "llama2-70b, llama2-7b, mistral-7b, smollm2-135m, whisper-tiny-en)"),
     (("--d-model", "100", "--heads", "7"),
      "--heads: d_model=100 is not divisible by heads=7 (valid head counts: 1, 2, 4, 5, 10, 20, 25, 50, 100)"),
@@ -167,3 +168,61 @@ def test_a_decoders_cross_attention_is_counted_as_whispers_is_built(cli):
     assert not any(r["item"].startswith("cross") for r in encoder["rows"])
     refused = cli("cost", "--cross-keys", "-3")
     assert refused.exit_code == 2 and "cross_keys" in refused.stderr.replace("-", "_")
+
+
+def _deepseek_attention(D, H, q_rank, kv_rank, dh, dR, dv):
+    """DeepSeek-V2's attention layers as transformers' DeepseekV2Attention builds them from a config."""
+    nn = torch.nn
+    return nn.ModuleDict({"q_a_proj": nn.Linear(D, q_rank, bias=False), "q_a_layernorm": nn.RMSNorm(q_rank),
+                          "q_b_proj": nn.Linear(q_rank, H * (dh + dR), bias=False),
+                          "kv_a_proj_with_mqa": nn.Linear(D, kv_rank + dR, bias=False),
+                          "kv_a_layernorm": nn.RMSNorm(kv_rank),
+                          "kv_b_proj": nn.Linear(kv_rank, H * (dh + dv), bias=False),
+                          "o_proj": nn.Linear(H * dv, D, bias=False)})
+
+
+@pytest.mark.parametrize("name,elements", [("deepseek-v2", 34_560), ("deepseek-v3", 35_136)])
+def test_latent_attention_presets_match_their_layers_and_the_papers_cache(name, elements):
+    """Parameters: the layers DeepSeek's configs build, counted by torch on meta. The cache: DeepSeek-V2's
+    Table 1, (d_c + d_R)·l elements a token, 4.5·d_h·l with d_c = 4·d_h and d_R = d_h / 2."""
+    from mha_trace.core.costs import cost_report
+
+    p = load_preset(name)
+    with torch.device("meta"):
+        m = _deepseek_attention(p["d_model"], p["heads"], p["q_lora_rank"], p["kv_lora_rank"],
+                                p["qk_nope_head_dim"], p["qk_rope_head_dim"], p["v_head_dim"])
+    report = cost_report(name, dtype="bfloat16")
+    rows = rows_by_item(report.rows)
+    assert rows[("parameters", "attention total")].per_layer == sum(x.numel() for x in m.parameters())
+    per_token = rows[("memory", "KV cache per token, all layers")].total
+    assert per_token == elements * 2 and elements == 4.5 * p["qk_nope_head_dim"] * p["layers"]
+    assert report.data()["config"]["latent"]["kv_cache_elements_per_token"] == elements
+
+
+def test_latent_attention_flops_match_torch_flop_counter():
+    """The naive form's products (the projections, the scores and weights · V) as torch counts them."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from mha_trace.core.latent import Latent
+
+    B, T, D, H, q_rank, c, dh, dR, dv = 2, 8, 64, 4, 32, 16, 16, 8, 16
+    d = Dims(B, T, D, H, H, bias=False, latent=Latent(c, dR, dh, dv, q_rank))
+    with torch.device("meta"):
+        m, x = _deepseek_attention(D, H, q_rank, c, dh, dR, dv), torch.randn(B, T, D)
+    with FlopCounterMode(display=False) as counter:
+        q = m["q_b_proj"](m["q_a_layernorm"](m["q_a_proj"](x))).view(B, T, H, dh + dR).transpose(1, 2)
+        latent, k_rope = m["kv_a_proj_with_mqa"](x).split([c, dR], dim=-1)
+        k_nope, v = m["kv_b_proj"](m["kv_a_layernorm"](latent)).view(B, T, H, dh + dv).transpose(1, 2).split([dh, dv], -1)
+        k = torch.cat([k_nope, k_rope[:, None].expand(B, H, T, dR)], dim=-1)
+        w = torch.softmax(q @ k.transpose(-2, -1) / (dh + dR) ** 0.5, dim=-1)
+        m["o_proj"]((w @ v).transpose(1, 2).reshape(B, T, H * dv))
+    rows = rows_by_item(cost_rows(d, 1))
+    products = ("Q down to d_c'", "Q up (d_h + d_R a head)", "down to c and the RoPE key", "K, V up from c",
+                "scores QKᵀ (d_h + d_R a head)", "weights · V", "output projection")
+    assert counter.get_total_flops() == sum(rows[("flops", item)].per_layer for item in products)
+
+
+def test_latent_attention_refuses_what_counts_per_head_caches(cli):
+    for args in (("--io",), ("--window", "64")):
+        result = cli("cost", "--preset", "deepseek-v2", *args)
+        assert result.exit_code == 2 and "caches one latent a token" in result.stderr

@@ -27,6 +27,7 @@ class Dims:
     window: int | None = None  # sliding window: a query sees at most this many keys
     rope: bool = False  # rotary positions (no parameters)
     cross: int | None = None  # a decoder's cross-attention: the encoder positions its queries see
+    latent: object = None  # core.latent.Latent: multi-head latent attention (DeepSeek's), or None
 
     @property
     def d_k(self) -> int:
@@ -127,6 +128,11 @@ def cost_rows(d: Dims, layers: int) -> list[Row]:
         rows.append(Row(section, item, formula, numbers, value,
                         value * layers if total is None else total, unit))
 
+    if d.latent is not None:
+        from mha_trace.core.latent import latent_rows
+
+        latent_rows(add, d, layers)
+        return rows
     for section in (_parameter_rows, _flop_rows, _memory_rows):
         section(add, d, layers)
     if d.cross:
@@ -291,6 +297,20 @@ class CostReport(Shows):
     io: object = None  # core.hbm.Io: main-memory traffic (`--io`), or None
 
 
+def _latent(preset: dict, io: bool, window) -> object:
+    """A preset's multi-head latent attention (attention = "mla"), or None; --io and --window count
+    the attention of heads that cache their own K and V, so they are refused for it."""
+    if preset.get("attention") != "mla":
+        return None
+    if io or window is not None:
+        raise MhaError(f"{'--io' if io else '--window'} counts attention whose heads cache their own K and V; "
+                       f"{preset['name']} caches one latent a token (multi-head latent attention)",
+                       quantity="io" if io else "window")
+    from mha_trace.core.latent import Latent
+
+    return Latent.of(preset)
+
+
 IO_RULES = tuple(needs(name, "io", "counts main-memory traffic")  # cost's options that --io reads
                  for name in ("backward", "sram", "block_q", "block_k", "causal", "dropout"))
 
@@ -332,7 +352,7 @@ def cost_report(preset: str | None = None, batch: int | None = None, seq: int | 
     if cross is not None:
         positive("cross_keys", cross)
     d = Dims(batch, seq, d_model, heads, kv_heads, dtype, bias=pick(bias, "bias", True),
-             window=window, rope=pick(rope, "rope", False), cross=cross)
+             window=window, rope=pick(rope, "rope", False), cross=cross, latent=_latent(p, io, window))
     label = p.get("name", "custom") if preset else "custom"
     judge({"io": io, "backward": backward, "sram": sram, "block_q": block_q, "block_k": block_k,
            "causal": causal, "dropout": dropout}, IO_RULES)

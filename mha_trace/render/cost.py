@@ -13,9 +13,13 @@ def _count(n: int, unit: str) -> str:
 
 
 def _head(d, layers: int, label: str, source: str | None) -> list:
+    m = d.latent
+    kinds = f"kv_heads={d.kv_heads} (d_k={d.d_k})" if m is None else (
+        f"latent attention (d_c={m.kv_rank}, d_R={m.rope_dim}, d_h={m.nope_dim}, d_v={m.v_dim}"
+        + (f", d_c'={m.q_rank})" if m.q_rank else ")"))
     head = Text(f"cost: {label}: batch={d.batch} seq={d.seq} d_model={d.d_model} heads={d.heads} "
-                f"kv_heads={d.kv_heads} (d_k={d.d_k}) layers={layers} {d.dtype} "
-                f"({d.itemsize} bytes) bias={'yes' if d.bias else 'no'}", style="bold")
+                f"{kinds} layers={layers} {d.dtype} ({d.itemsize} bytes) bias={'yes' if d.bias else 'no'}",
+                style="bold")
     return [head] + ([Text(f"Source: {source}")] if source else [])
 
 
@@ -47,15 +51,29 @@ def cost_renderables(rows, d, layers: int, formulas: bool) -> list:
         cells = [r.item] + ([f"{r.formula} = {r.numbers}"] if formulas else [])
         table.add_row(*cells, f"{r.total:,}", decimal_bytes(r.total), human_bytes(r.total))
     out.append(table)
-    out += _notes(d, formulas)
+    out += _notes(d, formulas, layers)
     return out
 
 
-def _notes(d, formulas: bool) -> list:
+def _latent_note(d, layers: int) -> str:
+    m, H = d.latent, d.heads
+    mha = 2 * H * m.nope_dim
+    return (f"Multi-head latent attention caches one latent c (d_c = {m.kv_rank}) and one RoPE key (d_R = "
+            f"{m.rope_dim}) a token and layer: {m.cached():,} elements a layer, {m.cached() * layers:,} over "
+            f"{layers} layers (DeepSeek-V2's Table 1: (d_c + d_R)·l). Were its {H} heads to cache their own K "
+            f"and V of d_h = {m.nope_dim}, it would be 2·H·d_h = {mha:,} a layer, {mha / m.cached():.1f}× more; "
+            f"it caches as much as grouped-query attention with {m.cached() / (2 * m.nope_dim):g} K/V "
+            f"groups. Each head's key and value are made up from c when attention runs (FLOPs above: "
+            f"the naive form, as it trains; at inference W^UK can be absorbed into the queries and W^UV "
+            f"into W^O).")
+
+
+def _notes(d, formulas: bool, layers: int = 1) -> list:
     notes = ["Scores are per layer (one layer's T×T tensors are alive at a time); FLOPs count a "
-             "multiply-add as 2. The tiled row follows FlashAttention-2 (Dao 2023), which keeps one "
+             "multiply-add as 2."] + ([_latent_note(d, layers)] if d.latent else [
+             "The tiled row follows FlashAttention-2 (Dao 2023), which keeps one "
              "fp32 logsumexp per query row for the backward pass; FlashAttention-1 (Dao et al. "
-             "2022) kept two, the row max and sum (8 bytes a row)."]
+             "2022) kept two, the row max and sum (8 bytes a row)."])
     if d.rope:
         notes.append("RoPE adds no parameters: it turns Q and K by position with cos/sin of fixed "
                      "angles, computed, not learned.")
@@ -122,6 +140,10 @@ def cost_data(rows, d, layers: int, preset: str | None, source: str | None) -> d
                    "heads": d.heads, "kv_heads": d.kv_heads, "d_k": d.d_k, "layers": layers,
                    "dtype": d.dtype, "bytes_per_element": d.itemsize, "bias": d.bias,
                    "rope": d.rope, "window": d.window, "cross_keys": d.cross,
+                   "latent": None if d.latent is None else {
+                       "kv_lora_rank": d.latent.kv_rank, "q_lora_rank": d.latent.q_rank,
+                       "qk_nope_head_dim": d.latent.nope_dim, "qk_rope_head_dim": d.latent.rope_dim,
+                       "v_head_dim": d.latent.v_dim, "kv_cache_elements_per_token": d.latent.cached() * layers},
                    "source": source},
         "rows": [{"section": r.section, "item": r.item, "formula": r.formula,
                   "numbers": r.numbers, "per_layer": r.per_layer, "total": r.total,

@@ -108,13 +108,14 @@ def test_a_backward_when_written_is_checked_against_autograd(cli):
     assert "Its forward is right; its backward's dQ and dK differ from autograd's" in text
     _, forward_only = _verify(cli, "FlashAttention")
     assert forward_only["gradients"] == {} and any("not written yet" in n for n in forward_only["notes"])
-    bundled = cli("verify", "--module", "example:flash_cs336", "--impl", "tiled", "--mask", "causal").stdout
-    assert bundled.startswith("verify: FlashAttention from example:flash_cs336") and "dK (its backward)" in bundled
+    shipped = cli("verify", "--module", "examples/tiled/flash_cs336.py:FlashAttention", "--impl", "tiled",
+                  "--mask", "causal").stdout
+    assert shipped.startswith("verify: FlashAttention from examples/tiled/flash_cs336.py") and "dK (its backward)" in shipped
 
 
 def test_a_class_of_tiled_forwards_is_graded(cli, tmp_path):
     """CS336's assignment graded for a class: each FlashAttention in a process of its own."""
-    right = (pathlib.Path("examples") / "flash_cs336.py").read_text()
+    right = (pathlib.Path("examples") / "tiled" / "flash_cs336.py").read_text()
     (tmp_path / "alice.py").write_text(right)
     (tmp_path / "bob.py").write_text(right.replace("l = alpha * l + P.sum(dim=-1)", "l = l + P.sum(dim=-1)"))
     result = cli("verify", "--module", f"{tmp_path}/*.py:FlashAttention", "--impl", "tiled", "--mask", "causal",

@@ -206,7 +206,7 @@ def test_fused_projections_cannot_be_set_to_the_identity(cli):
 def test_examples_are_listed_and_run_by_name(cli):
     data = json.loads(cli("examples", "--format", "json").stdout)
     names = {e["name"] for e in data["examples"]}
-    assert names == {"broken_view", "chapter_numpy", "chapter_torch", "committee", "flash_cs336", "l04", "nanogpt",
+    assert names == {"broken_view", "chapter_numpy", "chapter_torch", "committee", "l04", "nanogpt",
                      "raschka", "reference_sheet", "rope_pairs"}
     by_name = cli("shapes", "--module", "example:l04", "--d-model", "64", "--heads", "4", "--format", "json")
     by_path = cli("shapes", "--module", "examples/l04_mha.py:MultiHeadAttention", "--d-model", "64",

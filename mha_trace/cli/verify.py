@@ -38,7 +38,7 @@ def verify(
 
     With --impl tiled, check a FlashAttention forward of your own (CS336's: a torch.autograd.Function
     or a function, called (Q, K, V, is_causal)) tile by tile against the lecture's walk.
-    Example: mha-trace verify --module example:flash_cs336 --impl tiled --mask causal
+    Example: mha-trace verify --module examples/tiled/flash_cs336.py:FlashAttention --impl tiled --mask causal
 
     With a --module whose file is a glob or a folder, verify a whole class: each submission in a
     process of its own (a time limit, a memory limit, no network, writes only in a scratch

@@ -160,9 +160,6 @@ def load_class(spec) -> type:
 def load_tiled(spec) -> tuple:
     """A tiled forward as CS336's assignment asks for one: a torch.autograd.Function (called through
     .apply) or a function, each called (Q, K, V, is_causal); (the callable, its label, its file)."""
-    from mha_trace.runs.bundled import example_path
-
-    shown, spec = (":".join(spec.split(":")[:2]), example_path(spec)) if str(spec).startswith("example:") else (None, spec)
     if not isinstance(spec, str) or ":" not in spec:
         raise MhaError(f"expected 'FILE.py:Name' for --impl tiled, got {printable(str(spec))}", quantity="module")
     target, name = spec.rsplit(":", 1)
@@ -174,7 +171,7 @@ def load_tiled(spec) -> tuple:
     else:
         raise MhaError(f"module {printable(spec)}: {printable(name)} is not a torch.autograd.Function or a "
                        f"function (--impl tiled checks a tiled forward, called (Q, K, V, is_causal))", quantity="module")
-    return call, f"{name} from {shown or target}", source_file(found) or target
+    return call, f"{name} from {target}", source_file(found) or target
 
 
 def _own_call(cls: type) -> bool:

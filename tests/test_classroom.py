@@ -203,6 +203,8 @@ def test_a_class_from_a_process_that_ran_torch_and_from_the_api(tmp_path, cli):
     (["--module", "{tmp}:Missing"], "defines class Missing"),
     (["--module", "{tmp}/*.py:X", "--device", "cuda"], "a class is verified on the CPU"),
     (["--module", "{tmp}/*.py:X", "--jobs", "0"], "--jobs"),
+    (["--module", "{tmp}/*.py:X", "--gradebook", "{tmp}/a.py"], "a.py is a file; give a folder, e.g. grades/"),
+    (["--module", "{tmp}/*.py:X", "--gradebook", "{tmp}/no/such/grades"], "is not a folder"),
 ])
 def test_a_class_refused_in_one_line(cli, tmp_path, args, words):
     (tmp_path / "a.py").write_text("A = 1\n")

@@ -16,6 +16,17 @@ COLUMNS = ("student", "verdict", "line", "mistake", "fix", "message", "output_ma
 FILES = ("grades.csv", "grades.json", "results.json", "grades.html")
 
 
+def check_gradebook(folder: str) -> None:
+    """Before a class runs: a folder that is there, or can be made in one that is."""
+    if not isinstance(folder, str) or not folder.strip():
+        raise MhaError("give a folder for the gradebook, e.g. --gradebook grades/", quantity="gradebook")
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise MhaError(f"{printable(folder)} is a file; give a folder, e.g. grades/", quantity="gradebook")
+    parent = os.path.dirname(os.path.abspath(folder))
+    if not os.path.isdir(parent):
+        raise MhaError(f"cannot make {printable(folder)}: {printable(parent)} is not a folder", quantity="gradebook")
+
+
 def write_gradebook(folder: str, data: dict, summary: list[str]) -> None:
     """The four files into `folder` (made if it is not there)."""
     try:

@@ -24,6 +24,10 @@ def verify_view(o, given_map: str | None = None, mask_means: str = "any", course
     for a class; `bar(total, what)` its progress bar."""
     judge({"course": course, "module": o.module, "gradebook": gradebook}, CLASHES)
     if o.module and is_class(o, gradebook):
+        if gradebook is not None:
+            from mha_trace.io.gradebook import check_gradebook
+
+            check_gradebook(gradebook)  # before any submission runs
         book = class_verdicts(o, given_map, mask_means, course, _limits(*limits), bar or _no_bar)
         if gradebook is not None:
             from mha_trace.io.gradebook import write_gradebook

@@ -68,6 +68,7 @@ RIGHT = {
     "dinov2.py:Attention": ((), "its projections have no biases"),
     "esm2.py:MultiheadAttention": (("--pad", "2"), "sequence first"),
     "opt.py:OPTAttention": (CAUSAL, "(B, 1, T, T), with an axis for the heads"),
+    "keys_first.py:KeysFirstAttention": (CAUSAL, "its mask is added to the scores"),
 }
 
 
@@ -183,6 +184,8 @@ MUTATIONS = [
     ("dinov2.py:Attention", "q, k, v = qkv[0] * self.scale, qkv[1], qkv[2]",
      "q, k, v = qkv[0] * self.scale ** 2, qkv[1], qkv[2]", (), "scaled by d_k instead of √d_k"),
     ("esm2.py:MultiheadAttention", "q *= self.scaling", "q *= self.scaling ** 2", (), "scaled by d_k instead of √d_k"),
+    ("keys_first.py:KeysFirstAttention", "KQ = K @ Q.transpose(-2, -1) / math.sqrt(self.dk)",
+     "KQ = K @ Q.transpose(-2, -1) / self.dk", (), "scaled by d_k instead of √d_k"),
     ("opt.py:OPTAttention", "softmax(attn_weights, dim=-1, dtype=torch.float32)",
      "softmax(attn_weights, dim=-2, dtype=torch.float32)", CAUSAL, "softmax over the queries instead of the keys"),
     ("megatron.py:ParallelAttention", "attention_probs = torch.softmax(attention_scores, dim=-1)",

@@ -272,10 +272,11 @@ def _forward_params(module) -> list:
 
 
 def takes_mask(module) -> str | None:
-    """The name of forward's mask parameter (mask, attn_mask, attention_mask, key_padding_mask),
-    the first in that order; None if it takes none."""
-    names = {p.name for p in _forward_params(module)}
-    return next((n for n in MASK_NAMES if n in names), None)
+    """The name of forward's mask parameter (mask, attn_mask, attention_mask, key_padding_mask, the
+    first in that order, else the first other name that says mask and not padding); None if none."""
+    names = [p.name for p in _forward_params(module)]
+    return next((n for n in MASK_NAMES if n in names), None) or next(  # mask_attn, attn_bias_mask, ...
+        (n for n in names if "mask" in n.lower() and "pad" not in n.lower()), None)
 
 
 def takes_lengths(module) -> str | None:
@@ -313,7 +314,7 @@ def forward_call(module: nn.Module, x, mask: torch.Tensor | None):
     mask_param = next((p for p in params if p.name == takes_mask(module)), None)
     names = input_names(module)
     args = x if isinstance(x, tuple) and len(names) == 3 else tuple(x for _ in names)
-    order = [ROLES.get(n.lower()) for n in names]
+    order = [ROLES.get(n.lower().strip("_")) for n in names]  # _K, _V, _Q as k, v, q
     if len(args) == 3 and sorted(o for o in order if o is not None) == [0, 1, 2]:
         args = tuple(args[o] for o in order)  # by name: forward(key, value, query) gets each its own
     kwargs = {}

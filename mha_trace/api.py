@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from mha_trace.errors import MhaError
 from mha_trace.models.registry import entry, listed
-from mha_trace.runs.values import head_of, names, text_of, sentences_of, whole_numbers
+from mha_trace.runs.values import names, text_of
 from mha_trace.runs.resolve import RunOptions, check_options, load, resolve
 
 
@@ -31,90 +31,79 @@ def trace(module, *args, **kwargs):
     >>> trace(torch.nn.MultiheadAttention(64, 4, batch_first=True), x, x, x).steps[0].shape
     (2, 10, 64)
     """
-    if not callable(module) and not hasattr(module, "forward"):
-        raise MhaError(f"{module!r} is not a module or a function to run", quantity="module")
-    from mha_trace.analyses.shapes import trace_run
-    from mha_trace.runs.calls import from_call
+    from mha_trace.views.shapes import call_view
 
-    return trace_run(from_call(module, args, kwargs))
+    return call_view(module, args, kwargs)
 
 
-def trace_sizes(**options):
+def trace_sizes(*, compact: bool = False, compare_impl: bool = False,
+                include_inputs: bool = False, **options):
     """The built-in module at these sizes, traced: like `mha-trace shapes` with the same flags
-    (batch, seq, d_model, heads, kv_heads, mask, pad, dtype, device, seed, rope, window, impl).
+    (batch, seq, d_model, heads, kv_heads, mask, pad, dtype, device, seed, rope, window, impl,
+    block_q, block_k, decode; config=, module=, model= with sentence= and layer=, audio= and
+    attention= for another source); compact=True the lecture's eight rows, compare_impl=True the
+    explicit path beside impl="sdpa" or "tiled", include_inputs=True the inputs in `.data()`.
 
     >>> trace_sizes(d_model=512, heads=8, mask="causal").largest.shape
     (2, 8, 10, 10)
     """
-    from mha_trace.analyses.shapes import trace_run
+    from mha_trace.views.shapes import ShapesRequest, shapes_view
 
-    return trace_run(resolve(_options(options), "sizes"))
+    return shapes_view(ShapesRequest(_options(options), compact, compare_impl, include_inputs))
 
 
-def heads(config=None, *, head: int | None = None, effect: bool = False, **options):
+def heads(config=None, *, head=None, effect: bool = False, overview: bool = False,
+          words: bool = False, hide_special: bool = False, include_inputs: bool = False,
+          **options):
     """Every head's weights for a config (a bundled name, a TOML path or a Config; default the
-    chapter's), re-split with heads=, masked with mask=/pad=/window=, or on your module=;
+    chapter's), re-split with heads=, masked with mask=/pad=/window=, or on your module=; or a
+    model's (model="minilm", sentence=..., layer=, head="4.2", words=, hide_special=), or
+    Whisper's (model="whisper", audio=FILE, attention="cross" | "self" | "encoder");
     effect=True adds the effect weights (weight × ‖v·W_O‖, renormalised).
 
     >>> heads("cat-sat-on-mat").weights.shape
     (2, 5, 5)
     """
-    from mha_trace.analyses.analysis import run_heads
+    from mha_trace.views.heads import HeadsRequest, heads_view
 
-    return run_heads(resolve(_options(options, config=config)), head, effect)
+    return heads_view(HeadsRequest(_options(options, config=config), head, overview, words,
+                                   hide_special, effect, False, include_inputs))
 
 
 def explain(config=None, token: str | None = None, position: int | None = None, *,
-            head: int | None = None, effect: bool = False, why: bool = False,
+            head=None, effect: bool = False, why: bool = False, by_head: bool = False,
             impl: str = "explicit", block_k: int | None = None, rope_planes: bool = False,
-            **options):
+            include_inputs: bool = False, **options):
     """One token through every head (or just `head`), every product written out; effect=True
     adds each key's ‖v·W_O‖ and effect weight; why=True splits each score into the head's dims;
     impl="tiled" walks the row through FlashAttention-2's loop, `block_k` keys a tile;
-    rope_planes=True splits each score by RoPE's rotation planes (with rope=True).
+    rope_planes=True splits each score by RoPE's rotation planes (with rope=True). `config` as in
+    `heads` (or a record `heads` returned: its config again); model=, module=, audio= as there.
 
     >>> explain("cat-sat-on-mat", token="cat", head=1).heads[0].terms[1].weight
     0.2509...
     """
-    from mha_trace.analyses.analysis import Heads, LectureHeads, with_effect
-    from mha_trace.analyses.walk import walk
-    from mha_trace.core.picks import find_position
-    from mha_trace.views.explain import check_shown_as
+    from mha_trace.views.explain import ExplainRequest, explain_view
 
-    check_shown_as(impl, block_k, why, effect, None, rope_planes)  # before a run is made
-    if position is not None:
-        position = whole_numbers([position], "position", least=0)[0]
-    view = config if isinstance(config, Heads) else heads(config, head=head, **options)
-    if not isinstance(view, LectureHeads):
-        raise MhaError("explain walks the lecture's module (its heads' q, k and v); for your "
-                       "module use heads(module=...)", quantity="module")
-    if effect and view.effect is None:
-        view = with_effect(view)
-    w = replace(walk(view, find_position(view.tokens, token, position)), only=head)
-    if why:
-        from mha_trace.analyses.why import config_why
-
-        w = replace(w, why=config_why(view, w.position, [head] if head else range(1, view.heads + 1)))
-    from mha_trace.analyses.variants import shown_as
-
-    return shown_as(w, impl, block_k, rope_planes)
+    config = getattr(config, "config", config)  # a LectureHeads: the config it ran
+    return explain_view(ExplainRequest(_options(options, config=config), token, position, head,
+                                       effect, why, by_head, impl, block_k, rope_planes,
+                                       include_inputs))
 
 
 def ablate(config=None, removed=(2,), **options):
-    """The output with the given heads (from 1) zeroed before W_O, and how far each token moved."""
-    from mha_trace.analyses.analysis import ablate_heads as run_ablate
+    """The output with the given heads (from 1; a model's "L.H") zeroed before W_O, and how far
+    each token moved."""
+    from mha_trace.views.ablate import AblateRequest, ablate_view
 
-    o = _options(options, config=config)
-    return run_ablate(resolve(o, "config"), whole_numbers(removed, "removed"))
+    return ablate_view(AblateRequest(_options(options, config=config), removed), _notebook_bar)
 
 
 def compare(config=None, head_counts=(1, 2, 4), **options):
     """The same Q, K, V split into each head count (`mha-trace compare --heads 1,2,4`)."""
-    from mha_trace.analyses.analysis import Comparison, analyse_splits
-    from mha_trace.runs.resolve import resolve_splits
+    from mha_trace.views.compare import CompareRequest, compare_view
 
-    counts, o = whole_numbers(head_counts, "head_counts"), _options(options, config=config)
-    return Comparison(analyse_splits(resolve_splits(o, counts)))
+    return compare_view(CompareRequest(_options(options, config=config), head_counts))
 
 
 def verify(module=None, *, map: str | None = None, mask_means: str = "any", course: str | None = None,
@@ -164,10 +153,15 @@ class Model:
             self.model
 
     @property
+    def source(self) -> RunOptions:
+        """The options every view of this model starts from."""
+        return RunOptions(model=self.name, device=self.device, max_tokens=self.max_tokens,
+                          max_seconds=self.max_seconds)
+
+    @property
     def model(self):
         """The loaded model, on this object's device (one copy per process: it moves)."""
-        return load(RunOptions(model=self.name, device=self.device, max_tokens=self.max_tokens,
-                               max_seconds=self.max_seconds))
+        return load(self.source)
 
     def __repr__(self) -> str:
         if entry(self.name).audio:
@@ -176,111 +170,111 @@ class Model:
         layers = f"{m.layers} layer{'s' if m.layers > 1 else ''}"
         return f"<mha_trace model {self.name}: {m.name}, {layers} × {m.heads} heads>"
 
+    def _on(self, text=None, layer=None, audio=None, attention=None) -> RunOptions:
+        o = replace(self.source, sentence=text_of(text), layer=layer, attention=attention,
+                    audio=None if audio is None else os.fspath(audio))
+        check_options(o)
+        return o
+
     def run(self, text: str | None = None, layer: int | None = None):
         """The Run of one layer (default 1) on the text: what every view reads."""
-        return resolve(RunOptions(model=self.name, sentence=text_of(text), layer=layer,
-                                  device=self.device, max_tokens=self.max_tokens,
-                                  max_seconds=self.max_seconds))
+        return resolve(self._on(text, layer))
 
     def heads(self, text: str | None = None, *, layer: int | None = None,
               head: str | None = None, words: bool = False, hide_special: bool = False,
-              effect: bool = False):
+              effect: bool = False, overview: bool = False, audio=None,
+              attention: str | None = None):
         """Every head (an overview), one layer's (`layer=4`), or one (`head="4.2"`); effect=True
-        adds the effect weights."""
-        from mha_trace.analyses.model_heads import model_heads
+        adds the effect weights. Whisper: audio=FILE, its cross-attention heads (attention=
+        "encoder" its encoder's, "self" its decoder's self-attention, every option)."""
+        from mha_trace.views.heads import HeadsRequest, heads_view
 
-        layer = None if layer is None else whole_numbers([layer], "layer")[0]
-        return model_heads(self.run(text), layer, head_of(head), words, hide_special, effect)
+        return heads_view(HeadsRequest(self._on(text, layer, audio, attention), head, overview,
+                                       words, hide_special, effect))
 
     def explain(self, text: str | None = None, *, token: str | None = None,
                 position: int | None = None, head: str | None = None, layer: int | None = None,
                 effect: bool = False, why: bool = False, by_head: bool = False,
-                impl: str = "explicit", block_k: int | None = None, rope_planes: bool = False):
+                impl: str = "explicit", block_k: int | None = None, rope_planes: bool = False,
+                audio=None, attention: str | None = None):
         """One token through a layer's heads (`head="6.12"` picks the layer and the head);
         effect=True adds each key's ‖v·W_O‖ and effect weight; why=True splits each score by
         source (by_head=True: each earlier head a source of its own); impl="tiled" walks the
         row through FlashAttention-2's loop, `block_k` keys a tile; rope_planes=True splits
-        each score by RoPE's rotation planes."""
-        from mha_trace.analyses.model_heads import head_in_layer, model_walk
+        each score by RoPE's rotation planes. Whisper: audio=FILE, one written token through
+        every cross-attention head (attention="encoder": one frame; "self": every option)."""
+        from mha_trace.views.explain import ExplainRequest, explain_view
 
-        from mha_trace.views.explain import check_shown_as
+        return explain_view(ExplainRequest(self._on(text, layer, audio, attention), token,
+                                           position, head, effect, why, by_head, impl, block_k,
+                                           rope_planes))
 
-        check_shown_as(impl, block_k, why, effect, None, rope_planes, by_head)
-        if position is not None:
-            position = whole_numbers([position], "position", least=0)[0]
-        layer, only = head_in_layer(layer, head_of(head))
-        run = self.run(text, layer)
-        w = replace(model_walk(run, only, token, position, effect), only=only)
-        if why:
-            from mha_trace.analyses.why import with_why
+    def trace(self, text: str | None = None, layer: int = 1, *, audio=None,
+              attention: str | None = None):
+        """One layer's attention on the text's hidden states (Whisper: on what it heard from
+        audio=FILE), traced op by op."""
+        from mha_trace.views.shapes import ShapesRequest, shapes_view
 
-            w = with_why(w, run, only, by_head)
-        from mha_trace.analyses.variants import shown_as
-
-        return shown_as(w, impl, block_k, rope_planes)
-
-    def trace(self, text: str | None = None, layer: int = 1):
-        """One layer's attention on the text's hidden states, traced op by op."""
-        from mha_trace.analyses.shapes import trace_run
-
-        return trace_run(self.run(text, layer))
+        return shapes_view(ShapesRequest(self._on(text, layer, audio, attention)))
 
     def survey(self, text: str | None = None, *, sentences=None, source: str | None = None,
-               targets=None, effect: bool = False):
+               targets=None, effect: bool = False, rope_planes: bool = False,
+               induction: bool = False, ablate_top: int = 0):
         """Which layer.head does what, over the bundled corpus (default), one text, or
         `sentences`: a list of texts or the path of a file with one a line; effect=True adds
-        the sinks' share of the effect beside their share of the weight."""
-        from mha_trace.models import corpus
-        from mha_trace.analyses.model_analysis import survey
+        the sinks' share of the effect beside their share of the weight; source="it" with
+        targets=["animal", "street"] a coreference probe; rope_planes=True each head's |q·k| by
+        band of RoPE planes; induction=True (a causal model) its induction heads on random
+        repeated tokens, ablate_top=K the loss with the K best removed."""
+        from mha_trace.views.survey import SurveyRequest, survey_view
 
-        if text is not None and sentences is not None:
-            raise MhaError("give a text or sentences, not both", quantity="sentences")
-        texts = sentences_of(sentences)
-        chosen = (corpus.one(text_of(text)) if text is not None else corpus.Corpus(
-            f"{len(texts)} sentences", texts) if texts else corpus.from_file(os.fspath(sentences))
-            if sentences is not None else corpus.bundled())
-        to = [targets] if isinstance(targets, str) else targets and names(targets, "targets")
-        return survey(self.model, chosen, source, to and [t.lower() for t in to], effect=effect)
+        return survey_view(SurveyRequest(self._on(text), sentences, False, source, targets,
+                                         effect, rope_planes, False, induction, ablate_top),
+                           _notebook_bar)
 
     def hear(self, audio, *, timestamps: bool = False):
         """What whisper hears in a WAV file, its heads by how well they follow the sound (like
         `survey --model whisper --audio`); timestamps=True adds each word's timing."""
-        from mha_trace.analyses.alignment import hear
+        from mha_trace.views.survey import SurveyRequest, survey_view
 
-        o = RunOptions(model=self.name, audio=os.fspath(audio), device=self.device)
-        return hear(load(o), o.audio, timestamps)
+        return survey_view(SurveyRequest(self._on(audio=audio), timestamps=timestamps))
 
     def composition(self):
         """Q-, K- and V-composition of every head with every head of an earlier layer, from the
         weights (a decoder: smollm2 or a trained run), beside random matrices."""
-        from mha_trace.analyses.composition import composition
+        from mha_trace.views.survey import SurveyRequest, survey_view
 
-        return composition(self.model)
+        return survey_view(SurveyRequest(self.source, composition=True), _notebook_bar)
 
     def ablate(self, text: str | None = None, *, removed=(), heads=None):
         """The model's output with the `removed` heads ("4.2", ...) zeroed before W_O, as
         `mha_trace.ablate(removed=...)` names them (`heads=` is the old name, kept this release)."""
-        from mha_trace.models.guards import parse_head
-        from mha_trace.analyses.model_analysis import ablate_model_heads
+        from mha_trace.views.ablate import AblateRequest, ablate_view
 
         removed = removed if heads is None else heads  # "4.2,5.1" or a list
-        if removed in ((), []):
+        if removed in ((), [], None):
             raise MhaError("name at least one head to remove, e.g. removed=['6.12']", quantity="removed")
-        removed = [parse_head(h) for h in names(removed, "removed")]
-        return ablate_model_heads(self.run(text).sentence, removed)
+        names(removed, "removed")  # "4.2,5.1" or a list of them
+        return ablate_view(AblateRequest(self._on(text), removed))
 
     def rank(self, text: str | None = None):
         """Every head removed on its own, ranked by how far the output moves."""
-        from mha_trace.analyses.model_analysis import rank_heads
+        from mha_trace.views.ablate import AblateRequest, ablate_view
 
-        return rank_heads(self.run(text).sentence)
+        return ablate_view(AblateRequest(self._on(text), rank=True), _notebook_bar)
+
+    def prune(self):
+        """A causal model's heads ranked by importance on the bundled corpus and removed least
+        important first, the next-token loss at each step (like `ablate --prune`)."""
+        from mha_trace.views.ablate import AblateRequest, ablate_view
+
+        return ablate_view(AblateRequest(self.source, prune=True), _notebook_bar)
 
     def predict(self, text: str = "The capital of France is", top: int = 10, generate: int = 0):
         """A causal model's next-token distribution (and `generate` greedy tokens)."""
-        from mha_trace.analyses.model_analysis import predict
+        from mha_trace.views.predict import PredictRequest, predict_view
 
-        return predict(self.model, text_of(text), whole_numbers([top], "top")[0],
-                       whole_numbers([generate], "generate", least=0)[0])
+        return predict_view(PredictRequest(self.source, text, top, generate), _notebook_bar)
 
     def patch(self, clean: str | None = None, corrupt: str | None = None, *,
               metric: str | None = None, noising: bool = False, sender: str | None = None,
@@ -291,25 +285,27 @@ class Model:
         head a position at a time; sender="1.1" (or "1.1,1.2", a list), receiver="2.4": path patching."""
         from mha_trace.views.patch import PatchRequest, patch_view
 
-        return patch_view(self.model, PatchRequest(clean, corrupt, metric, noising, sender, receiver,
-                                                   by_input, by_position))
+        return patch_view(PatchRequest(self.source, clean, corrupt, metric, noising, sender,
+                                       receiver, by_input, by_position), _notebook_bar)
 
     def cache(self, text: str | None = None, *, policies=("full", "window", "sinks", "h2o"),
-              budgets=(64, 128, 256), sinks: int = 4, tokens: int = 512, renumber: bool = False):
-        """The KV-cache lab (like `mha-trace cache`): the text (default: the bundled corpus) read
-        token by token under each eviction policy and cache budget."""
-        from mha_trace.analyses.kvcache import bundled_text, cache_lab
-        from mha_trace.io.page import NotebookProgress
+              budgets=(64, 128, 256), sinks: int = 4, tokens: int = 512, renumber: bool = False,
+              text_file=None):
+        """The KV-cache lab (like `mha-trace cache`): the text (default: the bundled corpus; or
+        the file text_file) read token by token under each eviction policy and cache budget."""
+        from mha_trace.views.cache import CacheRequest, cache_view
 
-        name, words = ("the text given", text_of(text)) if text is not None else bundled_text(self.model)
-        bar = lambda total: _advancing(NotebookProgress(total, "reading the text under each cache"))
-        return cache_lab(self.model, name, words, whole_numbers([tokens], "tokens", 2)[0],
-                         names(policies, "policy"), whole_numbers(budgets, "budget", 2),
-                         whole_numbers([sinks], "sinks")[0], bool(renumber), bar)
+        path = None if text_file is None else os.fspath(text_file)
+        return cache_view(CacheRequest(self.source, policies, budgets, sinks, tokens, text, path,
+                                       renumber), _notebook_bar)
 
 
 @contextlib.contextmanager
-def _advancing(bar):  # a cache lab's progress, as a notebook's bar
+def _notebook_bar(total: int, what: str):
+    """A view's progress, as a notebook's bar (nothing outside a kernel)."""
+    from mha_trace.io.page import NotebookProgress
+
+    bar = NotebookProgress(total, what)
     yield lambda *_: bar.advance()
 
 

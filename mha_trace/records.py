@@ -42,11 +42,14 @@ class Shows:
     registered for the record's type (below): records never import renderers.
     """
 
+    inputs: dict | None = None  # the run's inputs and weights, when a view was asked for them
+
     def renderables(self, width: int = PLAIN_WIDTH, **options) -> list:
         return renderables(self, width, **options)
 
     def data(self, **options) -> dict:
-        return data(self, **options)
+        shown = data(self, **options)
+        return shown if self.inputs is None else {**shown, "inputs": self.inputs}
 
     def to_json(self) -> str:
         return to_json(self.data())

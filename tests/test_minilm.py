@@ -199,7 +199,7 @@ def test_a_missing_package_names_the_install_command(cli, monkeypatch):
     (("heads", "--layer", "2"), 2, "--layer goes with --model (e.g. --model minilm)"),
     (("ablate", "--model", "minilm"), 2, "--head: with --model, name the heads to remove, e.g. "
                                          "--head 6.12 (or rank them all with --rank, or prune them with --prune)"),
-    (("survey", "--from", "it"), 2, "--from and --to go together, e.g. --from it --to animal,street"),
+    (("survey", "--from", "it"), 2, "--from and --to go together (a coreference probe: e.g. --from it --to animal,street)"),
     (("survey", "--from", "it", "--to", "dragon"), 2,
      "--to: no sentence holds 'it' and every one of dragon (give one with --sentence)"),
 ])

@@ -173,7 +173,7 @@ def test_the_notebook_shows_every_sentence_the_terminal_shows(outputs):
     why = _prose(outputs[9][0].data["text/html"])
     plain = " ".join(outputs[9][0].data["text/plain"].split())
     assert "Sources:" in why and "Sources:" in plain
-    composition = _prose(outputs[11][0].data["text/html"])
+    composition = _prose(outputs[11][-1].data["text/html"])  # after its progress bar
     assert "survey --composition: run.pt at step 600, 2 layers × 4 heads" in composition
     assert "--format json has every pair." in composition
 

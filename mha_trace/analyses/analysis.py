@@ -46,6 +46,11 @@ class Heads(Shows):
         return self.heads
 
     @property
+    def distinct_rows(self) -> list[int]:
+        """Per head of a one-layer run, how many of its weight rows differ (at 4 decimals)."""
+        return [len({tuple(np.round(row, 4)) for row in w}) for w in self.weights]
+
+    @property
     def whole(self) -> bool:
         """A model's overview: neither a layer nor a head was named."""
         return False
@@ -247,10 +252,6 @@ def analyse_splits(runs: list) -> list[Heads]:
     """The same Q, K, V (or the same seed) split into each head count: one run each
     (`resolve.resolve_splits`)."""
     return [analyse(run) for run in runs]
-
-
-def distinct_rows(weights: np.ndarray, decimals: int = 4) -> int:
-    return len({tuple(np.round(row, decimals)) for row in weights})
 
 
 def module_heads(run: Run) -> Heads:

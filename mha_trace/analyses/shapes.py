@@ -28,6 +28,8 @@ class ShapesReport(Shows):
     failure: Failure | None = None  # the op that raised (the user's module)
     returned: str = ""  # what forward returned, for a user's module
     output: object = None  # the built-in module's output tensor (B, T, d_model)
+    symbols: list | None = None  # --compact: each step's shape in symbols (the lecture's table)
+    explicit: "ShapesReport | None" = None  # --compare-impl: the explicit path, traced beside
 
     @property
     def sizes(self):

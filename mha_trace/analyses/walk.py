@@ -52,6 +52,19 @@ class Walk(Shows):
         return self.view.tokens[self.position]
 
 
+@dataclass
+class ModuleWalk(Shows):
+    """One query of the user's module: its weights from the softmax on, a row per head (the
+    module's projections are its own); with --why, its scores split into their dims."""
+
+    renderer = "mha_trace.render.explain"  # how it shows, imported when first shown
+
+    view: Heads
+    position: int
+    only: int | None = None
+    why: list | None = None
+
+
 def walk(view: LectureHeads, position: int) -> Walk:
     """One token through every head, each number computed by hand (numpy, float64).
 

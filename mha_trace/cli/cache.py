@@ -1,26 +1,12 @@
 """The `cache` command: the KV-cache lab."""
 
-from dataclasses import replace
 from typing import Annotated
 
 import typer
 
 from mha_trace.cli.app import app
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
-from mha_trace.errors import MhaError
 from mha_trace.io.output import Output, emit
-
-
-def _list(text: str, what: str, cast=str) -> list:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    try:
-        values = [cast(t) for t in items]
-    except ValueError:
-        raise MhaError(f"takes a comma-separated list, e.g. --{what} "
-                       f"{'64,128,256' if cast is int else 'full,window'}", quantity=what) from None
-    if not values or len(set(values)) != len(values):
-        raise MhaError("needs one or more different values, comma-separated", quantity=what)
-    return values
 
 
 @app.command(short_help="The KV-cache lab: what evicting the cache costs a real model.")
@@ -53,27 +39,15 @@ def cache(
 
     Example: mha-trace cache --model smollm2 --tokens 128 --budget 32,64 --policy full,window,sinks
     """
-    from mha_trace.analyses import kvcache
-    from mha_trace.io.output import progress
-
-    from mha_trace.runs.resolve import RunOptions, load, with_checkpoint
-
-    o = with_checkpoint(RunOptions(model=model, checkpoint=checkpoint, at_step=at_step,
-                                   device=device.value, max_seconds=max_seconds))
-    policies, budgets = _list(policy, "policy"), _list(budget, "budget", int)
-    kvcache.check_settings(policies, budgets, sinks)
     from mha_trace.io.files import check_outputs
+    from mha_trace.io.output import progress
+    from mha_trace.runs.resolve import RunOptions
+    from mha_trace.views.cache import CacheRequest, cache_view
 
     check_outputs({"png": out.png, "svg": out.svg, "html": out.html}, [text])
-    loaded = load(replace(o, model=o.model or "smollm2"))
-    name, words = _text(text) if text is not None else kvcache.bundled_text(loaded)
-    bar = lambda total: progress(total, "reading the text under each cache")  # noqa: E731
-    try:
-        lab = kvcache.cache_lab(loaded, name, words, tokens, policies, budgets, sinks, renumber, bar)
-    except MhaError as e:  # the text came from --text, not from a --sentence
-        if e.quantity != "sentence" or text is None:
-            raise
-        raise MhaError(e.message, e.exit_code, "text") from None
+    o = RunOptions(model=model, checkpoint=checkpoint, at_step=at_step, device=device.value,
+                   max_seconds=max_seconds)
+    lab = cache_view(CacheRequest(o, policy, budget, sinks, tokens, None, text, renumber), progress)
     emit(out, lab.renderables, lab.data, slide=lab)
     import sys
 
@@ -81,18 +55,3 @@ def cache(
         from mha_trace.render.kvcache import timing
 
         print(timing(lab), file=sys.stderr)
-
-
-def _text(path: str) -> tuple[str, str]:
-    from pathlib import Path
-
-    from mha_trace.errors import printable
-    from mha_trace.io.files import read_text
-    from mha_trace.models.corpus import LIMIT_BYTES
-
-    if not path.strip():
-        raise MhaError("give a text file, e.g. --text essay.txt", quantity="text")
-    text = read_text(Path(path), printable(path), "a text file", LIMIT_BYTES, "text")
-    if not text.strip():
-        raise MhaError(f"{printable(path)} holds no words: nothing to read", quantity="text")
-    return printable(path), text

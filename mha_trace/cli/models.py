@@ -8,7 +8,6 @@ import typer
 
 from mha_trace.cli.app import app
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
-from mha_trace.errors import MhaError
 from mha_trace.io.output import Output, emit, make_console
 
 @app.command(short_help="Which layer.head of a model does what, ranked.")
@@ -54,87 +53,26 @@ def survey(
     Example: mha-trace survey --model smollm2 --rope-planes --sentence "The cat sat on the mat because the cat was tired."
     Example: mha-trace survey --model whisper --audio examples/audio/cat.wav --alignment --timestamps
     """
-    from mha_trace.runs.resolve import RunOptions, with_checkpoint
-
-    model = with_checkpoint(RunOptions(model=None if checkpoint else model, checkpoint=checkpoint,
-                                       at_step=at_step, device=device.value,
-                                       max_tokens=max_tokens, audio=audio))
-    if model.audio is not None or alignment or timestamps:
-        return _hearing(model, alignment, timestamps, out, composition or induction or ablate_top
-                        or effect or rope_planes or corpus or grids or any(
-                            x is not None for x in (sentence, sentences, source)))
-    if rope_planes and (composition or induction or ablate_top or effect or source is not None):
-        raise MhaError("--rope-planes is a survey of its own: not with --composition, "
-                       "--induction, --effect or a probe", quantity="rope_planes")
-    if composition:
-        if induction or ablate_top or effect or any(x is not None for x in (sentence, sentences, source)) or corpus:
-            raise MhaError("--composition reads the weights alone: it goes with no sentence, "
-                           "corpus, probe, --induction or --effect", quantity="composition")
-        return _composition(model, top, out)
-    if induction or ablate_top:
-        if effect:
-            raise MhaError("--effect goes with the corpus survey, not --induction", quantity="effect")
-        return _induction(model, sentence or sentences, source, ablate_top, top, out)
-    from mha_trace.models import corpus as corpora
-    from mha_trace.runs.resolve import load
-    from mha_trace.analyses.model_analysis import survey as run_survey
     from mha_trace.io.output import progress
+    from mha_trace.runs.resolve import RunOptions
+    from mha_trace.views.survey import SurveyRequest, survey_view
 
-    if sum(x is not None for x in (sentence, sentences)) + corpus > 1:
-        raise MhaError("choose one of --corpus, --sentence and --sentences", quantity="sentences")
-    if (source is None) != (targets is None):
-        raise MhaError("--from and --to go together, e.g. --from it --to animal,street")
-    for flag, value in (("from", source), ("to", targets)):
-        if value is not None and not value.replace(",", "").strip():
-            raise MhaError(f"--{flag} is empty: name a word, e.g. --from it --to animal,street")
-    to = [t.strip().lower() for t in targets.split(",") if t.strip()] if targets else None
-    m = load(model)
-    chosen = (corpora.one(sentence) if sentence is not None
-              else corpora.from_file(sentences) if sentences is not None
-              else m.probe_corpus if m.capabilities.trained_run else corpora.bundled())
-    with progress(len(chosen.sentences) if len(chosen.sentences) > 1 else 0,
-                  "encoding the sentences") as advance:
-        if rope_planes:
-            from mha_trace.analyses.rope_survey import rope_shares
-
-            result = rope_shares(m, chosen, advance)
-        else:
-            result = run_survey(m, chosen, source.lower() if source else None, to, advance, effect)
+    o = RunOptions(model=None if checkpoint else model, checkpoint=checkpoint, at_step=at_step,
+                   device=device.value, max_tokens=max_tokens, audio=audio, sentence=sentence)
+    result = survey_view(SurveyRequest(o, sentences, corpus, source, targets, effect, rope_planes,
+                                       composition, induction, ablate_top, alignment, timestamps,
+                                       grids), progress)
     console = make_console(out)
+    if audio is not None:
+        return emit(out, lambda: result.renderables(console.width), result.data, console,
+                    page=result, slide=result)
+    if composition:
+        return emit(out, lambda: result.renderables(top=max(top, 5)), result.data, slide=result)
+    if induction or ablate_top:
+        shown = max(top, ablate_top, 5)
+        return emit(out, lambda: result.renderables(top=shown), lambda: result.data(top=shown))
     emit(out, lambda: result.renderables(console.width, top=top, grids=grids),
          lambda: result.data(top=top), console)
-
-
-def _composition(model, top: int, out):
-    """survey --composition: every head of a decoder against every head of an earlier layer."""
-    from mha_trace.analyses.composition import composition
-    from mha_trace.runs.resolve import load
-    from mha_trace.io.output import progress
-
-    m = load(model)
-    with progress(m.layers - 1 if m.capabilities.causal else 0, "every later layer's heads") as advance:
-        result = composition(m, advance)
-    emit(out, lambda: result.renderables(top=max(top, 5)), result.data, slide=result)
-
-
-def _induction(model, sentence, source, ablate_top: int, top: int, out):
-    """survey --induction: a causal model's induction heads on random repeated tokens."""
-    from mha_trace.analyses.induction import induction
-    from mha_trace.runs.resolve import load
-    from mha_trace.io.output import progress
-
-    if sentence is not None or source is not None:
-        raise MhaError("--induction runs on random tokens repeated twice, not on a sentence or a "
-                       "probe", quantity="induction")
-    m = load(model)
-    if not m.capabilities.causal:
-        raise MhaError(f"it needs a causal model; {m.name} is an encoder (try --model "
-                       f"smollm2)", quantity="induction")
-    seeds = (0, 1, 2)
-    with progress(len(seeds) * (2 if ablate_top else 1), "random tokens, repeated") as advance:
-        result = induction(m, seeds=seeds, ablate_top=ablate_top, on_pass=advance)
-    emit(out, lambda: result.renderables(top=max(top, ablate_top, 5)),
-         lambda: result.data(top=max(top, ablate_top, 5)))
 
 
 @app.command(short_help="A causal model's next-token distribution.")
@@ -152,33 +90,13 @@ def predict(
 
     Example: mha-trace predict --model smollm2 --sentence "The capital of France is" --generate 5
     """
-    from mha_trace.runs.resolve import RunOptions, load
-    from mha_trace.analyses.model_analysis import predict as run_predict
-
     from mha_trace.io.output import progress
+    from mha_trace.runs.resolve import RunOptions
+    from mha_trace.views.predict import PredictRequest, predict_view
 
-    loaded = load(RunOptions(model=model, device=device.value, max_tokens=max_tokens))
-    with progress(generate, "generating (one pass of the model per token)") as advance:
-        p = run_predict(loaded, sentence, top, generate, advance)
+    o = RunOptions(model=model, device=device.value, max_tokens=max_tokens)
+    p = predict_view(PredictRequest(o, sentence, top, generate), progress)
     emit(out, p.renderables, p.data)
-
-
-def prune(o, out: Output):
-    """ablate --model M --prune: the pruning curve on the bundled corpus."""
-    from mha_trace.models import corpus
-    from mha_trace.runs.resolve import load
-    from mha_trace.io.output import progress
-    from mha_trace.analyses.pruning import check_prunable, prune as run_prune, steps
-
-    if o.sentence is not None or o.layer is not None:
-        raise MhaError("--prune runs on the bundled corpus, not on one sentence or layer",
-                       quantity="prune")
-    m = load(o)
-    check_prunable(m)
-    c = corpus.bundled()
-    with progress(steps(m, c), "ranking the heads, then removing them") as advance:
-        p = run_prune(m, c, advance)
-    emit(out, p.renderables, p.data, slide=p)
 
 
 @app.command(short_help="Which activations carry the difference between two texts (activation patching).")
@@ -212,39 +130,13 @@ def patch(
     Example: mha-trace patch --checkpoint run.pt --sender 1.1 --receiver 2.4
     """
     from mha_trace.io.output import progress
-    from mha_trace.runs.resolve import RunOptions, load, with_checkpoint
+    from mha_trace.runs.resolve import RunOptions
     from mha_trace.views.patch import PatchRequest, patch_view
 
-    request = PatchRequest(clean, corrupt, metric, noising, sender, receiver, by_input, by_position)
-    request.check()  # the flags first, before torch and the model load
-    if model and not checkpoint:  # its heads, by the sizes it declares
-        from mha_trace.runs.model_options import check_picks_early
-
-        for heads, quantity in ((sender, "sender"), (receiver, "receiver"), (by_position, "by_position")):
-            check_picks_early(model, None, heads, quantity)
-    m = load(with_checkpoint(RunOptions(model=None if checkpoint else model, checkpoint=checkpoint,
-                                        at_step=at_step, device=device.value, max_tokens=max_tokens,
-                                        max_seconds=max_seconds)))
+    o = RunOptions(model=None if checkpoint else model, checkpoint=checkpoint, at_step=at_step,
+                   device=device.value, max_tokens=max_tokens, max_seconds=max_seconds)
+    result = patch_view(PatchRequest(o, clean, corrupt, metric, noising, sender, receiver,
+                                     by_input, by_position), progress)
     if sender is not None:
-        result = patch_view(m, request)
         return emit(out, result.renderables, result.data, page=result, slide=result)
-    with progress(m.layers, "patching, layer by layer") as advance:
-        result = patch_view(m, request, advance)
     emit(out, lambda: result.renderables(top=top), result.data, page=result, slide=result)
-
-
-def _hearing(model, alignment: bool, timestamps: bool, out, other: bool):
-    """survey --model whisper --audio FILE [--alignment] [--timestamps]."""
-    from mha_trace.analyses.alignment import hear
-    from mha_trace.runs.resolve import load
-
-    if model.audio is None:
-        raise MhaError("--alignment and --timestamps read what Whisper hears: add --model whisper "
-                       "--audio FILE.wav")
-    if other:
-        raise MhaError("--audio is Whisper's survey of its own: it goes with --alignment and "
-                       "--timestamps, no sentence, corpus, probe or other survey", quantity="audio")
-    result = hear(load(model), model.audio, timestamps)
-    console = make_console(out)
-    emit(out, lambda: result.renderables(console.width), lambda: result.data(), console, page=result,
-         slide=result)

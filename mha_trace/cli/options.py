@@ -96,23 +96,11 @@ EffectOpt = Annotated[bool, typer.Option("--effect", help="Also each weight time
 DecimalsOpt = Annotated[int, typer.Option("--decimals", min=0, max=12, help="Decimals shown in tables (JSON always keeps full precision). Example: --decimals 6")]
 
 
-def check_include(include: bool, model, out: Output) -> None:
-    from mha_trace.io.output import Format
-    from mha_trace.runs.model_options import refuse_with_model
-
-    if include and model:
-        refuse_with_model(include_inputs=True)
+def json_inputs(include: bool, out: Output) -> bool:
+    """--include-inputs, which adds to the JSON of --format json."""
     if include and out.format != Format.json:
         raise MhaError("include_inputs goes with --format json", quantity="include_inputs")
-
-
-def with_inputs(data: dict, run, include: bool) -> dict:
-    """--include-inputs: the run's inputs and weights beside the results."""
-    if not include:
-        return data
-    from mha_trace.runs.run import inputs_data
-
-    return {**data, "inputs": inputs_data(run)}
+    return include
 
 
 MaxTokensOpt = Annotated[int | None, typer.Option("--max-tokens", min=1, help="With --model: raise the token guard (MiniLM 512, its own limit; SmolLM2 256: every view keeps all heads' T × T weights). Example: --max-tokens 600")]

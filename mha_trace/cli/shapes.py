@@ -35,64 +35,17 @@ def shapes(
     """
     from dataclasses import replace
 
-    from mha_trace.runs.resolve import check_early, resolve
+    from mha_trace.views.shapes import ShapesRequest, shapes_view
 
-    o = replace(o, block_q=block_q, block_k=block_k)
-    check_early(o, "sizes")  # before torch: a wrong flag is refused at once
-    from mha_trace.analyses.shapes import trace_run
-
-    o = replace(o, decode=decode)
-    if o.model:
-        from mha_trace.runs.model_options import refuse_with_model
-
-        refuse_with_model(compare_impl=compare_impl or None, include_inputs=include_inputs or None)
-    if compare_impl and o.impl not in ("sdpa", "tiled"):
-        raise MhaError("compare_impl goes with --impl sdpa or tiled (it compares that path with "
-                       "the explicit one)", quantity="compare_impl")
-    check_include(include_inputs, None, out)
-    report = trace_run(resolve(o, "sizes"))
+    o = replace(o, block_q=block_q, block_k=block_k, decode=decode)
+    report = shapes_view(ShapesRequest(o, compact, compare_impl, json_inputs(include_inputs, out)))
     console = make_console(out)
-    renderables, data = report.renderables(console.width), report.data()
-    if compact:
-        renderables = _compact(report, data, console.width, bool(o.module or decode))
-    if compare_impl:
-        renderables += _compare_impl(o, report, data)
     if report.failure:  # the trace up to the failing line is printed; no picture of a failed run
         out = replace(out, svg=None, html=None)
-    emit(out, lambda: renderables, lambda: with_inputs(data, report.run, include_inputs), console,
-         page=report)
+    emit(out, lambda: report.renderables(console.width), report.data, console, page=report)
     if report.failure:
         from mha_trace.io.output import display_path
 
         f = report.failure
         where = f"{display_path(f.file)}:{f.line}" if f.line else display_path(f.file)
         raise MhaError(f"forward raised at {where}: {f.message}", exit_code=1)
-
-
-def _compact(report, data: dict, width: int, other_run: bool) -> list:
-    """--compact: the lecture table's eight rows, each shape in symbols too."""
-    from mha_trace.render.compact import compact_rows, compact_table
-    from mha_trace.runs.resolve import symbols_probe
-    from mha_trace.analyses.shapes import shape_symbols, trace_run
-
-    if other_run or report.failure:
-        raise MhaError("compact shows the built-in module's eight lecture steps (not with "
-                       "--module or --decode)", quantity="compact")
-    sym = shape_symbols(trace_run(symbols_probe(report.sizes)))
-    data["compact"] = [{"row": name, "step": i, "symbols": sym[i]} for name, i in compact_rows(report)]
-    return [compact_table(report, sym, width)]
-
-
-def _compare_impl(o, report, data: dict) -> list:
-    """--compare-impl: the explicit path traced too, and what each allocates."""
-    from dataclasses import replace
-
-    from mha_trace.render.modern import compare_impl_table
-    from mha_trace.runs.resolve import resolve
-    from mha_trace.analyses.shapes import trace_run
-
-    explicit = trace_run(resolve(replace(o, impl=None, block_q=None, block_k=None), "sizes"))
-    data["compare_impl"] = {"explicit_bytes": explicit.bytes_allocated,
-                            f"{o.impl}_bytes": report.bytes_allocated,
-                            "max_abs_diff": report.max_diff(explicit)}
-    return compare_impl_table(explicit, report)

@@ -15,7 +15,8 @@ from mha_trace.errors import MhaError
 @dataclass(frozen=True)
 class Rule:
     """`needs`: the first option only with the second; `together`: both or neither; `apart`: the
-    first never with any of the others. `says` is why, in the command line's words."""
+    first never with any of the others; `within`: while the first holds (a source, a mode), none
+    of the others, and `says` is the whole refusal. `says` is why, in the command line's words."""
 
     kind: str
     names: tuple
@@ -32,6 +33,10 @@ def together(a: str, b: str, says: str) -> Rule:
 
 def apart(option: str, others: tuple, says: str) -> Rule:
     return Rule("apart", (option, *others), says)
+
+
+def within(mode: str, others: tuple, says: str) -> Rule:
+    return Rule("within", (mode, *others), says)
 
 
 def flag(name: str) -> str:
@@ -54,6 +59,8 @@ def judge(values: dict, rules) -> None:
             raise MhaError(f"{flag(first)} and {flag(rest[0])} go together ({rule.says})",
                            quantity=_option(rest[0] if given(values[first]) else first))
         clash = [flag(name) for name in rest if given(values[name])]
+        if rule.kind == "within" and given(values[first]) and clash:
+            raise MhaError(rule.says, quantity=_option(first))
         if rule.kind == "apart" and given(values[first]) and clash:
             raise MhaError(f"{flag(first)} does not go with {', '.join(clash)} ({rule.says})",
                            quantity=_option(first))

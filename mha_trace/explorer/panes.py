@@ -97,8 +97,6 @@ def walk_pane(s) -> Group:
 
 def split(s, width: int) -> Group:
     """Every head of the current split side by side, as many to a row as `width` holds."""
-    from mha_trace.analyses.analysis import distinct_rows
-
     view = s.view()
     counts = "  ".join(f"[{c}]" if c == s.heads else str(c) for c in s.head_counts())
     small = len(view.tokens) <= 8
@@ -108,7 +106,7 @@ def split(s, width: int) -> Group:
     grid = Table.grid(padding=(0, 2))
     for row in range(0, len(maps), per_row):
         grid.add_row(*maps[row:row + per_row])
-    rows = ", ".join(str(distinct_rows(view.weights[h])) for h in range(view.heads))
+    rows = ", ".join(map(str, view.distinct_rows))
     return Group(
         Text.assemble(("Head counts: ", "bold"), counts + "   ",
                       "(a trained model's split is fixed)" if s.model

@@ -174,29 +174,29 @@ class Session:
     def report(self):
         """The forward pass, traced (ShapesReport): flags trace at their batch, like `shapes`."""
         def make():
-            from mha_trace.runs.resolve import RunOptions, resolve
-            from mha_trace.analyses.shapes import trace_run
+            from mha_trace.runs.resolve import RunOptions
+            from mha_trace.views.shapes import ShapesRequest, shapes_view
 
+            o = self.options()
             if self.config is not None and self.config.name == "flags":
                 c = self.config
-                return trace_run(resolve(RunOptions(
-                    batch=self.batch, seq=len(c.tokens), d_model=c.d_model, heads=c.heads,
-                    kv_heads=c.kv_heads, mask=c.mask, seed=c.seed, window=c.window), "sizes"))
-            return trace_run(self.run())
+                o = RunOptions(batch=self.batch, seq=len(c.tokens), d_model=c.d_model,
+                               heads=c.heads, kv_heads=c.kv_heads, mask=c.mask, seed=c.seed,
+                               window=c.window)
+            return shapes_view(ShapesRequest(o))
 
         return self._cached("report", make)
 
     def view(self):
-        """Every head's weights (Heads), as `heads` shows them."""
-        from mha_trace.analyses.analysis import analyse
-
-        return self._cached("view", lambda: analyse(self.run()))
+        """Every head's weights of the run (LectureHeads), as `explain` walks them."""
+        return self._cached("view", lambda: self.walk().view)
 
     def walk(self):
         """The picked token through every head (Walk), as `explain` shows it."""
-        from mha_trace.analyses.walk import walk
+        from mha_trace.views.explain import ExplainRequest, explain_view
 
-        return self._cached("walk", lambda: walk(self.view(), self.position))
+        return self._cached("walk", lambda: explain_view(ExplainRequest(self.options(),
+                                                                        position=self.position)))
 
     def ablation(self):
         """The output with the switched-off heads removed (an Ablation, of a config or of a model), or None."""
@@ -204,13 +204,10 @@ class Session:
             return None
 
         def make():
-            if self.model:
-                from mha_trace.analyses.model_analysis import ablate_model_heads
+            from mha_trace.views.ablate import AblateRequest, ablate_view
 
-                return ablate_model_heads(self.sentence, [(self.layer, h) for h in sorted(self.off)])
-            from mha_trace.analyses.analysis import ablate_heads
-
-            return ablate_heads(self.run(), sorted(self.off))
+            removed = [f"{self.layer}.{h}" if self.model else h for h in sorted(self.off)]
+            return ablate_view(AblateRequest(self.options(), removed))
 
         return self._cached("ablation", make)
 

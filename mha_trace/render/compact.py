@@ -5,7 +5,8 @@ from rich.text import Text
 
 from mha_trace.core.costs import human_bytes
 from mha_trace.io.output import new_table
-from mha_trace.render.shapes import elide, shape_text, title
+from mha_trace.io.units import shape_text
+from mha_trace.render.steps import elide, title
 from mha_trace.analyses.shapes import ShapesReport
 
 COMPACT_ROWS = ("input", "W_q", "view", "transpose", "attention", "transpose back",

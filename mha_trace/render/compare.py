@@ -3,7 +3,7 @@
 import numpy as np
 from rich.text import Text
 
-from mha_trace.analyses.analysis import Comparison, distinct_rows
+from mha_trace.analyses.analysis import Comparison
 from mha_trace.records import data, renderables
 from mha_trace.render.matrices import config_data, legend, matrix_table, rounded, weights_table
 from mha_trace.render.side_by_side import side_by_side
@@ -11,7 +11,7 @@ from mha_trace.render.side_by_side import side_by_side
 
 def reading(view, first) -> str:
     """One line on what this head count does to the patterns."""
-    rows = [distinct_rows(w) for w in view.weights]
+    rows = view.distinct_rows
     T = len(view.tokens)
     parts = [f"d_k = {view.d_k}"]
     if view.d_k == 1:
@@ -50,7 +50,7 @@ def compare_data(views, decimals: int) -> dict:
     return {"command": "compare", "config": config_data(views[0]), "decimals": decimals,
             "runs": [{"heads": v.heads, "d_k": v.d_k,
                       "weights": [rounded(w, decimals) for w in v.weights],
-                      "distinct_rows": [distinct_rows(w) for w in v.weights],
+                      "distinct_rows": v.distinct_rows,
                       "output": rounded(v.output, decimals),
                       "reading": reading(v, views[0])} for v in views]}
 

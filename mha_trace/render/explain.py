@@ -3,7 +3,7 @@
 from rich.text import Text
 
 from mha_trace.io.output import new_table
-from mha_trace.analyses.walk import Walk
+from mha_trace.analyses.walk import ModuleWalk, Walk
 from mha_trace.records import data, renderables
 from mha_trace.render.matrices import (MASKED, MAX_DIMS, matrix_table, config_data, describe, fmt,
                                        shade, sharing_table, short, vector)
@@ -204,6 +204,16 @@ def _walk(w, width: int, decimals: int = 4, head: int | None = None, **_) -> lis
 @data.register(Walk)
 def _walk_data(w, decimals: int = 4, head: int | None = None, **_) -> dict:
     return explain_data(w, decimals, head or w.only)
+
+
+@renderables.register(ModuleWalk)
+def _module_walk(w, width: int, decimals: int = 4, head: int | None = None, **_) -> list:
+    return module_explain_renderables(w.view, w.position, decimals, head or w.only, w.why)
+
+
+@data.register(ModuleWalk)
+def _module_walk_data(w, decimals: int = 4, head: int | None = None, **_) -> dict:
+    return module_explain_data(w.view, w.position, decimals, head or w.only, w.why)
 
 
 import mha_trace.render.walk_slide  # noqa: E402,F401 (registers the slide of what this file shows)

@@ -9,11 +9,11 @@ from rich.text import Text
 
 from mha_trace.core.costs import human_bytes
 from mha_trace.io.units import shape_text
-from mha_trace.errors import printable
 from mha_trace.io.output import display_path, new_table
 from mha_trace.records import data, renderables
 from mha_trace.analyses.shapes import ShapesReport
 from mha_trace.render.modern import modern_notes
+from mha_trace.render.steps import elide, title
 
 SHORT_DTYPES = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
                 "bool": "bool", "int64": "i64"}
@@ -38,32 +38,6 @@ _LAYOUT = {  # a change of layout that moved no data, in plain words
 def _rows(steps, op) -> str:
     rows = [str(s.index) for s in steps if s.op == op]
     return ("row " if len(rows) == 1 else "rows ") + ", ".join(rows)
-
-
-def title(report: ShapesReport) -> str:
-    r, run = report.sizes, report.run
-    kv = f" kv_heads={r.kv_heads}" if r.kv_heads and r.kv_heads != r.heads else ""
-    mask = f" mask={r.mask}" if r.mask != "none" else ""
-    pad = f" pad={r.pad}" if r.pad else ""
-    who = f"{run.label}, {run.call}: " if run.label else ""
-    if run.config is not None and run.sentence is None:  # a model run names its sentence itself
-        who += f"the config \"{printable(run.config.title)}\", "
-    extra = "".join([" rope" if r.rope else "", f" window={r.window}" if r.window else "",
-                     f" impl={r.impl}" if r.impl != "explicit" else "",
-                     f" decode={r.decode}" if r.decode else ""])
-    d_k = f" (d_k={r.d_model // r.heads})" if r.d_model % r.heads == 0 else ""
-    return (f"shapes: {who}batch={r.batch} seq={r.seq} d_model={r.d_model} heads={r.heads}{kv}"
-            f"{d_k}{mask}{pad}{extra} {r.dtype} on {r.device}")
-
-
-def elide(text: str, width: int) -> str:
-    """Text on one line of at most `width`: when longer, its middle gives way to "…" (the call's
-    start and its arguments' end stay)."""
-    text = " ".join(text.split())
-    if len(text) <= width:
-        return text
-    head = max(1, (width - 1) * 2 // 3)
-    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
 
 
 CODE_MIN = 16  # below this the code says too little: an optional column gives way instead
@@ -325,13 +299,33 @@ def step_note(step) -> str:
 
 @renderables.register(ShapesReport)
 def _shapes(report, width: int, **_) -> list:
-    table = shapes_table(report, width)
-    return [table, *failure_renderables(report)] if report.failure else [table, shapes_notes(report)]
+    if report.symbols is not None:
+        from mha_trace.render.compact import compact_table
+
+        shown = [compact_table(report, report.symbols, width)]
+    else:
+        table = shapes_table(report, width)
+        shown = [table, *failure_renderables(report)] if report.failure else [table, shapes_notes(report)]
+    if report.explicit is not None:
+        from mha_trace.render.modern import compare_impl_table
+
+        shown += compare_impl_table(report.explicit, report)
+    return shown
 
 
 @data.register(ShapesReport)
 def _shapes_data(report, **_) -> dict:
-    return shapes_data(report)
+    shown = shapes_data(report)
+    if report.symbols is not None:
+        from mha_trace.render.compact import compact_rows
+
+        shown["compact"] = [{"row": name, "step": i, "symbols": report.symbols[i]}
+                            for name, i in compact_rows(report)]
+    if report.explicit is not None:
+        shown["compare_impl"] = {"explicit_bytes": report.explicit.bytes_allocated,
+                                 f"{report.sizes.impl}_bytes": report.bytes_allocated,
+                                 "max_abs_diff": report.max_diff(report.explicit)}
+    return shown
 
 
 import mha_trace.render.page  # noqa: E402,F401 (registers the page of what this file shows)

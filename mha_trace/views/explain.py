@@ -1,9 +1,19 @@
-"""The explain view's ways to show a walk (`explain --impl tiled`, `--rope-planes`, `--why`):
-which go together, declared as data and judged before torch, in one wording for the command
-line and the Python API (`explain(...)`, `model(...).explain(...)`)."""
+"""The explain view (`mha-trace explain`, `mha_trace.explain`, `Model.explain`, the explorer):
+one token through every head of a config, a module, a model's layer or Whisper's cross-attention,
+shown whole, tiled or by RoPE plane, split by source (`--why`). One request; which options go
+together declared as data and judged before torch, in one wording for every front end."""
 
-from mha_trace.core.clashes import apart, judge, needs
+from dataclasses import dataclass, field
+
+from mha_trace.core.clashes import apart, judge, needs, within
 from mha_trace.errors import MhaError
+from mha_trace.runs.resolve import RunOptions
+
+HEARD_SAYS = ("with --audio, explain follows one token through every cross-attention head: "
+              "--token or --position, and --effect, or --why with --head L.H (--attention self: "
+              "every option, on the decoder's self-attention)")
+HEARD = (within("audio", ("by_head", "include_inputs", "impl=tiled", "rope_planes", "layer",
+                         "head_without_why", "why_without_head", "why_with_effect"), HEARD_SAYS),)
 
 SHOWN_AS = (apart("rope_planes", ("impl=tiled",), "it splits the explicit walk's scores"),
             needs("block_k", "impl=tiled", "sets the key tiles of the tiled walk"),
@@ -26,3 +36,130 @@ def check_shown_as(impl: str, block_k=None, why: bool = False, effect: bool = Fa
         from mha_trace.core.validate import positive
 
         positive("block_k", block_k)
+
+
+@dataclass(frozen=True)
+class ExplainRequest:
+    source: RunOptions = field(default_factory=RunOptions)
+    token: str | None = None
+    position: int | None = None
+    head: str | int | None = None  # a config's head from 1; a model's "L.H" (its layer too)
+    effect: bool = False
+    why: bool = False
+    by_head: bool = False
+    impl: str = "explicit"  # or "tiled": the row through FlashAttention-2's loop
+    block_k: int | None = None
+    rope_planes: bool = False
+    include_inputs: bool = False
+
+    def check(self) -> None:
+        """What the options alone decide, before torch."""
+        o = self.source
+        check_shown_as(self.impl, self.block_k, self.why, self.effect, o.module, self.rope_planes,
+                       self.by_head)
+        if self.position is not None:
+            from mha_trace.runs.values import whole_numbers
+
+            whole_numbers([self.position], "position", least=0)
+        if o.audio is not None and o.attention != "self":
+            judge({"audio": True, "by_head": self.by_head, "include_inputs": self.include_inputs,
+                   "impl=tiled": self.impl == "tiled", "rope_planes": self.rope_planes,
+                   "layer": o.layer, "head_without_why": self.head is not None and not self.why,
+                   "why_without_head": self.why and self.head is None,
+                   "why_with_effect": self.why and self.effect}, HEARD)
+        if not (o.model or o.audio is not None) and self.by_head:
+            raise MhaError("--by-head splits a model's earlier layers into their heads; a "
+                           f"{'module' if o.module else 'config'}'s scores split into the head's "
+                           "dims", quantity="by_head")
+
+
+def explain_view(r: ExplainRequest):
+    """One token through the heads the request names: a Walk (or its tiled row, or its scores by
+    RoPE plane), a module's ModuleWalk, or Whisper's cross-attention and encoder walks."""
+    from mha_trace.runs.resolve import check_early
+    from mha_trace.views.source import check_inputs, head_pick
+
+    config = check_early(r.source)  # before torch: a wrong flag is refused at once
+    r.check()
+    check_inputs(r.source, r.include_inputs)
+    head = head_pick(r.source, r.head, config)
+    o = r.source
+    if o.audio is not None and o.attention != "self":
+        return _heard(o, r, head)
+    if not o.model:
+        from mha_trace.core.picks import check_picks
+
+        check_picks(config, [head], r.token, r.position)
+    run, w, only = (_model_walk if o.model else _walk)(r, head)
+    if w is None or r.impl == "tiled" or r.rope_planes:
+        from mha_trace.analyses.variants import shown_as
+
+        return only if w is None else attach(shown_as(w, r.impl, r.block_k, r.rope_planes), run, r)
+    if r.why:
+        from mha_trace.analyses.why import with_why
+
+        w = with_why(w, run, only, r.by_head)
+    return attach(w, run, r)
+
+
+def attach(record, run, r: ExplainRequest):
+    from mha_trace.views.source import attach_inputs
+
+    return attach_inputs(record, run, r.include_inputs)
+
+
+def _walk(r: ExplainRequest, head):
+    """A config's or a module's run: (the run, its walk, the head), or (the run, None, the
+    module's ModuleWalk) for a module, whose projections are its own."""
+    from dataclasses import replace
+
+    from mha_trace.analyses.analysis import run_heads
+    from mha_trace.analyses.walk import ModuleWalk, walk
+    from mha_trace.core.picks import find_position
+    from mha_trace.runs.resolve import resolve
+
+    run = resolve(r.source)
+    view = run_heads(run, head, r.effect)
+    i = find_position(view.tokens, r.token, r.position)
+    if r.source.module:
+        found = None
+        if r.why:
+            from mha_trace.analyses.why import module_why
+
+            found = module_why(run, view, i, [head] if head else range(1, view.heads + 1))
+        return run, None, attach(ModuleWalk(view, i, head, found), run, r)
+    return run, replace(walk(view, i), only=head), head
+
+
+def _model_walk(r: ExplainRequest, head):
+    """A model's layer (--head L.H names it, else --layer, else 1): (the run, the walk, the head)."""
+    from dataclasses import replace
+
+    from mha_trace.analyses.model_heads import head_in_layer, model_walk
+    from mha_trace.runs.resolve import resolve
+
+    layer, only = head_in_layer(r.source.layer, head)
+    run = resolve(replace(r.source, layer=layer))
+    return run, replace(model_walk(run, only, r.token, r.position, r.effect), only=only), only
+
+
+def _heard(o: RunOptions, r: ExplainRequest, head):
+    """Whisper: one written token's query in every cross-attention head (or, --attention
+    encoder, one frame's in the encoder's); with --why and --head L.H, that head's scores split
+    by where q and k come from."""
+    from mha_trace.runs.resolve import load
+    from mha_trace.views.source import model_heads_named
+
+    model = load(o)
+    if r.why:
+        from mha_trace.analyses.frame_why import cross_why, encoder_why
+
+        explained = encoder_why if o.attention == "encoder" else cross_why
+        return explained(model, o.audio, r.token, r.position, model_heads_named(model, head)[0])
+    if o.attention == "encoder":
+        from mha_trace.analyses.encoder import listen_frame
+
+        return listen_frame(model, o.audio, r.token, r.position, r.effect)
+    from mha_trace.analyses.alignment import listen
+
+    return listen(model, o.audio, r.token, r.position, r.effect)

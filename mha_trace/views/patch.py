@@ -2,10 +2,11 @@
 path patching from sender heads to a receiver. One request; its clashes declared as data and
 judged before torch; one function that both front ends call."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mha_trace.core.clashes import apart, judge, together
 from mha_trace.errors import MhaError
+from mha_trace.runs.resolve import RunOptions
 
 CLASHES = (together("clean", "corrupt", "or neither: the default pair"),
            together("sender", "receiver", "path patching"),
@@ -15,6 +16,7 @@ CLASHES = (together("clean", "corrupt", "or neither: the default pair"),
 
 @dataclass(frozen=True)
 class PatchRequest:
+    source: RunOptions = field(default_factory=lambda: RunOptions(model="smollm2"))
     clean: str | None = None
     corrupt: str | None = None
     metric: str | None = None  # None: the model's default ("" is a metric nobody chose: refused)
@@ -26,7 +28,7 @@ class PatchRequest:
 
     def check(self) -> None:
         """What the options alone decide, before torch and the model load."""
-        judge(vars(self), CLASHES)
+        judge({k: v for k, v in vars(self).items() if k != "source"}, CLASHES)
         if self.metric is not None and (not isinstance(self.metric, str) or not self.metric.strip()):
             raise MhaError(f"metric {self.metric!r} is not 'loss', 'logit-diff:A,B' or, with "
                            f"--receiver, 'induction'", quantity="metric")
@@ -50,20 +52,35 @@ class PatchRequest:
         return [parse_head(str(part).strip(), name) for part in parts]
 
 
-def patch_view(model, request: PatchRequest, on_layer=lambda: None):
-    """The record the request asks of the model: `Patching` (both grids) or `PathPatching`."""
+def patch_view(request: PatchRequest, bar=None):
+    """The record the request asks of its model: `Patching` (both grids) or `PathPatching`;
+    `bar(total, what)` the progress bar of the layers patched."""
     from mha_trace.analyses.patch_inputs import default_pair, parse_metric
-    from mha_trace.analyses.path_patching import path_patch
-    from mha_trace.analyses.patching import patch
+    from mha_trace.runs.resolve import check_options, load, with_checkpoint
+    from mha_trace.views.source import no_bar
 
-    request.check()
+    request.check()  # the options first, before torch and the model load
+    o = with_checkpoint(request.source)
+    check_options(o)
+    from mha_trace.runs.model_options import check_picks_early
+
+    for name in ("sender", "receiver", "by_position"):  # by the sizes the model declares
+        value = getattr(request, name)
+        listed = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+        check_picks_early(o.model, None, listed, name)
+    model = load(o)
     clean, corrupt, metric = default_pair(model, path=request.sender is not None)
     if request.clean is not None:
         clean, corrupt = request.clean, request.corrupt
     chosen = parse_metric(model, metric if request.metric is None else request.metric)
     if request.sender is not None:
+        from mha_trace.analyses.path_patching import path_patch
+
         return path_patch(model, clean, corrupt, chosen, request.heads("sender"),
                           request.heads("receiver")[0], bool(request.noising))
+    from mha_trace.analyses.patching import patch
+
     at = request.heads("by_position")
-    return patch(model, clean, corrupt, chosen, bool(request.noising), on_layer,
-                 bool(request.by_input), at[0] if at else None)
+    with (bar or no_bar)(model.layers, "patching, layer by layer") as advance:
+        return patch(model, clean, corrupt, chosen, bool(request.noising), advance,
+                     bool(request.by_input), at[0] if at else None)

@@ -355,7 +355,7 @@ def train(task: str = "induction", *, resume=None, save: str | None = None, on_s
         spec = replace(before.spec, steps=spec.steps)
     from mha_trace.io.page import NotebookProgress
 
-    bar = []  # made at the first step, once the spec has been checked
+    bar: list = []  # made at the first step, once the spec has been checked
 
     def each_step(loss):
         if not bar:

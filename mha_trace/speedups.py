@@ -324,14 +324,14 @@ def _plain_shape(x) -> bool:
 def _stand_in(name: str, names: dict) -> types.ModuleType:
     stand_in = types.ModuleType(name)
     stand_in.__dict__.update(names)
-    stand_in.__stand_in__ = True
+    setattr(stand_in, "__stand_in__", True)
 
     def other(attr: str):
         if attr.startswith("__"):  # the import system asks for __path__ and friends
             raise AttributeError(attr)
         return getattr(_real(name), attr)
 
-    stand_in.__getattr__ = other
+    setattr(stand_in, "__getattr__", other)  # a module's own __getattr__ (PEP 562)
     return stand_in
 
 

@@ -100,8 +100,9 @@ def hear(model, audio: str, timestamps: bool = False) -> Hearing:
     step = len(samples) / max(frames, 1)
     loudness = np.array([np.abs(samples[int(i * step):int((i + 1) * step) + 1]).max(initial=0.0)
                          for i in range(frames)])
+    disagreement, lag = head_scores(heard)
     return Hearing(ModelCard.of(model), str(audio), heard.audio_seconds, heard.text.strip(),
-                   heard.tokens[heard.prompt:], *head_scores(heard), model.alignment_heads,
+                   heard.tokens[heard.prompt:], disagreement, lag, model.alignment_heads,
                    words, matrix, dtw(-matrix), loudness)
 
 
@@ -205,7 +206,7 @@ def speech_frames(heard) -> int:
     return int(round(heard.audio_seconds * 100)) // 2
 
 
-def head_scores(heard) -> tuple:
+def head_scores(heard) -> tuple[np.ndarray, np.ndarray]:
     """(disagreement, lag), each (layers, heads) in seconds. A head's disagreement: the median,
     over the other heads, of the mean |difference| between the times its own alignment path and
     theirs enter each token. Its lag: the median, over the text tokens, of its entry time less the
@@ -291,7 +292,7 @@ class Word:
 
 def words_of(tokenizer, ids) -> list:
     """The text's words as Whisper splits them: a new word at a leading space or a punctuation mark."""
-    words = []
+    words: list = []
     for i in ids:
         piece = tokenizer.decode([i])
         if not words or piece.startswith(" ") or piece.strip() in string.punctuation:

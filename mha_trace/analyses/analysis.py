@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from mha_trace.models.base import ModelText
 from mha_trace.runs.config import Config
 from mha_trace.errors import MhaError
 from mha_trace.analyses.ablated import Ablation
@@ -133,7 +134,7 @@ class ModelHeads(Heads):
 
     renderer = "mha_trace.render.model"  # how it shows, imported when first shown
 
-    sentence: object  # the text and the card of the model it went through (models.base.ModelText)
+    sentence: ModelText  # the text and the card of the model it went through
     words: bool = False  # word pieces grouped into words
     hide_special: bool = False  # [CLS] and [SEP] left out
 
@@ -163,7 +164,7 @@ def analyse(run: Run) -> LectureHeads:
 
     needs_values(run.device.type, "showing the weights")
     module, (q, k, v) = run.module, run.qkv
-    captured = {}
+    captured: dict = {}
     hook = module.W_o.register_forward_pre_hook(lambda _, args: captured.update(concat=args[0]))
     try:
         output, weights = run.forward()

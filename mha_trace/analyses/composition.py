@@ -34,8 +34,8 @@ class Composition(Shows):
         """[(writer, reader, score)] the n largest of a kind, largest first: real pairs only (an
         earlier head and a later one), never more than there are."""
         s = self.scores[kind]
-        order = np.argsort(-np.nan_to_num(s, nan=-1.0), axis=None, kind="stable")
-        order = [i for i in order if not np.isnan(s.flat[i])][:n]
+        ranked = np.argsort(-np.nan_to_num(s, nan=-1.0), axis=None, kind="stable")
+        order = [i for i in ranked if not np.isnan(s.flat[i])][:n]
         return [(self.heads[i // len(self.heads)], self.heads[i % len(self.heads)], float(s.flat[i]))
                 for i in order]
 

@@ -55,7 +55,8 @@ def copy_reference(reference: MultiHeadAttention, mapping: Mapping, module=None,
                 weight = weight.T
             _put(module, name, target, weight)
             if role in mapping.biases and has_bias:
-                _put(module, *mapping.biases[role], bias)
+                bias_name, bias_target = mapping.biases[role]
+                _put(module, bias_name, bias_target, bias)
     return has_bias
 
 

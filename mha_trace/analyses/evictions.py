@@ -80,7 +80,8 @@ class PolicyCache:
         self.renumbering = any(s.renumber for s in settings)
         self.slot_index = torch.arange(self.width, device=device)  # (W,)
         self.k = self.v = None  # (R, Hkv, W, d_k): kept keys (turned at their position, or held
-        self.positions = self.score = None  # unturned when renumbering); (R, Hkv, W) each's
+        self.positions: torch.Tensor = None  # unturned when renumbering); (R, Hkv, W) each's
+        self.score: torch.Tensor = None
         # position (-1: empty) and the attention it received so far (h2o)
 
     def visible(self) -> torch.Tensor:

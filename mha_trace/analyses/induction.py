@@ -83,7 +83,7 @@ def induction(model, n: int = 50, seeds: tuple = (0, 1, 2), ablate_top: int = 0,
         removed = [(int(i // scores.shape[1]) + 1, int(i % scores.shape[1]) + 1) for i in order]
         loss_removed = None
         if removed:
-            plan = {}
+            plan: dict = {}
             for layer, head in removed:
                 plan.setdefault(layer, []).append((None, head))
             after = []

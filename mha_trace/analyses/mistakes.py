@@ -216,7 +216,8 @@ def _matching(mistakes, reference, qkv: tuple, mask, output: torch.Tensor, atol:
             continue
         try:
             with torch.no_grad():
-                out, _ = with_mistake(reference, mistake, *(t.double() for t in qkv), mask)
+                q, k, v = (t.double() for t in qkv)
+                out, _ = with_mistake(reference, mistake, q, k, v, mask)
         except RuntimeError:
             continue
         if out.shape == output.shape and _same(out, output.double(), atol):

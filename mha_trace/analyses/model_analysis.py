@@ -34,7 +34,7 @@ def ablate_model_heads(sentence, removed: list[tuple[int, int]]) -> Ablation:
     """Run the model again with the given heads' slices of the concatenation zeroed before W_O."""
     model = sentence.model
     check_heads(model, removed)
-    plan = {}
+    plan: dict = {}
     for layer, head in removed:
         plan.setdefault(layer, []).append((None, head))
     out = _run_with(model, sentence.ids, plan)
@@ -198,7 +198,7 @@ def antecedents(runs, probes: list) -> list:
     """Per role, the weight from "it" (its pieces' rows averaged) to the antecedent and to the
     other candidate (each summed over its pieces)."""
     by_text = {r.text: r for r in runs}
-    found = {}
+    found: dict = {}
     for p in probes:
         r = by_text[p.sentence]
         words = _word_spans(r)
@@ -214,7 +214,7 @@ def antecedents(runs, probes: list) -> list:
 def coreference(runs, source: str, targets: list[str]) -> dict:
     """Per head: the weight from `source` (e.g. it) to each target token (summed over its pieces),
     averaged over the sentences that hold them all."""
-    used, per_target = [], {t: [] for t in targets}
+    used, per_target = [], {t: list[float]() for t in targets}
     for r in runs:
         words = _word_spans(r)
         if source not in words or any(t not in words for t in targets):

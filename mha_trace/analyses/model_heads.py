@@ -84,7 +84,7 @@ def model_walk(run, head: int | None, token: str | None, position: int | None,
 def word_weights(sentence, weights: np.ndarray) -> tuple[list, np.ndarray]:
     """Pieces grouped into words: attention to a word is the sum over its pieces (columns),
     from a word the mean over its pieces (rows), so every row still sums to 1."""
-    groups, labels = [], []
+    groups, labels = list[list](), list[str]()
     for i, (tok, word) in enumerate(zip(sentence.tokens, sentence.words)):
         if word is not None and groups and sentence.words[groups[-1][0]] == word:
             groups[-1].append(i)

@@ -2,9 +2,13 @@
 default pair, and one run's activations captured layer by layer (`mha-trace patch`)."""
 
 import contextlib
+from typing import TYPE_CHECKING
 from dataclasses import dataclass
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 from mha_trace.errors import MhaError
 
@@ -69,7 +73,7 @@ def shared_targets(clean_ids, corrupt_ids) -> dict:
             if clean_ids[t + 1] == corrupt_ids[t + 1]}
 
 
-def texts_of(model, clean: str, corrupt: str) -> tuple:
+def texts_of(model, clean: str, corrupt: str) -> list:
     """Each text's (ids, tokens, words), a problem with one named by its own option."""
     found = []
     for name, text in (("clean", clean), ("corrupt", corrupt)):
@@ -144,11 +148,11 @@ class Run:
     inputs: list
     contexts: list
     projections: dict  # "q" | "k" | "v" -> one tensor a layer
-    hidden: object
+    hidden: "torch.Tensor"
 
 
 def capture(model, ids) -> Run:
-    found = {name: [] for name in ("context", "q", "k", "v")}
+    found: dict[str, list] = {name: [] for name in ("context", "q", "k", "v")}
     hooks = []
     for layer in range(1, model.layers + 1):
         attention = model.attention_module(layer)

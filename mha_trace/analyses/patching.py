@@ -56,13 +56,16 @@ class Patching(Shows):
         return None
 
     def fraction(self, values: np.ndarray) -> np.ndarray:
-        """Denoising: the share of the clean − corrupt gap a patch restores; noising: the share
-        it destroys. Undefined (NaN, which every output says in words or null) where the gap is 0."""
-        gap = self.clean_value - self.corrupt_value
-        if gap == 0:
-            return np.full(np.shape(values), np.nan)
-        base = self.clean_value if self.noising else self.corrupt_value
-        return (values - base) / gap * (-1 if self.noising else 1)
+        return share(values, self.clean_value, self.corrupt_value, self.noising)
+
+
+def share(values: np.ndarray, clean: float, corrupt: float, noising: bool) -> np.ndarray:
+    """Denoising: the share of the clean − corrupt gap a patch restores; noising: the share it
+    destroys. Undefined (NaN, which every output says in words or null) where the gap is 0."""
+    gap = clean - corrupt
+    if gap == 0:
+        return np.full(np.shape(values), np.nan)
+    return (values - (clean if noising else corrupt)) / gap * (-1 if noising else 1)
 
 
 def patch(model, clean: str, corrupt: str, metric: Metric, noising: bool = False,
@@ -101,7 +104,7 @@ def patch(model, clean: str, corrupt: str, metric: Metric, noising: bool = False
         plan = {layer: copies.edits(layer, by_input, by_position) for layer in range(1, model.layers + 1)}
         found = copies.run({layer: [e for kind in kinds.values() for e in kind] for layer, kinds in plan.items()},
                            on_layer)
-        grids = {kind: [] for kind in ("residual", "heads", "queries", "kv_groups", "by_position")}
+        grids: dict[str, list] = {kind: [] for kind in ("residual", "heads", "queries", "kv_groups", "by_position")}
         for layer, kinds in plan.items():
             at = 0
             for kind, edits in kinds.items():
@@ -197,7 +200,7 @@ class _Copies:
         every position), ("q", h) one head's queries, ("kv", g) one K/V group's keys and values).
         A layer's copies join the batch when the pass reaches that layer, so the copies of many
         layers share one pass; a new pass starts where the batch would outgrow COPY_TOKENS."""
-        found, group, tokens = {}, [], len(self.ids) - self.start
+        found, group, tokens = dict[tuple, float](), list[tuple](), len(self.ids) - self.start
         if tokens == 0:  # the same text twice: every copy is the target run
             same = self.metric(self.model, self.target.hidden, self.targets)[0]
             return {layer: np.full(len(edits), same) for layer, edits in plan.items()}
@@ -237,7 +240,7 @@ class _Copies:
         rows)], copies counted from `at`."""
         s, d = self.start, self.model.attention_module(layer).d_k
         x = self.target.inputs[layer - 1][:, s:].expand(len(edits), -1, -1).clone()  # (copies, T − s, D)
-        cuts = {"context": [], "q": [], "k": [], "v": []}
+        cuts: dict[str, list] = {"context": [], "q": [], "k": [], "v": []}
         for i, edit in enumerate(edits):
             if edit[0] == "residual":
                 x[i, edit[1] - s] = self.source.inputs[layer - 1][0, edit[1]]

@@ -7,11 +7,12 @@ import numpy as np
 
 from mha_trace.analyses.patch_inputs import (Metric, capture, check_metric, check_patchable, hooked,
                                              texts_of)
-from mha_trace.analyses.patching import Patching
+from mha_trace.analyses.patching import Patching, share
 from mha_trace.errors import MhaError
 from mha_trace.models.base import ModelCard
 from mha_trace.records import Shows
 from mha_trace.speedups import batch_work
+from mha_trace.core.head import Head, head_names
 
 
 @dataclass
@@ -35,12 +36,12 @@ class PathPatching(Shows):
 
     def fraction(self, value: float) -> float:
         """The share of the gap (NaN where there is none: see `undefined`)."""
-        return float(Patching.fraction(self, np.array([value]))[0])
+        return float(share(np.array([value]), self.clean_value, self.corrupt_value, self.noising)[0])
 
     @property
     def sender_names(self) -> str:
         """'1.1' or '1.1 + 1.3'."""
-        return " + ".join(f"{layer}.{head}" for layer, head in self.senders)
+        return " + ".join(head_names(self.senders))
 
 
 def path_patch(model, clean: str, corrupt: str, metric: Metric, senders: list, receiver: tuple,
@@ -57,8 +58,8 @@ def path_patch(model, clean: str, corrupt: str, metric: Metric, senders: list, r
     check_heads(model, [receiver], "receiver")
     for sender in senders:
         if sender[0] >= receiver[0]:
-            raise MhaError(f"the sender {sender[0]}.{sender[1]} must be in an earlier layer than the "
-                           f"receiver {receiver[0]}.{receiver[1]}: a head reads only what layers "
+            raise MhaError(f"the sender {Head(*sender)} must be in an earlier layer than the "
+                           f"receiver {Head(*receiver)}: a head reads only what layers "
                            f"before its own wrote", quantity="receiver")
     (clean_ids, _, _), (corrupt_ids, _, _) = texts_of(model, clean, corrupt)
     if len(clean_ids) != len(corrupt_ids):

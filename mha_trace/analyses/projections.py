@@ -109,7 +109,7 @@ def _per_head(weights: dict) -> dict:
     """Per-head projections (a ModuleList of nn.Linear(d_model, d_k), or of head modules each
     holding its own query, key and value) gathered into one list each, named with * for the
     head: "heads.*.query" holds heads.0.query, heads.1.query, ..."""
-    lists = {}
+    lists: dict = {}
     for name, held in weights.items():
         if isinstance(held, nn.Linear) and any(p.isdigit() for p in name.split(".")):
             lists.setdefault(".".join("*" if p.isdigit() else p for p in name.split(".")), []) \
@@ -126,7 +126,7 @@ def _per_head(weights: dict) -> dict:
 def _side_by_side(weights: dict) -> dict:
     """The paper's per-head matrices in an nn.ParameterList (W_Q.0, W_Q.1, ... each d_model ×
     d_k), joined into one d_model × (H·d_k) matrix named W_Q; their parts leave `weights`."""
-    lists = {}
+    lists: dict = {}
     for name, held in weights.items():
         head, _, last = name.rpartition(".")
         if last.isdigit() and isinstance(held, torch.Tensor) and held.dim() == 2:

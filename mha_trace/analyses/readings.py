@@ -288,13 +288,12 @@ def traced_forward(run, module, args: tuple, kwargs: dict):
     a failure is one error naming it."""
     from mha_trace.runs.usermodule import explain_exception, user_code
 
-    if run.numpy:
-        from mha_trace.core import nptrace as tracer
-    else:
-        from mha_trace.core import tracer
+    from mha_trace.core import nptrace, tracer
+
+    trace = nptrace.trace if run.numpy else tracer.trace
     try:
         with torch.no_grad(), user_code(f"{run.label}: forward"):
-            return tracer.trace(module, *args, watch=(run.source,), keep_values=True, **kwargs)
+            return trace(module, *args, watch=(run.source,), keep_values=True, **kwargs)
     except tracer.ForwardFailed as failed:
         from mha_trace.io.output import display_path
 

@@ -63,7 +63,7 @@ def rope_shares(model, corpus, on_sentence=lambda: None) -> RopeShares:
     with model.resident(), batch_work():
         runs = encode_all(model, corpus.sentences, keep_inputs=True, on_sentence=on_sentence)
         check_lengths(runs)
-        sums = sum(_plane_sizes(model, _stacked(group)) for group in _by_length(runs))
+        sums = np.sum([_plane_sizes(model, _stacked(group)) for group in _by_length(runs)], axis=0)
     previous = gather([detect(r.weights, r.tokens, r.ids, model.capabilities.causal)
                        for r in runs])["previous token"].mean
     first = model.attention_module(1)
@@ -75,7 +75,7 @@ def rope_shares(model, corpus, on_sentence=lambda: None) -> RopeShares:
 
 def _by_length(runs) -> list:
     """The sentences in groups of equal token length (each group one batch)."""
-    groups = {}
+    groups: dict = {}
     for r in runs:
         groups.setdefault(len(r.tokens), []).append(r)
     return list(groups.values())

@@ -8,6 +8,7 @@
 import contextlib
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from mha_trace.core.costs import DTYPE_BYTES
 from mha_trace.records import Shows
@@ -27,7 +28,7 @@ class ShapesReport(Shows):
     parameters: dict  # per projection, from the module itself
     failure: Failure | None = None  # the op that raised (the user's module)
     returned: str = ""  # what forward returned, for a user's module
-    output: object = None  # the built-in module's output tensor (B, T, d_model)
+    output: Any = None  # the built-in module's output tensor (B, T, d_model)
     symbols: list | None = None  # --compact: each step's shape in symbols (the lecture's table)
     explicit: "ShapesReport | None" = None  # --compare-impl: the explicit path, traced beside
 

@@ -340,7 +340,7 @@ def _in_another_order(run, module, mapping: Mapping | None, sizes, ways: list) -
     cannot be aligned (exit 2), never a wrong verdict."""
     if mapping is None or mapping.how != BY_ORDER:
         return []
-    right = []
+    right: list = []
     for mask_as in dict.fromkeys(w.mask_as for w in ways):  # unmasked before causal by itself
         for candidate in [] if right else other_orders(mapping, module, sizes.d_model):
             passed = [r for r in (try_way(run, module, candidate, sizes, way) for way in ways

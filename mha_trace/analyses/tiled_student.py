@@ -80,7 +80,8 @@ def check_tiled(call, label: str, source: str, shape: tuple, causal: bool, seed:
 def _reference_grads(Q, K, V, dO, causal: bool) -> tuple:
     """dQ, dK, dV of attention computed whole, by autograd."""
     inputs = [t.clone().requires_grad_() for t in (Q, K, V)]
-    return torch.autograd.grad(reference(*inputs, causal)[0], inputs, dO)
+    q, k, v = inputs
+    return torch.autograd.grad(reference(q, k, v, causal)[0], inputs, dO)
 
 
 def _backward(O, inputs: list, dO) -> tuple | str:

@@ -71,7 +71,7 @@ def as_expected(output, expected):
     return output.reshape(expected.shape) if unbatched else output
 
 
-def differences(output, weights, expected, expected_w) -> tuple:
+def differences(output, weights, expected, expected_w) -> tuple[float, float | None]:
     """(largest output difference, largest weights difference or None): an unbatched output or
     weights are compared reshaped, weights averaged over heads against the average."""
     output = as_expected(output, expected)
@@ -99,7 +99,8 @@ def where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output,
         report.notes.append(f"its output has shape {list(output.shape)}; the lecture's has "
                             f"{list(expected.shape)} (batch, seq, d_model)")
     if output.shape == expected.shape:
-        report.candidates = diagnoses(*diagnose_args, output, atol)
+        reference, x, mask = diagnose_args
+        report.candidates = diagnoses(reference, x, mask, output, atol)
         report.diagnosis = report.candidates[0] if report.candidates else None
     if report.first_wrong is None:
         _returned_too_early(report, traced, ref_trace, module, output)

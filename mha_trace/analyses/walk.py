@@ -38,7 +38,7 @@ class HeadWalk:
 class Walk(Shows):
     renderer = "mha_trace.render.explain"  # how it shows, imported when first shown
 
-    view: Heads
+    view: LectureHeads
     position: int
     sqrt_dk: float
     heads: list[HeadWalk]

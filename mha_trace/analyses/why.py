@@ -143,7 +143,7 @@ def _scores_operands(run, T: int, heads: int) -> list:
     from mha_trace.runs import usermodule
 
     products = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm}
-    found = []
+    found: list = []
 
     class Scores(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):

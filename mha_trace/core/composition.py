@@ -83,7 +83,7 @@ def random_baseline(d_model: int, d_k: int, draws: int = 100, seed: int = 0) -> 
     """(draws,) the scores of random Gaussian matrices of the same shapes and ranks, each draw's
     writer against another draw's reader."""
     g = np.random.default_rng(seed)
-    f = {k: g.standard_normal((draws, d_model, d_k)) for k in ("Q", "K", "V")}
+    f: dict[str, np.ndarray] = {k: g.standard_normal((draws, d_model, d_k)) for k in ("Q", "K", "V")}
     f["O"], f["kv"] = g.standard_normal((draws, d_k, d_model)), np.arange(draws)
     written = writers(f)
     near, index, root = readers(f)["Q"]

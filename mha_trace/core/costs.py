@@ -5,6 +5,7 @@ multi-head, 1 for multi-query), d_k = D / H, L layers, s bytes per element.
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 from mha_trace.core.clashes import needs
 from mha_trace.errors import MhaError
@@ -136,14 +137,14 @@ def cost_rows(d: Dims, layers: int) -> list[Row]:
     for section in (_parameter_rows, _flop_rows, _memory_rows):
         section(add, d, layers)
     if d.cross:
-        _cross_rows(add, d, layers)
+        _cross_rows(add, d, layers, d.cross)
     return rows
 
 
-def _cross_rows(add, d: Dims, L: int) -> None:
+def _cross_rows(add, d: Dims, L: int, S: int) -> None:
     """A decoder layer's second attention: queries from the T text positions, keys and values
     from the S encoder positions (computed once per input and kept while the decoder writes)."""
-    B, T, S, D, H, G, k, s = d.batch, d.seq, d.cross, d.d_model, d.heads, d.kv_heads, d.d_k, d.itemsize
+    B, T, D, H, G, k, s = d.batch, d.seq, d.d_model, d.heads, d.kv_heads, d.d_k, d.itemsize
     b, gk = (1 if d.bias else 0), G * k
     p = parameters(d)
     for name in p:
@@ -335,7 +336,9 @@ def cost_report(preset: str | None = None, batch: int | None = None, seq: int | 
         if value is not None and type(value) is not int:
             raise MhaError(f"{name} must be a whole number, got {value!r}", quantity=name)
     p = load_preset(preset) if preset else {}
-    pick = lambda given, key, default: given if given is not None else p.get(key, default)
+    def pick(given: Any, key: str, default: Any) -> Any:  # an option given, else the preset's
+        return given if given is not None else p.get(key, default)
+
     batch, seq = pick(batch, "batch", 1 if preset else 2), pick(seq, "seq", 10)
     d_model, heads = pick(d_model, "d_model", 512), pick(heads, "heads", 8)
     layers, kv_heads = pick(layers, "layers", 1), pick(kv_heads, "kv_heads", heads)

@@ -27,7 +27,7 @@ _THIS_FILE = __file__
 class _Recorded(np.ndarray):
     """An ndarray whose operations are written down by the active recorder."""
 
-    recorder = None
+    recorder: dict | None = None
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         result = getattr(ufunc, method)(*_plain(inputs), **_plain(kwargs))

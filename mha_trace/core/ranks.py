@@ -10,4 +10,4 @@ def spearman(a, b) -> float | None:
     if np.size(a) < 2:
         return None
     ranks = [np.argsort(np.argsort(np.ravel(x), kind="stable"), kind="stable") for x in (a, b)]
-    return float(np.corrcoef(*ranks)[0, 1])
+    return float(np.corrcoef(ranks[0], ranks[1])[0, 1])

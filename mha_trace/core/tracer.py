@@ -10,6 +10,7 @@ never touches the module: no hooks, no change of device or train/eval mode, and 
 """
 
 import functools
+from typing import Any
 import inspect
 import linecache
 import os
@@ -85,7 +86,7 @@ class Failure:
 @dataclass
 class Trace:
     steps: list
-    output: object = None
+    output: Any = None
     failure: Failure | None = None
 
 

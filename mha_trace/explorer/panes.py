@@ -4,6 +4,7 @@ The Textual app (`explorer.py`) puts these into its panes; each function here is
 session's records in, text out), so every pane shows the CLI's numbers.
 """
 
+from mha_trace.core.head import Head
 import linecache
 import textwrap
 
@@ -42,7 +43,7 @@ def step(session, s, light: bool) -> tuple:
 def heads_title(s, view) -> Text:
     """The heads pane's title: which head, its dims, its K/V head."""
     h = s.head - 1
-    name = f"{s.layer}.{s.head}" if s.model else str(s.head)  # a model's head is L.H
+    name = Head(s.layer, s.head).name if s.model else str(s.head)  # a model's head is L.H
     kv = f", K/V head {view.kv_head_of(h) + 1}" if view.kv_heads != view.heads else ""
     return Text.assemble(
         (f"Head {name} of {view.heads} ", "bold"),

@@ -8,6 +8,7 @@ computed by the same functions, and cached until a choice that changes it.
 
 from dataclasses import dataclass, field, replace
 
+from mha_trace.core.head import Head
 from mha_trace.runs.config import Config
 from mha_trace.errors import MhaError
 from mha_trace.core.masks import KINDS as MASKS  # the mask cycle: none, causal, window
@@ -206,7 +207,7 @@ class Session:
         def make():
             from mha_trace.views.ablate import AblateRequest, ablate_view
 
-            removed = [f"{self.layer}.{h}" if self.model else h for h in sorted(self.off)]
+            removed = [Head(self.layer, h).name if self.model else h for h in sorted(self.off)]
             return ablate_view(AblateRequest(self.options(), removed))
 
         return self._cached("ablation", make)

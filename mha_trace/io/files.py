@@ -58,7 +58,7 @@ def check_outputs(outputs: dict, inputs: list) -> None:
     that exists and takes a file, never an input file, never the same file twice, never anything
     but a regular file replaced (a device, a pipe), and --save never over a file that is not a
     checkpoint of ours."""
-    seen = {}
+    seen: dict = {}
     protected = {_identity(p): p for p in inputs if p and os.path.isfile(p)}
     for option, path in outputs.items():
         if path is None:

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Any
 
 from rich import box
 from rich.console import Console, Group
@@ -79,9 +80,9 @@ def make_console(out: Output, file=None) -> Console:
 
 def new_table(title: str | None = None, **kwargs) -> Table:
     """The house style: a rule under the header, no outer frame, readable without colour."""
-    style = dict(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
-                 collapse_padding=True, title_justify="left", title_style="bold",
-                 header_style="bold cyan", border_style="cyan")
+    style: dict[str, Any] = dict(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
+                                 collapse_padding=True, title_justify="left", title_style="bold",
+                                 header_style="bold cyan", border_style="cyan")
     return Table(title=title, **(style | kwargs))
 
 
@@ -195,17 +196,17 @@ def emit(out: Output, renderables: Callable[[], list], data: Callable[[], dict],
         if out.svg or out.html:  # a Text of a model's JSON costs seconds: only when asked
             _save_recordings(out, [Text(text.rstrip("\n"))], console.width)
         return
-    renderables = renderables()
+    shown = renderables()
     if console.is_terminal and out.step and sys.stdin and sys.stdin.isatty():
-        _print_stepwise(console, renderables)
+        _print_stepwise(console, shown)
     elif console.is_terminal:
-        _print_all(console, renderables)
+        _print_all(console, shown)
     else:
         with console.capture() as captured:  # piped: plain lines without trailing padding
-            _print_all(console, renderables)
+            _print_all(console, shown)
         console.file.write("".join(printable(line.rstrip()) + "\n"
                                    for line in captured.get().splitlines()))
-    _save_recordings(out, renderables, console.width)
+    _save_recordings(out, shown, console.width)
 
 
 def pictures(out: Output, page=None, slide=None, **options) -> Output:
@@ -276,7 +277,7 @@ def _pieces(console: Console, part) -> list[tuple[str, str | None]]:
     if rule is None:
         return [("".join(lines), None)]
     header = "".join(lines[:rule + 1])
-    rows = []
+    rows: list[str] = []
     for line, p in zip(lines[rule + 1:], plain[rule + 1:]):
         if p[:4].strip() or not rows:  # a new row starts in the first column
             rows.append(line)

@@ -1,8 +1,12 @@
 """One sentence through a pretrained model: what every view of a model reads."""
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from mha_trace.models.base import AttentionModel
 
 # a batch of sentences holds about this many tokens: enough to keep the matrix products busy
 BATCH_TOKENS = 1024
@@ -11,7 +15,7 @@ BATCH_TOKENS = 1024
 class Sentence:
     """One sentence through the model: its tokens, every layer's input and weights, the output."""
 
-    model: object
+    model: "AttentionModel"
     text: str
     ids: tuple
     tokens: tuple  # WordPiece pieces as the model sees them ("##" kept)
@@ -43,7 +47,7 @@ def rows_of(ids) -> list:
 def equal_lengths(lengths: list[int], tokens: int = BATCH_TOKENS) -> list[list[int]]:
     """Indices of items grouped by length, shortest first, in chunks of about `tokens` tokens:
     items of one chunk run together without padding."""
-    by_length = {}
+    by_length: dict = {}
     for i, n in enumerate(lengths):
         by_length.setdefault(n, []).append(i)
     chunks = []
@@ -63,7 +67,7 @@ def encode_all(model, texts: list[str], keep_inputs: bool = True, effect: bool =
     import torch
 
     pieces = [model.pieces(t) for t in texts]
-    found = [None] * len(texts)
+    found: list = [None] * len(texts)
     for chunk in equal_lengths([len(ids) for ids, _, _ in pieces]):
         out, inputs, weights = model.run([pieces[i][0] for i in chunk])
         weights = torch.stack(weights, 1).cpu().numpy()  # (B, layers, heads, T, T)

@@ -100,7 +100,7 @@ class Model:
         self.add_bos, self.bos, self.eos = s["add_bos"], s["bos"], s["eos"]
         self.tokenizer, self.tensors = tokenizer, meta["tensors"]
         self.device = torch.device("cpu")  # `to` moves it
-        self._resident = [None]  # one holder, shared by every call's view of this model
+        self._resident: list[dict | None] = [None]  # one holder, shared by every call's view of this model
         with open(path, "rb") as f:  # copy-on-write: nothing is written, and no write is possible
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
         self._file = np.frombuffer(self._map, dtype=np.uint8)
@@ -239,7 +239,7 @@ class Model:
         caches = [KVCache() for _ in self.blocks]
         with self.resident():
             first = out = self.run(ids, caches=caches)[0]
-            generated = []
+            generated: list[int] = []
             while len(generated) < count and len(ids) + len(generated) < self.max_positions:
                 generated.append(int(torch.argmax(self.logits(out)[0])))
                 on_token()

@@ -3,6 +3,7 @@ optimiser's settings, each checked in one line naming it. No torch: a run's sett
 before torch loads (the memory check alone asks torch how much is free)."""
 
 from dataclasses import dataclass
+from typing import Any
 
 from mha_trace.core.validate import rope_pairs
 from mha_trace.errors import MhaError
@@ -46,7 +47,7 @@ class Spec:
         if not isinstance(task, str) or task not in TASKS:
             raise MhaError(f"task '{task}' is not one of {', '.join(TASKS)}", quantity="task")
         layers, heads, steps, lr = DEFAULTS[task]
-        chosen = {"layers": layers, "heads": heads, "steps": steps, "lr": lr}
+        chosen: dict[str, Any] = {"layers": layers, "heads": heads, "steps": steps, "lr": lr}
         chosen.update({k: v for k, v in given.items() if v is not None})
         return cls(task=task, **chosen)
 

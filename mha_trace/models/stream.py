@@ -24,7 +24,7 @@ from mha_trace.core.attention import MultiHeadAttention
 def stream_parts(model, ids, layer: int, by_head: bool = False) -> dict:
     """{source: (T, D) float64}, summing to what layer `layer`'s attention reads on `ids`."""
     steps = [model.stream_steps(l) for l in range(layer)]
-    seen = {}
+    seen: dict = {}
     hooks = [_watch(m, seen) for l in range(1, layer) for m in steps[l]
              if isinstance(m, (MultiHeadAttention, nn.Linear))]  # a norm is frozen from the parts
     with torch.no_grad():

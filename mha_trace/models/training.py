@@ -168,7 +168,7 @@ class Training(Shows):
 
     def formed(self, detector: str, threshold: float = 0.5) -> dict:
         """(layer, head) -> the first snapshot step whose score is over the threshold."""
-        found = {}
+        found: dict = {}
         for snap in self.snapshots:
             for l, h in zip(*np.nonzero(snap.scores[detector] > threshold)):
                 found.setdefault((int(l) + 1, int(h) + 1), snap.step)
@@ -179,7 +179,7 @@ class Training(Shows):
         the earlier head whose output its keys read most, that K-composition score)."""
         from mha_trace.core.composition import factors, one_reader, pair_scores, readers, writers
 
-        H, found = self.spec.heads, {head: [] for head in self.formed("induction") if head[0] > 1}
+        H, found = self.spec.heads, {head: list[tuple]() for head in self.formed("induction") if head[0] > 1}
         for snap in self.snapshots if found else []:
             model = Toy(self.spec)
             model.load_state_dict(snap.state)

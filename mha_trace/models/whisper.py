@@ -153,7 +153,7 @@ class Model:
         self.encoder = _encoder(weights, self.encoder_layers, self.heads, self.d_model)
         self.decoder = _decoder(weights, self.layers, self.heads, self.d_model)
         self.device = torch.device("cpu")
-        self._streams = {}  # encoder_stream's, by recording
+        self._streams: dict = {}  # encoder_stream's, by recording
 
     def to(self, device: torch.device) -> "Model":
         """Run on `device` from now on (the weights move once)."""

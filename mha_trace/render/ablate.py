@@ -10,6 +10,7 @@ from mha_trace.analyses.analysis import LectureHeads
 from mha_trace.io.output import new_table
 from mha_trace.render.matrices import rounded, config_data, describe, fmt, vector
 from mha_trace.records import data, renderables
+from mha_trace.core.head import Head, head_names
 
 
 @renderables.register(Ablation)
@@ -55,7 +56,7 @@ def config_data_of(a, decimals: int) -> dict:
 
 def model_renderables(a, decimals: int) -> list:
     s = a.source
-    names = ", ".join(f"{l}.{h}" for l, h in a.removed)
+    names = ", ".join(head_names(a.removed))
     out = [Text(f"{s.model.name}: \"{s.text}\" without head"
                 f"{'s' if len(a.removed) > 1 else ''} {names} (zeroed before W_O in "
                 f"{'their layers' if len(a.removed) > 1 else 'its layer'})", style="bold")]
@@ -91,7 +92,7 @@ def induction_line(a) -> str:
     if not heads:
         return ("No head gives over half its weight to the token after an earlier copy on the "
                 "run's probe, with every head.")
-    said = ", ".join(f"{l + 1}.{h + 1} {before[l, h]:.2f} → {after[l, h]:.2f}" for l, h in heads)
+    said = ", ".join(f"{Head.at(l, h)} {before[l, h]:.2f} → {after[l, h]:.2f}" for l, h in heads)
     return (f"Induction scores on the run's probe (the weight on the token after an earlier copy), "
             f"with every head → without: {said}.")
 

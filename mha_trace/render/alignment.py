@@ -8,10 +8,11 @@ from mha_trace.analyses.alignment import CHOSEN, FRAMES_PER_SECOND, CrossHeads, 
 from mha_trace.analyses.encoder import EncoderHeads
 from mha_trace.io.output import new_table
 from mha_trace.records import data, renderables
+from mha_trace.core.head import Head, head_names
 
 
 def _head(layer_head) -> str:
-    return f"{layer_head[0]}.{layer_head[1]}"
+    return Head(*layer_head).name
 
 
 def heard_line(r) -> Text:
@@ -116,7 +117,7 @@ def hearing_data(h: Hearing) -> dict:
              "tokens": list(h.tokens),
              "heads": {"disagreement_seconds": h.disagreement.round(4).tolist(),
                        "lag_seconds": h.lag.round(4).tolist(),
-                       "following": sorted(_head((layer + 1, head + 1)) for layer, head in h.following),
+                       "following": sorted(Head.at(*index).name for index in h.following),
                        "ranking": [_head((layer + 1, head + 1)) for layer, head in h.ranking],
                        "found": [_head(x) for x in h.found],
                        "published": [_head(x) for x in h.published],
@@ -164,7 +165,7 @@ def listening_renderables(h: Listening, width: int) -> list:
     for layer, head in np.ndindex(L, H):
         w = (h.weights if h.effect is None else h.effect)[layer, head]  # what the rows show
         cells = np.array([w[b].sum() for b in bins])
-        name = f"{layer + 1}.{head + 1}{'*' if (layer + 1, head + 1) in h.published else ''}"
+        name = f"{Head.at(layer, head)}{'*' if (layer + 1, head + 1) in h.published else ''}"
         table.add_row(name, f"{np.argmax(w) / FRAMES_PER_SECOND:.2f}", f"{w.max():.3f}", shade(cells),
                       end_section=head == H - 1)
     shown = h.weights if h.effect is None else h.effect
@@ -182,13 +183,13 @@ def listening_renderables(h: Listening, width: int) -> list:
             f"The published heads' path says it was said from {start:.2f} to {end:.2f} s.")
     return [heard_line(h), Text(said), table,
             Text(f"{len(inside)} of {L * H} heads peak {where}: "
-                 f"{' '.join(f'{a}.{b}' for a, b in inside) or 'none'}.")]
+                 f"{' '.join(head_names(inside)) or 'none'}.")]
 
 
 def listening_data(h: Listening) -> dict:
     return {"model": h.card.name, "audio": h.audio, "seconds": round(h.seconds, 4), "text": h.text,
             "token": h.token.strip(), "index": h.index, "said": [round(h.span[0], 2), round(h.span[1], 2)],
-            "heads": [{"head": f"{layer + 1}.{head + 1}", "peak": round(h.peak(layer + 1, head + 1), 2),
+            "heads": [{"head": Head.at(layer, head).name, "peak": round(h.peak(layer + 1, head + 1), 2),
                        "weight": round(float(h.weights[layer, head].max()), 4),
                        "published": (layer + 1, head + 1) in h.published}
                       for layer, head in np.ndindex(*h.weights.shape[:2])],
@@ -284,7 +285,7 @@ def encoder_renderables(e: EncoderHeads, width: int) -> list:
         labels = [f"{b[0] / FRAMES_PER_SECOND:.2f} s" for b in bins]
         return [heard_line(e),
                 _shaded(np.stack([rows[b].mean(0) for b in bins]), labels, max(10, min(60, width - 20)),
-                        f"Encoder head {layer}.{head}: the speech's frames down (each row {frames // len(bins)} "
+                        f"Encoder head {Head(layer, head)}: the speech's frames down (each row {frames // len(bins)} "
                         f"or so, from the time shown) looking across at the speech (0 to {e.seconds:.2f} s), "
                         f"each row from its least to its most", label="from"),
                 Text(f"Here {100 * e.kept[layer - 1, head - 1]:.0f}% of a speech frame's weight stays on the "
@@ -330,7 +331,7 @@ def _cross_heads_data(c, **_) -> dict:
         return {**found, "head": _head(c.head), "published": c.head in c.published,
                 "peaks": (rows.argmax(-1) / FRAMES_PER_SECOND).round(2).tolist(), "weights": rows.round(4).tolist()}
     return {**found, "published": [_head(x) for x in c.published],
-            "heads": {f"{layer + 1}.{head + 1}": c.rows[layer, head].round(4).tolist()
+            "heads": {Head.at(layer, head).name: c.rows[layer, head].round(4).tolist()
                       for layer in range(L) for head in range(H)}}
 
 

@@ -8,6 +8,7 @@ from mha_trace.analyses.composition import Composition
 from mha_trace.core.composition import KINDS
 from mha_trace.io.output import new_table
 from mha_trace.records import data, renderables
+from mha_trace.core.head import Head
 
 GRID_HEADS = 16  # a model with at most this many heads gets every pair's grid
 NAMES = {"Q": "Q-composition (the earlier head's output in the later head's queries)",
@@ -16,7 +17,7 @@ NAMES = {"Q": "Q-composition (the earlier head's output in the later head's quer
 
 
 def _name(head) -> str:
-    return f"{head[0]}.{head[1]}"
+    return Head(*head).name
 
 
 def composition_renderables(c, top: int) -> list:

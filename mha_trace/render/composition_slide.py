@@ -3,6 +3,7 @@ against a later head (columns), as a multiple of random matrices' score (1 = ran
 
 import numpy as np
 
+from mha_trace.core.head import Head, head_names
 from mha_trace.analyses.composition import Composition
 from mha_trace.core.composition import KINDS
 from mha_trace.io.page import slide
@@ -61,7 +62,7 @@ def _mark_strongest(ax, c: Composition, kind: str, writers: list, readers: list,
                     textcoords="offset points", color=RING, fontsize=MIN_TICK_PT,
                     fontweight="bold", zorder=4, bbox={"boxstyle": "round,pad=0.15",
                                                        "facecolor": bg, "edgecolor": "none"})
-        names.append(f"{rank}: {a[0]}.{a[1]} → {b[0]}.{b[1]}  {x / base:.1f}×")
+        names.append(f"{rank}: {Head(*a)} → {Head(*b)}  {x / base:.1f}×")
     if corner:  # the heads are named on the axes otherwise
             ax.text(0.03, 0.03, "\n".join(["strongest (circled):", *names]), transform=ax.transAxes,
                 ha="left", va="bottom", fontsize=MIN_TICK_PT, color=fg, linespacing=1.4,
@@ -71,7 +72,7 @@ def _mark_strongest(ax, c: Composition, kind: str, writers: list, readers: list,
 def _names(heads: list) -> tuple[list, list]:
     """(ticks, names): every head's name when there are few; otherwise each layer's first head."""
     if len(heads) <= LABELLED:
-        return list(range(len(heads))), [f"{l}.{h}" for l, h in heads]
+        return list(range(len(heads))), head_names(heads)
     firsts = [i for i, (l, h) in enumerate(heads) if h == 1]
     step = max(1, len(firsts) // 15)
     return firsts[::step], [f"L{heads[i][0]}" for i in firsts[::step]]

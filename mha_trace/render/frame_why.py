@@ -9,12 +9,13 @@ from mha_trace.analyses.frame_why import SOUND, FrameWhy
 from mha_trace.io.output import new_table
 from mha_trace.records import data, renderables
 from mha_trace.render.alignment import heard_line
+from mha_trace.core.head import Head
 
 TOP_FRAMES, TOP_SOURCES, TOP_TERMS = 6, 8, 3
 
 
 def frame_why_renderables(c: FrameWhy, width: int) -> list:
-    w, name = c.why, f"{c.head[0]}.{c.head[1]}"
+    w, name = c.why, Head(*c.head).name
     weights = w.weights()
     if c.encoder:
         said = (f"Encoder head {name}, the frame at {c.token}: each frame's score q·k/√d_k is a sum of one "
@@ -74,7 +75,7 @@ def _frame_why_data(c, **_) -> dict:
     w = c.why
     weights = w.weights()
     return {"model": c.card.name, "audio": c.audio, "text": c.text, "token": c.token.strip(),
-            "position": c.index, "head": f"{c.head[0]}.{c.head[1]}", "published": c.published,
+            "position": c.index, "head": Head(*c.head).name, "published": c.published,
             "sources": list(w.sources), "peak": c.peak(weights),
             "frames": [{"time": round(j / 50, 2), "score": float(w.score[j]), "weight": float(weights[j]),
                         "terms": {f"{a} · {b}": v for a, b, v in _terms(w, j)}}

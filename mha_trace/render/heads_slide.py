@@ -1,6 +1,7 @@
 """The heads' slides (`heads --png`, `compare --png`): every head's weights as heatmaps; a
 model's whole run as an overview beside one figure per layer."""
 
+from mha_trace.core.head import Head
 from mha_trace.analyses.analysis import Comparison, Heads, ModelHeads
 from mha_trace.io.page import slide
 from mha_trace.render.heatmaps import effect_panels, packed, save_heatmaps
@@ -30,7 +31,7 @@ def model_heads_slide(view: ModelHeads, path: str, theme: str = "light", decimal
     tokens, model = view.tokens, view.sentence.model
     mask = allowed(len(tokens), "causal") if model.capabilities.causal else None
     if not view.whole:
-        panels, _ = effect_panels([(f"head {l}.{h}", tokens, tokens, view.layers[l - 1, h - 1], mask)
+        panels, _ = effect_panels([(f"head {Head(l, h)}", tokens, tokens, view.layers[l - 1, h - 1], mask)
                                    for l, h in view.picked], view.effect,
                                   [(l - 1, h - 1) for l, h in view.picked])
         save_heatmaps(path, view.title, panels, decimals, theme, top=scale)

@@ -8,6 +8,7 @@ constrained layout, which drew and measured every axes of every slide (0.3 s a s
 a 30-layer model's figures).
 """
 
+from mha_trace.core.head import Head
 from mha_trace.render.plots import (DPI, HEIGHT_PX, SLIDE_H, SLIDE_W, TICK_PAD, WIDTH_PX, _fitted,
                                     _pyplot, _rc, _save, _theme, _ticks, bar_beside,
                                     colour_bar_room, framed, heading, text_px, token_label,
@@ -40,7 +41,7 @@ def save_model(path: str, title: str, tokens: list, weights, causal: bool,
     with written_together():
         for l, layer_path in enumerate(paths):
             save_heatmaps(layer_path, f"{title}, layer {l + 1}",
-                          [(f"head {l + 1}.{h + 1}", tokens, tokens, w[l, h], mask)
+                          [(f"head {Head.at(l, h)}", tokens, tokens, w[l, h], mask)
                            for h in range(H)], decimals, theme, top=top)
             on_figure()
         save_overview(path, title, w, mask, theme, top)

@@ -18,6 +18,7 @@ from mha_trace.render.matrices import EFFECT_NOTE, legend, shade, weights_table,
 from mha_trace.records import data, renderables
 from mha_trace.analyses.analysis import ModelHeads
 from mha_trace.analyses.model_analysis import HeadRanking, Prediction
+from mha_trace.core.head import Head
 
 _LEFT, _RIGHT = (0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80)  # braille dots by row
 
@@ -135,7 +136,7 @@ def head_tables(view, title: str, picked: list, layer: int, decimals: int) -> li
         raise too_long("A weights table", len(tokens), TABLE_TOKENS)
     out = [Text(title, style="bold")]
     mask = allowed(len(tokens), "causal") if view.sentence.model.capabilities.causal else None
-    tables = [weights_table(f"Head {layer}.{h}", tokens, view.layers[layer - 1][h - 1], mask,
+    tables = [weights_table(f"Head {Head(layer, h)}", tokens, view.layers[layer - 1][h - 1], mask,
                             decimals) for h in picked]
     out += with_effect_tables(view, tables, [h - 1 for h in picked], decimals, layer - 1)
     note = (" Rows and columns are words: to a word is the sum over its pieces, from a word the "
@@ -154,7 +155,7 @@ def model_heads_renderables(view, width: int, decimals: int = 4, **_) -> list:
     if view.whole:
         return overview(s, view.tokens, view.layers, width)
     layer = view.picked[0][0]
-    where = f"layer {layer}" if len(view.picked) > 1 else f"head {layer}.{view.picked[0][1]}"
+    where = f"layer {layer}" if len(view.picked) > 1 else f"head {Head(*view.picked[0])}"
     title = f"{s.model.name}, {where}: \"{s.text}\""
     if view.hide_special:
         title += "  ([CLS] and [SEP] hidden: rows no longer sum to 1)"
@@ -197,7 +198,7 @@ def ranking_renderables(r, top: int) -> list:
         table.add_column(f"p({top}) change", justify="right")
     for i in range(shown):
         l, h = r.heads[i]
-        cells = [str(i + 1), f"{l}.{h}", f"{r.effect[i]:.4f}"]
+        cells = [str(i + 1), Head(l, h).name, f"{r.effect[i]:.4f}"]
         if r.top_drop is not None:
             cells.append(f"{-100 * r.top_drop[i]:+.1f} pts")
         table.add_row(*cells)

@@ -18,6 +18,7 @@ from mha_trace.io.output import finite
 from mha_trace.io.page import page_data
 from mha_trace.io.units import human_bytes
 from mha_trace.analyses.shapes import ShapesReport
+from mha_trace.core.head import Head, head_names
 
 
 def _weights(w: np.ndarray) -> str:
@@ -148,9 +149,9 @@ def patching_page(p) -> dict:
 def path_page(p) -> dict:
     """Path patching's four inputs, each with its metric and share of the gap."""
     return {"kind": "path", "title": f"patch: {p.card.name}, path {p.sender_names} → "
-                                     f"{p.receiver[0]}.{p.receiver[1]}, {p.metric}",
+                                     f"{Head(*p.receiver)}, {p.metric}",
             "noising": p.noising, "senders": p.sender_names,
-            "receiver": f"{p.receiver[0]}.{p.receiver[1]}", "values": [round(p.clean_value, 4), round(p.corrupt_value, 4)],
+            "receiver": Head(*p.receiver).name, "values": [round(p.clean_value, 4), round(p.corrupt_value, 4)],
             "undefined": p.undefined,
             "via": [{"input": key, "metric": round(v, 4), "fraction": finite(p.fraction(v), 4)}
                     for key, v in p.via.items()]}
@@ -166,9 +167,9 @@ def hearing_page(h) -> dict:
             "tokens": [t.strip() or repr(t) for t in h.tokens], "seconds": round(h.seconds, 4),
             "matrix": _round(h.matrix[:T], 3), "path": [[int(r), int(c)] for r, c in zip(*h.path) if r < T],
             "loudness": _round(h.loudness, 3), "disagreement": _round(h.disagreement, 3),
-            "lag": _round(h.lag, 3), "following": sorted(f"{layer + 1}.{head + 1}" for layer, head in h.following),
-            "published": [f"{layer}.{head}" for layer, head in h.published],
-            "found": [f"{layer}.{head}" for layer, head in h.found], "precision": h.precision,
+            "lag": _round(h.lag, 3), "following": sorted(Head.at(*index).name for index in h.following),
+            "published": head_names(h.published),
+            "found": head_names(h.found), "precision": h.precision,
             "chance": round(h.chance, 2),
             "words": None if h.words is None else [{"word": w.word.strip(), "start": round(w.start, 2),
                                                      "end": round(w.end, 2)} for w in h.words]}

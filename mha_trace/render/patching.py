@@ -4,6 +4,7 @@ the heads that carry the most, and JSON."""
 import numpy as np
 from rich.text import Text
 
+from mha_trace.core.head import Head
 from mha_trace.analyses.path_patching import PathPatching
 from mha_trace.analyses.patching import Patching
 from mha_trace.io.output import finite, new_table, undefined_or
@@ -38,7 +39,7 @@ def patching_renderables(p: Patching, top: int, width: int) -> list:
     out += _by_input(p) + _by_position(p, differ)
     f, a = p.fraction(p.heads), p.fraction(p.attribution)
     order = np.argsort(-np.abs(f).ravel(), kind="stable")[:top]
-    heads = ", ".join(f"{i // f.shape[1] + 1}.{i % f.shape[1] + 1} {shared(f.ravel()[i], True)} "
+    heads = ", ".join(f"{Head.at(*divmod(int(i), f.shape[1]))} {shared(f.ravel()[i], True)} "
                       f"({shared(a.ravel()[i], True)})" for i in order)
     rho = p.rank_correlation
     follows = (f"whose ranking of all {f.size} heads follows the exact one with Spearman ρ = {rho:.2f}"
@@ -81,7 +82,7 @@ def _by_position(p: Patching, differ: list) -> list:
         return []
     (layer, head), values = p.by_position
     rows = [f"{t} {token}{'*' if t in differ else ''}" for t, token in enumerate(p.clean)]
-    return [_grid(p.fraction(values)[:, None], f"Head {layer}.{head}'s output, one position at a time",
+    return [_grid(p.fraction(values)[:, None], f"Head {Head(layer, head)}'s output, one position at a time",
                   ["share"], "position", rows)]
 
 
@@ -126,7 +127,7 @@ def patching_data(p: Patching) -> dict:
                 "kv_groups": {**grid(p.kv_groups),
                               "query_heads_each": p.queries.shape[1] // p.kv_groups.shape[1]}}),
             **({} if p.by_position is None else {"by_position": {
-                "head": f"{p.by_position[0][0]}.{p.by_position[0][1]}", **grid(p.by_position[1])}})}
+                "head": Head(*p.by_position[0]).name, **grid(p.by_position[1])}})}
 
 
 @renderables.register(Patching)
@@ -143,13 +144,13 @@ def path_renderables(p: PathPatching) -> list:
     senders, (rl, rh) = p.sender_names, p.receiver
     way = "from the corrupted run into the clean one" if p.noising else "from the clean run into the corrupted one"
     whose = f"Head {senders}'s output" if len(p.senders) == 1 else f"Heads {senders}' outputs, together,"
-    table = new_table(f"{whose} {way}, into head {rl}.{rh} through one input")
+    table = new_table(f"{whose} {way}, into head {Head(rl, rh)} through one input")
     for name in ("through", "metric", "share of the gap"):
         table.add_column(name, justify="left" if name == "through" else "right")
     names = {"q": "its queries", "k": "its keys", "v": "its values", "qkv": "all three"}
     for key, value in p.via.items():
         table.add_row(names[key], f"{value:.4f}", _cell(p.fraction(value)))
-    return [Text(f"patch: {p.card.name}, path {senders} → {rl}.{rh}, metric {p.metric}", style="bold"),
+    return [Text(f"patch: {p.card.name}, path {senders} → {Head(rl, rh)}, metric {p.metric}", style="bold"),
             Text(f"Clean {p.clean_value:.4f}, corrupted {p.corrupt_value:.4f}. The sender's output "
                  f"difference (several senders': their sum) reaches the receiver only through the input named; every other path, "
                  f"and every other head of the receiver's layer, is the target run's (Wang et al. "
@@ -162,7 +163,7 @@ def path_renderables(p: PathPatching) -> list:
 def path_data(p: PathPatching) -> dict:
     return {"command": "patch", "model": p.card.name, "metric": p.metric,
             "direction": "noising" if p.noising else "denoising",
-            "sender": p.sender_names.replace(" + ", ","), "receiver": f"{p.receiver[0]}.{p.receiver[1]}",
+            "sender": p.sender_names.replace(" + ", ","), "receiver": Head(*p.receiver).name,
             "clean": round(p.clean_value, 6), "corrupt": round(p.corrupt_value, 6),
             **({"fraction_undefined": p.undefined} if p.undefined else {}),
             "via": {k: {"metric": round(v, 6), "fraction": finite(p.fraction(v))} for k, v in p.via.items()}}

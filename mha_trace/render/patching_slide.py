@@ -5,6 +5,7 @@ on one diverging scale from −1 to 1; path patching's four inputs as bars."""
 import numpy as np
 from matplotlib.text import Text
 
+from mha_trace.core.head import Head
 from mha_trace.analyses.path_patching import PathPatching
 from mha_trace.analyses.patching import Patching
 from mha_trace.io.page import slide
@@ -96,7 +97,7 @@ def _ring_top(ax, f: np.ndarray, bg: str) -> None:
         layer, head = divmod(int(i), f.shape[1])
         ax.scatter([head], [layer], s=500, facecolors="none", edgecolors=RING, linewidths=3, zorder=3)
         for dx, dy in PLACES:
-            label = ax.annotate(f"{layer + 1}.{head + 1} {shared(f[layer, head], True)}", (head, layer),
+            label = ax.annotate(f"{Head.at(layer, head)} {shared(f[layer, head], True)}", (head, layer),
                                 xytext=(dx, dy), textcoords="offset points", color=RING,
                                 ha="left" if dx > 0 else "right", fontsize=MIN_TICK_PT,
                                 fontweight="bold", zorder=4, bbox={"boxstyle": "round,pad=0.15",
@@ -140,7 +141,7 @@ def path_slide(p: PathPatching, path: str, theme: str = "light", **_) -> None:
         ax.set_xlabel("share of the gap " + ("destroyed" if p.noising else "restored"), fontsize=22)
         ax.tick_params(axis="x", labelsize=MIN_TICK_PT + 3)
         whose = f"head {senders}'s output" if len(p.senders) == 1 else f"heads {senders}, together,"
-        fig.suptitle(_fitted(f"{p.card.name}: {whose} into head {rl}.{rh}", 90, 26) + "\n" + _fitted(
+        fig.suptitle(_fitted(f"{p.card.name}: {whose} into head {Head(rl, rh)}", 90, 26) + "\n" + _fitted(
             "no gap: the two runs score the same, no share is defined" if p.undefined else p.metric,
             90, 26), fontsize=26, color=fg)
     _save(plt, fig, path, bg)

@@ -2,6 +2,7 @@
 
 from rich.text import Text
 
+from mha_trace.core.head import head_names
 from mha_trace.io.output import new_table
 from mha_trace.analyses.pruning import RISES, Pruning
 from mha_trace.records import data, renderables
@@ -23,8 +24,8 @@ def can_go_lines(p: Pruning) -> list[str]:
     five = p.can_go(RISES[0])[0] / n
     return [
         f"Heads removed least important first: {'; '.join(parts)}.",
-        f"Least important: {', '.join(f'{l}.{h}' for l, h in p.order[:6])}; the last to go: "
-        f"{', '.join(f'{l}.{h}' for l, h in p.order[-6:][::-1])}.",
+        f"Least important: {', '.join(head_names(p.order[:6]))}; the last to go: "
+        f"{', '.join(head_names(p.order[-6:][::-1]))}.",
         f"Michel et al. 2019 remove 20% of a WMT Transformer's heads and 40% of BERT's (fine-tuned "
         f"on MNLI) with no noticeable loss of BLEU or accuracy; Voita et al. 2019 prune 38 of 48 "
         f"encoder heads for a drop of 0.15 BLEU. Here {five:.0%} go before the next-token loss rises 5%. "

@@ -9,6 +9,7 @@ from mha_trace.analyses.rope_survey import RopeShares
 from mha_trace.io.output import new_table, undefined_or
 from mha_trace.records import data, renderables
 from mha_trace.io.units import turn_text
+from mha_trace.core.head import Head
 
 PREVIOUS = 0.5  # a previous-token head: at least half its weight on the token before
 
@@ -27,7 +28,7 @@ def _table(r: RopeShares, title: str, order: np.ndarray, top: int):
     bands = r.bands
     for i in order[:top]:
         layer, head = divmod(int(i), r.shares.shape[1])
-        table.add_row(f"{layer + 1}.{head + 1}", f"{r.previous[layer, head]:.3f}",
+        table.add_row(Head.at(layer, head).name, f"{r.previous[layer, head]:.3f}",
                       *(f"{x:.0%}" for x in bands[layer, head]))
     return table
 

@@ -9,6 +9,7 @@ from mha_trace.records import data, renderables
 from mha_trace.analyses.induction import Induction
 from mha_trace.analyses.model_analysis import Survey
 from mha_trace.core.detectors import induction_chance
+from mha_trace.core.head import Head, head_names
 
 SPECIALISED = 0.9  # a head is called specialised when it holds on this share of the sentences
 
@@ -33,7 +34,7 @@ def survey_renderables(result, top: int, width: int, grids: bool = False) -> lis
         table.add_column(f"#{k + 1}\nhead " + ("mean±sd >½" if many else "mean"), justify="right",
                          no_wrap=True)
     for name, d in result.detectors.items():
-        cells = [f"{l}.{h} {_num(d.mean[l - 1, h - 1])}" + (
+        cells = [f"{Head(l, h)} {_num(d.mean[l - 1, h - 1])}" + (
             f"±{_num(d.spread[l - 1, h - 1])} {d.held[l - 1, h - 1]:.0%}" if many else "")
             for l, h, _ in _top(d.mean, top)]
         table.add_row(name, _num(d.chance.mean()), *cells)
@@ -86,7 +87,7 @@ def specialised_lines(result, width: int) -> list[str]:
     lines = [f"Specialised heads: over half their weight there on at least {SPECIALISED:.0%} of "
              f"the sentences a behaviour applies to (how many, in brackets)."]
     for name, d in result.detectors.items():
-        heads = [f"{l}.{h} {d.held[l - 1, h - 1]:.0%}" for l, h, _ in _top(d.held, d.held.size)
+        heads = [f"{Head(l, h)} {d.held[l - 1, h - 1]:.0%}" for l, h, _ in _top(d.held, d.held.size)
                  if d.held[l - 1, h - 1] >= SPECIALISED]
         line = f"  {name} ({len(d.scores)}): "
         if not heads:
@@ -102,7 +103,7 @@ def specialised_lines(result, width: int) -> list[str]:
 
 def _named(chosen: np.ndarray, most: int = 4) -> str:
     """'2 heads (3.5, 6.12)', '28 heads (2.1, ... and 24 more)', 'no head'."""
-    heads = [f"{l + 1}.{h + 1}" for l, h in zip(*np.nonzero(chosen))]
+    heads = [Head.at(l, h).name for l, h in zip(*np.nonzero(chosen))]
     if not heads:
         return "no head"
     more = f" and {len(heads) - most} more" if len(heads) > most else ""
@@ -122,7 +123,7 @@ def antecedent_renderables(result, top: int) -> list:
         table.add_column(f"antecedent is the {role} ({len(a.sentences)})", justify="right")
     table.add_column("all", justify="right")
     for layer, head, share in _top(both, top):
-        table.add_row(f"{layer}.{head}", *(f"{a.right[layer - 1, head - 1]:.0%}" for a in roles.values()),
+        table.add_row(Head(layer, head).name, *(f"{a.right[layer - 1, head - 1]:.0%}" for a in roles.values()),
                       f"{share:.0%}")
     out = [table]
     if {"subject", "object"} <= roles.keys():
@@ -244,7 +245,7 @@ def _below(previous: np.ndarray, layer: int) -> str:
     if layer < 2:
         return "—"
     h = int(np.argmax(previous[layer - 2]))
-    return f"{layer - 1}.{h + 1} {previous[layer - 2, h]:.2f}"
+    return f"{Head(layer - 1, h + 1)} {previous[layer - 2, h]:.2f}"
 
 
 def induction_renderables(r, top: int) -> list:
@@ -257,7 +258,7 @@ def induction_renderables(r, top: int) -> list:
     table.add_column("induction", justify="right")
     table.add_column("previous-token head one layer below", justify="right")
     for layer, head, score in _top(r.induction, top):
-        table.add_row(f"{layer}.{head}", Text(f"{score:.3f}", style=shade(score)),
+        table.add_row(Head(layer, head).name, Text(f"{score:.3f}", style=shade(score)),
                       _below(r.previous, layer))
     out.append(table)
     chance = induction_chance(r.n)  # the mean of 1 / (keys seen) over the repeated half
@@ -269,7 +270,7 @@ def induction_renderables(r, top: int) -> list:
              f"{r.loss_repeated:.2f} (a uniform guess over the {m.vocab_size:,}-token vocabulary: "
              f"{np.log(m.vocab_size):.2f}). The repeated half is predicted by copying."]
     if r.removed:
-        names = ", ".join(f"{l}.{h}" for l, h in r.removed)
+        names = ", ".join(head_names(r.removed))
         lines.append(f"Without the top {len(r.removed)} induction heads ({names}): repeated half "
                      f"{r.loss_removed:.2f}.")
     out.append(Text("\n".join(lines)))

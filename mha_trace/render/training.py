@@ -9,6 +9,7 @@ from mha_trace.records import data, renderables
 from mha_trace.render.matrices import shade
 from mha_trace.models.spec import TASKS
 from mha_trace.models.training import Training
+from mha_trace.core.head import Head
 
 DETECTORS = ("previous token", "two back", "induction")
 
@@ -23,7 +24,7 @@ def formed_lines(r: Training) -> list[str]:
     for name in DETECTORS:
         found = r.formed(name)
         if found:
-            heads = ", ".join(f"{l}.{h} at step {step}" for (l, h), step in sorted(found.items(),
+            heads = ", ".join(f"{Head(l, h)} at step {step}" for (l, h), step in sorted(found.items(),
                                                                                  key=lambda x: x[1]))
             lines.append(f"{name.capitalize()} heads (over half their weight there): {heads}.")
     return lines or ["No head gives over half its weight to the previous token, two back or the "
@@ -67,7 +68,7 @@ def training_renderables(r: Training) -> list:
         cells = []
         for name in DETECTORS:
             l, h, x = _best(snap.scores[name])
-            cells.append(Text(f"{l}.{h} {x:.2f}", style=shade(x)))
+            cells.append(Text(f"{Head(l, h)} {x:.2f}", style=shade(x)))
         table.add_row(str(snap.step), f"{snap.loss:.3f}", *cells)
     out.append(table)
     out.append(Text("Each detector's column: the head that gives that place the most weight, and "
@@ -93,10 +94,10 @@ def partner_lines(r: Training) -> list[str]:
         for step, partner, _ in trail:
             if not runs or runs[-1][0] != partner:
                 runs.append((partner, step))
-        said = ", ".join(f"{a}.{b} from step {step}" for (a, b), step in runs)
+        said = ", ".join(f"{Head(a, b)} from step {step}" for (a, b), step in runs)
         (a, b), score = trail[-1][1], trail[-1][2]
         kind = "a previous-token head" if (a, b) in previous else "not a previous-token head"
-        lines.append(f"Induction head {l}.{h}'s strongest K-composition partner (the earlier "
+        lines.append(f"Induction head {Head(l, h)}'s strongest K-composition partner (the earlier "
                      f"head its keys read most): {said}; at the end {score:.3f}, "
                      f"{score / base:.1f}× random matrices, {kind}.")
     return lines + ["(ablate --checkpoint RUN --head L.H shows how far the induction scores fall "

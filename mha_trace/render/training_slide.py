@@ -1,6 +1,7 @@
 """A training run's slide: the loss over the steps and each head's detector scores under it,
 for `train --png` and for the run's view in Jupyter."""
 
+from mha_trace.core.head import Head
 from mha_trace.io.page import slide
 from mha_trace.models.training import Training
 from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, TICK_PAD, WIDTH_PX, _png, _pyplot,
@@ -46,7 +47,7 @@ def training_figure(r, theme: str = "light") -> tuple:
             for l in range(r.spec.layers):
                 for h in range(r.spec.heads):
                     ax.plot(steps, [s.scores[name][l, h] for s in r.snapshots], linewidth=2.5,
-                            color=colours(h % 10), label=f"{l + 1}.{h + 1}",
+                            color=colours(h % 10), label=Head.at(l, h).name,
                             linestyle=("-", "--", ":", "-.")[l % 4])
             ax.set_ylim(0, 1)
             ax.set_ylabel(name, fontsize=20)

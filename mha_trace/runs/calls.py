@@ -22,7 +22,8 @@ def from_call(module, args: tuple, kwargs: dict) -> Run:
                   if isinstance(getattr(module, n, None), int)), 1)
     if len(dims) == 4:  # per-head tensors, as an attention function takes them
         dims, heads = (dims[0], dims[2], dims[1] * dims[3]), dims[1]
-    sizes = Sizes(*(dims if len(dims) == 3 else (1, 1, 1)), heads=heads,
+    batch, seq, width = dims if len(dims) == 3 else (1, 1, 1)
+    sizes = Sizes(batch, seq, width, heads=heads,
                   dtype="float32" if first is None else str(first.dtype).removeprefix("torch."),
                   device=getattr(getattr(first, "device", None), "type", "cpu"))
     function = None if hasattr(module, "forward") else getattr(module, "__name__", None)

@@ -19,9 +19,10 @@ from mha_trace.runs.sandbox import contain, own_namespaces, readable_roots, watc
 
 GLOB = re.compile(r"[*?\[]")
 OVER_MEMORY = ("can't allocate memory", "Cannot allocate memory", "MemoryError", "out of memory")
-SIGNALS = {signal.SIGXCPU: "ran past its time limit (CPU)", signal.SIGXFSZ: "wrote a file over 64 MiB",
-           signal.SIGSEGV: "crashed (a segmentation fault)", signal.SIGABRT: "crashed (aborted)",
-           signal.SIGBUS: "crashed (a bus error)", signal.SIGFPE: "crashed (a floating-point exception)"}
+SIGNALS: dict[int, str] = {signal.SIGXCPU: "ran past its time limit (CPU)", signal.SIGXFSZ: "wrote a file over 64 MiB",
+                           signal.SIGSEGV: "crashed (a segmentation fault)", signal.SIGABRT: "crashed (aborted)",
+                           signal.SIGBUS: "crashed (a bus error)",
+                           signal.SIGFPE: "crashed (a floating-point exception)"}
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def run_each(submissions: list, judge, limits: Limits, advance=lambda: None) -> 
         raise MhaError("a class is verified in processes of its own, forked: Linux or macOS", quantity="module")
     jobs = limits.jobs or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
     results: list = [None] * len(submissions)
-    waiting, running = list(enumerate(submissions)), {}
+    waiting, running = list(enumerate(submissions)), dict[int, list]()
     with tempfile.TemporaryDirectory(prefix="mha-trace-class-") as room:
         readable = readable_roots(os.getcwd())
         try:
@@ -119,7 +120,8 @@ def _start(i: int, submission: Submission, judge, limits: Limits, room: str, rea
     if pid == 0:  # the submission's process: it never returns
         os.close(read)
         _child(submission, judge, limits, scratch, readable, printed, write)
-    os.close(write), os.close(printed)
+    os.close(write)
+    os.close(printed)
     os.set_blocking(read, False)
     return read, pid
 
@@ -135,7 +137,7 @@ def _child(submission: Submission, judge, limits: Limits, scratch: str, readable
         if apart and os.fork():  # this process waits outside; its child, the first of its own
             _end_as_child()      # process namespace, runs the submission: all it starts ends with it
         own = [submission.path] + ([os.path.dirname(submission.path)] if submission.alone else [])
-        held, attempts = dict(contain(scratch, readable + own, limits.memory), network=network), []
+        held, attempts = dict(contain(scratch, readable + own, limits.memory), network=network), list[str]()
         import resource
 
         resource.setrlimit(resource.RLIMIT_CPU, (int(limits.seconds) + 2,) * 2)

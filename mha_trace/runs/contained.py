@@ -97,7 +97,7 @@ def said_warnings(what: str):
     x.py:32: UserWarning: ...", never a Python warning pointing into the tool."""
     import warnings
 
-    said = {}
+    said: dict = {}
 
     def show(message, category, filename, lineno, file=None, line=None):
         frame = sys._getframe(1)

@@ -1,6 +1,7 @@
 """What goes with a model and what does not: a model's layer, options that describe another
 source of a run, options that only a model's run has. Each refuses in one line."""
 
+from mha_trace.core.head import Head
 from mha_trace.errors import MhaError
 
 
@@ -14,7 +15,7 @@ def check_layer(model, layer: int) -> int:
 def check_heads(model, heads: list[tuple[int, int]], quantity: str = "head") -> None:
     for layer, head in heads:
         if not 1 <= layer <= model.layers or not 1 <= head <= model.heads:
-            raise MhaError(f"head {layer}.{head} is out of range ({model.name} has layers 1 to "
+            raise MhaError(f"head {Head(layer, head)} is out of range ({model.name} has layers 1 to "
                            f"{model.layers} and heads 1 to {model.heads} in each)", quantity=quantity)
 
 

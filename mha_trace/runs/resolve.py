@@ -13,12 +13,16 @@ a source that fixes an option (a model fixes its sizes) refuses it instead of ig
 import functools
 import os
 from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mha_trace.runs.config import Config
 
 from mha_trace.errors import MhaError
 from mha_trace.runs.model_options import check_layer, check_picks_early, needs_model, refuse_with_model
 
 DEFAULT_SENTENCE = "The animal didn't cross the street because it was too tired."
-SIZE_DEFAULTS = {"batch": 2, "seq": 10, "d_model": 512, "heads": 8, "mask": "none", "pad": 0,
+SIZE_DEFAULTS: dict[str, Any] = {"batch": 2, "seq": 10, "d_model": 512, "heads": 8, "mask": "none", "pad": 0,
                  "dtype": "float32", "device": "cpu", "seed": 0, "rope_base": 10000.0,
                  "impl": "explicit"}
 
@@ -28,7 +32,7 @@ class RunOptions:
     """What decides a run: its source and its options (None: the source's own, or the default)."""
 
     # the source: sizes (none of these), a config, the user's module, or a pretrained model
-    config: "str | Config | None" = None  # noqa: F821 (a config.Config; imported when used)
+    config: "str | Config | None" = None  # a config.Config (imported when used) or its name
     module: str | None = None  # FILE.py:Class, package.module:Class or example:NAME
     init: str | None = None  # the module's constructor arguments, "name=value, ..."
     model: str | None = None  # "minilm" | "smollm2" | "run.pt@STEP" (a run of mha-trace train)
@@ -184,7 +188,7 @@ def check_early(o: RunOptions, default: str = "config"):
                            quantity="d_model")
         return config_of(o)
     pick = lambda name: SIZE_DEFAULTS[name] if getattr(o, name) is None else getattr(o, name)
-    check_sizes(*(pick(n) for n in ("batch", "seq", "d_model", "heads")), o.kv_heads, pick("pad"))
+    check_sizes(pick("batch"), pick("seq"), pick("d_model"), pick("heads"), o.kv_heads, pick("pad"))
     return None
 
 
@@ -257,10 +261,11 @@ def _module_run(o: RunOptions, on_config: bool):
     if o.given("rope", "window", "decode", "kv_heads") or o.impl not in (None, "explicit"):
         raise MhaError("--rope, --window, --impl, --decode and --kv-heads set up the built-in "
                        "module; your class decides its own", quantity="module")
+    module = _module_of(o)
     if not on_config:
-        return from_module(o.module, sizes_of(o), o.init)
+        return from_module(module, sizes_of(o), o.init)
     c = config_of(replace(o, heads=None))
-    return from_module(o.module, module_sizes_for_config(c, o.d_model, o.heads, o.device or "cpu"), o.init,
+    return from_module(module, module_sizes_for_config(c, o.d_model, o.heads, o.device or "cpu"), o.init,
                        tokens=c.tokens, config=c)
 
 
@@ -289,7 +294,8 @@ def resolve_student(o: RunOptions) -> StudentRuns:
                        "--mask, --pad, --kv-heads, --rope, --window and --seed", quantity="module")
     if o.window is not None and o.config is not None:
         raise MhaError("--window goes with sizes from flags when it checks your module", quantity="window")
-    at = functools.partial(from_module, o.module, init=o.init)
+    module = _module_of(o)
+    at = functools.partial(from_module, module, init=o.init)
     pick = lambda value, default: default if value is None else value
     rope_base = pick(o.rope_base, 10000.0)
     if o.config is None:
@@ -303,8 +309,8 @@ def resolve_student(o: RunOptions) -> StudentRuns:
         check_sizes(sizes.batch, sizes.seq, sizes.d_model, None if o.init else sizes.heads,
                     sizes.kv_heads, sizes.pad)
         # the check feeds the mask itself, each way a module may take one (or none)
-        return StudentRuns(o.module, sizes, lambda s: at(replace(s, mask="none", pad=0)))
-    config, notes = config_of(replace(o, kv_heads=None, window=None)), ()
+        return StudentRuns(module, sizes, lambda s: at(replace(s, mask="none", pad=0)))
+    config, notes = config_of(replace(o, kv_heads=None, window=None)), tuple[str, ...]()
     if config.explicit:
         run = at(module_sizes_for_config(config, None, None), tokens=config.tokens, config=config)
         if len(run.args) == 3:
@@ -316,7 +322,7 @@ def resolve_student(o: RunOptions) -> StudentRuns:
     sizes = Sizes(batch=1, seq=len(config.tokens), d_model=config.d_model, heads=config.heads,
                   mask=config.mask, dtype="float64", seed=config.seed, rope=config.rope,
                   rope_base=config.rope_base if config.rope else 10000.0)
-    return StudentRuns(o.module, sizes, at, None, notes)
+    return StudentRuns(module, sizes, at, None, notes)
 
 
 def _model_run(o: RunOptions):
@@ -326,7 +332,7 @@ def _model_run(o: RunOptions):
 
     refuse_with_model(**o.given("config", "module", "init", "batch", "seq", "d_model", "heads",
                                 "kv_heads", "mask", "pad", "rope", "rope_base", "window"))
-    if entry(o.model).audio and o.attention != "self":  # its cross-attention while it writes
+    if entry(_model_of(o)).audio and o.attention != "self":  # its cross-attention while it writes
         from mha_trace.runs.heard import hearing_run
 
         return hearing_run(o, load(o))
@@ -352,6 +358,18 @@ def _model_run(o: RunOptions):
     return from_model(s, check_layer(s.model, 1 if o.layer is None else o.layer))
 
 
+def _module_of(o: RunOptions) -> str:
+    if not o.module:
+        raise MhaError("name your class: --module FILE.py:Class", quantity="module")
+    return o.module
+
+
+def _model_of(o: RunOptions) -> str:
+    if not o.model:
+        raise MhaError("name a model, e.g. --model minilm", quantity="model")
+    return o.model
+
+
 def load(o: RunOptions):
     """The model `o.model` names, on `o.device`, carrying this call's limits (--max-tokens,
     --max-seconds): the one place a model is loaded."""
@@ -359,7 +377,7 @@ def load(o: RunOptions):
     from mha_trace.models.base import Limits
 
     check_options(o)
-    model = load_model(o.model, o.device or "cpu", Limits(o.max_tokens, o.max_seconds))
+    model = load_model(_model_of(o), o.device or "cpu", Limits(o.max_tokens, o.max_seconds))
     return model.reading(o.audio) if o.attention == "self" else model  # its decoder, as text
 
 

@@ -11,6 +11,7 @@ memory guard (`runtime`).
 """
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
@@ -21,6 +22,9 @@ from mha_trace.core.costs import Dims
 from mha_trace.errors import MhaError
 from mha_trace.core.runtime import DTYPES, check_device, guard_memory, guard_time, seed
 from mha_trace.core.validate import addressable, check_sizes, seed_fits
+
+if TYPE_CHECKING:
+    from mha_trace.models.sentence import Sentence
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ class Run:
     estimate: int = 0  # bytes the memory guard estimated (0 when it could not tell)
     phases: list = field(default_factory=list)  # decoding: [(label, args, kwargs)] in order
     how: str = ""  # how a user's module was fed, when that needs saying
-    sentence: object = None  # a model's run: the text through the whole model (every layer)
+    sentence: "Sentence | None" = None  # a model's run: the text through the whole model (every layer)
     layer: int = 0  # a model's run: the layer it runs, from 1
 
     @property

@@ -103,7 +103,8 @@ def _import(target: str):
     folder = str(path.resolve().parent)
     if folder not in sys.path:  # a sibling import works as it does under `python FILE.py`
         sys.path.insert(0, folder)
-    return _run_import(target, lambda: spec.loader.exec_module(module) or module)
+    loader = spec.loader
+    return _run_import(target, lambda: loader.exec_module(module) or module)  # type: ignore[func-returns-value]
 
 
 def _run_import(target: str, run):
@@ -165,7 +166,7 @@ def load_tiled(spec) -> tuple:
     target, name = spec.rsplit(":", 1)
     found = getattr(_import(target), name, None)
     if isinstance(found, type) and issubclass(found, torch.autograd.Function):
-        call = found.apply
+        call = getattr(found, "apply")  # a torch.autograd.Function's
     elif callable(found) and not isinstance(found, type):
         call = found
     else:
@@ -227,7 +228,7 @@ def construct(cls: type, d_model: int, heads: int, init: str | None,
     """Build the class from (d_model, heads, kv_heads), matching its parameter names, or from
     --init. A head width (dim_head, ...) is d_model / heads wherever it has a default of its own,
     and a required dropout rate is 0.1 (the module is checked in eval mode)."""
-    sig = inspect.signature(cls.__init__)
+    sig = inspect.signature(getattr(cls, "__init__"))
     params = [p for p in list(sig.parameters.values())[1:]
               if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     shown = f"{cls.__name__}{str(sig).replace('(self, ', '(').replace('(self)', '()')}"

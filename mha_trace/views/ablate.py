@@ -85,6 +85,7 @@ def _numbers(texts: list[str]) -> list[int]:
 def _from_model(r: AblateRequest, bar):
     from mha_trace.runs.model_options import check_picks_early
     from mha_trace.runs.resolve import load, resolve
+    from mha_trace.views.source import model_named
 
     o = r.source
     if r.prune:
@@ -96,7 +97,7 @@ def _from_model(r: AblateRequest, bar):
         c = corpus.bundled()
         with bar(steps(m, c), "ranking the heads, then removing them") as advance:
             return prune(m, c, advance)
-    check_picks_early(o.model, o.layer, ",".join(r.named()) or None)
+    check_picks_early(model_named(o), o.layer, ",".join(r.named()) or None)
     run = resolve(o)
     if r.rank:
         from mha_trace.analyses.model_analysis import rank_heads

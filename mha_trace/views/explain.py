@@ -85,16 +85,18 @@ def explain_view(r: ExplainRequest):
     head = head_pick(r.source, r.head, config)
     o = r.source
     if o.audio is not None and o.attention != "self":
-        return _heard(o, r, head)
+        return _heard(o, o.audio, r, head)
     if not o.model:
         from mha_trace.core.picks import check_picks
 
         check_picks(config, [head], r.token, r.position)
-    run, w, only = (_model_walk if o.model else _walk)(r, head)
-    if w is None or r.impl == "tiled" or r.rope_planes:
+    if o.module:
+        return _module_walk(r, head)
+    run, w, only = _model_walk(r, head) if o.model else _config_walk(r, head)
+    if r.impl == "tiled" or r.rope_planes:
         from mha_trace.analyses.variants import shown_as
 
-        return only if w is None else attach(shown_as(w, r.impl, r.block_k, r.rope_planes), run, r)
+        return attach(shown_as(w, r.impl, r.block_k, r.rope_planes), run, r)
     if r.why:
         from mha_trace.analyses.why import with_why
 
@@ -108,27 +110,38 @@ def attach(record, run, r: ExplainRequest):
     return attach_inputs(record, run, r.include_inputs)
 
 
-def _walk(r: ExplainRequest, head):
-    """A config's or a module's run: (the run, its walk, the head), or (the run, None, the
-    module's ModuleWalk) for a module, whose projections are its own."""
+def _config_walk(r: ExplainRequest, head: int | None):
+    """A config's run, or sizes': (the run, its walk, the head)."""
     from dataclasses import replace
 
+    from mha_trace.analyses.analysis import LectureHeads, run_heads
+    from mha_trace.analyses.walk import walk
+    from mha_trace.core.picks import find_position
+    from mha_trace.runs.resolve import resolve
+
+    run = resolve(r.source)
+    view = run_heads(run, head, r.effect)
+    if not isinstance(view, LectureHeads):  # a run of the lecture's module is walked by hand
+        raise MhaError("explain walks the lecture's module's q, k and v", quantity="module")
+    return run, replace(walk(view, find_position(view.tokens, r.token, r.position)), only=head), head
+
+
+def _module_walk(r: ExplainRequest, head: int | None):
+    """The user's module: its weights from the softmax on (its projections are its own)."""
     from mha_trace.analyses.analysis import run_heads
-    from mha_trace.analyses.walk import ModuleWalk, walk
+    from mha_trace.analyses.walk import ModuleWalk
     from mha_trace.core.picks import find_position
     from mha_trace.runs.resolve import resolve
 
     run = resolve(r.source)
     view = run_heads(run, head, r.effect)
     i = find_position(view.tokens, r.token, r.position)
-    if r.source.module:
-        found = None
-        if r.why:
-            from mha_trace.analyses.why import module_why
+    found = None
+    if r.why:
+        from mha_trace.analyses.why import module_why
 
-            found = module_why(run, view, i, [head] if head else range(1, view.heads + 1))
-        return run, None, attach(ModuleWalk(view, i, head, found), run, r)
-    return run, replace(walk(view, i), only=head), head
+        found = module_why(run, view, i, [head] if head else list(range(1, view.heads + 1)))
+    return attach(ModuleWalk(view, i, head, found), run, r)
 
 
 def _model_walk(r: ExplainRequest, head):
@@ -143,7 +156,7 @@ def _model_walk(r: ExplainRequest, head):
     return run, replace(model_walk(run, only, r.token, r.position, r.effect), only=only), only
 
 
-def _heard(o: RunOptions, r: ExplainRequest, head):
+def _heard(o: RunOptions, audio: str, r: ExplainRequest, head):
     """Whisper: one written token's query in every cross-attention head (or, --attention
     encoder, one frame's in the encoder's); with --why and --head L.H, that head's scores split
     by where q and k come from."""
@@ -155,11 +168,11 @@ def _heard(o: RunOptions, r: ExplainRequest, head):
         from mha_trace.analyses.frame_why import cross_why, encoder_why
 
         explained = encoder_why if o.attention == "encoder" else cross_why
-        return explained(model, o.audio, r.token, r.position, model_heads_named(model, head)[0])
+        return explained(model, audio, r.token, r.position, model_heads_named(model, head)[0])
     if o.attention == "encoder":
         from mha_trace.analyses.encoder import listen_frame
 
-        return listen_frame(model, o.audio, r.token, r.position, r.effect)
+        return listen_frame(model, audio, r.token, r.position, r.effect)
     from mha_trace.analyses.alignment import listen
 
-    return listen(model, o.audio, r.token, r.position, r.effect)
+    return listen(model, audio, r.token, r.position, r.effect)

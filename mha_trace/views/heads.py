@@ -54,7 +54,7 @@ def heads_view(r: HeadsRequest):
     head = head_pick(r.source, r.head, config)
     o = r.source
     if o.audio is not None and o.attention != "self":
-        return _heard(o, head)
+        return _heard(o, o.audio, head)
     if o.model:
         from mha_trace.analyses.model_heads import check_not_overview, model_heads
 
@@ -67,17 +67,18 @@ def heads_view(r: HeadsRequest):
     return attach_inputs(run_heads(run, head, r.effect), run, r.include_inputs)
 
 
-def _heard(o: RunOptions, head):
+def _heard(o: RunOptions, audio: str, head: str | None):
     """Whisper's cross-attention heads (or, --attention encoder, its encoder's), tokens × time."""
     from mha_trace.runs.resolve import load
     from mha_trace.views.source import model_heads_named
 
     model = load(o)
-    chosen = (model_heads_named(model, head) or [None])[0]
+    named = model_heads_named(model, head)
+    chosen = named[0] if named else None
     if o.attention == "encoder":
         from mha_trace.analyses.encoder import encoder_heads
 
-        return encoder_heads(model, o.audio, chosen)
+        return encoder_heads(model, audio, chosen)
     from mha_trace.analyses.alignment import cross_heads
 
-    return cross_heads(model, o.audio, chosen)
+    return cross_heads(model, audio, chosen)

@@ -63,14 +63,15 @@ def patch_view(request: PatchRequest, bar=None):
     o = with_checkpoint(request.source)
     check_options(o)
     from mha_trace.runs.model_options import check_picks_early
+    from mha_trace.views.source import model_named
 
     for name in ("sender", "receiver", "by_position"):  # by the sizes the model declares
         value = getattr(request, name)
         listed = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
-        check_picks_early(o.model, None, listed, name)
+        check_picks_early(model_named(o), None, listed, name)
     model = load(o)
     clean, corrupt, metric = default_pair(model, path=request.sender is not None)
-    if request.clean is not None:
+    if request.clean is not None and request.corrupt is not None:  # both or neither: checked
         clean, corrupt = request.clean, request.corrupt
     chosen = parse_metric(model, metric if request.metric is None else request.metric)
     if request.sender is not None:

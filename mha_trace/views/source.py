@@ -29,6 +29,14 @@ def head_pick(o: RunOptions, head, config=None):
     return number
 
 
+def model_named(o: RunOptions) -> str:
+    """The model the options name (a trained run as "run.pt@STEP" once `with_checkpoint` read it)."""
+    if not o.model:
+        raise MhaError("name a model, e.g. --model smollm2 (or a trained run: --checkpoint run.pt)",
+                       quantity="model")
+    return o.model
+
+
 def model_heads_named(model, heads: str | None) -> list[tuple[int, int]]:
     """The (layer, head) pairs "L.H,L.H" names, each checked against the loaded model."""
     from mha_trace.models.guards import parse_head

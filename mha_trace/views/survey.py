@@ -4,6 +4,7 @@ effect's share, RoPE's planes), the Q/K/V-composition of a decoder's heads, a ca
 induction heads, or what Whisper hears and which heads follow the sound. One request; its clashes
 declared as data and judged before torch and the model load."""
 
+import os
 from dataclasses import dataclass, field
 
 from mha_trace.core.clashes import judge, together, within
@@ -99,8 +100,9 @@ def survey_view(r: SurveyRequest, bar=None):
             return rope_shares(m, chosen, advance)
         from mha_trace.analyses.model_analysis import survey
 
-        return survey(m, chosen, r.refers and r.words(r.refers)[0],
-                      r.targets and r.words(r.targets), advance, r.effect)
+        refers = None if r.refers is None else r.words(r.refers, "source")[0]
+        targets = None if r.targets is None else r.words(r.targets)
+        return survey(m, chosen, refers, targets, advance, r.effect)
 
 
 def _corpus(m, r: SurveyRequest):
@@ -113,9 +115,7 @@ def _corpus(m, r: SurveyRequest):
     texts = sentences_of(r.sentences)
     if texts:
         return corpus.Corpus(f"{len(texts)} sentences", texts)
-    if r.sentences is not None:
-        import os
-
+    if isinstance(r.sentences, (str, os.PathLike)):
         return corpus.from_file(os.fspath(r.sentences))
     return m.probe_corpus if m.capabilities.trained_run else corpus.bundled()
 

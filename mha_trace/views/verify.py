@@ -3,13 +3,13 @@ run under a course's conventions when one is named, checked against the lecture'
 whole class of submissions, each in a contained process of its own, as a gradebook. The
 functions that the command line and the Python API both call."""
 
-import contextlib
 from dataclasses import replace
 
 from mha_trace.errors import MhaError
 
 
 from mha_trace.core.clashes import judge, needs
+from mha_trace.views.source import no_bar
 
 CLASHES = (needs("course", "module", "holds a course's conventions for your module"),
            needs("gradebook", "module", "holds a class's verdicts"))
@@ -28,7 +28,7 @@ def verify_view(o, given_map: str | None = None, mask_means: str = "any", course
             from mha_trace.io.gradebook import check_gradebook
 
             check_gradebook(gradebook)  # before any submission runs
-        book = class_verdicts(o, given_map, mask_means, course, _limits(*limits), bar or _no_bar)
+        book = class_verdicts(o, given_map, mask_means, course, _limits(*limits), bar or no_bar)
         if gradebook is not None:
             from mha_trace.io.gradebook import write_gradebook
             from mha_trace.render.gradebook import summary_lines
@@ -59,11 +59,6 @@ def _limits(*given):
     return Limits(seconds or Limits.seconds, int(memory * 2**30) if memory else Limits.memory, jobs or 0)
 
 
-@contextlib.contextmanager
-def _no_bar(total: int, what: str):
-    yield lambda now=None: None
-
-
 def _builtin(o, map_: str | None, mask_means: str):
     """The built-in module against the references, at sizes from flags or on a config."""
     from mha_trace.analyses.references import check_references
@@ -89,7 +84,8 @@ def student_verdict(options, given_map: str | None, mask_means: str, course):
     .toml path) the profile's mask meaning and sizes, said first in the notes."""
     from mha_trace.runs.course import under_course
 
-    return _verdict(*under_course(options, mask_means, course), given_map)
+    options, mask_means, profile = under_course(options, mask_means, course)
+    return _verdict(options, mask_means, profile, given_map)
 
 
 def _verdict(options, mask_means: str, profile, given_map: str | None):

@@ -20,7 +20,7 @@ from mha_trace.models.smollm2 import Block, RMSNorm
 
 WORDS = ("the cat sat on mat a dog ran to park it was tired because of and then saw big small "
          "red blue house tree bird flew away . ,").split()
-ENTRY = Entry("tiny-llama", "tiny-llama (random weights)", "tiny_llama:load_tiny", "",
+ENTRY = Entry("tiny-llama", "tiny-llama (random weights)", lambda name: load_tiny(name), "",
               (0.0, 0.0001, 1e-7), 64, "a LLaMA-shaped decoder with random weights (a test's)")
 
 

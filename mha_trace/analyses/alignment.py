@@ -37,7 +37,6 @@ class Hearing(Shows):
     disagreement with the others, the published alignment heads beside, and (--timestamps) each
     word's timing from the published heads."""
 
-    renderer = "mha_trace.render.alignment"  # how it shows, imported when first shown
     card: ModelCard
     audio: str  # the file's name
     seconds: float
@@ -111,7 +110,6 @@ class Listening(Shows):
     """`explain --model whisper --audio FILE --token WORD`: where the position that writes one
     token looks at the sound, in every decoder layer's every cross-attention head."""
 
-    renderer = "mha_trace.render.alignment"
     card: ModelCard
     audio: str
     seconds: float
@@ -181,7 +179,6 @@ class CrossHeads(Shows):
     each a map of its weights, or one head; a row for each text token (the position that writes
     it) over the speech frames."""
 
-    renderer = "mha_trace.render.alignment"
     card: ModelCard
     audio: str
     seconds: float

@@ -70,7 +70,6 @@ class Heads(Shows):
 class LectureHeads(Heads):
     """The lecture's module: the weights and every matrix between input and output."""
 
-    renderer = "mha_trace.render.heads"  # how it shows, imported when first shown
 
     config: Config  # what ran
     x: np.ndarray | None = None  # (T, D) generated embeddings; None for explicit Q, K, V
@@ -116,7 +115,6 @@ class LectureHeads(Heads):
 class ModuleHeads(Heads):
     """The user's module: only the weights (and output) its forward returned."""
 
-    renderer = "mha_trace.render.heads"  # how it shows, imported when first shown
 
     label: str  # its name, call and what it was fed
     call: str = ""
@@ -132,7 +130,6 @@ class ModuleHeads(Heads):
 class ModelHeads(Heads):
     """Every layer of a pretrained model on one sentence (`model_heads.model_heads`)."""
 
-    renderer = "mha_trace.render.model"  # how it shows, imported when first shown
 
     sentence: ModelText  # the text and the card of the model it went through
     words: bool = False  # word pieces grouped into words
@@ -244,7 +241,6 @@ def ablate_heads(run: Run, removed: list[int]) -> Ablation:
 class Comparison(Shows):
     """The same input split into several head counts (one `Heads` each)."""
 
-    renderer = "mha_trace.render.compare"  # how it shows, imported when first shown
 
     views: list
 

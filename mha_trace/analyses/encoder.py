@@ -17,7 +17,6 @@ class EncoderHeads(Shows):
     """`heads --model whisper --audio FILE --attention encoder [--head L.H]`: the encoder's
     self-attention among the speech frames, every head or one."""
 
-    renderer = "mha_trace.render.alignment"
     card: ModelCard
     audio: str
     seconds: float

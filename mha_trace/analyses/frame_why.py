@@ -31,7 +31,6 @@ class FrameWhy(Shows):
     """One head's scores over the frames for one query (a text token's in a cross-attention head,
     a frame's in an encoder head), split by where q and k come from."""
 
-    renderer = "mha_trace.render.frame_why"
     card: ModelCard
     audio: str
     seconds: float

@@ -52,7 +52,6 @@ class CacheResult:
 
 @dataclass
 class CacheLab(Shows):
-    renderer = "mha_trace.render.kvcache"  # how it shows, imported when first shown
 
     model: object
     text_name: str

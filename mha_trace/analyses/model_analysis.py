@@ -56,7 +56,6 @@ def ablate_model_heads(sentence, removed: list[tuple[int, int]]) -> Ablation:
 
 @dataclass
 class HeadRanking(Shows):
-    renderer = "mha_trace.render.model"  # how it shows, imported when first shown
 
     sentence: object
     heads: list  # [(layer, head)] in the order of `effect`, largest first
@@ -126,7 +125,6 @@ class Antecedents:
 
 @dataclass
 class Survey(Shows):
-    renderer = "mha_trace.render.survey"  # how it shows, imported when first shown
 
     model: object
     corpus: str  # how the output names the sentences: "the bundled corpus of 120 sentences"
@@ -253,7 +251,6 @@ def _word_spans(sentence) -> dict:
 
 @dataclass
 class Prediction(Shows):
-    renderer = "mha_trace.render.model"  # how it shows, imported when first shown
 
     model: object
     text: str

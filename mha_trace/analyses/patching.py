@@ -26,7 +26,6 @@ from mha_trace.speedups import batch_work
 
 @dataclass
 class Patching(Shows):
-    renderer = "mha_trace.render.patching"  # how it shows, imported when first shown
 
     card: ModelCard
     clean: tuple  # the clean text's tokens

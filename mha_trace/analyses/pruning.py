@@ -29,7 +29,6 @@ RISES = (0.05, 0.10)  # the loss rises the exercise asks about: how many heads g
 
 @dataclass
 class Pruning(Shows):
-    renderer = "mha_trace.render.pruning"  # how it shows, imported when first shown
 
     model: object
     corpus: str  # how the output names the sentences

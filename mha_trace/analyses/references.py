@@ -34,7 +34,6 @@ class Check:
 
 @dataclass
 class VerifyReport(Shows):
-    renderer = "mha_trace.render.verify"  # how it shows, imported when first shown
 
     description: str
     dtype: str

@@ -29,7 +29,6 @@ class PlaneHead:
 
 @dataclass
 class RopePlanes(Shows):
-    renderer = "mha_trace.render.rope_planes"  # how it shows, imported when first shown
 
     walk: Walk
     base: float

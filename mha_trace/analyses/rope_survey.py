@@ -19,7 +19,6 @@ BANDS = 4  # the planes in four bands of (near) equal size, fastest first (fewer
 
 @dataclass
 class RopeShares(Shows):
-    renderer = "mha_trace.render.rope_survey"  # how it shows, imported when first shown
 
     card: ModelCard
     corpus: str

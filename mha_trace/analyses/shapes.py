@@ -21,7 +21,6 @@ from mha_trace.core.tracer import Failure, ForwardFailed, Step, trace_phases
 class ShapesReport(Shows):
     """Every op of one forward pass, with what the run cost. Renders itself (rich, Jupyter)."""
 
-    renderer = "mha_trace.render.shapes"  # how it shows, imported when first shown
 
     run: Run
     steps: list[Step]

@@ -21,7 +21,6 @@ PRODUCTS = ("matmul", "bmm", "einsum", "baddbmm", "mm")
 class TiledReport(Shows):
     """Right or Wrong, the tile sizes found, the first wrong step and its tile, the diagnosis."""
 
-    renderer = "mha_trace.render.tiled_verify"  # how it shows, imported when first shown
 
     label: str
     causal: bool

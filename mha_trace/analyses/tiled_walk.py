@@ -39,7 +39,6 @@ class TiledHead:
 
 @dataclass
 class TiledWalk(Shows):
-    renderer = "mha_trace.render.tiled_walk"  # how it shows, imported when first shown
 
     walk: Walk
     block_k: int

@@ -36,7 +36,6 @@ class HeadWalk:
 
 @dataclass
 class Walk(Shows):
-    renderer = "mha_trace.render.explain"  # how it shows, imported when first shown
 
     view: LectureHeads
     position: int
@@ -57,7 +56,6 @@ class ModuleWalk(Shows):
     """One query of the user's module: its weights from the softmax on, a row per head (the
     module's projections are its own); with --why, its scores split into their dims."""
 
-    renderer = "mha_trace.render.explain"  # how it shows, imported when first shown
 
     view: Heads
     position: int

@@ -41,9 +41,9 @@ def cost(
     Example: mha-trace cost --preset gpt3-175b --seq 2048 --dtype float16
     Example: mha-trace cost --preset whisper-tiny-en
     """
-    from mha_trace.core.costs import cost_report
+    from mha_trace.views.cost import cost_view
 
-    report = cost_report(preset, batch, seq, d_model, heads, kv_heads, layers, dtype.value, bias,
+    report = cost_view(preset, batch, seq, d_model, heads, kv_heads, layers, dtype.value, bias,
                          window, rope, formulas, io, backward, sram, block_q, block_k, causal,
                          dropout, cross_keys)
     emit(out, report.renderables, report.data)

@@ -6,7 +6,6 @@ import typer
 
 from mha_trace.cli.app import app
 from mha_trace.cli.options import output_options
-from mha_trace.errors import MhaError
 from mha_trace.io.output import Output, emit
 
 TASK_HELP = ("induction (a repeated segment: its next tokens), previous-token, difference "
@@ -41,54 +40,16 @@ def train(
     Example: mha-trace train --task previous-token --steps 200
     Example: mha-trace train --task difference --identical-heads --steps 700 --snapshots 4
     """
-    from dataclasses import replace
+    import sys
 
-    from mha_trace.models.spec import Spec
-
-    given = {"task": (task, "induction"), "layers": (layers, None), "heads": (heads, None),
-             "d-model": (d_model, 64), "vocab": (vocab, 16), "seq": (seq, 32), "batch": (batch, 32),
-             "lr": (lr, None), "seed": (seed, 0), "identical-heads": (identical_heads, False), "rope": (rope, False),
-             "snapshots": (snapshots, 20)}
-    _check_resume(resume, [flag for flag, (value, default) in given.items() if value != default])
-    if resume is None:  # the settings alone decide: judged before torch loads
-        Spec.of(task, layers=layers, heads=heads, d_model=d_model, vocab=vocab, seq=seq,
-                batch=batch, steps=steps, lr=lr, seed=seed, identical_heads=identical_heads,
-                snapshots=snapshots, rope=rope).check_settings()
-    from mha_trace.models import checkpoints, training
     from mha_trace.io.output import progress
-    from mha_trace.speedups import one_thread_for_models
+    from mha_trace.views.train import TrainRequest, train_view
 
-    one_thread_for_models()
-    before = checkpoints.read_checkpoint(resume, option="resume") if resume is not None else None
-    if before is not None:
-        spec = replace(before.spec, steps=steps if steps is not None else before.spec.steps)
-        if spec.steps <= len(before.losses):
-            raise MhaError(f"{resume} has {len(before.losses)} steps already: give more with "
-                           f"--steps", quantity="steps")
-    else:
-        spec = Spec.of(task, layers=layers, heads=heads, d_model=d_model, vocab=vocab,
-                       seq=seq, batch=batch, steps=steps, lr=lr, seed=seed,
-                       identical_heads=identical_heads, snapshots=snapshots, rope=rope)
-    spec.check()
-    if spec.seconds > 60:
-        import sys
-
-        print(f"This run takes about {spec.seconds / 60:.0f} minutes on 2 cores.", file=sys.stderr)
-    done = len(before.losses) if before else 0
-    with progress(spec.steps - done, f"training ({spec.task})") as advance:
-        r = training.run_training(spec, lambda loss: advance(f"training ({spec.task}), loss {loss:.3f}"),
-                           before)
-    if save_to:
-        checkpoints.save(r, save_to)
+    given = {"layers": (layers, None), "heads": (heads, None), "d_model": (d_model, 64),
+             "vocab": (vocab, 16), "seq": (seq, 32), "batch": (batch, 32), "steps": (steps, None),
+             "lr": (lr, None), "seed": (seed, 0), "identical_heads": (identical_heads, False),
+             "rope": (rope, False), "snapshots": (snapshots, 20)}
+    settings = {name: value for name, (value, default) in given.items() if value != default}
+    r = train_view(TrainRequest(task, settings, resume, save_to), progress,
+                   lambda line: print(line, file=sys.stderr))
     emit(out, r.renderables, r.data, slide=r)
-
-
-def _check_resume(resume: str | None, changed: list) -> None:
-    """--resume goes on with the saved run's task and sizes: only --steps may be given with it."""
-    if resume is None:
-        return
-    if not resume.strip():
-        raise MhaError("give the saved run to go on from, e.g. --resume run.pt", quantity="resume")
-    if changed:
-        raise MhaError(f"a resumed run keeps its task and sizes, so --{changed[0]} cannot change "
-                       f"(give only --steps, and --save)", quantity="resume")

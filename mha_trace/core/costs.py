@@ -286,7 +286,6 @@ def si(n: float) -> str:
 class CostReport(Shows):
     """What `mha-trace cost` prints: every row at these dimensions, over `layers` layers."""
 
-    renderer = "mha_trace.render.cost"  # how it shows, imported when first shown
 
     rows: list
     dims: Dims

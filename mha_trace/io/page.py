@@ -35,25 +35,8 @@ def in_notebook(record, height: int = 560) -> str:
             f'border:1px solid #8884" srcdoc="{html.escape(page(record), quote=True)}"></iframe>')
 
 
-def renderer_loaded(record) -> bool:
-    """Import the renderer a record's class names (`renderer`): it registers how the record
-    shows (text, JSON, page, slide). False when it names none or it is already imported. So a
-    record shows wherever it comes from (a command, the API, a checkpoint read back), and no
-    caller imports a renderer for its side effect."""
-    import importlib
-    import sys
-
-    name = getattr(type(record), "renderer", None)
-    if not name or name in sys.modules:
-        return False
-    importlib.import_module(name)
-    return True
-
-
 @singledispatch
 def page_data(record) -> dict:
-    if renderer_loaded(record):
-        return page_data(record)
     raise TypeError(f"no interactive page for {type(record).__name__}")
 
 
@@ -62,8 +45,6 @@ def slide(record, path: str, theme: str = "light", **options) -> None:
     """`--png`: the record drawn on a 1920×1080 slide at `path`. Each record type registers its
     slide (`mha_trace/render/*_slide.py`) like its page; options a slide may read: `decimals`,
     `head` (the head the command was asked for), `scale` (the top of the colour scale)."""
-    if renderer_loaded(record):
-        return slide(record, path, theme, **options)
     raise TypeError(f"no slide for {type(record).__name__}")
 
 
@@ -71,8 +52,6 @@ def slide(record, path: str, theme: str = "light", **options) -> None:
 def notebook_figure(record) -> str:
     """An <img> a record shows in Jupyter under its tables (a training run's curves), or a
     TypeError when it has none (or matplotlib is not installed)."""
-    if renderer_loaded(record):
-        return notebook_figure(record)
     raise TypeError(f"no figure for {type(record).__name__}")
 
 

@@ -154,7 +154,6 @@ class Snapshot:
 
 @dataclass
 class Training(Shows):
-    renderer = "mha_trace.render.training"  # how it shows, imported when first shown
 
     spec: Spec
     losses: list  # the training loss of every step's batch, before its update

@@ -58,9 +58,8 @@ def ablate_view(r: AblateRequest, bar=None):
 
     config = check_early(r.source)  # before torch: a wrong flag is refused at once
     r.check()
-    bar = bar or no_bar
     if r.source.model:
-        return _from_model(r, bar)
+        return _from_model(r, bar or no_bar)
     from mha_trace.core.picks import check_picks
     from mha_trace.runs.values import whole_numbers
 
@@ -69,6 +68,7 @@ def ablate_view(r: AblateRequest, bar=None):
     removed = whole_numbers(_numbers(r.named() or ["2"]), "head")
     check_picks(config, removed)
     from mha_trace.analyses.analysis import ablate_heads
+    import mha_trace.render.ablate  # noqa: F401,E401 (how its records show)
 
     return ablate_heads(resolve(r.source, "config"), removed)
 
@@ -88,6 +88,9 @@ def _from_model(r: AblateRequest, bar):
     from mha_trace.views.source import model_named
 
     o = r.source
+    if not r.prune:
+        check_picks_early(model_named(o), o.layer, ",".join(r.named()) or None)
+    import mha_trace.render.ablate, mha_trace.render.model, mha_trace.render.pruning  # noqa: F401,E401 (how its records show)
     if r.prune:
         from mha_trace.analyses.pruning import check_prunable, prune, steps
         from mha_trace.models import corpus
@@ -97,7 +100,6 @@ def _from_model(r: AblateRequest, bar):
         c = corpus.bundled()
         with bar(steps(m, c), "ranking the heads, then removing them") as advance:
             return prune(m, c, advance)
-    check_picks_early(model_named(o), o.layer, ",".join(r.named()) or None)
     run = resolve(o)
     if r.rank:
         from mha_trace.analyses.model_analysis import rank_heads

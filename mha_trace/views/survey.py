@@ -78,6 +78,7 @@ def survey_view(r: SurveyRequest, bar=None):
     o = with_checkpoint(r.source)
     check_options(o)
     r.check()
+    import mha_trace.render.alignment, mha_trace.render.composition, mha_trace.render.rope_survey, mha_trace.render.survey  # noqa: F401,E401 (how its records show)
     bar = bar or no_bar
     m = load(o)
     if o.audio is not None:

@@ -34,13 +34,13 @@ def verify_view(o, given_map: str | None = None, mask_means: str = "any", course
             from mha_trace.render.gradebook import summary_lines
 
             write_gradebook(gradebook, book.data(), summary_lines(book))
-        return book
+        return book  # its renderer: render.gradebook, imported by class_verdicts
     if tuple(limits) != (None, None, None):
         raise MhaError("--jobs, --time-limit and --memory go with a class: a --module whose file is a "
                        "glob or a folder, or --gradebook")
-    if o.module:
-        return student_verdict(o, given_map, mask_means, course)
-    return _builtin(o, given_map, mask_means)
+    verdict = student_verdict(o, given_map, mask_means, course) if o.module else _builtin(o, given_map, mask_means)
+    import mha_trace.render.tiled_verify, mha_trace.render.verify  # noqa: F401,E401 (how its records show)
+    return verdict
 
 
 LIMITS = (("jobs", 1, 256, "submissions at once"), ("time_limit", 1, 3600, "seconds each"),
@@ -157,6 +157,7 @@ def class_verdicts(options, given_map: str | None, mask_means: str, course, limi
     with bar(len(submissions), f"verifying {len(submissions)} submissions") as advance:
         results = run_each(submissions, judge, limits, advance)
     rows = [row(s.student, s.path, r["verdict"]) | r for s, r in zip(submissions, results)]
+    import mha_trace.render.gradebook  # noqa: F401 (how its record shows)
     return Gradebook(name, rows, profile.name if profile else None, limits.said(), skipped)
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mha_trace.models.base import ModelCard
+from mha_trace.models.base import ModelCard, AudioModel
 from mha_trace.records import Shows
 
 FRAMES_PER_SECOND = 50  # the encoder's frames: 20 ms each
@@ -83,7 +83,7 @@ def _ranked(scores: np.ndarray) -> list:
     return [divmod(int(i), scores.shape[1]) for i in np.argsort(scores.ravel(), kind="stable")]
 
 
-def hear(model, audio: str, timestamps: bool = False) -> Hearing:
+def hear(model: AudioModel, audio: str, timestamps: bool = False) -> Hearing:
     """Transcribe the WAV file (greedy), then score every cross-attention head on it."""
     from mha_trace.io.audio import read_wav
 
@@ -128,7 +128,7 @@ class Listening(Shows):
         return float(np.argmax(self.weights[layer - 1, head - 1]) / FRAMES_PER_SECOND)
 
 
-def listen(model, audio: str, token: str | None, position: int | None, effect: bool = False) -> Listening:
+def listen(model: AudioModel, audio: str, token: str | None, position: int | None, effect: bool = False) -> Listening:
     """One text token (by its text, or `position` among the text tokens) through every head;
     effect=True adds each frame's effect weight (Kobayashi et al. 2020: the weight times the length
     of what the frame's value moves through the head's block of W_O, renormalised)."""
@@ -189,7 +189,7 @@ class CrossHeads(Shows):
     head: tuple | None = None  # (layer, head) from 1: the one shown, or None for every head
 
 
-def cross_heads(model, audio: str, head: tuple | None = None) -> CrossHeads:
+def cross_heads(model: AudioModel, audio: str, head: tuple | None = None) -> CrossHeads:
     hearing = hear(model, audio, timestamps=False)
     heard = model.heard_file(audio)
     T, frames = len(hearing.tokens), hearing.matrix.shape[1]

@@ -8,7 +8,7 @@ import numpy as np
 
 from mha_trace.core.composition import KINDS, factors, pair_scores, random_baseline, readers, writers
 from mha_trace.errors import MhaError
-from mha_trace.models.base import ModelCard
+from mha_trace.models.base import Decoder, ModelCard
 from mha_trace.records import Shows
 
 ROLE = 0.5  # a head has a role on the probe when it gives that place over half its weight
@@ -53,7 +53,7 @@ def head_factors(model, layer: int) -> dict:
     return factors(model.attention_module(layer), None if norm is None else norm.weight)
 
 
-def composition(model, on_layer=lambda: None) -> Composition:
+def composition(model: Decoder, on_layer=lambda: None) -> Composition:
     """Every pair (earlier head, later head) of a decoder: a layer of readers at a time."""
     if not model.capabilities.causal:
         raise MhaError(f"{model.name} normalises its stream after every layer (BERT's post-norm), "

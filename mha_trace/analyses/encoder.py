@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mha_trace.analyses.alignment import FRAMES_PER_SECOND, Listening, effect_of, hear
-from mha_trace.models.base import ModelCard
+from mha_trace.models.base import ModelCard, AudioModel
 from mha_trace.records import Shows
 
 
@@ -26,7 +26,7 @@ class EncoderHeads(Shows):
     head: tuple | None = None  # (layer, head) from 1: the one shown, or None for every head
 
 
-def encoder_heads(model, audio: str, head: tuple | None = None) -> EncoderHeads:
+def encoder_heads(model: AudioModel, audio: str, head: tuple | None = None) -> EncoderHeads:
     from mha_trace.io.audio import read_wav
 
     hearing = hear(model, audio, timestamps=False)
@@ -37,7 +37,7 @@ def encoder_heads(model, audio: str, head: tuple | None = None) -> EncoderHeads:
 
 
 
-def listen_frame(model, audio: str, at: str | None, position: int | None, effect: bool = False) -> Listening:
+def listen_frame(model: AudioModel, audio: str, at: str | None, position: int | None, effect: bool = False) -> Listening:
     """One frame (at a time in seconds, "1.2" or "1.2s", or `position` among the speech frames)
     through every encoder head: where it listens among the speech frames; effect=True weighs each
     frame by the length of what its value moves through the head's block of W_O."""

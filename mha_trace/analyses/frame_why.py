@@ -20,7 +20,7 @@ import numpy as np
 
 from mha_trace.analyses.alignment import FRAMES_PER_SECOND, listen
 from mha_trace.analyses.why import Why, projected
-from mha_trace.models.base import ModelCard
+from mha_trace.models.base import ModelCard, AudioModel
 from mha_trace.records import Shows
 
 SOUND = "sound: "  # how the sound's sources are named beside the text's
@@ -47,7 +47,7 @@ class FrameWhy(Shows):
         return float(np.argmax(weights) / FRAMES_PER_SECOND)
 
 
-def cross_why(model, audio: str, token: str | None, position: int | None, head: tuple) -> FrameWhy:
+def cross_why(model: AudioModel, audio: str, token: str | None, position: int | None, head: tuple) -> FrameWhy:
     import torch
 
     from mha_trace.io.audio import read_wav
@@ -76,7 +76,7 @@ def cross_why(model, audio: str, token: str | None, position: int | None, head: 
                     listening.index, head, head in listening.published, why, listening.weights.shape[-1])
 
 
-def encoder_why(model, audio: str, at: str | None, position: int | None, head: tuple) -> FrameWhy:
+def encoder_why(model: AudioModel, audio: str, at: str | None, position: int | None, head: tuple) -> FrameWhy:
     """An encoder head's scores for one frame (a time, or `position` among the speech frames)."""
     import torch
 

@@ -17,7 +17,7 @@ import torch
 
 from mha_trace.core.detectors import induction_scores, previous_token_scores
 from mha_trace.errors import MhaError
-from mha_trace.models.base import ModelCard
+from mha_trace.models.base import LanguageModel, ModelCard
 from mha_trace.records import Shows
 
 
@@ -55,7 +55,7 @@ class Induction(Shows):
     loss_removed: float | None  # the repeated half's loss without them
 
 
-def induction(model, n: int = 50, seeds: tuple = (0, 1, 2), ablate_top: int = 0,
+def induction(model: LanguageModel, n: int = 50, seeds: tuple = (0, 1, 2), ablate_top: int = 0,
               on_pass=lambda: None) -> Induction:
     """Every head's induction score on random whole-word tokens repeated twice, each seed its
     own sequence; the losses of both halves; with `ablate_top` K, the repeated half's loss with

@@ -28,7 +28,7 @@ import torch
 from mha_trace.analyses.evictions import (POLICIES, PolicyCache, Setting, kept_positions,
                                           position_mask, replay)
 from mha_trace.errors import MhaError
-from mha_trace.models.base import ModelCard
+from mha_trace.models.base import Decoder, ModelCard
 from mha_trace.records import Shows
 
 @dataclass(frozen=True)
@@ -299,7 +299,7 @@ def bundled_text(model=None) -> tuple[str, str]:
     return c.name, " ".join(c.sentences)
 
 
-def cache_lab(model, text_name: str, text: str, tokens: int, policies: list, budgets: list,
+def cache_lab(model: Decoder, text_name: str, text: str, tokens: int, policies: list, budgets: list,
               sinks: int = 4, renumber: bool = False, progress=None) -> CacheLab:
     """The lab, as `cache` and `model(...).cache(...)` run it: settings checked and the time
     estimated before anything runs; `progress(total)` gives the `advance` of a progress bar."""

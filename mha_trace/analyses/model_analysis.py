@@ -11,7 +11,7 @@ import torch
 from mha_trace.errors import MhaError
 from mha_trace.io.units import WORD_START
 from mha_trace.analyses.ablated import Ablation
-from mha_trace.models.base import ModelCard, ModelText
+from mha_trace.models.base import AttentionModel, LanguageModel, ModelCard, ModelText
 from mha_trace.runs.model_options import check_heads
 from mha_trace.records import Shows
 
@@ -156,7 +156,7 @@ def _sinks(detectors: dict) -> dict:
     return {n: d.mean.mean(-1) for n, d in detectors.items() if n in ("first token", "[CLS]", "[SEP]")}
 
 
-def survey(model, corpus, source: str | None = None, targets: list[str] | None = None,
+def survey(model: AttentionModel, corpus, source: str | None = None, targets: list[str] | None = None,
            on_sentence=lambda: None, effect: bool = False) -> Survey:
     """Score every head on every sentence of a corpus.Corpus (batched by length); with a probe,
     also the weight from `source` to each target; with `effect`, the detectors on the effect
@@ -260,7 +260,7 @@ class Prediction(Shows):
     continuation: str  # the generated ids decoded
 
 
-def predict(model, text: str, k: int = 10, generate: int = 0,
+def predict(model: LanguageModel, text: str, k: int = 10, generate: int = 0,
             on_token=lambda: None) -> Prediction:
     """The next-token distribution of a causal model; with generate, that many greedy tokens
     (`on_token()` after each: one pass of the model per token, over that token alone)."""

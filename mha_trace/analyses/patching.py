@@ -18,7 +18,7 @@ from mha_trace.analyses.patch_inputs import (Metric, Run, capture, check_metric,
                                              metric_tensor, texts_of)
 from mha_trace.core.ranks import spearman
 from mha_trace.errors import MhaError
-from mha_trace.models.base import ModelCard
+from mha_trace.models.base import Decoder, ModelCard
 from mha_trace.models.guards import check_time
 from mha_trace.records import Shows
 from mha_trace.speedups import batch_work
@@ -67,7 +67,7 @@ def share(values: np.ndarray, clean: float, corrupt: float, noising: bool) -> np
     return (values - (clean if noising else corrupt)) / gap * (-1 if noising else 1)
 
 
-def patch(model, clean: str, corrupt: str, metric: Metric, noising: bool = False,
+def patch(model: Decoder, clean: str, corrupt: str, metric: Metric, noising: bool = False,
           on_layer=lambda: None, by_input: bool = False, by_position: tuple | None = None) -> Patching:
     """Both grids: every layer's residual input at every position, and every head's output, each
     patched alone from the source run (clean when denoising) into the target run. by_input: also

@@ -9,7 +9,7 @@ from mha_trace.analyses.patch_inputs import (Metric, capture, check_metric, chec
                                              texts_of)
 from mha_trace.analyses.patching import Patching, share
 from mha_trace.errors import MhaError
-from mha_trace.models.base import ModelCard
+from mha_trace.models.base import Decoder, ModelCard
 from mha_trace.records import Shows
 from mha_trace.speedups import batch_work
 from mha_trace.core.head import Head, head_names
@@ -43,7 +43,7 @@ class PathPatching(Shows):
         return " + ".join(head_names(self.senders))
 
 
-def path_patch(model, clean: str, corrupt: str, metric: Metric, senders: list, receiver: tuple,
+def path_patch(model: Decoder, clean: str, corrupt: str, metric: Metric, senders: list, receiver: tuple,
                noising: bool = False) -> PathPatching:
     """The metric with the senders' output difference (summed) added to the receiver layer's input
     as the receiver's q, k or v reads it (and all three), only the receiver head's output kept."""

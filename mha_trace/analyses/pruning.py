@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from mha_trace.errors import MhaError
-from mha_trace.models.base import ModelCard
+from mha_trace.models.base import AttentionModel, LanguageModel, ModelCard
 from mha_trace.records import Shows
 
 # the share of heads removed at each point of the curve: every 5% to half, then 3 in 4 and all
@@ -117,7 +117,7 @@ def importance(model, texts: list[str], on_batch=lambda: None) -> tuple[np.ndarr
     return (score / score.norm(dim=1, keepdim=True).clamp_min(1e-30)).numpy(), total / count
 
 
-def prune(model, corpus, on_step=lambda: None) -> Pruning:
+def prune(model: LanguageModel, corpus, on_step=lambda: None) -> Pruning:
     """Rank every head, then the corpus loss with the least important removed at each point of
     the curve (`on_step()` after each batch of the ranking and each batch of the curve)."""
     from mha_trace.speedups import batch_work
@@ -137,7 +137,7 @@ def prune(model, corpus, on_step=lambda: None) -> Pruning:
     return Pruning(ModelCard.of(model), corpus.name, tokens, scores, order, points)
 
 
-def check_prunable(model) -> None:
+def check_prunable(model: AttentionModel) -> None:
     """Only a model trained to predict the next token has a next-token loss to prune by."""
     if not model.capabilities.causal:
         raise MhaError(f"pruning measures the next-token loss, and {model.name} is an encoder "

@@ -11,7 +11,7 @@ import numpy as np
 
 from mha_trace.core.ranks import spearman
 from mha_trace.errors import MhaError
-from mha_trace.models.base import ModelCard
+from mha_trace.models.base import AttentionModel, ModelCard
 from mha_trace.records import Shows
 
 BANDS = 4  # the planes in four bands of (near) equal size, fastest first (fewer when fewer planes)
@@ -47,7 +47,7 @@ class RopeShares(Shows):
         return np.add.reduceat(self.shares, [b.start for b in self.band_planes], axis=-1)
 
 
-def rope_shares(model, corpus, on_sentence=lambda: None) -> RopeShares:
+def rope_shares(model: AttentionModel, corpus, on_sentence=lambda: None) -> RopeShares:
     """Every head's |part| per plane, summed over each query and every key it sees in every
     sentence of the corpus, then as shares; and each head's previous-token score."""
     from mha_trace.analyses.model_analysis import check_lengths

@@ -8,7 +8,7 @@ text through a tokenizer or is a run of `mha-trace train`. The conformance test
 """
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ class LanguageModel(Decoder, Protocol):
 
     bos: int
     eos: int
-    tokenizer: object  # a tokenizers.Tokenizer
+    tokenizer: Any  # a tokenizers.Tokenizer
 
     def generate(self, ids, count: int, on_token=lambda: None): ...
     def logits_at(self, hidden, positions): ...
@@ -142,17 +142,22 @@ class AudioModel(Protocol):
     encoder_layers: int
     heads: int
     d_model: int
-    device: object
+    device: Any  # a torch.device
     limits: Limits
     alignment_heads: tuple  # the published (layer, head) pairs, 1-based: only to compare with
-    tokenizer: object  # a tokenizers.Tokenizer
+    tokenizer: Any  # a tokenizers.Tokenizer
+    encoder: Any  # the encoder's blocks (an nn.ModuleList), each the lecture's attention
+    decoder: Any  # the decoder's blocks, each a self- and a cross-attention
 
     def to(self, device) -> "AudioModel": ...
     def resident(self): ...
     def encode_audio(self, samples): ...  # (1, frames, D) the encoder's output
+    def encoder_attention_input(self, samples, layer: int): ...  # (1, frames, D) what its attention reads
+    def encoder_weights(self, samples, frames: int) -> tuple: ...  # every encoder head's weights
+    def decode(self, ids, audio, caches=None): ...  # the decoder over ids, reading the encoded audio
     def transcribe(self, samples): ...  # greedy decoding: a models.whisper.Heard
     def heard_file(self, path): ...  # transcribe a WAV file, once a file
-    def reading(self, path) -> AttentionModel: ...  # the decoder over what it wrote for a file
+    def reading(self, path): ...  # the decoder over what it wrote (models.transcript.Transcript, a text model)
 
 
 @runtime_checkable

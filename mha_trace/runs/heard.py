@@ -2,6 +2,7 @@
 heard, the audio's keys and values projected once into a StaticKVCache and read back at every step;
 with --attention encoder, an encoder layer's self-attention over the 1,500 frames."""
 
+from mha_trace.models.base import AudioModel
 from mha_trace.core.attention import StaticKVCache
 from mha_trace.runs.model_options import check_layer, refuse_with_model
 from mha_trace.runs.run import Run, Sizes, _source
@@ -9,7 +10,7 @@ from mha_trace.runs.run import Run, Sizes, _source
 STEPS = 3  # decoding steps a trace of the cross-attention shows
 
 
-def hearing_run(o, model) -> Run:
+def hearing_run(o, model: AudioModel) -> Run:
     """`shapes --model whisper --audio FILE [--layer N]`: the prompt's queries meet the audio
     frames' keys and values, projected once into the cache; then each written token's query meets
     them again, read from the cache (nothing projected: the audio handed is empty)."""
@@ -43,7 +44,7 @@ def hearing_run(o, model) -> Run:
                layer=layer)
 
 
-def _encoder_run(model, audio, layer: int) -> Run:
+def _encoder_run(model: AudioModel, audio, layer: int) -> Run:
     """`shapes --model whisper --audio FILE --attention encoder [--layer N]`: every frame's query
     meets every frame's key, 1,500 × 1,500 a head, no mask."""
     import torch

@@ -103,11 +103,12 @@ SHARED = [  # (module, analysis, what makes two calls the same): each asked for 
 
 
 def _recording(arguments: dict) -> tuple:
-    """What makes two calls on one recording the same: the model, the file as it is on disk (its
-    path, size and time), every other argument."""
-    found = os.stat(arguments["audio"])
-    return (arguments["model"], os.path.realpath(arguments["audio"]), found.st_size, found.st_mtime_ns,
-            *(repr(v) for k, v in arguments.items() if k not in ("model", "audio")))
+    """What makes two calls on one recording the same: the model, the file it was read from as it
+    is on disk (its path, size and time), every other argument."""
+    source = arguments["heard"].source
+    found = os.stat(source)
+    return (arguments["model"], os.path.realpath(source), found.st_size, found.st_mtime_ns,
+            *(repr(v) for k, v in arguments.items() if k not in ("model", "heard")))
 
 
 @pytest.fixture(scope="session", autouse=True)

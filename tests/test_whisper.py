@@ -536,11 +536,11 @@ def test_why_on_the_cross_attention_splits_the_real_scores_by_both_streams(whisp
     from mha_trace.models.transcript import Sound, UpToCross
 
     h, clip = heard["animal"], "examples/audio/animal.wav"
-    c = cross_why(whisper, clip, "street", None, (4, 3))
+    c = cross_why(whisper, whisper.heard_file(clip), "street", None, (4, 3))
     row = h.prompt - 1 + c.index
     assert c.token.strip() == "street" and c.published
     np.testing.assert_allclose(c.why.weights(), h.cross_weights[3, 2, row], atol=1e-5)
-    t = whisper.reading(clip)
+    t = whisper.reading(whisper.heard_file(clip))
     seen = []
     hook = t.blocks[3].cross.register_forward_pre_hook(lambda m, args: seen.append(args[0][0].double()))
     t.run(list(h.ids))
@@ -584,7 +584,7 @@ def test_the_encoders_heads_are_its_self_attention_among_the_speech_frames(cli, 
     from mha_trace.analyses.encoder import encoder_heads
 
     clip = "examples/audio/cat.wav"
-    e = encoder_heads(whisper, clip)
+    e = encoder_heads(whisper, whisper.heard_file(clip))
     frames = e.rows.shape[-1]
     block = whisper.encoder.blocks[0]
     with torch.no_grad():
@@ -627,7 +627,7 @@ def test_explain_follows_one_frame_through_every_encoder_head(cli, whisper):
     args = ("explain", "--model", "whisper", "--audio", clip, "--attention", "encoder", "--token", "1.9s")
     data = json.loads(cli(*args, "--format", "json").stdout)
     assert data["index"] == 95 and data["token"] == "1.90 s"
-    rows = encoder_heads(whisper, clip).rows
+    rows = encoder_heads(whisper, whisper.heard_file(clip)).rows
     np.testing.assert_allclose(data["weights"], rows[:, :, 95], atol=1e-4)
     effect = json.loads(cli(*args, "--effect", "--format", "json").stdout)["effect"]
     frames = rows.shape[-1]
@@ -657,7 +657,7 @@ def test_why_on_an_encoder_head_splits_its_real_scores_by_the_sounds_sources(cli
     from mha_trace.analyses.frame_why import encoder_why
 
     clip = "examples/audio/animal.wav"
-    e = encoder_why(whisper, clip, "1.9s", None, (1, 3))
+    e = encoder_why(whisper, whisper.heard_file(clip), "1.9s", None, (1, 3))
     assert e.encoder and e.index == 95 and e.why.sources[:2] == ["sound", "position"]
     block = whisper.encoder.blocks[0]
     with torch.no_grad():
@@ -665,7 +665,7 @@ def test_why_on_an_encoder_head_splits_its_real_scores_by_the_sounds_sources(cli
         q, k = block.attention.W_q(x[95])[128:192].double(), block.attention.W_k(x)[:, 128:192].double()
     np.testing.assert_allclose(e.why.pairs.sum((0, 1)), (k @ q / 8).numpy(), atol=2e-4)
     speech = e.why.weights()[:e.frames]
-    np.testing.assert_allclose(speech / speech.sum(), encoder_heads(whisper, clip).rows[0, 2, 95], atol=1e-5)
+    np.testing.assert_allclose(speech / speech.sum(), encoder_heads(whisper, whisper.heard_file(clip)).rows[0, 2, 95], atol=1e-5)
     args = ("explain", "--model", "whisper", "--audio", clip, "--attention", "encoder", "--token", "1.9s",
             "--head", "1.3", "--why")
     data = json.loads(cli(*args, "--format", "json").stdout)

@@ -19,8 +19,12 @@ the last; a word starts where the path enters its first token's row.
 
 import string
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from mha_trace.models.whisper import Heard
 
 from mha_trace.models.base import ModelCard, AudioModel
 from mha_trace.records import Shows
@@ -83,16 +87,13 @@ def _ranked(scores: np.ndarray) -> list:
     return [divmod(int(i), scores.shape[1]) for i in np.argsort(scores.ravel(), kind="stable")]
 
 
-def hear(model: AudioModel, audio: str, timestamps: bool = False) -> Hearing:
+def hear(model: AudioModel, heard: "Heard", timestamps: bool = False) -> Hearing:
     """Transcribe the WAV file (greedy), then score every cross-attention head on it."""
-    from mha_trace.io.audio import read_wav
-
-    samples = read_wav(audio)
-    heard = model.heard_file(audio)
+    samples = heard.samples
     if len(heard.ids) == heard.prompt:
         from mha_trace.errors import MhaError
 
-        raise MhaError(f"{model.name} heard no words in {audio}: nothing to align", exit_code=1)
+        raise MhaError(f"{model.name} heard no words in {heard.source}: nothing to align", exit_code=1)
     words = word_timings(heard, model.tokenizer, model.alignment_heads) if timestamps else None
     matrix = alignment_matrix(heard, model.alignment_heads)
     frames = matrix.shape[1]
@@ -100,7 +101,7 @@ def hear(model: AudioModel, audio: str, timestamps: bool = False) -> Hearing:
     loudness = np.array([np.abs(samples[int(i * step):int((i + 1) * step) + 1]).max(initial=0.0)
                          for i in range(frames)])
     disagreement, lag = head_scores(heard)
-    return Hearing(ModelCard.of(model), str(audio), heard.audio_seconds, heard.text.strip(),
+    return Hearing(ModelCard.of(model), heard.source, heard.audio_seconds, heard.text.strip(),
                    heard.tokens[heard.prompt:], disagreement, lag, model.alignment_heads,
                    words, matrix, dtw(-matrix), loudness)
 
@@ -128,14 +129,13 @@ class Listening(Shows):
         return float(np.argmax(self.weights[layer - 1, head - 1]) / FRAMES_PER_SECOND)
 
 
-def listen(model: AudioModel, audio: str, token: str | None, position: int | None, effect: bool = False) -> Listening:
+def listen(model: AudioModel, heard: "Heard", token: str | None, position: int | None, effect: bool = False) -> Listening:
     """One text token (by its text, or `position` among the text tokens) through every head;
     effect=True adds each frame's effect weight (Kobayashi et al. 2020: the weight times the length
     of what the frame's value moves through the head's block of W_O, renormalised)."""
     from mha_trace.errors import MhaError
 
-    hearing = hear(model, audio, timestamps=False)
-    heard = model.heard_file(audio)
+    hearing = hear(model, heard, timestamps=False)
     words = [t.strip() for t in hearing.tokens]
     if position is None:
         wanted = (token or words[0]).strip()
@@ -189,9 +189,8 @@ class CrossHeads(Shows):
     head: tuple | None = None  # (layer, head) from 1: the one shown, or None for every head
 
 
-def cross_heads(model: AudioModel, audio: str, head: tuple | None = None) -> CrossHeads:
-    hearing = hear(model, audio, timestamps=False)
-    heard = model.heard_file(audio)
+def cross_heads(model: AudioModel, heard: "Heard", head: tuple | None = None) -> CrossHeads:
+    hearing = hear(model, heard, timestamps=False)
     T, frames = len(hearing.tokens), hearing.matrix.shape[1]
     w = heard.cross_weights[:, :, heard.prompt - 1:heard.prompt - 1 + T, :frames].astype(np.float64)
     return CrossHeads(hearing.card, hearing.audio, hearing.seconds, hearing.text, hearing.tokens,

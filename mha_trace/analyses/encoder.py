@@ -4,8 +4,12 @@ every frame, in each of the encoder's self-attention heads. The views show the s
 pass puts on the speech."""
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from mha_trace.models.whisper import Heard
 
 from mha_trace.analyses.alignment import FRAMES_PER_SECOND, Listening, effect_of, hear
 from mha_trace.models.base import ModelCard, AudioModel
@@ -26,25 +30,21 @@ class EncoderHeads(Shows):
     head: tuple | None = None  # (layer, head) from 1: the one shown, or None for every head
 
 
-def encoder_heads(model: AudioModel, audio: str, head: tuple | None = None) -> EncoderHeads:
-    from mha_trace.io.audio import read_wav
-
-    hearing = hear(model, audio, timestamps=False)
-    w = model.encoder_weights(read_wav(audio), hearing.matrix.shape[1])[0].astype(np.float64)
+def encoder_heads(model: AudioModel, heard: "Heard", head: tuple | None = None) -> EncoderHeads:
+    hearing = hear(model, heard, timestamps=False)
+    w = model.encoder_weights(heard.samples, hearing.matrix.shape[1])[0].astype(np.float64)
     kept = w.sum(-1)  # what stays on the speech; the rest goes to the silence after it
     return EncoderHeads(hearing.card, hearing.audio, hearing.seconds, hearing.text,
                         w / kept[..., None], kept.mean(-1), head)
 
 
 
-def listen_frame(model: AudioModel, audio: str, at: str | None, position: int | None, effect: bool = False) -> Listening:
+def listen_frame(model: AudioModel, heard: "Heard", at: str | None, position: int | None, effect: bool = False) -> Listening:
     """One frame (at a time in seconds, "1.2" or "1.2s", or `position` among the speech frames)
     through every encoder head: where it listens among the speech frames; effect=True weighs each
     frame by the length of what its value moves through the head's block of W_O."""
     from mha_trace.errors import MhaError
-    from mha_trace.io.audio import read_wav
-
-    hearing = hear(model, audio, timestamps=False)
+    hearing = hear(model, heard, timestamps=False)
     frames = hearing.matrix.shape[1]
     if position is None:
         try:
@@ -55,7 +55,7 @@ def listen_frame(model: AudioModel, audio: str, at: str | None, position: int | 
     if not 0 <= position < frames:
         raise MhaError(f"frame {position} is not in the speech (0 to {frames - 1}: 0 to "
                        f"{(frames - 1) / FRAMES_PER_SECOND:.2f} s)", quantity="position")
-    samples = read_wav(audio)
+    samples = heard.samples
     w, inputs = model.encoder_weights(samples, frames)
     row = w[:, :, position].astype(np.float64)
     row /= row.sum(-1, keepdims=True)

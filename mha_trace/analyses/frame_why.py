@@ -15,8 +15,12 @@ sound's stream up to that layer: one list of sources on both sides, as a text mo
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from mha_trace.models.whisper import Heard
 
 from mha_trace.analyses.alignment import FRAMES_PER_SECOND, listen
 from mha_trace.analyses.why import Why, projected
@@ -47,19 +51,18 @@ class FrameWhy(Shows):
         return float(np.argmax(weights) / FRAMES_PER_SECOND)
 
 
-def cross_why(model: AudioModel, audio: str, token: str | None, position: int | None, head: tuple) -> FrameWhy:
+def cross_why(model: AudioModel, heard: "Heard", token: str | None, position: int | None, head: tuple) -> FrameWhy:
     import torch
 
-    from mha_trace.io.audio import read_wav
     from mha_trace.models.stream import stream_parts
     from mha_trace.models.transcript import Sound, UpToCross
 
-    listening = listen(model, audio, token, position)  # the token's place, and what was heard
-    transcript = model.reading(audio)
+    listening = listen(model, heard, token, position)  # the token's place, and what was heard
+    transcript = model.reading(heard)
     ids, layer = list(transcript.heard.ids), head[0]
     row = transcript.heard.prompt - 1 + listening.index  # the position that writes the token
     text = stream_parts(UpToCross(transcript, layer), ids, layer + 1)
-    sound = stream_parts(Sound(model, read_wav(audio)), list(range(len(transcript.heard.encoded))),
+    sound = stream_parts(Sound(model, heard.samples), list(range(len(transcript.heard.encoded))),
                          model.encoder_layers + 1)
     a = transcript.blocks[layer - 1].cross
     d, names = a.d_k, list(text) + [SOUND + n for n in sound]
@@ -76,17 +79,16 @@ def cross_why(model: AudioModel, audio: str, token: str | None, position: int | 
                     listening.index, head, head in listening.published, why, listening.weights.shape[-1])
 
 
-def encoder_why(model: AudioModel, audio: str, at: str | None, position: int | None, head: tuple) -> FrameWhy:
+def encoder_why(model: AudioModel, heard: "Heard", at: str | None, position: int | None, head: tuple) -> FrameWhy:
     """An encoder head's scores for one frame (a time, or `position` among the speech frames)."""
     import torch
 
     from mha_trace.analyses.encoder import listen_frame
-    from mha_trace.io.audio import read_wav
     from mha_trace.models.stream import stream_parts
     from mha_trace.models.transcript import Sound
 
-    frame = listen_frame(model, audio, at, position)
-    parts = stream_parts(Sound(model, read_wav(audio)), list(range(len(model.heard_file(audio).encoded))),
+    frame = listen_frame(model, heard, at, position)
+    parts = stream_parts(Sound(model, heard.samples), list(range(len(heard.encoded))),
                          head[0])
     a = model.encoder.blocks[head[0] - 1].attention
     d, names = a.d_k, list(parts)

@@ -156,8 +156,8 @@ class AudioModel(Protocol):
     def encoder_weights(self, samples, frames: int) -> tuple: ...  # every encoder head's weights
     def decode(self, ids, audio, caches=None): ...  # the decoder over ids, reading the encoded audio
     def transcribe(self, samples): ...  # greedy decoding: a models.whisper.Heard
-    def heard_file(self, path): ...  # transcribe a WAV file, once a file
-    def reading(self, path): ...  # the decoder over what it wrote (models.transcript.Transcript, a text model)
+    def heard_file(self, path): ...  # a WAV file read and transcribed, once a file: its samples, what it heard
+    def reading(self, heard): ...  # the decoder over what it wrote (models.transcript.Transcript, a text model)
 
 
 @runtime_checkable

@@ -19,7 +19,7 @@ import functools
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +118,8 @@ class Heard:
     self_weights: np.ndarray  # (4, 6, T, T) the decoder's self-attention over `ids`
     cross_weights: np.ndarray  # (4, 6, T, 1500) the decoder's cross-attention to the frames
     encoded: np.ndarray | None = None  # (1500, D) the encoder's output: the frames' keys' and values' source
+    samples: np.ndarray | None = None  # the recording at 16 kHz, as read once (`heard_file`)
+    source: str = ""  # the file, as it was named
 
 
 class Model:
@@ -167,16 +169,17 @@ class Model:
         """Every weight is in memory already: nothing more to keep between passes."""
         return contextlib.nullcontext(self)
 
-    def reading(self, path):
-        """The decoder reading what it wrote for the recording at `path`, as a text model
+    def reading(self, heard: Heard):
+        """The decoder reading what it wrote for a recording (`heard_file`'s), as a text model
         (models.transcript.Transcript)."""
-        return Transcript(self, self.heard_file(path))
+        return Transcript(self, heard)
 
     def heard_file(self, path) -> Heard:
         """The transcription of a WAV file, kept by file (its path, size and modification time)
         and model view: the views of one recording in one process transcribe it once."""
         found = os.stat(path)
-        return _heard(self, os.path.realpath(path), found.st_size, found.st_mtime_ns)
+        return replace(_heard(self, os.path.realpath(path), found.st_size, found.st_mtime_ns),
+                       source=str(path))
 
     def sound(self, samples: np.ndarray) -> torch.Tensor:
         """(1, 1500, 384): the two convolutions over 30 s of log-mel (the samples, then silence)."""
@@ -276,7 +279,8 @@ class Model:
 def _heard(model, path: str, size: int, mtime: int) -> Heard:
     from mha_trace.io.audio import read_wav
 
-    return model.transcribe(read_wav(path))
+    samples = read_wav(path)
+    return replace(model.transcribe(samples), samples=samples)
 
 
 def _encoder(w, layers, heads, d_model) -> nn.Module:

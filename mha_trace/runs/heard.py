@@ -17,7 +17,7 @@ def hearing_run(o, model: AudioModel) -> Run:
     refuse_with_model(sentence=o.sentence, decode=o.decode or None)
     layer = check_layer(model, 1 if o.layer is None else o.layer)
     if o.attention == "encoder":
-        return _encoder_run(model, o.audio, layer)
+        return _encoder_run(model, model.heard_file(o.audio).samples, layer)
     import torch
 
     heard = model.heard_file(o.audio)
@@ -44,15 +44,14 @@ def hearing_run(o, model: AudioModel) -> Run:
                layer=layer)
 
 
-def _encoder_run(model: AudioModel, audio, layer: int) -> Run:
+def _encoder_run(model: AudioModel, samples, layer: int) -> Run:
     """`shapes --model whisper --audio FILE --attention encoder [--layer N]`: every frame's query
     meets every frame's key, 1,500 × 1,500 a head, no mask."""
     import torch
 
-    from mha_trace.io.audio import read_wav
 
     block = model.encoder.blocks[layer - 1]
-    x = model.encoder_attention_input(read_wav(audio), layer)  # (1, 1500, D): the frames, normed
+    x = model.encoder_attention_input(samples, layer)  # (1, 1500, D): the frames, normed
     sizes = Sizes(batch=1, seq=x.size(1), d_model=model.d_model, heads=model.heads, device=model.device.type)
     with torch.no_grad():
         return Run(block.attention, (x, x, x), {}, sizes, label=f"{model.name} encoder layer {layer} self-attention",

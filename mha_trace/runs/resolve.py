@@ -378,7 +378,9 @@ def load(o: RunOptions):
 
     check_options(o)
     model = load_model(_model_of(o), o.device or "cpu", Limits(o.max_tokens, o.max_seconds))
-    return model.reading(o.audio) if o.attention == "self" else model  # its decoder, as text
+    if o.attention == "self":  # its decoder over what it wrote, as a text model
+        return model.reading(model.heard_file(o.audio))
+    return model
 
 
 def encode(o: RunOptions):

@@ -166,15 +166,16 @@ def _heard(o: RunOptions, audio: str, r: ExplainRequest, head):
     from mha_trace.views.source import model_heads_named
 
     model = load(o)
+    heard = model.heard_file(audio)  # the recording, read and transcribed once
     if r.why:
         from mha_trace.analyses.frame_why import cross_why, encoder_why
 
         explained = encoder_why if o.attention == "encoder" else cross_why
-        return explained(model, audio, r.token, r.position, model_heads_named(model, head)[0])
+        return explained(model, heard, r.token, r.position, model_heads_named(model, head)[0])
     if o.attention == "encoder":
         from mha_trace.analyses.encoder import listen_frame
 
-        return listen_frame(model, audio, r.token, r.position, r.effect)
+        return listen_frame(model, heard, r.token, r.position, r.effect)
     from mha_trace.analyses.alignment import listen
 
-    return listen(model, audio, r.token, r.position, r.effect)
+    return listen(model, heard, r.token, r.position, r.effect)

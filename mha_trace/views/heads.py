@@ -79,7 +79,7 @@ def _heard(o: RunOptions, audio: str, head: str | None):
     if o.attention == "encoder":
         from mha_trace.analyses.encoder import encoder_heads
 
-        return encoder_heads(model, audio, chosen)
+        return encoder_heads(model, model.heard_file(audio), chosen)
     from mha_trace.analyses.alignment import cross_heads
 
-    return cross_heads(model, audio, chosen)
+    return cross_heads(model, model.heard_file(audio), chosen)

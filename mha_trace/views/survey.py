@@ -84,7 +84,7 @@ def survey_view(r: SurveyRequest, bar=None):
     if o.audio is not None:
         from mha_trace.analyses.alignment import hear
 
-        return hear(m, o.audio, r.timestamps)
+        return hear(m, m.heard_file(o.audio), r.timestamps)
     if r.composition:
         from mha_trace.analyses.composition import composition
 

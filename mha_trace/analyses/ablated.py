@@ -10,7 +10,6 @@ from mha_trace.records import Shows
 
 @dataclass
 class Ablation(Shows):
-
     source: object  # the full run: analysis.LectureHeads, or a model's text (models.base.ModelText)
     tokens: tuple
     removed: list  # [(layer, head)] from 1, sorted

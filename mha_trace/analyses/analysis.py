@@ -241,7 +241,6 @@ def ablate_heads(run: Run, removed: list[int]) -> Ablation:
 class Comparison(Shows):
     """The same input split into several head counts (one `Heads` each)."""
 
-
     views: list
 
 

@@ -16,7 +16,6 @@ ROLE = 0.5  # a head has a role on the probe when it gives that place over half 
 
 @dataclass
 class Composition(Shows):
-
     model: object
     heads: list  # [(layer, head)] from 1, layer by layer
     scores: dict  # kind -> (heads, heads): writer rows, reader columns; NaN unless writer is earlier

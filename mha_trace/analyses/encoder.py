@@ -38,7 +38,6 @@ def encoder_heads(model: AudioModel, heard: "Heard", head: tuple | None = None) 
                         w / kept[..., None], kept.mean(-1), head)
 
 
-
 def listen_frame(model: AudioModel, heard: "Heard", at: str | None, position: int | None, effect: bool = False) -> Listening:
     """One frame (at a time in seconds, "1.2" or "1.2s", or `position` among the speech frames)
     through every encoder head: where it listens among the speech frames; effect=True weighs each

@@ -14,7 +14,6 @@ NO_KNOWN_MISTAKE = "none of the known mistakes"
 class Gradebook(Shows):
     """Every submission's row, in the order found; prints as a table and the class's counts."""
 
-
     class_name: str
     rows: list  # one dict per submission (see `row`)
     course: str | None = None

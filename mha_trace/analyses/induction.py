@@ -43,7 +43,6 @@ def _losses(model, hidden: torch.Tensor, ids: list[int], n: int) -> tuple[float,
 
 @dataclass
 class Induction(Shows):
-
     model: object
     n: int  # random tokens in each half
     seeds: list

@@ -52,7 +52,6 @@ class CacheResult:
 
 @dataclass
 class CacheLab(Shows):
-
     model: object
     text_name: str
     ids: list

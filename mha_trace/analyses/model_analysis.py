@@ -56,7 +56,6 @@ def ablate_model_heads(sentence, removed: list[tuple[int, int]]) -> Ablation:
 
 @dataclass
 class HeadRanking(Shows):
-
     sentence: object
     heads: list  # [(layer, head)] in the order of `effect`, largest first
     effect: np.ndarray  # causal: KL of the next-token distribution; else mean relative movement
@@ -125,7 +124,6 @@ class Antecedents:
 
 @dataclass
 class Survey(Shows):
-
     model: object
     corpus: str  # how the output names the sentences: "the bundled corpus of 120 sentences"
     sentences: list  # the texts scored (models.base.ModelText)
@@ -251,7 +249,6 @@ def _word_spans(sentence) -> dict:
 
 @dataclass
 class Prediction(Shows):
-
     model: object
     text: str
     top: list  # [(token id, probability)], most likely first

@@ -26,7 +26,6 @@ from mha_trace.speedups import batch_work
 
 @dataclass
 class Patching(Shows):
-
     card: ModelCard
     clean: tuple  # the clean text's tokens
     corrupt: tuple  # the corrupted text's tokens

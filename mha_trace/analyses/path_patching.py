@@ -21,7 +21,6 @@ class PathPatching(Shows):
     together: their outputs summed) reaches the receiver head only through the receiver's query,
     key or value input; every other path and every other head stays as the target run has it."""
 
-
     card: ModelCard
     senders: tuple  # ((layer, head), ...), from 1: patched together
     receiver: tuple

@@ -29,7 +29,6 @@ RISES = (0.05, 0.10)  # the loss rises the exercise asks about: how many heads g
 
 @dataclass
 class Pruning(Shows):
-
     model: object
     corpus: str  # how the output names the sentences
     tokens: int  # how many next tokens the loss averages over

@@ -34,7 +34,6 @@ class Check:
 
 @dataclass
 class VerifyReport(Shows):
-
     description: str
     dtype: str
     device: str
@@ -217,6 +216,5 @@ def check_references(run: Run) -> VerifyReport:
                 "seed": (None if c.explicit else c.seed) if c is not None else s.seed, "rope": s.rope,
                 "window": s.window, "impl": s.impl}
     return VerifyReport(desc, s.dtype, s.device, checks, settings)
-
 
 

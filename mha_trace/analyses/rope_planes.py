@@ -29,7 +29,6 @@ class PlaneHead:
 
 @dataclass
 class RopePlanes(Shows):
-
     walk: Walk
     base: float
     frequencies: np.ndarray  # (planes,) θ_i in radians per token

@@ -19,7 +19,6 @@ BANDS = 4  # the planes in four bands of (near) equal size, fastest first (fewer
 
 @dataclass
 class RopeShares(Shows):
-
     card: ModelCard
     corpus: str
     sentences: int

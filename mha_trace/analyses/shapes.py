@@ -21,7 +21,6 @@ from mha_trace.core.tracer import Failure, ForwardFailed, Step, trace_phases
 class ShapesReport(Shows):
     """Every op of one forward pass, with what the run cost. Renders itself (rich, Jupyter)."""
 
-
     run: Run
     steps: list[Step]
     parameters: dict  # per projection, from the module itself

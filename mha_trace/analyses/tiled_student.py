@@ -21,7 +21,6 @@ PRODUCTS = ("matmul", "bmm", "einsum", "baddbmm", "mm")
 class TiledReport(Shows):
     """Right or Wrong, the tile sizes found, the first wrong step and its tile, the diagnosis."""
 
-
     label: str
     causal: bool
     shape: tuple  # (B, T, d) of Q, K and V

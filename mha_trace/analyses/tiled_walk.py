@@ -39,7 +39,6 @@ class TiledHead:
 
 @dataclass
 class TiledWalk(Shows):
-
     walk: Walk
     block_k: int
     heads: list

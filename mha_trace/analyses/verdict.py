@@ -16,7 +16,6 @@ class StudentReport(Shows):
     """A student's module against the lecture's: Right or Wrong, the first wrong line, the
     diagnosis. Prints as the terminal's verdict; in Jupyter, the same as HTML."""
 
-
     label: str
     mapping: str
     fed: str

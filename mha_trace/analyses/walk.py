@@ -36,7 +36,6 @@ class HeadWalk:
 
 @dataclass
 class Walk(Shows):
-
     view: LectureHeads
     position: int
     sqrt_dk: float
@@ -55,7 +54,6 @@ class Walk(Shows):
 class ModuleWalk(Shows):
     """One query of the user's module: its weights from the softmax on, a row per head (the
     module's projections are its own); with --why, its scores split into their dims."""
-
 
     view: Heads
     position: int

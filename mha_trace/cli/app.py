@@ -185,7 +185,6 @@ def _main(
     """mha-trace: see multi-head attention, one tensor operation at a time."""
 
 
-
 def main():
     """Console-script entry point (`python -m mha_trace` too: it names itself mha-trace)."""
     speedups.own_the_process()

@@ -154,7 +154,6 @@ class Snapshot:
 
 @dataclass
 class Training(Shows):
-
     spec: Spec
     losses: list  # the training loss of every step's batch, before its update
     snapshots: list  # [Snapshot]

@@ -128,7 +128,6 @@ def shapes_page(report) -> dict:
             "file": Path(source).name, "source": lines, "steps": steps}
 
 
-
 @page_data.register(Patching)
 def patching_page(p) -> dict:
     """The patching grids as shares of the gap (four decimals, as the terminal's two and JSON's six

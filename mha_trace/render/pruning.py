@@ -8,7 +8,6 @@ from mha_trace.analyses.pruning import RISES, Pruning
 from mha_trace.records import data, renderables
 
 
-
 def _rise(p: Pruning, loss: float) -> str:
     return "—" if loss == p.base else f"{(loss / p.base - 1):+.1%}"
 

@@ -11,7 +11,6 @@ from mha_trace.render.plots import (DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitt
                                     _save, _theme, slide_heads, text_px, token_label)
 
 
-
 @slide.register(RopePlanes)
 def rope_slide(t: RopePlanes, path: str, theme: str = "light", head: int | None = None, **_) -> None:
     only = head or t.walk.only

@@ -3,6 +3,8 @@
 import json
 import subprocess
 import sys
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,9 +12,11 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from mha_trace.core.attention import MultiHeadAttention
-from mha_trace.core.costs import Dims, cost_rows, load_preset, preset_names
+from mha_trace.core.costs import Dims, cost_rows, flops, load_preset, preset_names
+from mha_trace.core.windows import band, layer_kinds
 
-PRESETS = [n for n in preset_names() if load_preset(n).get("attention") != "mla"]  # heads that cache K, V
+PRESETS = [n for n in preset_names()  # heads that cache K, V, each d_model / heads wide (the lecture's)
+           if load_preset(n).get("attention") != "mla" and "head_dim" not in load_preset(n)]
 
 
 def rows_by_item(rows):
@@ -102,7 +106,7 @@ def test_cost_never_imports_torch():
 
 @pytest.mark.parametrize("args,message", [
     (("--preset", "gpt5"), "--preset 'gpt5' is not bundled (presets: bert-base, deepseek-v2, deepseek-v3, "
-                           "gpt2-medium, gpt2-small, gpt3-175b, "
+                           "gemma-2-9b, gpt-oss-20b, gpt2-medium, gpt2-small, gpt3-175b, "
                            "llama2-70b, llama2-7b, mistral-7b, smollm2-135m, whisper-tiny-en)"),
     (("--d-model", "100", "--heads", "7"),
      "--heads: d_model=100 is not divisible by heads=7 (valid head counts: 1, 2, 4, 5, 10, 20, 25, 50, 100)"),
@@ -122,7 +126,6 @@ def test_cost_bad_input(cli, args, message):
 def test_a_sliding_window_keeps_its_band_of_scores_counted_by_hand(T, W):
     """Query i sees min(i + 1, W) keys: the band the window keeps, counted against the mask
     itself; W ≥ T is the causal triangle."""
-    from mha_trace.core.costs import band
     from mha_trace.core.masks import allowed
 
     assert band(T, W) == sum(min(i + 1, W) for i in range(T))
@@ -226,3 +229,60 @@ def test_latent_attention_refuses_what_counts_per_head_caches(cli):
     for args in (("--io",), ("--window", "64")):
         result = cli("cost", "--preset", "deepseek-v2", *args)
         assert result.exit_code == 2 and "caches one latent a token" in result.stderr
+
+
+MODERN = json.loads((Path(__file__).parent / "fixtures" / "modern_cost_reference.json").read_text())
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-20b", "gemma-2-9b"])
+def test_a_hybrid_presets_layers_and_cache_match_what_transformers_builds(name):
+    """gpt-oss-20b and Gemma 2 9B: one attention layer's parameters equal the module transformers
+    builds from the published dimensions (q, k, v, o, their biases and gpt-oss's sinks); the local
+    and global layers are the config's sliding and full layers; the whole KV cache is each layer's
+    kept tokens summed over the config's own layer list."""
+    ref, p = MODERN[name], load_preset(name)
+    d = Dims(1, p["seq"], p["d_model"], p["heads"], p["kv_heads"], bias=p["bias"], window=p["window"],
+             head_dim=p["head_dim"], local_global=tuple(p["local_global"]),
+             sink_logits=p.get("sink_logits", False))
+    rows = rows_by_item(cost_rows(d, p["layers"]))
+    assert rows[("parameters", "attention total")].per_layer == ref["attention_parameters"]
+    assert ("parameters", "sink logits") in rows if p.get("sink_logits") else True
+    kinds = layer_kinds(d, p["layers"])
+    assert kinds == (ref["layer_types"].count("sliding_attention"), ref["layer_types"].count("full_attention"))
+    assert p["window"] == ref["sliding_window"] and d.d_k == ref["head_dim"]
+    kept = sum(min(p["seq"], p["window"]) if kind == "sliding_attention" else p["seq"]
+               for kind in ref["layer_types"])
+    whole = next(r for (section, item), r in rows.items() if item.startswith("KV cache ("))
+    assert whole.total == 2 * ref["kv_heads"] * ref["head_dim"] * 4 * kept  # float32: 4 bytes
+
+
+@pytest.mark.parametrize("T,W,S", [(10, 4, 2), (10, 3, 5), (5, 8, 2), (50, 7, 3), (12, 12, 4), (8192, 4096, 4)])
+def test_sinks_keep_their_scores_counted_against_the_mask(T, W, S):
+    """StreamingLLM's S sinks beside a window of W: each query's keys, counted from a mask built
+    here (the window's band, or the first S tokens, causal), equal the band's formula."""
+
+    if T <= 64:
+        i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+        seen = (j <= i) & ((j > i - W) | (j < S))
+        assert band(T, W, S) == int(seen.sum())
+    assert band(T, W, S) == sum(min(n + 1, W) + min(S, max(0, n + 1 - W)) for n in range(T))
+
+
+def test_a_local_global_pattern_splits_the_layers_and_the_flops(cli):
+    """--local-global 5:1 over 12 layers: 10 local, 2 global (the sixth and the twelfth); the
+    FLOPs' total is the global layers' full stages plus the local layers' band; sink logits are one
+    parameter a head; and the options that need a window say so."""
+    d = Dims(1, 64, 64, 4, 2, bias=False, window=8, local_global=(5, 1), sink_logits=True)
+    assert layer_kinds(d, 12) == (10, 2) and layer_kinds(d, 13) == (11, 2) and layer_kinds(d, 5) == (5, 0)
+    rows = rows_by_item(cost_rows(d, 12))
+    full, local = flops(replace(d, window=None)), flops(d)
+    assert rows[("flops", "attention total")].total == 2 * full + 10 * local
+    assert rows[("parameters", "sink logits")].per_layer == 4
+    shown = json.loads(cli("cost", "--window", "8", "--local-global", "5:1", "--layers", "12", "--seq", "64",
+                           "--format", "json").stdout)
+    assert any("10 local layers × 8, 2 global × 64" in r["item"] for r in shown["rows"])
+    assert shown["config"]["local_global"] == [5, 1] and shown["config"]["sink_logits"] is False
+    for args, message in ((["--sinks", "2"], "--sinks describes the layers a sliding window has: add --window W"),
+                          (["--window", "4", "--local-global", "x"], "is not LOCAL:GLOBAL layers a cycle")):
+        refused = cli("cost", *args)
+        assert refused.exit_code == 2 and message in refused.stderr

@@ -25,6 +25,10 @@ def cost(
     formulas: Annotated[bool, typer.Option("--formulas", help="Show each formula with the numbers put in. Example: --formulas")] = False,
     window: Annotated[int | None, typer.Option("--window", help="Sliding-window attention: the KV cache keeps at most W tokens per layer (default: the preset's). Example: --window 4096")] = None,
     rope: Annotated[bool | None, typer.Option("--rope/--no-rope", help="Rotary positions (default: the preset's); they add no parameters. Example: --rope")] = None,
+    head_dim: Annotated[int | None, typer.Option("--head-dim", help="A head's width d_k when it is not d_model / heads (default: the preset's; Gemma 2 256, gpt-oss 64). Example: --head-dim 128")] = None,
+    local_global: Annotated[str | None, typer.Option("--local-global", help="With --window: LOCAL:GLOBAL layers a cycle, the local ones windowed, the global ones seeing every key (Gemma 2 and gpt-oss 1:1, Gemma 3 5:1; default: the preset's). Example: --window 1024 --local-global 5:1", metavar="L:G")] = None,
+    sinks: Annotated[int | None, typer.Option("--sinks", min=0, help="With --window: the first S tokens kept beside the window in every windowed layer, as StreamingLLM keeps its attention sinks (default 0). Example: --window 4096 --sinks 4")] = None,
+    sink_logits: Annotated[bool | None, typer.Option("--sink-logits/--no-sink-logits", help="A learned logit a head that joins every softmax row, as gpt-oss's sinks (one parameter a head; default: the preset's). Example: --sink-logits")] = None,
     cross_keys: Annotated[int | None, typer.Option("--cross-keys", help="A decoder's cross-attention beside its self-attention: the encoder positions its queries see (default: the preset's; 0 for none). Example: --preset whisper-tiny-en --cross-keys 1500", metavar="S")] = None,
     io: Annotated[bool, typer.Option("--io", help="Count the bytes each kernel reads from and writes to main memory (HBM): standard attention against the tiled pass (FlashAttention-2's loop). Example: --preset gpt2-medium --batch 64 --dtype float16 --io --backward")] = False,
     backward: Annotated[bool, typer.Option("--backward", help="With --io: the backward pass too (training), as in Dao et al. 2022, Fig. 2. Example: --io --backward")] = False,
@@ -40,10 +44,11 @@ def cost(
 
     Example: mha-trace cost --preset gpt3-175b --seq 2048 --dtype float16
     Example: mha-trace cost --preset whisper-tiny-en
+    Example: mha-trace cost --preset gpt-oss-20b --seq 32768 --dtype bfloat16
     """
     from mha_trace.views.cost import cost_view
 
     report = cost_view(preset, batch, seq, d_model, heads, kv_heads, layers, dtype.value, bias,
                          window, rope, formulas, io, backward, sram, block_q, block_k, causal,
-                         dropout, cross_keys)
+                         dropout, cross_keys, head_dim, local_global, sinks, sink_logits)
     emit(out, report.renderables, report.data)

@@ -4,10 +4,11 @@ Symbols: B batch, T sequence length, D d_model, H query heads, G key/value heads
 multi-head, 1 for multi-query), d_k = D / H, L layers, s bytes per element.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mha_trace.core.clashes import needs
+from mha_trace.core.windows import band, cached_tokens, layer_kinds, window_options
 from mha_trace.errors import MhaError
 from mha_trace.io.units import human_bytes  # noqa: F401 (the unit every byte count is shown in)
 from mha_trace.records import Shows
@@ -29,10 +30,19 @@ class Dims:
     rope: bool = False  # rotary positions (no parameters)
     cross: int | None = None  # a decoder's cross-attention: the encoder positions its queries see
     latent: object = None  # core.latent.Latent: multi-head latent attention (DeepSeek's), or None
+    head_dim: int | None = None  # d_k when it is not d_model / heads (Gemma 2, gpt-oss)
+    local_global: tuple | None = None  # (local, global) layers a cycle: the local ones windowed
+    sinks: int = 0  # StreamingLLM: the first S tokens, kept beside the window (cache and scores)
+    sink_logits: bool = False  # gpt-oss: a learned logit a head joins every softmax row
 
     @property
     def d_k(self) -> int:
-        return self.d_model // self.heads
+        return self.head_dim or self.d_model // self.heads
+
+    @property
+    def q_dim(self) -> int:
+        """H·d_k: the width of the queries and of the heads' concatenation (D unless head_dim)."""
+        return self.heads * self.d_k
 
     @property
     def kv_dim(self) -> int:
@@ -44,13 +54,15 @@ class Dims:
 
 
 def parameters(d: Dims) -> dict:
-    """Parameter count of each projection: weights D×D for Q and O, D×(G·d_k) for K and V."""
+    """Parameter count of each projection: weights D×(H·d_k) for Q and O (D×D when d_k = D/H),
+    D×(G·d_k) for K and V; with sink logits, one a head."""
     b = 1 if d.bias else 0
     return {
-        "W_q": d.d_model * d.d_model + b * d.d_model,
+        "W_q": d.d_model * d.q_dim + b * d.q_dim,
         "W_k": d.d_model * d.kv_dim + b * d.kv_dim,
         "W_v": d.d_model * d.kv_dim + b * d.kv_dim,
-        "W_o": d.d_model * d.d_model + b * d.d_model,
+        "W_o": d.q_dim * d.d_model + b * d.d_model,
+        **({"sink logits": d.heads} if d.sink_logits else {}),
     }
 
 
@@ -174,16 +186,26 @@ def _cross_rows(add, d: Dims, L: int, S: int) -> None:
          2 * gk * s * L * B * S)
 
 
-
 def _parameter_rows(add, d: Dims, L: int) -> None:
     D, G, k, b = d.d_model, d.kv_heads, d.d_k, 1 if d.bias else 0
-    bias_txt, kv_bias, gk = (" + D", " + G·d_k", G * k) if b else ("", "", G * k)
+    kv_bias, gk = (" + G·d_k", G * k) if b else ("", G * k)
+    Q, QN = _q_width(d)
     p = parameters(d)
-    add("parameters", "W_q", f"D·D{bias_txt}", f"{D}·{D}{f' + {D}' if b else ''}", p["W_q"], "params")
+    add("parameters", "W_q", f"D·{Q}{f' + {Q}' if b else ''}",
+        f"{D}·{QN}{f' + {d.q_dim}' if b else ''}", p["W_q"], "params")
     add("parameters", "W_k", f"D·G·d_k{kv_bias}", f"{D}·{G}·{k}{f' + {gk}' if b else ''}", p["W_k"], "params")
     add("parameters", "W_v", f"D·G·d_k{kv_bias}", f"{D}·{G}·{k}{f' + {gk}' if b else ''}", p["W_v"], "params")
-    add("parameters", "W_o", f"D·D{bias_txt}", f"{D}·{D}{f' + {D}' if b else ''}", p["W_o"], "params")
+    add("parameters", "W_o", f"{Q}·D{' + D' if b else ''}", f"{QN}·{D}{f' + {D}' if b else ''}", p["W_o"], "params")
+    if d.sink_logits:
+        add("parameters", "sink logits", "H", f"{d.heads}", p["sink logits"], "params")
     add("parameters", "attention total", "sum of the above", "", sum(p.values()), "params")
+
+
+def _q_width(d: Dims) -> tuple[str, str]:
+    """The queries' width in symbols and in numbers: D, or H·d_k where a head is not D/H wide."""
+    if d.q_dim == d.d_model:
+        return "D", f"{d.d_model}"
+    return "H·d_k", f"{d.heads}·{d.d_k}"
 
 
 def flops(d: Dims) -> int:
@@ -192,38 +214,45 @@ def flops(d: Dims) -> int:
 
 
 def _flop_rows(add, d: Dims, L: int) -> None:
-    stages = _flop_stages(d)
-    for item, formula, numbers, value in stages:
-        add("flops", item, formula, numbers, value, "FLOPs")
-    add("flops", "attention total", "sum of the above", "", sum(s[3] for s in stages), "FLOPs")
-
-
-def band(T: int, W: int) -> int:
-    """Scores a sliding window of W keeps over T tokens: query i sees min(i + 1, W) keys, so
-    Σᵢ min(i + 1, W) = W(W + 1)/2 + (T − W)·W, and the causal triangle T(T + 1)/2 when W ≥ T."""
-    W = min(W, T)
-    return W * (W + 1) // 2 + (T - W) * W
+    """One layer's stages and all layers'; with local and global layers, the stages of a global
+    layer (every key) and their totals over both kinds, then a local layer's total."""
+    if d.local_global is None:
+        stages = _flop_stages(d)
+        for item, formula, numbers, value in stages:
+            add("flops", item, formula, numbers, value, "FLOPs")
+        add("flops", "attention total", "sum of the above", "", sum(s[3] for s in stages), "FLOPs")
+        return
+    n_local, n_global = layer_kinds(d, L)
+    stages, local = _flop_stages(replace(d, window=None, sinks=0)), _flop_stages(d)
+    for (item, formula, numbers, value), lv in zip(stages, local):
+        add("flops", item, formula, numbers, value, "FLOPs", total=value * n_global + lv[3] * n_local)
+    one_local = sum(s[3] for s in local)
+    add("flops", f"a local layer's total (window {d.window})", "its stages, the window's band", "",
+        one_local, "FLOPs", total=one_local * n_local)
+    add("flops", "attention total", f"{n_global} global + {n_local} local layers", "",
+        sum(s[3] for s in stages), "FLOPs", total=sum(s[3] for s in stages) * n_global + one_local * n_local)
 
 
 def _pairs(d: Dims) -> tuple[str, str, int]:
     """(formula, numbers, count) of the query-key pairs scored per batch and head: T·T, or the
-    sliding window's band."""
+    sliding window's band (and its sinks)."""
     T = d.seq
     if d.window is None:
         return "T·T", f"{T}·{T}", T * T
-    return "Σᵢ min(i+1, W)", f"{band(T, d.window)}", band(T, d.window)
+    sinks = " + Σᵢ min(S, i+1−W)" if d.sinks else ""
+    return f"Σᵢ min(i+1, W){sinks}", f"{band(T, d.window, d.sinks)}", band(T, d.window, d.sinks)
 
 
 def _flop_stages(d: Dims) -> list:
     """(item, formula, the formula with numbers, FLOPs) per stage of one forward pass; with a
     sliding window the scores, softmax and weights · V count its band only."""
     B, T, D, H, k, b = d.batch, d.seq, d.d_model, d.heads, d.d_k, 1 if d.bias else 0
-    gk = d.kv_heads * k
+    gk, q, (Q, QN) = d.kv_heads * k, d.q_dim, _q_width(d)
     pb, kvb = (" + B·T·D", " + 2·B·T·G·d_k") if b else ("", "")
     pf, pn, P = _pairs(d)
     stages = [
-        ("Q projection", f"2·B·T·D·D{pb}", f"2·{B}·{T}·{D}·{D}" + (f" + {B}·{T}·{D}" if b else ""),
-         2 * B * T * D * D + b * B * T * D),
+        ("Q projection", f"2·B·T·D·{Q}" + (f" + B·T·{Q}" if b else ""),
+         f"2·{B}·{T}·{D}·{QN}" + (f" + {B}·{T}·{QN}" if b else ""), 2 * B * T * D * q + b * B * T * q),
         ("K, V projections", f"2·(2·B·T·D·G·d_k){kvb}",
          f"2·(2·{B}·{T}·{D}·{gk})" + (f" + 2·{B}·{T}·{gk}" if b else ""),
          2 * (2 * B * T * D * gk) + b * 2 * B * T * gk),
@@ -231,8 +260,10 @@ def _flop_stages(d: Dims) -> list:
         ("scale ÷√d_k", f"B·H·{pf}", f"{B}·{H}·{pn}", B * H * P),
         ("softmax", f"5·B·H·{pf}", f"5·{B}·{H}·{pn}", 5 * B * H * P),
         ("weights · V", f"2·B·H·{pf}·d_k", f"2·{B}·{H}·{pn}·{k}", 2 * B * H * P * k),
-        ("output projection", f"2·B·T·D·D{pb}", f"2·{B}·{T}·{D}·{D}" + (f" + {B}·{T}·{D}" if b else ""),
-         2 * B * T * D * D + b * B * T * D)]
+        ("output projection", f"2·B·T·{Q}·D{pb}", f"2·{B}·{T}·{QN}·{D}" + (f" + {B}·{T}·{D}" if b else ""),
+         2 * B * T * q * D + b * B * T * D)]
+    if d.sink_logits:  # one more logit in each row's softmax
+        stages.insert(5, ("softmax's sink logit", "5·B·H·T", f"5·{B}·{H}·{T}", 5 * B * H * T))
     return stages
 
 
@@ -241,22 +272,19 @@ def _memory_rows(add, d: Dims, L: int) -> None:
     once = lambda item, formula, numbers, value: add("memory", item, formula, numbers, value,
                                                      "bytes", total=value)
     once("scores, materialised", "B·H·T·T·s", f"{B}·{H}·{T}·{T}·{s}", B * H * T * T * s)
-    W = T if d.window is None else min(T, d.window)  # keys a query sees (and the cache keeps)
     if d.window is not None:
-        once(f"scores, sliding window {d.window} (band only)", "B·H·Σᵢ min(i+1, W)·s",
-             f"{B}·{H}·{band(T, d.window)}·{s}", B * H * band(T, d.window) * s)
+        pf, pn, P = _pairs(d)
+        once(f"scores, sliding window {d.window} (band only)", f"B·H·({pf})·s" if d.sinks else f"B·H·{pf}·s",
+             f"{B}·{H}·{pn}·{s}", B * H * P * s)
     once("scores, tiled (FlashAttention-2)", "B·H·T·4 (one fp32 logsumexp per row)",
          f"{B}·{H}·{T}·4", B * H * T * 4)
     once("KV cache per token, one layer", "2·G·d_k·s", f"2·{G}·{k}·{s}", 2 * G * k * s)
     once("KV cache per token, all layers", "2·G·d_k·s·L", f"2·{G}·{k}·{s}·{L}", 2 * G * k * s * L)
-    cached, tokens = ("T", T) if d.window is None else ("min(T, W)", W)
-    once("KV cache, batch × seq × layers" if d.window is None else
-         f"KV cache, batch × layers × {W} tokens (window)", f"2·G·d_k·s·L·B·{cached}",
-         f"2·{G}·{k}·{s}·{L}·{B}·{tokens}", kv_cache_bytes(d, L, tokens))
+    item, cached, numbers, tokens = cached_tokens(d, L)  # token-layers the whole cache holds
+    once(item, f"2·G·d_k·s·{cached}", f"2·{G}·{k}·{s}·{numbers}", 2 * G * k * s * tokens)
     if G != H:
-        full = 2 * H * k * s * L * B * tokens
-        once(f"KV cache saved vs {H} K/V heads", f"2·(H − G)·d_k·s·L·B·{cached}",
-             f"2·({H} − {G})·{k}·{s}·{L}·{B}·{tokens}", full - 2 * G * k * s * L * B * tokens)
+        once(f"KV cache saved vs {H} K/V heads", f"2·(H − G)·d_k·s·{cached}",
+             f"2·({H} − {G})·{k}·{s}·{numbers}", 2 * (H - G) * k * s * tokens)
 
 
 def kv_cache_bytes(d: Dims, layers: int, tokens: int) -> int:
@@ -285,7 +313,6 @@ def si(n: float) -> str:
 @dataclass
 class CostReport(Shows):
     """What `mha-trace cost` prints: every row at these dimensions, over `layers` layers."""
-
 
     rows: list
     dims: Dims
@@ -322,7 +349,9 @@ def cost_report(preset: str | None = None, batch: int | None = None, seq: int | 
                 formulas: bool = False, io: bool = False, backward: bool = False,
                 sram: int | None = None, block_q: int | None = None, block_k: int | None = None,
                 causal: bool | None = None, dropout: float | None = None,
-                cross: int | None = None) -> CostReport:
+                cross: int | None = None, head_dim: int | None = None,
+                local_global: str | tuple | None = None, sinks: int | None = None,
+                sink_logits: bool | None = None) -> CostReport:
     """The cost of attention at a preset's dimensions (gpt3-175b, ...), any of them overridden;
     without a preset: batch 2, seq 10, d_model 512, heads 8, one layer. With `io`, the bytes
     standard and tiled attention move to and from main memory (`backward` adds that pass)."""
@@ -354,7 +383,8 @@ def cost_report(preset: str | None = None, batch: int | None = None, seq: int | 
     if cross is not None:
         positive("cross_keys", cross)
     d = Dims(batch, seq, d_model, heads, kv_heads, dtype, bias=pick(bias, "bias", True),
-             window=window, rope=pick(rope, "rope", False), cross=cross, latent=_latent(p, io, window))
+             window=window, rope=pick(rope, "rope", False), cross=cross, latent=_latent(p, io, window),
+             **window_options(pick, head_dim, local_global, sinks, sink_logits, window))
     label = p.get("name", "custom") if preset else "custom"
     judge({"io": io, "backward": backward, "sram": sram, "block_q": block_q, "block_k": block_k,
            "causal": causal, "dropout": dropout}, IO_RULES)

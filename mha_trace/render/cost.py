@@ -83,12 +83,34 @@ def _notes(d, formulas: bool, layers: int = 1) -> list:
                      f"positions (S): its scores are T×S, not square, and its K and V are computed "
                      f"once from the encoder's output and kept while the decoder writes token by "
                      f"token (a static cache beside the self-attention's growing one).")
-    if d.window is not None:
-        notes.append(f"Sliding window {d.window}: a query sees at most {d.window} keys, so the "
-                     f"KV cache keeps the last {d.window} tokens per layer (a rolling buffer).")
+    notes += _window_notes(d, layers)
     if not formulas:
         notes.append("--formulas shows every formula with the numbers put in.")
     return [Text(" ".join(notes))]
+
+
+def _window_notes(d, layers: int) -> list:
+    """What a window, its sinks, local and global layers, a head's own width and sink logits do."""
+    from mha_trace.core.windows import layer_kinds
+
+    notes = []
+    if d.head_dim and d.q_dim != d.d_model:
+        notes.append(f"A head is {d.d_k} wide, not d_model / heads = {d.d_model // d.heads}: the queries "
+                     f"and the heads' concatenation are H·d_k = {d.q_dim} wide, so W_q and W_o are "
+                     f"{d.d_model}×{d.q_dim} and {d.q_dim}×{d.d_model}.")
+    if d.window is not None:
+        kept = f"the last {d.window} tokens" + (f" and the first {d.sinks} (its sinks, as StreamingLLM "
+                                                f"keeps them)" if d.sinks else "")
+        n_local, n_global = layer_kinds(d, layers)
+        whose = (f"In the {n_local} local layers (of {d.local_global[0]} local to {d.local_global[1]} "
+                 f"global a cycle, the first local)" if d.local_global else f"Sliding window {d.window}:")
+        notes.append(f"{whose} a query sees at most {d.window} keys{' and the sinks' if d.sinks else ''}, "
+                     f"so the KV cache keeps {kept} per layer (a rolling buffer)"
+                     + (f"; the {n_global} global layers see and keep every token." if d.local_global else "."))
+    if d.sink_logits:
+        notes.append("Sink logits: each head learns one logit that joins every softmax row (gpt-oss), "
+                     "so a query may give weight to nothing; one parameter a head, nothing cached.")
+    return notes
 
 
 def io_renderables(io, layers: int, formulas: bool) -> list:
@@ -140,6 +162,8 @@ def cost_data(rows, d, layers: int, preset: str | None, source: str | None) -> d
                    "heads": d.heads, "kv_heads": d.kv_heads, "d_k": d.d_k, "layers": layers,
                    "dtype": d.dtype, "bytes_per_element": d.itemsize, "bias": d.bias,
                    "rope": d.rope, "window": d.window, "cross_keys": d.cross,
+                   "local_global": None if d.local_global is None else list(d.local_global),
+                   "sinks": d.sinks, "sink_logits": d.sink_logits,
                    "latent": None if d.latent is None else {
                        "kv_lora_rank": d.latent.kv_rank, "q_lora_rank": d.latent.q_rank,
                        "qk_nope_head_dim": d.latent.nope_dim, "qk_rope_head_dim": d.latent.rope_dim,

@@ -87,6 +87,12 @@ ROWS = [  # (id, the command line's arguments, the API's call, the options its d
      lambda r: _model(r).patch(sender="1.1", receiver="2.4"), {}),
     ("cache", ["cache", "--checkpoint", RUN, "--budget", "12,64"],
      lambda r: _model(r).cache(budgets=[12, 64]), {}),
+    ("cost-hybrid", ["cost", "--preset", "gpt-oss-20b", "--seq", "4096", "--sinks", "4"],
+     lambda r: mha_trace.cost(preset="gpt-oss-20b", seq=4096, sinks=4), {}),
+    ("cost-io", ["cost", "--preset", "gpt2-medium", "--io", "--backward", "--causal"],
+     lambda r: mha_trace.cost(preset="gpt2-medium", io=True, backward=True, causal=True), {}),
+    ("train", ["train", "--task", "previous-token", "--steps", "30", "--snapshots", "3"],
+     lambda r: mha_trace.train("previous-token", steps=30, snapshots=3), {}),
 ]
 
 
@@ -131,6 +137,8 @@ REFUSED = [  # the command line's arguments, the API's call: the same request, r
      lambda: _model("smollm2").patch(by_position="31.1")),
     (["cache", "--policy", "full,nosuch"], lambda: _model("smollm2").cache(policies="full,nosuch")),
     (["cache", "--budget", "4", "--sinks", "4"], lambda: _model("smollm2").cache(budgets=[4], sinks=4)),
+    (["cost", "--sinks", "2"], lambda: mha_trace.cost(sinks=2)),
+    (["train", "--resume", "run.pt", "--heads", "2"], lambda: mha_trace.train(resume="run.pt", heads=2)),
 ]
 
 

@@ -68,7 +68,7 @@ def ablate_view(r: AblateRequest, bar=None):
     removed = whole_numbers(_numbers(r.named() or ["2"]), "head")
     check_picks(config, removed)
     from mha_trace.analyses.analysis import ablate_heads
-    import mha_trace.render.ablate  # noqa: F401,E401 (how its records show)
+    import mha_trace.render.ablate  # noqa: F401 (the renderers of what it returns)
 
     return ablate_heads(resolve(r.source, "config"), removed)
 
@@ -90,7 +90,9 @@ def _from_model(r: AblateRequest, bar):
     o = r.source
     if not r.prune:
         check_picks_early(model_named(o), o.layer, ",".join(r.named()) or None)
-    import mha_trace.render.ablate, mha_trace.render.model, mha_trace.render.pruning  # noqa: F401,E401 (how its records show)
+    import mha_trace.render.ablate  # noqa: F401 (the renderers of what it returns)
+    import mha_trace.render.model  # noqa: F401
+    import mha_trace.render.pruning  # noqa: F401
     if r.prune:
         from mha_trace.analyses.pruning import check_prunable, prune, steps
         from mha_trace.models import corpus

@@ -54,7 +54,7 @@ def cache_view(r: CacheRequest, bar=None):
     o = with_checkpoint(r.source)
     check_options(o)
     policies, budgets, sinks, tokens = r.settings()
-    import mha_trace.render.kvcache  # noqa: F401,E401 (how its records show)
+    import mha_trace.render.kvcache  # noqa: F401 (the renderers of what it returns)
     loaded = load(replace(o, model=o.model or "smollm2"))
     name, words = (_file(r.text_file) if r.text_file is not None else
                    ("the text given", text_of(r.text)) if r.text is not None else bundled_text(loaded))

@@ -38,6 +38,6 @@ def compare_view(r: CompareRequest):
 
     runs = resolve_splits(r.source, r.counts())  # the checks before torch, then the runs
     from mha_trace.analyses.analysis import Comparison, analyse_splits
-    import mha_trace.render.compare  # noqa: F401,E401 (how its records show)
+    import mha_trace.render.compare  # noqa: F401 (the renderers of what it returns)
 
     return Comparison(analyse_splits(runs))

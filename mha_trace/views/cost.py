@@ -9,5 +9,5 @@ def cost_view(preset: str | None = None, *args, **dims):
     from mha_trace.core.costs import cost_report
 
     report = cost_report(preset, *args, **dims)
-    import mha_trace.render.cost  # noqa: F401 (how its record shows)
+    import mha_trace.render.cost  # noqa: F401 (the renderers of what it returns)
     return report

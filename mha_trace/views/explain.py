@@ -85,13 +85,18 @@ def explain_view(r: ExplainRequest):
     head = head_pick(r.source, r.head, config)
     o = r.source
     if o.audio is not None and o.attention != "self":
-        import mha_trace.render.alignment, mha_trace.render.frame_why  # noqa: F401,E401 (how its records show)
+        import mha_trace.render.alignment  # noqa: F401 (the renderers of what it returns)
+        import mha_trace.render.frame_why  # noqa: F401
         return _heard(o, o.audio, r, head)
     if not o.model:
         from mha_trace.core.picks import check_picks
 
         check_picks(config, [head], r.token, r.position)
-    import mha_trace.render.alignment, mha_trace.render.explain, mha_trace.render.frame_why, mha_trace.render.rope_planes, mha_trace.render.tiled_walk  # noqa: F401,E401 (how its records show)
+    import mha_trace.render.alignment  # noqa: F401 (the renderers of what it returns)
+    import mha_trace.render.explain  # noqa: F401
+    import mha_trace.render.frame_why  # noqa: F401
+    import mha_trace.render.rope_planes  # noqa: F401
+    import mha_trace.render.tiled_walk  # noqa: F401
     if o.module:
         return _module_walk(r, head)
     run, w, only = _model_walk(r, head) if o.model else _config_walk(r, head)

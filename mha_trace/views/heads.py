@@ -52,7 +52,9 @@ def heads_view(r: HeadsRequest):
     r.check()
     check_inputs(r.source, r.include_inputs)
     head = head_pick(r.source, r.head, config)
-    import mha_trace.render.alignment, mha_trace.render.heads, mha_trace.render.model  # noqa: F401,E401 (how its records show)
+    import mha_trace.render.alignment  # noqa: F401 (the renderers of what it returns)
+    import mha_trace.render.heads  # noqa: F401
+    import mha_trace.render.model  # noqa: F401
     o = r.source
     if o.audio is not None and o.attention != "self":
         return _heard(o, o.audio, head)

@@ -69,7 +69,7 @@ def patch_view(request: PatchRequest, bar=None):
         value = getattr(request, name)
         listed = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
         check_picks_early(model_named(o), None, listed, name)
-    import mha_trace.render.patching  # noqa: F401,E401 (how its records show)
+    import mha_trace.render.patching  # noqa: F401 (the renderers of what it returns)
     model = load(o)
     clean, corrupt, metric = default_pair(model, path=request.sender is not None)
     if request.clean is not None and request.corrupt is not None:  # both or neither: checked

@@ -25,7 +25,7 @@ def predict_view(r: PredictRequest, bar=None):
     check_options(o)
     text, top = text_of(r.text), whole_numbers([r.top], "top")[0]
     generate = whole_numbers([r.generate], "generate", least=0)[0]
-    import mha_trace.render.model  # noqa: F401,E401 (how its records show)
+    import mha_trace.render.model  # noqa: F401 (the renderers of what it returns)
     m = load(o)
     with (bar or no_bar)(generate, "generating (one pass of the model per token)") as advance:
         return predict(m, text, top, generate, advance)

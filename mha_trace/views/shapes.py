@@ -42,7 +42,7 @@ def shapes_view(r: ShapesRequest):
     check_early(r.source, "sizes")  # before torch: a wrong flag is refused at once
     r.check()
     from mha_trace.analyses.shapes import shape_symbols, trace_run
-    import mha_trace.render.shapes  # noqa: F401,E401 (how its records show)
+    import mha_trace.render.shapes  # noqa: F401 (the renderers of what it returns)
 
     report = trace_run(resolve(r.source, "sizes"))
     if r.compact and not report.failure:
@@ -59,6 +59,6 @@ def call_view(module, args: tuple, kwargs: dict):
         raise MhaError(f"{module!r} is not a module or a function to run", quantity="module")
     from mha_trace.analyses.shapes import trace_run
     from mha_trace.runs.calls import from_call
-    import mha_trace.render.shapes  # noqa: F401,E401 (how its records show)
+    import mha_trace.render.shapes  # noqa: F401 (the renderers of what it returns)
 
     return trace_run(from_call(module, args, kwargs))

@@ -78,7 +78,10 @@ def survey_view(r: SurveyRequest, bar=None):
     o = with_checkpoint(r.source)
     check_options(o)
     r.check()
-    import mha_trace.render.alignment, mha_trace.render.composition, mha_trace.render.rope_survey, mha_trace.render.survey  # noqa: F401,E401 (how its records show)
+    import mha_trace.render.alignment  # noqa: F401 (the renderers of what it returns)
+    import mha_trace.render.composition  # noqa: F401
+    import mha_trace.render.rope_survey  # noqa: F401
+    import mha_trace.render.survey  # noqa: F401
     bar = bar or no_bar
     m = load(o)
     if o.audio is not None:

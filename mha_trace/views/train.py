@@ -70,5 +70,5 @@ def train_view(r: TrainRequest, bar=None, tell=lambda line: None, on_step=lambda
         run = training.run_training(spec, step, before)
     if r.save is not None:
         checkpoints.save(run, os.fspath(r.save))
-    import mha_trace.render.training  # noqa: F401 (how its record shows)
+    import mha_trace.render.training  # noqa: F401 (the renderer of what it returns)
     return run

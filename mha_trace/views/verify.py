@@ -39,7 +39,8 @@ def verify_view(o, given_map: str | None = None, mask_means: str = "any", course
         raise MhaError("--jobs, --time-limit and --memory go with a class: a --module whose file is a "
                        "glob or a folder, or --gradebook")
     verdict = student_verdict(o, given_map, mask_means, course) if o.module else _builtin(o, given_map, mask_means)
-    import mha_trace.render.tiled_verify, mha_trace.render.verify  # noqa: F401,E401 (how its records show)
+    import mha_trace.render.tiled_verify  # noqa: F401 (the renderers of what it returns)
+    import mha_trace.render.verify  # noqa: F401
     return verdict
 
 
@@ -157,7 +158,7 @@ def class_verdicts(options, given_map: str | None, mask_means: str, course, limi
     with bar(len(submissions), f"verifying {len(submissions)} submissions") as advance:
         results = run_each(submissions, judge, limits, advance)
     rows = [row(s.student, s.path, r["verdict"]) | r for s, r in zip(submissions, results)]
-    import mha_trace.render.gradebook  # noqa: F401 (how its record shows)
+    import mha_trace.render.gradebook  # noqa: F401 (the renderers of what it returns)
     return Gradebook(name, rows, profile.name if profile else None, limits.said(), skipped)
 
 

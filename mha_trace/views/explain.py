@@ -76,19 +76,11 @@ class ExplainRequest:
 def explain_view(r: ExplainRequest):
     """One token through the heads the request names: a Walk (or its tiled row, or its scores by
     RoPE plane), a module's ModuleWalk, or Whisper's cross-attention and encoder walks."""
-    from mha_trace.runs.resolve import check_early
-    from mha_trace.views.source import check_inputs, head_pick
+    from mha_trace.views.source import checked_picks
 
-    config = check_early(r.source)  # before torch: a wrong flag is refused at once
-    r.check()
-    check_inputs(r.source, r.include_inputs)
-    head = head_pick(r.source, r.head, config)
+    config, head = checked_picks(r)
     o = r.source
-    if o.audio is not None and o.attention != "self":
-        import mha_trace.render.alignment  # noqa: F401 (the renderers of what it returns)
-        import mha_trace.render.frame_why  # noqa: F401
-        return _heard(o, o.audio, r, head)
-    if not o.model:
+    if not o.model:  # a config's token and head, checked before torch
         from mha_trace.core.picks import check_picks
 
         check_picks(config, [head], r.token, r.position)
@@ -97,6 +89,8 @@ def explain_view(r: ExplainRequest):
     import mha_trace.render.frame_why  # noqa: F401
     import mha_trace.render.rope_planes  # noqa: F401
     import mha_trace.render.tiled_walk  # noqa: F401
+    if o.audio is not None and o.attention != "self":
+        return _heard(o, o.audio, r, head)
     if o.module:
         return _module_walk(r, head)
     run, w, only = _model_walk(r, head) if o.model else _config_walk(r, head)

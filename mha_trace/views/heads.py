@@ -45,13 +45,10 @@ class HeadsRequest:
 
 def heads_view(r: HeadsRequest):
     """The record of every head the request asks for (its `inputs` attached when asked)."""
-    from mha_trace.runs.resolve import check_early, resolve
-    from mha_trace.views.source import head_pick, attach_inputs, check_inputs
+    from mha_trace.runs.resolve import resolve
+    from mha_trace.views.source import attach_inputs, checked_picks
 
-    config = check_early(r.source)  # before torch: a wrong flag is refused at once
-    r.check()
-    check_inputs(r.source, r.include_inputs)
-    head = head_pick(r.source, r.head, config)
+    _, head = checked_picks(r)
     import mha_trace.render.alignment  # noqa: F401 (the renderers of what it returns)
     import mha_trace.render.heads  # noqa: F401
     import mha_trace.render.model  # noqa: F401

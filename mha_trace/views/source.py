@@ -8,6 +8,17 @@ from mha_trace.errors import MhaError
 from mha_trace.runs.resolve import RunOptions
 
 
+def checked_picks(r) -> tuple:
+    """What a request of the heads and explain views decides before torch: its source's options,
+    its own clashes, the inputs asked for and the head it names. (The config, the head.)"""
+    from mha_trace.runs.resolve import check_early
+
+    config = check_early(r.source)  # before torch: a wrong flag is refused at once
+    r.check()
+    check_inputs(r.source, r.include_inputs)
+    return config, head_pick(r.source, r.head, config)
+
+
 def head_pick(o: RunOptions, head, config=None):
     """The head `head` names, checked as far as the options allow before torch: a model's "L.H"
     against the sizes its registry declares (kept as text), a config's or a module's number (an

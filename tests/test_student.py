@@ -13,7 +13,8 @@ S = "tests/student/student_bugs.py:"
 
 def student_runs(spec: str, **options):
     """The student's module as verify --module resolves it."""
-    from mha_trace.runs.resolve import RunOptions, resolve_student
+    from mha_trace.runs.resolve import RunOptions
+    from mha_trace.runs.student import resolve_student
 
     return resolve_student(RunOptions(module=spec, **options))
 

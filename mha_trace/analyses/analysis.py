@@ -80,6 +80,7 @@ class LectureHeads(Heads):
     W_O: np.ndarray  # (D, D), output = concat @ W_O + b_O
     b_O: np.ndarray | None = None  # (D,) the output projection's bias (configs have none)
     layer: int = 0  # a model's run: the layer it ran, from 1 (0: a config's or sizes' run)
+    sink: np.ndarray | None = None  # (H,) each head's sink logit (config.scoring.sinks)
 
     @property
     def title(self) -> str:
@@ -168,8 +169,8 @@ def analyse(run: Run) -> LectureHeads:
         check_finite(output, weights)
         with torch.no_grad():
             qp, kp, vp = module.W_q(q), module.W_k(k), module.W_v(v)
-            if module.rope:  # the dot products use the rotated q and k
-                qp, kp = (_rotated(t, module) for t in (qp, kp))
+            # the dot products use q and k as forward scores them: normalised, then rotated
+            qp, kp = _as_scored(qp, module, "q_norm"), _as_scored(kp, module, "k_norm")
     finally:
         hook.remove()
     numpy = lambda t: t[0].double().cpu().numpy()
@@ -179,7 +180,7 @@ def analyse(run: Run) -> LectureHeads:
         x=None if run.x is None else numpy(run.x), q=numpy(qp), k=numpy(kp), v=numpy(vp),
         concat=numpy(captured["concat"]), W_O=module.W_o.weight.detach().double().cpu().T.numpy(),
         b_O=None if module.W_o.bias is None else module.W_o.bias.detach().double().cpu().numpy(),
-        layer=run.layer)
+        layer=run.layer, sink=None if module.sinks is None else module.sink.detach().double().cpu().numpy())
 
 
 def run_heads(run: Run, head: int | None = None, effect: bool = False) -> Heads:
@@ -213,13 +214,18 @@ def with_effect(view: Heads) -> LectureHeads:
     return replace(view, effect=effect_weights(view.layers, norms[None]))
 
 
-def _rotated(t, module):
-    """(1, T, n·d_k) projections turned by RoPE head by head, as forward turns them."""
+def _as_scored(t, module, norm: str):
+    """(1, T, n·d_k) projections as forward scores them, head by head: QK-norm's RMSNorm (the
+    module's `norm`), then RoPE's turn."""
     from mha_trace.core.attention import rope
 
     B, T, width = t.shape
     heads = t.view(B, T, width // module.d_k, module.d_k).transpose(1, 2)
-    return rope(heads, 0, module.rope_base).transpose(1, 2).reshape(B, T, width)
+    if module.qk_norm:
+        heads = getattr(module, norm)(heads)
+    if module.rope:
+        heads = rope(heads, 0, module.rope_base)
+    return heads.transpose(1, 2).reshape(B, T, width)
 
 
 def ablate_heads(run: Run, removed: list[int]) -> Ablation:

@@ -80,3 +80,22 @@ def square_matrices(mapping: Mapping) -> bool:
     """Whether a bare square matrix is among the projections: x @ W and x @ W.T both run."""
     return any(not isinstance(h, (nn.Linear, tuple, list)) and h.shape[0] == h.shape[1]
                for _, h in mapping.layers.values())
+
+
+def take_scoring(reference: MultiHeadAttention, module) -> None:
+    """The student's own sink logits (one a head) and QK-norm gains (d_k each, named for q and k)
+    put into the reference, found by shape: the variant's parameters are the student's to set; what
+    is checked is what its forward does with them. Left as the reference's when not found."""
+    if not isinstance(module, nn.Module):
+        return
+    own = dict(module.named_parameters()) | dict(module.named_buffers())
+    with torch.no_grad():
+        sinks = [t for t in own.values() if tuple(t.shape) == (reference.heads,)]
+        if reference.sinks == "learned" and len(sinks) == 1:
+            reference.sink.copy_(sinks[0])
+        gains = {n.lower(): t for n, t in own.items() if tuple(t.shape) == (reference.d_k,)}
+        q = [t for n, t in gains.items() if "q" in n and "k" not in n]
+        k = [t for n, t in gains.items() if "k" in n and "q" not in n]
+        if reference.qk_norm and len(q) == len(k) == 1:
+            reference.q_norm.weight.copy_(q[0])
+            reference.k_norm.weight.copy_(k[0])

@@ -1,8 +1,8 @@
 """The classic mistakes, each the lecture's computation with one stage done wrong: a student's
 output that equals one of them is diagnosed as that mistake, and shown its one-sentence fix.
 
-The lecture's forward is written here as stages (project, split, RoPE, scores, scale, mask,
-softmax, weights·V, merge, output); a mistake replaces one or two of them. `needs` says when a
+The lecture's forward is written here as stages (project, split, QK-norm, RoPE, scores, scale,
+soft cap, mask, softmax (with its sink), weights·V, merge, output); a mistake replaces one or two of them. `needs` says when a
 mistake can show at all (a mask, none, RoPE, biases, T = d_k for Q @ K to run)."""
 
 from dataclasses import dataclass, field
@@ -20,7 +20,8 @@ class Mistake:
     name: str  # what the student's module does instead
     fix: str  # one sentence
     stages: dict = field(default_factory=dict)  # stage -> its wrong version
-    needs: tuple = ()  # "mask", "no mask", "rope", "bias", "T = d_k"
+    needs: tuple = ()  # "mask", "no mask", "rope", "bias", "T = d_k", "qk_norm", "softcap", "sinks"
+    at: str = ""  # the op of the student's step to name, where the first different value is not it
 
 
 def _rope(x, base, sign=1.0):
@@ -43,16 +44,35 @@ def _softmax_twice(s):
     return torch.softmax(torch.softmax(s, -1), -1)
 
 
+def _softmax(m, s, sink_scale: float = 1.0):
+    """Over the keys, and with the module's sink (times sink_scale) as one more column, dropped."""
+    if m.sinks is None:
+        return torch.softmax(s, dim=-1)
+    sink = (m.sink * sink_scale).view(1, -1, 1, 1).expand(s.size(0), -1, s.size(2), 1)
+    return torch.softmax(torch.cat([s, sink], dim=-1), dim=-1)[..., :-1]
+
+
+def _rms(t, gain, dims):
+    """RMSNorm over `dims` (the lecture's: a head's d_k, -1), eps as the module's, then the gain."""
+    return t / torch.sqrt(t.pow(2).mean(dim=dims, keepdim=True) + 1e-6) * gain
+
+
+def _cap(m, s):
+    return s if m.softcap is None else m.softcap * torch.tanh(s / m.softcap)
+
+
 LECTURE = {  # the stages of the lecture's forward: (m, ...) -> ...
     "project": lambda m, x, layer: F.linear(x, layer.weight, layer.bias),
     "layers": lambda m: (m.W_q, m.W_k, m.W_v),
     "split": _split,
+    "norm": lambda m, Q, K: (m.q_norm(Q), m.k_norm(K)) if m.qk_norm else (Q, K),
     "rope": lambda m, Q, K, V: (_rope(Q, m.rope_base), _rope(K, m.rope_base), V) if m.rope
     else (Q, K, V),
     "scores": lambda m, Q, K: Q @ K.transpose(-2, -1),
     "scale": lambda m, s: s / m.d_k ** 0.5,
+    "cap": _cap,
     "mask": lambda m, s, mask: s if mask is None else s.masked_fill(~mask, INF),
-    "softmax": lambda m, s: torch.softmax(s, dim=-1),
+    "softmax": _softmax,
     "after softmax": lambda m, w, mask: w,
     "mix": lambda m, w, s, K, V: w @ V,
     "merge": _merge,
@@ -151,8 +171,40 @@ MISTAKES = (
             "θ, with rotate_half(x) = (-x₂, x₁)", {"rope": lambda m, Q, K, V: (
                 _rope(Q, m.rope_base, -1), _rope(K, m.rope_base, -1), V)}, ("rope",)),
 )
-BUGS = tuple(m.name for m in MISTAKES)
-FIXES = {m.name: m.fix for m in MISTAKES}
+SCORING_MISTAKES = (  # with --softcap, --qk-norm, --sink-logits or --off-by-one: the variant done wrong
+    Mistake("soft cap applied after the softmax", "cap the scores, before the softmax: "
+            "scores = c * torch.tanh(scores / c)", {"cap": lambda m, s: s, "after softmax": lambda m, w, mask:
+                                                   m.softcap * torch.tanh(w / m.softcap)}, ("softcap",), "tanh"),
+    Mistake("soft cap without its c (tanh(s), not c·tanh(s / c))", "divide by c inside the tanh and "
+            "multiply by c outside: c * torch.tanh(scores / c)", {"cap": lambda m, s: torch.tanh(s)}, ("softcap",)),
+    Mistake("soft cap without the c outside (tanh(s / c))", "multiply the tanh by c again: "
+            "c * torch.tanh(scores / c), so small scores pass unchanged",
+            {"cap": lambda m, s: torch.tanh(s / m.softcap)}, ("softcap",)),
+    Mistake("soft cap before the scale by √d_k", "scale first, then cap: c * torch.tanh((q·k / √d_k) / c)",
+            {"scale": lambda m, s: _cap(m, s) / m.d_k ** 0.5, "cap": lambda m, s: s}, ("softcap",)),
+    Mistake("soft cap after the mask (masked keys come back at -c)", "cap before masking: tanh turns "
+            "-inf into -c, a score the softmax gives weight", {"cap": lambda m, s: s, "mask": lambda m, s, mask:
+                                                               _cap(m, s if mask is None else s.masked_fill(~mask, INF))},
+            ("softcap", "mask")),
+    Mistake("QK-norm over the sequence instead of each head's d_k", "normalise each q and k vector: "
+            "an RMSNorm over the last axis, d_k", {"norm": lambda m, Q, K: (
+                _rms(Q, m.q_norm.weight, -2), _rms(K, m.k_norm.weight, -2))}, ("qk_norm",)),
+    Mistake("QK-norm over the whole projection, every head at once (OLMo 2's), not each head's d_k "
+            "(Qwen3's, which --qk-norm checks)", "split into heads first, then RMSNorm over each head's d_k",
+            {"norm": lambda m, Q, K: (_rms(Q, m.q_norm.weight, (1, 3)), _rms(K, m.k_norm.weight, (1, 3)))},
+            ("qk_norm",)),
+    Mistake("QK-norm on q only", "normalise k too: only then is every score bounded",
+            {"norm": lambda m, Q, K: (m.q_norm(Q), K)}, ("qk_norm",)),
+    Mistake("the sink never joins the softmax", "add the sink's logit as one more column of each "
+            "row, softmax, then drop that column: softmax(cat([scores, sink]))[..., :-1]",
+            {"softmax": lambda m, s: torch.softmax(s, dim=-1)}, ("sinks",)),
+    Mistake("the sink's logit divided by √d_k too", "join the sink after the scale: it is a logit "
+            "of its own, not a dot product", {"softmax": lambda m, s: _softmax(m, s, m.d_k ** -0.5)}, ("sinks",)),
+)
+KNOWN = MISTAKES + SCORING_MISTAKES
+BUGS = tuple(m.name for m in KNOWN)
+FIXES = {m.name: m.fix for m in KNOWN}
+SHOWN_AT = {m.name: m.at for m in KNOWN if m.at}
 BOTH = "; and "  # two mistakes at once: "scaled by d_k instead of √d_k; and softmax over the ..."
 
 
@@ -164,8 +216,8 @@ def fix_of(diagnosis: str | None) -> str | None:
 
 def _pairs():
     """Two mistakes at once, each in its own stage: what a module with two of them computes."""
-    for i, a in enumerate(MISTAKES):
-        for b in MISTAKES[i + 1:]:
+    for i, a in enumerate(KNOWN):
+        for b in KNOWN[i + 1:]:
             if not set(a.stages) & set(b.stages):
                 yield Mistake(a.name + BOTH + b.name, "", {**a.stages, **b.stages}, a.needs + b.needs)
 
@@ -174,10 +226,11 @@ def with_mistake(m: MultiHeadAttention, mistake: Mistake, q, k, v, mask):
     """The lecture's forward, stage by stage, with the mistake's stages in place of its own."""
     s = {**LECTURE, **mistake.stages}
     Q, K, V = (s["split"](m, s["project"](m, x, layer)) for x, layer in zip((q, k, v), s["layers"](m)))
+    Q, K = s["norm"](m, Q, K)
     Q, K, V = s["rope"](m, Q, K, V)
     if K.size(1) not in (1, Q.size(1)):  # grouped-query: each K/V head serves a group of queries
         K, V = (t.repeat_interleave(Q.size(1) // t.size(1), dim=1) for t in (K, V))
-    scores = s["mask"](m, s["scale"](m, s["scores"](m, Q, K)), mask)
+    scores = s["mask"](m, s["cap"](m, s["scale"](m, s["scores"](m, Q, K))), mask)
     weights = s["after softmax"](m, s["softmax"](m, scores), mask)
     context = s["mix"](m, weights, scores, K, V)
     return s["output"](m, s["merge"](m, context), q), weights
@@ -185,7 +238,9 @@ def with_mistake(m: MultiHeadAttention, mistake: Mistake, q, k, v, mask):
 
 def _can_show(mistake: Mistake, reference, T: int, mask) -> bool:
     return all({"mask": mask is not None, "no mask": mask is None, "rope": reference.rope,
-                "bias": reference.W_q.bias is not None, "T = d_k": T == reference.d_k}[n]
+                "bias": reference.W_q.bias is not None, "T = d_k": T == reference.d_k,
+                "qk_norm": reference.qk_norm, "softcap": reference.softcap is not None,
+                "sinks": reference.sinks is not None}[n]
                for n in mistake.needs)
 
 
@@ -205,7 +260,7 @@ def diagnoses(reference: MultiHeadAttention, x, mask, output: torch.Tensor,
     x: the input (B, T, D), or the (q, k, v) tuple a config gives. atol: wider for a module that
     computes part of its work in a lower precision."""
     qkv = x if isinstance(x, tuple) else (x, x, x)
-    return _matching(MISTAKES, reference, qkv, mask, output, atol) or \
+    return _matching(KNOWN, reference, qkv, mask, output, atol) or \
         _matching(_pairs(), reference, qkv, mask, output, atol)[:1]  # none alone: two at once
 
 

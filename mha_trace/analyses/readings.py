@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mha_trace.analyses.copied import copy_reference, square_matrices
+from mha_trace.analyses.copied import copy_reference, square_matrices, take_scoring
 from mha_trace.analyses.projections import Mapping
 from mha_trace.analyses.verdict import StudentReport, differences, where_it_went_wrong
 from mha_trace.core.attention import MultiHeadAttention
@@ -220,7 +220,9 @@ def _reference_for(module, mapping: Mapping | None, sizes, way: Way) -> tuple:
     Without projections of its own (the chapter's split) the lecture's become the identity."""
     seed(sizes.seed)
     reference = MultiHeadAttention(sizes.d_model, sizes.heads, kv_heads=sizes.kv_heads,
-                                   rope=sizes.rope, rope_base=sizes.rope_base).double()
+                                   rope=sizes.rope, rope_base=sizes.rope_base,
+                                   **sizes.scoring.module_options()).double()
+    take_scoring(reference, module)
     if mapping is not None:
         return reference, mapping, copy_reference(reference, mapping, module, way.transposed,
                                                   way.head_by_head)

@@ -59,6 +59,15 @@ def numpy_rope(x: np.ndarray, base: float) -> np.ndarray:
     return out
 
 
+def numpy_qk_norm(module, Q: np.ndarray, K: np.ndarray) -> tuple:
+    """QK-norm by hand: each head's q and k over their RMS (eps 1e-6), times the module's gains."""
+    if not module.qk_norm:
+        return Q, K
+    gain = lambda norm: norm.weight.detach().double().cpu().numpy()
+    rms = lambda t: np.sqrt((t ** 2).mean(-1, keepdims=True) + 1e-6)
+    return Q / rms(Q) * gain(module.q_norm), K / rms(K) * gain(module.k_norm)
+
+
 def reference_mask(module, mask, T: int) -> np.ndarray | None:
     """The mask the references use: the run's, and the module's sliding window built by hand."""
     keep = None if mask is None else mask.detach().cpu().numpy().astype(bool)
@@ -76,16 +85,22 @@ def numpy_reference(module, q, k, v, mask):
     H, G, d_k = module.heads, module.kv_heads, module.d_k
     Q = lin(module.W_q, q).reshape(B, T, H, d_k).transpose(0, 2, 1, 3)
     K = lin(module.W_k, k).reshape(B, -1, G, d_k).transpose(0, 2, 1, 3)
+    Q, K = numpy_qk_norm(module, Q, K)
     if module.rope:
         Q, K = numpy_rope(Q, module.rope_base), numpy_rope(K, module.rope_base)
     K = K.repeat(H // G, axis=1)
     V = lin(module.W_v, v).reshape(B, -1, G, d_k).transpose(0, 2, 1, 3).repeat(H // G, axis=1)
     scores = Q @ K.transpose(0, 1, 3, 2) / np.sqrt(d_k)
+    if module.softcap is not None:
+        scores = module.softcap * np.tanh(scores / module.softcap)
     keep = reference_mask(module, mask, T)
+    sink = None if module.sinks is None else to(module.sink)[None, :, None, None]  # (1, H, 1, 1)
     if keep is not None:  # a query that sees no key at all gets no weight anywhere (context 0)
-        scores = np.where(keep, scores, np.where(keep.any(-1, keepdims=True), -np.inf, 0.0))
-    e = np.exp(scores - scores.max(-1, keepdims=True))
-    weights = e / e.sum(-1, keepdims=True)
+        seen = keep.any(-1, keepdims=True) | (sink is not None)
+        scores = np.where(keep, scores, np.where(seen, -np.inf, 0.0))
+    top = scores.max(-1, keepdims=True) if sink is None else np.maximum(scores.max(-1, keepdims=True), sink)
+    e = np.exp(scores - top)
+    weights = e / (e.sum(-1, keepdims=True) + (0 if sink is None else np.exp(sink - top)))
     if keep is not None:
         weights = np.where(keep, weights, 0.0)
     context = (weights @ V).transpose(0, 2, 1, 3).reshape(B, T, H * d_k)
@@ -116,6 +131,9 @@ def sdpa_reference(module, q, k, v, mask):
         Q = F.linear(q, module.W_q.weight, module.W_q.bias).view(B, T, H, d_k).transpose(1, 2)
         K = F.linear(k, module.W_k.weight, module.W_k.bias).view(B, -1, G, d_k).transpose(1, 2)
         V = F.linear(v, module.W_v.weight, module.W_v.bias).view(B, -1, G, d_k).transpose(1, 2)
+        if module.qk_norm:
+            normed = numpy_qk_norm(module, *(t.double().cpu().numpy() for t in (Q, K)))
+            Q, K = (torch.from_numpy(t).to(device=q.device, dtype=q.dtype) for t in normed)
         if module.rope:
             turn = lambda t: torch.from_numpy(numpy_rope(t.double().cpu().numpy(), module.rope_base))
             Q, K = (turn(t).to(device=q.device, dtype=q.dtype) for t in (Q, K))
@@ -148,9 +166,12 @@ def run_checks(module, q, k, v, mask, dtype: str) -> list[Check]:
     np_out, np_w = numpy_reference(module, q, k, v, mask)
     checks = [Check("numpy by hand, float64", "output", _max_abs(out, np_out), scale(np_out)),
               weights_check("numpy by hand, float64", np_w)]
-    if module.rope:
+    missing = [name for name, on in (("RoPE", module.rope), ("QK-norm", module.qk_norm),
+                                     ("soft-capping", module.softcap is not None),
+                                     ("sink", module.sinks is not None)) if on]
+    if missing:
         checks.append(Check("nn.MultiheadAttention", "output", None, scale(np_out),
-                            "no RoPE option in it"))
+                            f"no {' or '.join(missing)} option in it"))
     elif module.kv_heads == module.heads:
         diff, ref_w, rows, note = _torch_mha_compared(module, q, k, v, mask, out)
         checks += [Check("nn.MultiheadAttention", "output", diff, scale(np_out), note),
@@ -158,12 +179,14 @@ def run_checks(module, q, k, v, mask, dtype: str) -> list[Check]:
     else:
         checks.append(Check("nn.MultiheadAttention", "output", None, scale(np_out),
                             "no grouped-query option in it"))
-    sdpa = sdpa_reference(module, q, k, v, mask)
-    notes = ["enable_gqa=True" if module.kv_heads != module.heads else "",
-             "explicit window mask" if module.window is not None else "",
-             "RoPE turned in numpy" if module.rope else ""]
-    checks += [Check("F.scaled_dot_product_attention", "output", _max_abs(out, sdpa), scale(np_out),
-                     ", ".join(n for n in notes if n)),
+    said = ["enable_gqa=True" if module.kv_heads != module.heads else "",
+            "explicit window mask" if module.window is not None else "",
+            "RoPE turned in numpy" if module.rope else "", "QK-norm in numpy" if module.qk_norm else ""]
+    plain = module.softcap is None and module.sinks is None  # SDPA has no hook on the scores
+    checks += [Check("F.scaled_dot_product_attention", "output",
+                     _max_abs(out, sdpa_reference(module, q, k, v, mask)) if plain else None, scale(np_out),
+                     ", ".join(n for n in said if n) if plain else
+                     "no hook on the scores for soft-capping or a sink (FlexAttention's score_mod would have one)"),
                Check("F.scaled_dot_product_attention", "per-head weights", None, TOLERANCE[dtype],
                      "returns only the output: fused kernels never form the weights")]
     return checks
@@ -201,7 +224,8 @@ def check_references(run: Run) -> VerifyReport:
                 f"kv_heads={s.kv_heads or s.heads} mask={s.mask}{f' pad={s.pad}' if s.pad else ''} "
                 f"seed={s.seed}")
     modern = "".join([" rope" if s.rope else "", f" window={s.window}" if s.window else "",
-                      f" impl={s.impl}" if s.impl != "explicit" else ""])
+                      f" impl={s.impl}" if s.impl != "explicit" else "",
+                      *(" " + f.removeprefix("--").replace(" ", "=") for f in s.scoring.flags())])
     desc += modern
     q, k, v = run.qkv
     with one_thread():
@@ -214,7 +238,7 @@ def check_references(run: Run) -> VerifyReport:
                             (c.heads if c is not None else s.heads),
                 "mask": c.mask if c is not None else s.mask, "pad": c.pad if c is not None else s.pad,
                 "seed": (None if c.explicit else c.seed) if c is not None else s.seed, "rope": s.rope,
-                "window": s.window, "impl": s.impl}
+                "window": s.window, "impl": s.impl, **s.scoring.module_options()}
     return VerifyReport(desc, s.dtype, s.device, checks, settings)
 
 

@@ -128,7 +128,7 @@ def trace_run(run: Run) -> ShapesReport:
 
 
 def layer_parameters(module) -> dict:
-    """Parameter count per child layer (and the module's own, if any); for a NumPy class, the
+    """Parameter count per child layer and per parameter of the module's own (a sink); for a NumPy class, the
     numbers in each of its array attributes (W_q, W_k, ...)."""
     if not hasattr(module, "named_children"):
         import numpy as np
@@ -137,10 +137,8 @@ def layer_parameters(module) -> dict:
                 if isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.number)}
     counts = {name: sum(p.numel() for p in layer.parameters())
               for name, layer in module.named_children()}
-    own = sum(p.numel() for p in module.parameters(recurse=False))
-    if own or not counts:
-        counts["(own)"] = own
-    return counts
+    own = {name: p.numel() for name, p in module.named_parameters(recurse=False)}
+    return counts | own if counts or own else {"(own)": 0}
 
 
 def shape_symbols(probe: ShapesReport) -> list[str]:

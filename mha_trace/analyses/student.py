@@ -19,7 +19,7 @@ from mha_trace.errors import MhaError
 
 
 def check_student(runs, given_map: str | None = None, mask_means: str = "any") -> StudentReport:
-    """The student's class against the lecture's module: `runs` is what `resolve.resolve_student`
+    """The student's class against the lecture's module: `runs` is what `runs.student.resolve_student`
     made of the options (the sizes, or a config)."""
     if not isinstance(mask_means, str) or mask_means not in MASK_WAYS:
         raise MhaError(f"'{mask_means}' is not one of {', '.join(MASK_WAYS)}",
@@ -302,7 +302,7 @@ def _not_a_block(module, label: str, d_model: int) -> None:
     if not isinstance(module, torch.nn.Module):
         return
     extra = [f"{name} ({type(m).__name__})" for name, m in module.named_modules()
-             if type(m).__name__ in NORMS]
+             if type(m).__name__ in NORMS and not _qk_norm(name, m, d_model)]
     extra += [f"{name} (an MLP layer, {m.in_features} → {m.out_features})"
               for name, m in module.named_modules() if isinstance(m, torch.nn.Linear)
               and MLP_NAMES & set(name.lower().split("."))]
@@ -312,6 +312,14 @@ def _not_a_block(module, label: str, d_model: int) -> None:
                        f"{', '.join(extra[:4])}{' and more' if len(extra) > 4 else ''}; verify "
                        f"checks one attention module (give the class its block calls for attention)",
                        quantity="module")
+
+
+def _qk_norm(name: str, norm, d_model: int) -> bool:
+    """A norm inside attention, QK-norm's: narrower than d_model (each head's d_k, Qwen3's), or named
+    for q or k (q_norm, k_ln, query_norm ...: OLMo 2's, over the whole projection)."""
+    shape = tuple(getattr(norm, "normalized_shape", ()) or ())
+    last = name.lower().split(".")[-1]
+    return (bool(shape) and shape != (d_model,)) or bool({"q", "k", "query", "key"} & set(last.split("_")))
 
 
 def _grouped(module, sizes) -> tuple:

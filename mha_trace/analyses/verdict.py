@@ -100,6 +100,7 @@ def where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output,
         reference, x, mask = diagnose_args
         report.candidates = diagnoses(reference, x, mask, output, atol)
         report.diagnosis = report.candidates[0] if report.candidates else None
+        _shown_at(report, traced, ref_trace)
     if report.first_wrong is None:
         _returned_too_early(report, traced, ref_trace, module, output)
     if report.diagnosis == "mask never applied":
@@ -116,11 +117,28 @@ def where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output,
         report.reading = _what_the_step_did(report.first_wrong, report.reference_step)
 
 
+def _shown_at(report, traced, ref_trace) -> None:
+    """A mistake that moves a step (the cap after the softmax) is named at the student's step of
+    that op, beside the lecture's, not where the first value differs."""
+    from mha_trace.analyses.mistakes import SHOWN_AT
+
+    op = SHOWN_AT.get(report.diagnosis or "")
+    step = next((s for s in traced.steps if s.op == op), None)
+    if op and step is not None:
+        report.first_wrong, report.missing = step, None
+        report.reference_step = next((r for r in ref_trace.steps if r.op == op), None)
+
+
 VARIANTS = (  # (what names it in a step, the variant): read off the student's trace, in order
     (lambda s, T, H, d: s.op == "tanh" and tuple(s.shape[-2:]) == (T, T),
-     "logit soft-capping (Gemma 2): the scores squashed as c·tanh(s / c) before the softmax"),
+     "logit soft-capping (Gemma 2): the scores squashed as c·tanh(s / c) before the softmax; --softcap C "
+     "checks it"),
     (lambda s, T, H, d: s.op in ("rms_norm", "layer_norm", "normalize") and tuple(s.shape[-2:]) == (T, d),
-     "QK-norm (Qwen3, OLMo 2): q or k normalised over each head's d_k dims before q·k"),
+     "QK-norm (Qwen3, OLMo 2): q or k normalised over each head's d_k dims before q·k; --qk-norm checks it"),
+    (lambda s, T, H, d: s.op == "cat" and tuple(s.shape[-2:]) == (T, T + 1)
+     and any(tuple(i[-2:]) == (T, T) for i in s.inputs),
+     "a sink logit (gpt-oss): one more column in each row's softmax that no key stands behind; "
+     "--sink-logits checks it (--off-by-one, fixed at 0)"),
     (lambda s, T, H, d: s.op in ("add", "add_") and tuple(s.shape[-2:]) == (T, T) and any(
         len(i) >= 3 and tuple(i[-2:]) == (T, T) and H in tuple(i[-4:-2]) and tuple(i[:1]) != tuple(s.shape[:1])
         for i in s.inputs),

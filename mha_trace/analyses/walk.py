@@ -21,6 +21,7 @@ class KeyTerm:
     weight: float
     moved: float | None = None  # with --effect: ‖f_h(x_j)‖, the key's value through W_O
     effect: float | None = None  # with --effect: weight × moved, renormalised
+    capped: float | None = None  # soft-capping: c·tanh(scaled / c), what the softmax took
 
 
 @dataclass
@@ -32,6 +33,7 @@ class HeadWalk:
     terms: list[KeyTerm]
     values: np.ndarray  # (T, d_k): the value rows this head mixes
     output: np.ndarray  # (d_k,)
+    sink: tuple | None = None  # (its logit, its weight): the softmax's column that no key stands behind
 
 
 @dataclass
@@ -67,7 +69,7 @@ def walk(view: LectureHeads, position: int) -> Walk:
     The tests check that these weights equal the module's own: the walk-through describes the
     computation that ran, not a parallel one.
     """
-    d_k, i = view.d_k, position
+    d_k, i, cap = view.d_k, position, view.config.scoring.softcap
     sqrt_dk = math.sqrt(d_k)
     heads = []
     for h in range(view.heads):
@@ -77,20 +79,36 @@ def walk(view: LectureHeads, position: int) -> Walk:
         vs = view.v[:, g * d_k:(g + 1) * d_k]
         dots = ks @ qs
         scaled = dots / sqrt_dk
+        capped = scaled if cap is None else cap * np.tanh(scaled / cap)  # soft-capping (Gemma 2)
         allowed = np.ones(len(dots), bool) if view.mask is None else view.mask[i]
-        weights = np.zeros_like(scaled)
-        if allowed.any():
-            e = np.exp(scaled[allowed] - scaled[allowed].max())
-            weights[allowed] = e / e.sum()
+        sink = None if view.sink is None else float(view.sink[h])
+        weights, sink_weight = _softmax(capped, allowed, sink)
         moved, effect = _moved(view, h, vs, weights)
         terms = [KeyTerm(t, list(zip(qs.tolist(), ks[j].tolist())), float(dots[j]),
                          float(scaled[j]), not allowed[j], float(weights[j]),
-                         *((None, None) if moved is None else (float(moved[j]), float(effect[j]))))
+                         *((None, None) if moved is None else (float(moved[j]), float(effect[j]))),
+                         capped=None if cap is None else float(capped[j]))
                  for j, t in enumerate(view.tokens)]
-        heads.append(HeadWalk(h + 1, (h * d_k, (h + 1) * d_k), g + 1, qs, terms, vs, weights @ vs))
+        heads.append(HeadWalk(h + 1, (h * d_k, (h + 1) * d_k), g + 1, qs, terms, vs, weights @ vs,
+                              None if sink is None else (sink, sink_weight)))
     concat = np.concatenate([hw.output for hw in heads])
     output = concat @ view.W_O + (0 if view.b_O is None else view.b_O)
     return Walk(view, i, sqrt_dk, heads, concat, output)
+
+
+def _softmax(logits: np.ndarray, allowed: np.ndarray, sink: float | None) -> tuple:
+    """The weights over the allowed keys, by hand, and the sink's share: with a sink logit the
+    softmax runs over one more column, which no value stands behind (None: no sink)."""
+    weights = np.zeros_like(logits)
+    kept = logits[allowed]
+    if sink is None and not allowed.any():
+        return weights, None
+    top = max(kept.max(initial=-np.inf), -np.inf if sink is None else sink)
+    e = np.exp(kept - top)
+    e_sink = 0.0 if sink is None else math.exp(sink - top)
+    total = e.sum() + e_sink
+    weights[allowed] = e / total
+    return weights, None if sink is None else e_sink / total
 
 
 def _moved(view: LectureHeads, h: int, vs: np.ndarray, weights: np.ndarray):

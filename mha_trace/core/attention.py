@@ -9,7 +9,9 @@ Nothing in this file knows about tracing or printing: the tracer watches it from
 
 The options modern models use are plain switches, nanoGPT-style: `rope` (rotary positions, as
 LLaMA), `window` (sliding window, as Mistral), `impl="sdpa"` (the fused kernel) or `"tiled"`
-(FlashAttention-2's loop, written out) and a `KVCache` for decoding one token at a time.
+(FlashAttention-2's loop, written out) and a `KVCache` for decoding one token at a time; and on
+the scores, `qk_norm` (Qwen3, OLMo 2), `softcap` (Gemma 2) and `sinks` (gpt-oss's learned logit a
+head, or the off-by-one softmax's fixed 0).
 """
 
 import math
@@ -84,7 +86,8 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(self, d_model, heads, kv_heads=None, bias=True, rope=False, rope_base=10000.0,
-                 window=None, impl="explicit", block_q=None, block_k=None):
+                 window=None, impl="explicit", block_q=None, block_k=None, qk_norm=False,
+                 softcap=None, sinks=None):
         super().__init__()
         kv_heads = kv_heads or heads
         self.d_model = d_model
@@ -94,12 +97,26 @@ class MultiHeadAttention(nn.Module):
         self.rope, self.rope_base = rope, rope_base  # rotary positions on Q and K
         self.window = window  # a query sees at most `window` keys, itself included
         self.impl, self.block_q, self.block_k = impl, block_q, block_k  # "explicit" | "sdpa" | "tiled"
+        self.softcap = softcap  # scores squashed into (-softcap, softcap) before the softmax
 
         # four linear layers: Q, K, V projections (K and V smaller under GQA) and the output mix
         self.W_q = nn.Linear(d_model, d_model, bias=bias)
         self.W_k = nn.Linear(d_model, kv_heads * self.d_k, bias=bias)
         self.W_v = nn.Linear(d_model, kv_heads * self.d_k, bias=bias)
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
+
+        # QK-norm: an RMSNorm over each head's d_k dims of q and of k, before q·k (Qwen3)
+        self.qk_norm = qk_norm
+        if qk_norm:
+            self.q_norm = nn.RMSNorm(self.d_k, eps=1e-6)
+            self.k_norm = nn.RMSNorm(self.d_k, eps=1e-6)
+
+        # a sink: one more logit a head that no key stands behind, so a query may attend to nothing
+        self.sinks = sinks  # None | "learned" (gpt-oss: a parameter a head) | "zero" (off-by-one softmax)
+        if sinks == "learned":
+            self.sink = nn.Parameter(torch.randn(heads))  # (H,)
+        elif sinks == "zero":
+            self.register_buffer("sink", torch.zeros(heads), persistent=False)  # (H,) fixed at 0
 
     def forward(self, q, k=None, v=None, mask=None, cache=None):
         """q, k, v: (B, T, d_model); k and v default to q. mask: bool, True where a query may look.
@@ -117,6 +134,11 @@ class MultiHeadAttention(nn.Module):
         Q = self.W_q(q).view(B, -1, self.heads, self.d_k).transpose(1, 2)  # (B, H, T, d_k)
         K = self.W_k(k).view(B, -1, self.kv_heads, self.d_k).transpose(1, 2)  # (B, Hkv, T, d_k)
         V = self.W_v(v).view(B, -1, self.kv_heads, self.d_k).transpose(1, 2)  # (B, Hkv, T, d_k)
+
+        # QK-norm: each head's q and k scaled to unit RMS (times a learned gain), so q·k stays bounded
+        if self.qk_norm:
+            Q = self.q_norm(Q)  # (B, H, T, d_k)
+            K = self.k_norm(K)  # (B, Hkv, T, d_k)
 
         # rotary positions: turn Q and K by their token's position (relative positions survive q·k)
         if self.rope:
@@ -154,9 +176,17 @@ class MultiHeadAttention(nn.Module):
 
             # scaled dot-product attention, all heads at once
             scores = torch.matmul(Q, K.transpose(-2, -1)) / math.sqrt(self.d_k)  # (B, H, T, T_keys)
+            if self.softcap is not None:
+                # soft-capping (Gemma 2): c·tanh(s / c) keeps every score inside (-c, c)
+                scores = self.softcap * torch.tanh(scores / self.softcap)  # (B, H, T, T_keys)
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))
-            weights = torch.softmax(scores, dim=-1)  # (B, H, T, T_keys)
+            if self.sinks is not None:
+                # the sink's logit joins each row's softmax as one more column, then is dropped
+                sink = self.sink.view(1, -1, 1, 1).expand(B, -1, scores.size(2), 1)  # (B, H, T, 1)
+                weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]  # (B, H, T, T_keys)
+            else:
+                weights = torch.softmax(scores, dim=-1)  # (B, H, T, T_keys)
             if mask is not None:
                 # a query row with every key masked has nothing to look at: weight 0, not NaN
                 weights = weights.masked_fill(~mask, 0.0)

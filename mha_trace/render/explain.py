@@ -35,6 +35,7 @@ def explain_renderables(w, decimals: int, only_head: int | None) -> list:
     elif not c.explicit:
         out.append(Text(f"q, k, v are the seeded embeddings times W_qᵀ, W_kᵀ, W_vᵀ (seed "
                         f"{c.seed}); the walk starts from those projections."))
+    out += _scoring_words(view.config.scoring)
     if view.kv_heads != view.heads:
         out.append(sharing_table(view))
     if w.why:
@@ -53,6 +54,22 @@ def explain_renderables(w, decimals: int, only_head: int | None) -> list:
     return out + _after_heads(w, decimals)
 
 
+def _scoring_words(scoring) -> list:
+    """What the walk does past q·k/√d_k, before its tables: QK-norm, the cap, the sink."""
+    words = []
+    if scoring.qk_norm:
+        words.append("QK-norm: each head's q and k are divided by their RMS over the head's dims "
+                     "(times a learned gain, 1 here) before the dot products, so no |q·k| exceeds d_k.")
+    if scoring.softcap is not None:
+        c = scoring.softcap
+        words.append(f"Soft-capping: each score s goes through {c:g}·tanh(s / {c:g}) before the softmax; "
+                     f"small scores pass almost unchanged, none reaches ±{c:g}.")
+    if scoring.sinks is not None:
+        words.append("Sink: the softmax runs over the keys and one more logit, the sink, that no value "
+                     "stands behind; the keys' weights sum to 1 minus the sink's.")
+    return [Text(w) for w in words]
+
+
 def _head_table(w, hw, decimals: int):
     """One head's walk: each key's q·k written out, ÷√d_k, the softmax, then Σ w·v."""
     view = w.view
@@ -63,6 +80,9 @@ def _head_table(w, hw, decimals: int):
     table.add_column("key")
     table.add_column("q·k", overflow="fold")
     table.add_column("÷√d_k", justify="right")
+    cap = view.config.scoring.softcap
+    if cap is not None:
+        table.add_column(f"{cap:g}·tanh(s/{cap:g})", justify="right")
     table.add_column("softmax", justify="right")
     effect = hw.terms[0].effect is not None
     if effect:
@@ -73,8 +93,15 @@ def _head_table(w, hw, decimals: int):
                                                                  style=shade(t.weight))
         moved = [fmt(t.moved, decimals), Text(fmt(t.effect, decimals), style=shade(t.effect))
                  ] if effect else []
+        capped = [] if cap is None else [fmt(t.capped, decimals)]
         table.add_row(t.token, _dot_text(t.products, t.dot, decimals),
-                      fmt(t.scaled, decimals), weight, *moved, style="dim" if t.masked else None)
+                      fmt(t.scaled, decimals), *capped, weight, *moved, style="dim" if t.masked else None)
+    if hw.sink is not None:
+        logit, share = hw.sink
+        learned = "this head's learned logit" if view.config.scoring.sinks == "learned" else "fixed at 0"
+        logits = [fmt(logit, decimals)] if cap is None else ["", fmt(logit, decimals)]  # not capped
+        table.add_row("(sink)", learned, *logits,
+                      Text(fmt(share, decimals), style=shade(share)), *[""] * (2 * effect), style="italic")
     table.caption = weighted_sum(hw, decimals, view.head_name(hw.head))
     table.caption_justify = "left"
     return table
@@ -139,9 +166,11 @@ def explain_data(w, decimals: int, only_head: int | None) -> dict:
                    "keys": [{"token": t.token, "products": [[r(q), r(k)] for q, k in t.products],
                              "dot": r(t.dot), "scaled": r(t.scaled), "masked": t.masked,
                              "weight": r(t.weight),
+                             **({} if t.capped is None else {"capped": r(t.capped)}),
                              **({} if t.effect is None else {"moved": r(t.moved),
                                                              "effect": r(t.effect)})}
                             for t in hw.terms],
+                   **({} if hw.sink is None else {"sink": {"logit": r(hw.sink[0]), "weight": r(hw.sink[1])}}),
                    "output": [r(x) for x in hw.output]}
                   for hw in w.heads if not only_head or hw.head == only_head],
         "concat": [r(x) for x in w.concat],

@@ -51,7 +51,7 @@ def heads_renderables(view, decimals: int, only_head: int | None, concat: bool =
         after.append(weights_table("Average over heads (what one averaged map shows)",
                                    view.tokens, view.weights.mean(0), view.mask, decimals))
     if only_head and not concat:
-        return out + [legend(), Text(f"The concatenation of all {view.heads} heads and the "
+        return out + [legend(view.sink is not None), Text(f"The concatenation of all {view.heads} heads and the "
                                      f"output after W_O: --concat.", style="dim")]
     if view.wo_identity:
         after.append(matrix_table("Output = heads concatenated (W_O = identity)",
@@ -61,7 +61,7 @@ def heads_renderables(view, decimals: int, only_head: int | None, concat: bool =
                                view.concat, decimals),
                   matrix_table("Output = concatenation @ W_O (W_O mixes the heads)", view.tokens,
                                view.output, decimals)]
-    return out + [side_by_side(after), legend()]
+    return out + [side_by_side(after), legend(view.sink is not None)]
 
 
 def heads_data(view, decimals: int, only_head: int | None) -> dict:
@@ -70,7 +70,7 @@ def heads_data(view, decimals: int, only_head: int | None) -> dict:
               "concat": rounded(view.concat, decimals), "W_O_identity": view.wo_identity}
     settings = {"layers": 1, "heads": c.heads, "kv_heads": view.kv_heads, "d_model": c.d_model,
                 "d_k": c.d_k, "mask": c.mask, "pad": c.pad, "window": c.window, "rope": c.rope,
-                "rope_base": c.rope_base}
+                "rope_base": c.rope_base, **c.scoring.module_options()}
     return heads_json(source, settings, view.tokens, view.mask,
                       [{**head_entry(1, h + 1, view.kv_head_of(h) + 1, view.weights[h], decimals,
                                      None if view.effect is None else view.effect[0][h]),
@@ -78,7 +78,8 @@ def heads_data(view, decimals: int, only_head: int | None) -> dict:
                       view.weights.mean(0), view.output, decimals)
 
 
-SETTINGS = ("d_model", "heads", "kv_heads", "d_k", "mask", "pad", "rope", "rope_base", "window")
+SETTINGS = ("d_model", "heads", "kv_heads", "d_k", "mask", "pad", "rope", "rope_base", "window", "qk_norm",
+            "softcap", "sinks")
 
 
 def module_heads_renderables(m, decimals: int, only_head: int | None) -> list:

@@ -94,17 +94,21 @@ def weight_cells(weights, mask, decimals: int, lead: bool = True) -> list[list[T
 class _Legend:
     """The legend; the sentence on shading only where there is colour."""
 
+    def __init__(self, sink: bool = False):
+        self.sums = ("each row sums to 1 less its sink's share (the attention paid to nothing)"
+                     if sink else "each row sums to 1")
+
     def __rich_console__(self, console, options):
         colour = "" if console.no_color or console.color_system is None else (
             "Shading is scaled per matrix, from its smallest weight (dark) to its largest "
             "(bright). ")
-        yield Text(f"Rows are queries, columns keys; each row sums to 1. {colour}{TOP} marks each "
+        yield Text(f"Rows are queries, columns keys; {self.sums}. {colour}{TOP} marks each "
                    f"row's largest weight (every one on a tie; none in a row of equal weights). "
                    f"{MASKED} marks a masked key (weight exactly 0).")
 
     @property
     def plain(self) -> str:
-        return (f"Rows are queries, columns keys; each row sums to 1. {TOP} marks each row's "
+        return (f"Rows are queries, columns keys; {self.sums}. {TOP} marks each row's "
                 f"largest weight (every one on a tie; none in a row of equal weights). {MASKED} "
                 f"marks a masked key (weight exactly 0).")
 
@@ -112,8 +116,9 @@ class _Legend:
         return self.plain
 
 
-def legend() -> _Legend:
-    return _Legend()
+def legend(sink: bool = False) -> _Legend:
+    """The weights tables' legend; `sink`: the rows sum to less than 1 (a sink took a share)."""
+    return _Legend(sink)
 
 
 @dataclass(frozen=True)
@@ -305,6 +310,7 @@ def describe(view) -> str:
         parts.append(f"RoPE base {c.rope_base:g}")
     if c.window is not None:
         parts.append(f"window {c.window}")
+    parts += c.scoring.named()
     if c.pad:
         parts.append(f"pad {c.pad}")
     return ", ".join(parts)
@@ -320,7 +326,7 @@ def config_data(view) -> dict:
     data = {"name": c.name, "title": c.title, "tokens": list(c.tokens), "d_model": c.d_model,
             "heads": c.heads, "kv_heads": view.kv_heads, "d_k": c.d_k, "mask": c.mask,
             "pad": c.pad, "explicit": c.explicit, "seed": None if c.explicit or c.origin else c.seed,
-            "rope": c.rope, "rope_base": c.rope_base, "window": c.window}
+            "rope": c.rope, "rope_base": c.rope_base, "window": c.window, **c.scoring.module_options()}
     return {**data, "origin": c.origin} if c.origin else data
 
 

@@ -19,6 +19,7 @@ def modern_notes(report: ShapesReport) -> list[str]:
     if r.window is not None:
         lines.append(f"Sliding window: query i sees keys i - {r.window - 1} .. i (at most "
                      f"{r.window}, itself included); the band is built inside forward.")
+    lines += scoring_notes(report)
     if r.impl == "sdpa":
         saved = report.fused_savings
         lines.append(f"Fused path: F.scaled_dot_product_attention never forms the "
@@ -42,6 +43,31 @@ def modern_notes(report: ShapesReport) -> list[str]:
                      f"(2 · B · Hkv · d_k · s = 2 · {r.batch} · {kv} · {r.d_model // r.heads} · "
                      f"{DTYPE_BYTES[r.dtype]}). It grows by concatenation: each step's torch.cat "
                      f"copies the whole cache (a preallocated cache would write in place).")
+    return lines
+
+
+def scoring_notes(report: ShapesReport) -> list[str]:
+    """QK-norm, soft-capping and the sinks, in plain words, with the rows that do them."""
+    r, lines = report.sizes, []
+    first = [s for s in report.steps if s.phase == report.steps[0].phase]  # decoding: the prefill's
+    rows = lambda op, word="": (lambda found: f"{op} at row{'s' * (len(found) > 1)} {', '.join(found)}")(
+        [str(s.index) for s in first if s.op == op and word in s.source])
+    d_k = r.d_model // r.heads
+    if r.scoring.qk_norm:
+        lines.append(f"QK-norm ({rows('rms_norm')}): each head's q and k scaled to unit RMS over its "
+                     f"{d_k} dims (RMSNorm, a learned gain a dim), before RoPE and q·k: with gains of "
+                     f"1, ‖q‖ = ‖k‖ = √d_k, so no score |q·k|/√d_k exceeds √d_k = {d_k ** 0.5:.3g}.")
+    if r.scoring.softcap is not None:
+        c = r.scoring.softcap
+        lines.append(f"Soft-capping ({rows('tanh')}): each score s becomes {c:g}·tanh(s / {c:g}), "
+                     f"before the mask: near 0 it is s, and no score reaches ±{c:g}, however large "
+                     f"q·k grows (Gemma 2 caps at 50).")
+    if r.scoring.sinks is not None:
+        which = ("a learned logit a head (gpt-oss)" if r.scoring.sinks == "learned"
+                 else "a logit fixed at 0 (the off-by-one softmax)")
+        lines.append(f"Sink ({rows('cat', 'sink')}): {which} joins each row of scores as one more column, "
+                     f"the softmax runs over T_keys + 1 columns, and the sink's column is dropped: "
+                     f"each row of weights sums to less than 1, and what is missing went to nothing.")
     return lines
 
 

@@ -114,8 +114,8 @@ def student_renderables(r) -> list:
 
         f = r.first_wrong
         lines += [f"Variant at {display_path(f.file)}:{f.line}  {f.source}",
-                  f"  {r.variant[0].upper()}{r.variant[1:]}: a variant the lecture's module does not "
-                  f"have, so its numbers differ; not a mistake of the chapter's attention.",
+                  f"  {r.variant[0].upper()}{r.variant[1:]}: a variant of the chapter's attention, "
+                  f"so its numbers differ from the chapter's; not a mistake.",
                   "Not the lecture's module: a variant (exit code 1)."]
         return [table, Text("\n".join(lines))]
     lines += _first_wrong_lines(r)

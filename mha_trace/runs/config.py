@@ -16,6 +16,7 @@ from pathlib import Path
 
 from mha_trace.errors import MhaError, printable
 from mha_trace.io.files import read_text
+from mha_trace.core.scoring import Scoring
 from mha_trace.core.validate import check_sizes, positive, seed_fits
 
 DEFAULT = "cat-sat-on-mat"
@@ -45,6 +46,7 @@ class Config:
     rope: bool = False  # rotary positions on each head's columns of Q and K
     rope_base: float = 10000.0
     window: int | None = None  # sliding window (causal): a query sees at most this many keys
+    scoring: Scoring = Scoring()  # QK-norm, soft-capping, sinks: from the flags (core.scoring)
 
     @property
     def explicit(self) -> bool:
@@ -55,13 +57,13 @@ class Config:
         return self.d_model // self.heads
 
     def with_overrides(self, heads=None, kv_heads=None, mask=None, pad=None, rope=None,
-                       rope_base=None, window=None) -> "Config":
+                       rope_base=None, window=None, scoring=None) -> "Config":
         """The same config with command-line overrides, checked like the file's own values."""
         pick = lambda new, old: old if new is None else new
         new = replace(self, heads=pick(heads, self.heads), kv_heads=pick(kv_heads, self.kv_heads),
                       mask=pick(mask, self.mask), pad=pick(pad, self.pad),
                       rope=pick(rope, self.rope), rope_base=pick(rope_base, self.rope_base),
-                      window=pick(window, self.window))
+                      window=pick(window, self.window), scoring=pick(scoring, self.scoring))
         _check_sizes(new, lambda key: f"--{key.replace('_', '-')}")
         return new
 

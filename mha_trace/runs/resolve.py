@@ -62,6 +62,17 @@ class RunOptions:
     block_q: int | None = None  # impl "tiled": rows of a query tile (default: half of them)
     block_k: int | None = None  # ... and of a key/value tile
     decode: int = 0
+    qk_norm: bool = False  # the scores' variants (core.scoring): QK-norm, soft-capping, sinks
+    softcap: float | None = None
+    sink_logits: bool = False
+    off_by_one: bool = False
+
+    def scoring(self):
+        """The scores' variant these options ask for (core.scoring.Scoring), checked."""
+        from mha_trace.core.scoring import scoring_of
+
+        return scoring_of(self.qk_norm, self.softcap, self.sink_logits, self.off_by_one,
+                          getattr(self.impl, "value", self.impl))
 
     def given(self, *names: str) -> dict:
         """The named options that were set (not None, False or 0)."""
@@ -146,6 +157,7 @@ def check_options(o: RunOptions) -> None:
                                       or isinstance(o.max_seconds, bool) or not o.max_seconds > 0):
         raise MhaError(f"max_seconds={o.max_seconds!r} is not a number of seconds (above 0)",
                        quantity="max_seconds")
+    o.scoring()
     if o.rope_base is not None and not isinstance(o.rope_base, (int, float)):
         raise MhaError(f"rope_base must be a number, got {o.rope_base!r}", quantity="rope_base")
     for name in ("model", "sentence", "init"):
@@ -199,6 +211,7 @@ def sizes_of(o: RunOptions):
     pick = {f.name: getattr(o, f.name) for f in fields(Sizes) if hasattr(o, f.name)}
     values = {name: SIZE_DEFAULTS.get(name) if value is None else value
               for name, value in pick.items()}
+    values["scoring"] = o.scoring()
     if o.window is not None or o.decode:
         values["mask"] = "causal"  # a window or decoding implies causal
     return Sizes(**values)
@@ -210,7 +223,9 @@ def config_of(o: RunOptions):
 
     c = o.config if isinstance(o.config, Config) else load_config(
         None if o.config is None else os.fspath(o.config))
-    overrides = (o.heads, o.kv_heads, o.mask, o.pad, o.rope or None, o.rope_base, o.window)
+    scoring = o.scoring()
+    overrides = (o.heads, o.kv_heads, o.mask, o.pad, o.rope or None, o.rope_base, o.window,
+                 None if scoring.plain else scoring)
     return c.with_overrides(*overrides) if any(v is not None for v in overrides) else c
 
 
@@ -258,8 +273,10 @@ def symbols_probe(sizes):
 def _module_run(o: RunOptions, on_config: bool):
     from mha_trace.runs.run import from_module, module_sizes_for_config
 
-    if o.given("rope", "window", "decode", "kv_heads") or o.impl not in (None, "explicit"):
-        raise MhaError("--rope, --window, --impl, --decode and --kv-heads set up the built-in "
+    if o.given("rope", "window", "decode", "kv_heads") or o.impl not in (None, "explicit") \
+            or not o.scoring().plain:
+        raise MhaError("--rope, --window, --impl, --decode, --kv-heads and the scores' variants "
+                       "(--qk-norm, --softcap, --sink-logits, --off-by-one) set up the built-in "
                        "module; your class decides its own", quantity="module")
     module = _module_of(o)
     if not on_config:
@@ -269,69 +286,14 @@ def _module_run(o: RunOptions, on_config: bool):
                        tokens=c.tokens, config=c)
 
 
-@dataclass(frozen=True)
-class StudentRuns:
-    """The student's class as `verify --module` checks it: `at(sizes)` builds it at any sizes
-    (the check tries a second width, other batches and head counts); `sizes` are the first;
-    on an explicit config whose Q, K, V it takes, `on_config` is (its run, the lecture's run)."""
-
-    label: str
-    sizes: object  # run.Sizes
-    at: object  # Sizes -> Run
-    on_config: tuple | None = None
-    notes: tuple = ()
-
-
-def resolve_student(o: RunOptions) -> StudentRuns:
-    """The student's module (o.module) at the sizes the options give (64 wide, 4 heads, 6 tokens,
-    a batch of 2 when not given, float64) or on a config: its own Q, K, V when it is explicit and
-    the class takes three inputs, else the config's sizes, mask and seed."""
-    from mha_trace.core.validate import check_sizes
-    from mha_trace.runs.run import Sizes, from_config, from_module, module_sizes_for_config
-
-    if o.impl not in (None, "explicit"):
-        raise MhaError("--impl checks the built-in module; with --module give sizes (or --config), "
-                       "--mask, --pad, --kv-heads, --rope, --window and --seed", quantity="module")
-    if o.window is not None and o.config is not None:
-        raise MhaError("--window goes with sizes from flags when it checks your module", quantity="window")
-    module = _module_of(o)
-    at = functools.partial(from_module, module, init=o.init)
-    pick = lambda value, default: default if value is None else value
-    rope_base = pick(o.rope_base, 10000.0)
-    if o.config is None:
-        from mha_trace.runs.usermodule import init_sizes
-
-        built = init_sizes(o.init)  # --init 'num_heads=2, dim_in=16': the check runs 16 wide
-        sizes = Sizes(batch=pick(o.batch, 2), seq=pick(o.seq, 6), d_model=pick(o.d_model, built.get("d_model", 64)),
-                      heads=pick(o.heads, built.get("heads", 4)), kv_heads=o.kv_heads, mask=pick(o.mask, "none"),
-                      pad=pick(o.pad, 0), dtype="float64", seed=pick(o.seed, 0), rope=bool(o.rope),
-                      rope_base=rope_base, window=o.window)
-        check_sizes(sizes.batch, sizes.seq, sizes.d_model, None if o.init else sizes.heads,
-                    sizes.kv_heads, sizes.pad)
-        # the check feeds the mask itself, each way a module may take one (or none)
-        return StudentRuns(module, sizes, lambda s: at(replace(s, mask="none", pad=0)))
-    config, notes = config_of(replace(o, kv_heads=None, window=None)), tuple[str, ...]()
-    if config.explicit:
-        run = at(module_sizes_for_config(config, None, None), tokens=config.tokens, config=config)
-        if len(run.args) == 3:
-            return StudentRuns(run.label, None, at, (run, from_config(config)))
-        notes = ("it takes one input, so it was checked on seeded input at the config's sizes "
-                 "and mask, not on the config's Q, K, V",)
-    elif config.pad:
-        raise MhaError("a config's pad is not applied to your module by verify", quantity="config")
-    sizes = Sizes(batch=1, seq=len(config.tokens), d_model=config.d_model, heads=config.heads,
-                  mask=config.mask, dtype="float64", seed=config.seed, rope=config.rope,
-                  rope_base=config.rope_base if config.rope else 10000.0)
-    return StudentRuns(module, sizes, at, None, notes)
-
-
 def _model_run(o: RunOptions):
     """One layer of a pretrained model on its sentence (decoding: on the greedy continuation)."""
     from mha_trace.models.registry import entry
     from mha_trace.runs.run import MAX_DECODE, from_model, from_model_decode
 
     refuse_with_model(**o.given("config", "module", "init", "batch", "seq", "d_model", "heads",
-                                "kv_heads", "mask", "pad", "rope", "rope_base", "window"))
+                                "kv_heads", "mask", "pad", "rope", "rope_base", "window", "qk_norm",
+                                "softcap", "sink_logits", "off_by_one"))
     if entry(_model_of(o)).audio and o.attention != "self":  # its cross-attention while it writes
         from mha_trace.runs.heard import hearing_run
 

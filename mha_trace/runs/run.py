@@ -19,6 +19,7 @@ import torch.nn as nn
 from mha_trace.core.attention import KVCache, MultiHeadAttention
 from mha_trace.runs.config import Config
 from mha_trace.core.costs import Dims
+from mha_trace.core.scoring import Scoring
 from mha_trace.errors import MhaError
 from mha_trace.core.runtime import DTYPES, check_device, guard_memory, guard_time, seed
 from mha_trace.core.validate import addressable, check_sizes, seed_fits
@@ -49,15 +50,18 @@ class Sizes:
     block_q: int | None = None  # impl "tiled": rows of a query tile (default: half of them)
     block_k: int | None = None  # ... and of a key/value tile
     cross: int | None = None  # a cross-attention: the encoder positions its keys and values come from
+    scoring: Scoring = Scoring()  # QK-norm, soft-capping, sinks (core.scoring)
 
     @property
     def modern(self) -> bool:
         """Any option past the textbook forward pass (their bytes are counted by a meta trace)."""
-        return self.rope or self.window is not None or self.impl != "explicit" or self.decode > 0
+        return self.rope or self.window is not None or self.impl != "explicit" or self.decode > 0 \
+            or not self.scoring.plain
 
     def module_options(self) -> dict:
         return {"rope": self.rope, "rope_base": self.rope_base, "window": self.window,
-                "impl": self.impl, "block_q": self.block_q, "block_k": self.block_k}
+                "impl": self.impl, "block_q": self.block_q, "block_k": self.block_k,
+                **self.scoring.module_options()}
 
     def dims(self, bias: bool = True) -> Dims:
         return Dims(self.batch, self.seq, self.d_model, self.heads, self.kv_heads or self.heads,
@@ -237,7 +241,7 @@ def from_config(config: Config, dtype: str = "float64", device: str = "cpu") -> 
     """
     rope, rope_base, window = config.rope, config.rope_base, config.window
     sizes = replace(config_sizes(config, dtype, device), rope=rope, rope_base=rope_base,
-                    window=window)
+                    window=window, scoring=config.scoring)
     check_modern(sizes)
     dev = _device(sizes)
     estimate = guard_memory(sizes.dims(bias=False), dev, hint="use a config with fewer tokens "
@@ -245,7 +249,7 @@ def from_config(config: Config, dtype: str = "float64", device: str = "cpu") -> 
     D, H, G = config.d_model, config.heads, config.kv_heads or config.heads
     seed(config.seed)
     module = MultiHeadAttention(D, H, G, bias=False, rope=rope, rope_base=rope_base,
-                                window=window).double()
+                                window=window, **config.scoring.module_options()).double()
     x = None
     if config.explicit:
         eye = torch.eye(D, dtype=torch.float64)

@@ -93,7 +93,7 @@ def _verdict(options, mask_means: str, profile, given_map: str | None):
     if options.impl == "tiled":
         return _tiled(options, profile)
     from mha_trace.analyses.student import check_student
-    from mha_trace.runs.resolve import resolve_student
+    from mha_trace.runs.student import resolve_student
 
     report = check_student(resolve_student(options), given_map, mask_means)
     if profile is not None:

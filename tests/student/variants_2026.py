@@ -1,4 +1,4 @@
-"""Attention as 2026 teaches it, each a variant the lecture's module does not have: soft-capping, QK-norm,
+"""Attention as 2026 teaches it, each a variant of the chapter's attention: soft-capping, QK-norm,
 a position bias added to the scores, a sliding window, partial RoPE; the plain class is the lecture's."""
 
 import math

@@ -1,0 +1,132 @@
+"""Students' soft-capping (Gemma 2), QK-norm (Qwen3) and sink logits (gpt-oss), for `verify --module ...
+--softcap 2` (--qk-norm, --sink-logits, --off-by-one): each right class, and each with one line wrong."""
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CAP = 2.0
+
+
+class Scored(nn.Module):
+    """Plain attention; each variant below overrides one step of it."""
+
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.h, self.d_k = num_heads, d_model // num_heads
+        self.W_q, self.W_k = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.W_v, self.W_o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None):
+        B, T, D = x.shape
+        q, k, v = (W(x).view(B, T, self.h, self.d_k).transpose(1, 2) for W in (self.W_q, self.W_k, self.W_v))
+        q, k = self.normed(q, k)
+        scores = self.scored(q @ k.transpose(-2, -1), mask)
+        w = self.weights(scores)
+        return self.W_o((w @ v).transpose(1, 2).reshape(B, T, D)), w
+
+    def normed(self, q, k):
+        return q, k
+
+    def scored(self, s, mask):
+        s = s / math.sqrt(self.d_k)
+        return s if mask is None else s.masked_fill(~mask, float("-inf"))
+
+    def weights(self, s):
+        return s.softmax(dim=-1)
+
+
+class SoftCap(Scored):
+    def scored(self, s, mask):
+        s = CAP * torch.tanh(s / math.sqrt(self.d_k) / CAP)
+        return s if mask is None else s.masked_fill(~mask, float("-inf"))
+
+
+class CapAfterMask(Scored):
+    def scored(self, s, mask):
+        s = super().scored(s, mask)
+        return CAP * torch.tanh(s / CAP)
+
+
+class CapWithoutC(Scored):
+    def scored(self, s, mask):
+        s = torch.tanh(s / math.sqrt(self.d_k))
+        return s if mask is None else s.masked_fill(~mask, float("-inf"))
+
+
+class CapBeforeScale(Scored):
+    def scored(self, s, mask):
+        s = CAP * torch.tanh(s / CAP) / math.sqrt(self.d_k)
+        return s if mask is None else s.masked_fill(~mask, float("-inf"))
+
+
+class QKNorm(Scored):
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.q_norm, self.k_norm = nn.RMSNorm(self.d_k, eps=1e-6), nn.RMSNorm(self.d_k, eps=1e-6)
+
+    def normed(self, q, k):
+        return self.q_norm(q), self.k_norm(k)
+
+
+class NormOverSequence(QKNorm):
+    def normed(self, q, k):
+        return q / q.pow(2).mean(dim=-2, keepdim=True).add(1e-6).sqrt(), k / k.pow(2).mean(dim=-2, keepdim=True).add(1e-6).sqrt()
+
+
+class NormQOnly(QKNorm):
+    def normed(self, q, k):
+        return self.q_norm(q), k
+
+
+class Sinks(Scored):
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.sinks = nn.Parameter(torch.randn(num_heads))
+
+    def weights(self, s):
+        sink = self.sinks.view(1, -1, 1, 1).expand(s.size(0), -1, s.size(2), 1)
+        return torch.cat([s, sink], dim=-1).softmax(dim=-1)[..., :-1]
+
+
+class SinkScaled(Sinks):
+    def scored(self, s, mask):
+        return s if mask is None else s.masked_fill(~mask, float("-inf"))
+
+    def weights(self, s):
+        sink = self.sinks.view(1, -1, 1, 1).expand(s.size(0), -1, s.size(2), 1)
+        return (torch.cat([s, sink], dim=-1) / math.sqrt(self.d_k)).softmax(dim=-1)[..., :-1]
+
+
+class OffByOne(Scored):
+    def weights(self, s):
+        e = torch.exp(s - s.amax(dim=-1, keepdim=True).clamp(min=0))
+        return e / (torch.exp(-s.amax(dim=-1, keepdim=True).clamp(min=0)) + e.sum(dim=-1, keepdim=True))
+
+
+class FunctionalNorm(Scored):
+    """QK-norm with F.rms_norm and no gains, eps as Qwen3's."""
+
+    def normed(self, q, k):
+        return F.rms_norm(q, (self.d_k,), eps=1e-6), F.rms_norm(k, (self.d_k,), eps=1e-6)
+
+
+class CapAfterSoftmax(Scored):
+    def weights(self, s):
+        return CAP * torch.tanh(s.softmax(dim=-1) / CAP)
+
+
+class CapWithoutOuterC(Scored):
+    def scored(self, s, mask):
+        s = torch.tanh(s / math.sqrt(self.d_k) / CAP)
+        return s if mask is None else s.masked_fill(~mask, float("-inf"))
+
+
+class NormWholeProjection(Scored):
+    """OLMo 2's QK-norm: over all of q's (and k's) d_model dims at once, before the heads split."""
+
+    def normed(self, q, k):
+        whole = lambda t: t / t.pow(2).mean(dim=(1, 3), keepdim=True).add(1e-6).sqrt()
+        return whole(q), whole(k)

@@ -1,0 +1,229 @@
+"""QK-norm, logit soft-capping, sink logits and the off-by-one softmax: the lecture module's switches
+against NumPy written here by hand, against transformers' own Qwen3, Gemma 2 and gpt-oss attention
+classes (a kept fixture: tests/fixtures/make_scoring_reference.py), and through the command line."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from mha_trace.core.attention import KVCache, MultiHeadAttention
+from mha_trace.analyses.references import numpy_rope
+
+FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "scoring_reference.json").read_text())
+
+
+def by_hand(module, x: np.ndarray, keep: np.ndarray | None):
+    """Attention with the module's switches, in NumPy from its weights: (output, weights)."""
+    w = {k: v.detach().double().numpy() for k, v in module.state_dict().items()}
+    w |= {k: b.detach().double().numpy() for k, b in module.named_buffers()}  # the off-by-one's 0
+    lin = lambda name, t: t @ w[f"{name}.weight"].T + w.get(f"{name}.bias", 0)
+    T, H, G, d = len(x), module.heads, module.kv_heads, module.d_k
+    heads = lambda t, n: t.reshape(T, n, d).transpose(1, 0, 2)  # (n, T, d)
+    Q, K, V = heads(lin("W_q", x), H), heads(lin("W_k", x), G), heads(lin("W_v", x), G)
+    if module.qk_norm:
+        rms = lambda t, gain: t / np.sqrt((t ** 2).mean(-1, keepdims=True) + 1e-6) * gain
+        Q, K = rms(Q, w["q_norm.weight"]), rms(K, w["k_norm.weight"])
+    if module.rope:
+        Q, K = numpy_rope(Q, module.rope_base), numpy_rope(K, module.rope_base)
+    K, V = K.repeat(H // G, axis=0), V.repeat(H // G, axis=0)
+    s = Q @ K.transpose(0, 2, 1) / math.sqrt(d)
+    if module.softcap is not None:
+        s = module.softcap * np.tanh(s / module.softcap)
+    if keep is not None:
+        s = np.where(keep, s, -np.inf)
+    e = np.exp(s)
+    total = e.sum(-1, keepdims=True) + (0 if module.sinks is None else np.exp(w["sink"])[:, None, None])
+    weights = e / total
+    out = lin("W_o", (weights @ V).transpose(1, 0, 2).reshape(T, H * d))
+    return out, weights
+
+
+VARIANTS = [{"qk_norm": True}, {"softcap": 0.7}, {"sinks": "learned"}, {"sinks": "zero"},
+            {"qk_norm": True, "softcap": 1.5, "sinks": "learned"}]
+
+
+@pytest.mark.parametrize("options", VARIANTS)
+@pytest.mark.parametrize("rope_on, kv_heads, causal", [(False, None, False), (True, 2, True)])
+def test_each_switch_is_the_numpy_written_here(options, rope_on, kv_heads, causal):
+    torch.manual_seed(3)
+    m = MultiHeadAttention(24, 4, kv_heads, rope=rope_on, **options).double()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if "norm" in name:
+                p.copy_(torch.rand_like(p) + 0.5)  # gains other than 1, so the test sees them
+    x = torch.randn(1, 7, 24, dtype=torch.float64) * 3
+    keep = np.tril(np.ones((7, 7), bool)) if causal else None
+    out, weights = m(x, mask=None if keep is None else torch.from_numpy(keep))
+    ref_out, ref_w = by_hand(m, x[0].numpy(), keep)
+    np.testing.assert_allclose(out[0].detach().numpy(), ref_out, atol=1e-10)
+    np.testing.assert_allclose(weights[0].detach().numpy(), ref_w, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["qwen3", "gemma2", "gpt-oss"])
+def test_the_switches_give_transformers_numbers(name):
+    """Qwen3's q_norm/k_norm, Gemma 2's attn_logit_softcapping and gpt-oss's sinks, each the class
+    transformers ships, on the same weights and input (causal, RoPE from its own rotary class)."""
+    f, case = FIXTURE, FIXTURE[name]
+    m = MultiHeadAttention(f["d_model"], f["heads"], f["kv_heads"], rope=True, rope_base=f["rope_base"],
+                           **case["module_options"]).double()
+    m.load_state_dict({k: torch.tensor(v, dtype=torch.float64) for k, v in case["weights"].items()})
+    T = f["tokens"]
+    with torch.no_grad():
+        out, weights = m(torch.tensor(case["input"], dtype=torch.float64)[None],
+                         mask=torch.ones(T, T, dtype=torch.bool).tril())
+    np.testing.assert_allclose(out[0].numpy(), case["output"], atol=1e-5)
+    np.testing.assert_allclose(weights[0].numpy(), case["attention"], atol=1e-5)
+    if name == "gpt-oss":  # first principles: a sink takes a share of every row
+        assert (weights.sum(-1) < 1).all()
+
+
+def test_first_principles_of_each_switch():
+    from mha_trace.core.tracer import trace
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 9, 32, dtype=torch.float64) * 50  # scores far past any cap
+    last_scores = lambda m: next(s for s in reversed(trace(m, x, keep_values=True).steps)
+                                 if s.op in ("mul", "div") and tuple(s.shape[-2:]) == (9, 9)).value
+    torch.manual_seed(1)
+    assert last_scores(MultiHeadAttention(32, 4).double()).abs().max() > 20  # what is capped
+    torch.manual_seed(1)
+    assert last_scores(MultiHeadAttention(32, 4, softcap=2.0).double()).abs().max() <= 2.0  # tanh saturates
+    # QK-norm with gains of 1: ‖q‖ = ‖k‖ = √d_k, so |q·k|/√d_k ≤ √d_k
+    assert last_scores(MultiHeadAttention(32, 4, qk_norm=True).double()).abs().max() <= math.sqrt(8) + 1e-9
+    # a sink takes a share of every row; a sink far below every score is no sink
+    plain = MultiHeadAttention(32, 4).double()
+    off = MultiHeadAttention(32, 4, sinks="zero").double()
+    off.load_state_dict(plain.state_dict())
+    learned = MultiHeadAttention(32, 4, sinks="learned").double()
+    learned.load_state_dict({**plain.state_dict(), "sink": torch.full((4,), -1e4, dtype=torch.float64)})
+    y = torch.randn(1, 5, 32, dtype=torch.float64)
+    sums = off(y)[1].sum(-1)
+    assert (sums < 1).all() and (sums > 0).all()
+    torch.testing.assert_close(learned(y)[1], plain(y)[1], atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("options", VARIANTS)
+def test_decoding_with_each_switch_equals_the_full_causal_pass(options):
+    torch.manual_seed(1)
+    m = MultiHeadAttention(16, 2, rope=True, **options).double()
+    x = torch.randn(1, 6, 16, dtype=torch.float64)
+    full, _ = m(x, mask=torch.ones(6, 6, dtype=torch.bool).tril())
+    cache = KVCache()
+    steps = [m(x[:, :3], mask=torch.ones(3, 3, dtype=torch.bool).tril(), cache=cache)[0]]
+    steps += [m(x[:, i:i + 1], cache=cache)[0] for i in range(3, 6)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("flags", [("--softcap", "0.8"), ("--sink-logits",), ("--off-by-one",), ("--qk-norm",),
+                                   ("--qk-norm", "--softcap", "1", "--sink-logits", "--rope")])
+def test_explain_walks_the_weights_heads_shows(cli, flags):
+    """The walk's numbers are computed by hand in analyses.walk; heads' come from the module."""
+    walk = json.loads(cli("explain", *flags, "--token", "cat", "--format", "json", "--decimals", "12").stdout)
+    heads = json.loads(cli("heads", *flags, "--format", "json", "--decimals", "12").stdout)
+    for wh, hh in zip(walk["heads"], heads["heads"]):
+        weights = [k["weight"] for k in wh["keys"]]
+        np.testing.assert_allclose(weights, hh["weights"][1], atol=1e-11)
+        if "sink" in wh:  # the keys' weights and the sink's make one softmax
+            assert sum(weights) + wh["sink"]["weight"] == pytest.approx(1, abs=1e-12)
+        if "--softcap" in flags:
+            c = float(flags[flags.index("--softcap") + 1])
+            for k in wh["keys"]:
+                assert k["capped"] == pytest.approx(c * math.tanh(k["scaled"] / c), abs=1e-12)
+
+
+def test_explain_shows_the_cap_and_the_sink(cli):
+    out = cli("explain", "--softcap", "1", "--off-by-one", "--token", "cat", "--head", "1").stdout
+    assert "1·tanh(s/1)" in out and "(sink)" in out and "fixed at 0" in out
+    # the chapter's 'The' key: q·k = 2, ÷√2 = 1.4142, tanh(1.4142) = 0.8884
+    assert "1.4142       0.8884" in out
+
+
+def test_shapes_traces_each_switch(cli):
+    out = cli("shapes", "--qk-norm", "--softcap", "30", "--sink-logits", "--width", "120").stdout
+    for op in ("rms_norm", "tanh", "cat", "softmax"):
+        assert f" {op} " in out
+    assert "qk-norm softcap=30 sink-logits" in out.splitlines()[0]
+    assert "q_norm 64 · k_norm 64 · sink 8" in out
+    data = json.loads(cli("shapes", "--softcap", "30", "--format", "json").stdout)
+    assert data["config"]["softcap"] == 30.0 and data["config"]["sinks"] is None
+
+
+@pytest.mark.parametrize("args, says", [
+    (("shapes", "--softcap", "2", "--impl", "sdpa"), "--softcap does not go with --impl sdpa"),
+    (("shapes", "--off-by-one", "--impl", "tiled"), "--off-by-one does not go with --impl tiled"),
+    (("heads", "--sink-logits", "--off-by-one"), "a head has one sink"),
+    (("explain", "--softcap", "0"), "--softcap 0.0 must be a number above 0"),
+    (("heads", "--model", "minilm", "--qk-norm"), "--qk-norm does not go with --model"),
+    (("shapes", "--module", "example:l04", "--softcap", "1"), "your class decides its own"),
+])
+def test_refusals_are_one_line(cli, args, says):
+    result = cli(*args)
+    assert result.exit_code != 0 and says in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_api_takes_the_same_switches():
+    import mha_trace
+    from mha_trace.errors import MhaError
+
+    walk = mha_trace.explain(token="cat", softcap=1.0, sink_logits=True)
+    assert walk.heads[0].sink is not None and walk.heads[0].terms[0].capped is not None
+    with pytest.raises(MhaError, match="does not go with --impl sdpa"):
+        mha_trace.trace_sizes(softcap=2.0, impl="sdpa")
+
+
+M = "tests/student/scoring_modules.py:"
+
+
+@pytest.mark.parametrize("cls, flags, diagnosis, line", [
+    ("SoftCap", ("--softcap", "2", "--mask", "causal"), None, None),
+    ("QKNorm", ("--qk-norm",), None, None),
+    ("FunctionalNorm", ("--qk-norm", "--mask", "causal"), None, None),
+    ("Sinks", ("--sink-logits", "--mask", "causal"), None, None),
+    ("OffByOne", ("--off-by-one", "--mask", "causal"), None, None),
+    ("CapAfterMask", ("--softcap", "2", "--mask", "causal"), "soft cap after the mask", 50),
+    ("CapWithoutC", ("--softcap", "2"), "soft cap without its c", 55),
+    ("CapBeforeScale", ("--softcap", "2"), "soft cap before the scale by √d_k", 61),
+    ("NormOverSequence", ("--qk-norm",), "QK-norm over the sequence", 76),
+    ("NormQOnly", ("--qk-norm",), "QK-norm on q only", 26),
+    ("SinkScaled", ("--sink-logits",), "the sink's logit divided by √d_k too", 100),
+    ("Scored", ("--sink-logits",), "the sink never joins the softmax", 38),
+    ("CapAfterSoftmax", ("--softcap", "2"), "soft cap applied after the softmax", 118),
+    ("CapWithoutOuterC", ("--softcap", "2"), "soft cap without the c outside", 123),
+    ("NormWholeProjection", ("--qk-norm",), "QK-norm over the whole projection", 131),
+])
+def test_verify_grades_a_students_variant_under_its_flag(cli, cls, flags, diagnosis, line):
+    """Right when right (the student's own sink logits and norm gains are taken into the lecture's
+    module); Wrong at its line, the mistake named, when one step of the variant is done wrong."""
+    result = cli("verify", "--module", M + cls, *flags, "--format", "json")
+    data = json.loads(result.stdout)
+    assert data["passed"] is (diagnosis is None), data
+    if diagnosis:
+        assert result.exit_code == 1 and data["diagnosis"].startswith(diagnosis)
+        assert data["first_wrong_step"]["line"] == line
+
+
+def test_the_variants_zoo_holds_every_mistake_of_the_variants():
+    from mha_trace.analyses.mistakes import SCORING_MISTAKES
+
+    graded = test_verify_grades_a_students_variant_under_its_flag.pytestmark[0].args[1]
+    named = {d for _, _, d, _ in graded if d}
+    assert len(SCORING_MISTAKES) >= 8
+    assert all(any(m.name.startswith(d) for d in named) for m in SCORING_MISTAKES)
+
+
+@pytest.mark.parametrize("cls, flag", [("Sinks", "--sink-logits"), ("SoftCap", "--softcap C"),
+                                       ("QKNorm", "--qk-norm")])
+def test_without_its_flag_a_variant_is_named_with_the_flag_that_checks_it(cli, cls, flag):
+    data = json.loads(cli("verify", "--module", M + cls, "--format", "json").stdout)
+    assert not data["passed"] and data["diagnosis"] is None and f"{flag} checks it" in data["variant"]
+
+
+def test_the_api_grades_the_same():
+    import mha_trace
+
+    assert mha_trace.verify(M + "Sinks", sink_logits=True).passed
+    assert mha_trace.verify(M + "CapWithoutC", softcap=2.0).diagnosis.startswith("soft cap without its c")

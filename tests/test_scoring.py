@@ -31,6 +31,9 @@ def by_hand(module, x: np.ndarray, keep: np.ndarray | None):
         Q, K = numpy_rope(Q, module.rope_base), numpy_rope(K, module.rope_base)
     K, V = K.repeat(H // G, axis=0), V.repeat(H // G, axis=0)
     s = Q @ K.transpose(0, 2, 1) / math.sqrt(d)
+    if module.alibi:  # the paper's slopes for a power of 2 heads: 2^(-8h/H)
+        slopes = 2.0 ** (-8 * np.arange(1, H + 1) / H)
+        s = s - slopes[:, None, None] * np.abs(np.arange(T)[:, None] - np.arange(T)[None, :])
     if module.softcap is not None:
         s = module.softcap * np.tanh(s / module.softcap)
     if keep is not None:
@@ -42,8 +45,8 @@ def by_hand(module, x: np.ndarray, keep: np.ndarray | None):
     return out, weights
 
 
-VARIANTS = [{"qk_norm": True}, {"softcap": 0.7}, {"sinks": "learned"}, {"sinks": "zero"},
-            {"qk_norm": True, "softcap": 1.5, "sinks": "learned"}]
+VARIANTS = [{"qk_norm": True}, {"softcap": 0.7}, {"sinks": "learned"}, {"sinks": "zero"}, {"alibi": True},
+            {"qk_norm": True, "softcap": 1.5, "sinks": "learned", "alibi": True}]
 
 
 @pytest.mark.parametrize("options", VARIANTS)
@@ -63,13 +66,14 @@ def test_each_switch_is_the_numpy_written_here(options, rope_on, kv_heads, causa
     np.testing.assert_allclose(weights[0].detach().numpy(), ref_w, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["qwen3", "gemma2", "gpt-oss"])
+@pytest.mark.parametrize("name", ["qwen3", "gemma2", "gpt-oss", "bloom"])
 def test_the_switches_give_transformers_numbers(name):
-    """Qwen3's q_norm/k_norm, Gemma 2's attn_logit_softcapping and gpt-oss's sinks, each the class
-    transformers ships, on the same weights and input (causal, RoPE from its own rotary class)."""
+    """Qwen3's q_norm/k_norm, Gemma 2's attn_logit_softcapping, gpt-oss's sinks and BLOOM's ALiBi,
+    each the class transformers ships, on the same weights and input (causal; RoPE from its own
+    rotary class, BLOOM's ALiBi from its own build_alibi_tensor)."""
     f, case = FIXTURE, FIXTURE[name]
-    m = MultiHeadAttention(f["d_model"], f["heads"], f["kv_heads"], rope=True, rope_base=f["rope_base"],
-                           **case["module_options"]).double()
+    options = {"kv_heads": f["kv_heads"], "rope": True, "rope_base": f["rope_base"], **case["module_options"]}
+    m = MultiHeadAttention(f["d_model"], f["heads"], **options).double()
     m.load_state_dict({k: torch.tensor(v, dtype=torch.float64) for k, v in case["weights"].items()})
     T = f["tokens"]
     with torch.no_grad():
@@ -119,6 +123,7 @@ def test_decoding_with_each_switch_equals_the_full_causal_pass(options):
 
 
 @pytest.mark.parametrize("flags", [("--softcap", "0.8"), ("--sink-logits",), ("--off-by-one",), ("--qk-norm",),
+                                   ("--alibi", "--mask", "causal"), ("--alibi", "--softcap", "0.5"),
                                    ("--qk-norm", "--softcap", "1", "--sink-logits", "--rope")])
 def test_explain_walks_the_weights_heads_shows(cli, flags):
     """The walk's numbers are computed by hand in analyses.walk; heads' come from the module."""
@@ -131,8 +136,8 @@ def test_explain_walks_the_weights_heads_shows(cli, flags):
             assert sum(weights) + wh["sink"]["weight"] == pytest.approx(1, abs=1e-12)
         if "--softcap" in flags:
             c = float(flags[flags.index("--softcap") + 1])
-            for k in wh["keys"]:
-                assert k["capped"] == pytest.approx(c * math.tanh(k["scaled"] / c), abs=1e-12)
+            for k in wh["keys"]:  # ALiBi's bias first, then the cap
+                assert k["capped"] == pytest.approx(c * math.tanh((k["scaled"] + k.get("alibi", 0)) / c), abs=1e-12)
 
 
 def test_explain_shows_the_cap_and_the_sink(cli):
@@ -191,6 +196,10 @@ M = "tests/student/scoring_modules.py:"
     ("NormQOnly", ("--qk-norm",), "QK-norm on q only", 26),
     ("SinkScaled", ("--sink-logits",), "the sink's logit divided by √d_k too", 100),
     ("Scored", ("--sink-logits",), "the sink never joins the softmax", 38),
+    ("Alibi", ("--alibi", "--mask", "causal"), None, None),
+    ("AlibiFavoursFar", ("--alibi", "--mask", "causal"), "ALiBi's bias with the wrong sign", 150),
+    ("AlibiReversed", ("--alibi",), "ALiBi's slopes in reverse order", 156),
+    ("AlibiBeforeScale", ("--alibi",), "ALiBi's bias divided by √d_k too", 162),
     ("CapAfterSoftmax", ("--softcap", "2"), "soft cap applied after the softmax", 118),
     ("CapWithoutOuterC", ("--softcap", "2"), "soft cap without the c outside", 123),
     ("NormWholeProjection", ("--qk-norm",), "QK-norm over the whole projection", 131),

@@ -81,6 +81,7 @@ class LectureHeads(Heads):
     b_O: np.ndarray | None = None  # (D,) the output projection's bias (configs have none)
     layer: int = 0  # a model's run: the layer it ran, from 1 (0: a config's or sizes' run)
     sink: np.ndarray | None = None  # (H,) each head's sink logit (config.scoring.sinks)
+    bias: np.ndarray | None = None  # (H, T, T) what the module adds to the scaled scores (ALiBi's)
 
     @property
     def title(self) -> str:
@@ -180,7 +181,8 @@ def analyse(run: Run) -> LectureHeads:
         x=None if run.x is None else numpy(run.x), q=numpy(qp), k=numpy(kp), v=numpy(vp),
         concat=numpy(captured["concat"]), W_O=module.W_o.weight.detach().double().cpu().T.numpy(),
         b_O=None if module.W_o.bias is None else module.W_o.bias.detach().double().cpu().numpy(),
-        layer=run.layer, sink=None if module.sinks is None else module.sink.detach().double().cpu().numpy())
+        layer=run.layer, sink=None if module.sinks is None else module.sink.detach().double().cpu().numpy(),
+        bias=_position_bias(module, len(run.config.tokens)))
 
 
 def run_heads(run: Run, head: int | None = None, effect: bool = False) -> Heads:
@@ -212,6 +214,15 @@ def with_effect(view: Heads) -> LectureHeads:
         raise MhaError(NO_EFFECT, quantity="effect")
     norms = value_norms(view.v, view.W_O, view.heads, view.kv_heads)
     return replace(view, effect=effect_weights(view.layers, norms[None]))
+
+
+def _position_bias(module, T: int):
+    """ALiBi's (H, T, T) bias as the module adds it, or None."""
+    if not module.alibi:
+        return None
+    from mha_trace.core.attention import alibi_bias
+
+    return alibi_bias(module.heads, 0, T, T, torch.float64, "cpu").numpy()
 
 
 def _as_scored(t, module, norm: str):

@@ -2,7 +2,7 @@
 output that equals one of them is diagnosed as that mistake, and shown its one-sentence fix.
 
 The lecture's forward is written here as stages (project, split, QK-norm, RoPE, scores, scale,
-soft cap, mask, softmax (with its sink), weights·V, merge, output); a mistake replaces one or two of them. `needs` says when a
+ALiBi's bias, soft cap, mask, softmax (with its sink), weights·V, merge, output); a mistake replaces one or two of them. `needs` says when a
 mistake can show at all (a mask, none, RoPE, biases, T = d_k for Q @ K to run)."""
 
 from dataclasses import dataclass, field
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from mha_trace.core.attention import MultiHeadAttention, rotate_half
+from mha_trace.core.attention import MultiHeadAttention, alibi_bias, rotate_half
 
 INF = float("-inf")
 
@@ -57,6 +57,14 @@ def _rms(t, gain, dims):
     return t / torch.sqrt(t.pow(2).mean(dim=dims, keepdim=True) + 1e-6) * gain
 
 
+def _alibi(m, s, sign: float = 1.0, slopes_reversed: bool = False):
+    """The scores plus ALiBi's bias as the module adds it (the sign or the slopes' order as given)."""
+    if not m.alibi:
+        return s
+    bias = alibi_bias(m.heads, 0, s.size(-2), s.size(-1), s.dtype, s.device)
+    return s + sign * (bias.flip(0) if slopes_reversed else bias)
+
+
 def _cap(m, s):
     return s if m.softcap is None else m.softcap * torch.tanh(s / m.softcap)
 
@@ -70,6 +78,7 @@ LECTURE = {  # the stages of the lecture's forward: (m, ...) -> ...
     else (Q, K, V),
     "scores": lambda m, Q, K: Q @ K.transpose(-2, -1),
     "scale": lambda m, s: s / m.d_k ** 0.5,
+    "bias": _alibi,
     "cap": _cap,
     "mask": lambda m, s, mask: s if mask is None else s.masked_fill(~mask, INF),
     "softmax": _softmax,
@@ -186,6 +195,15 @@ SCORING_MISTAKES = (  # with --softcap, --qk-norm, --sink-logits or --off-by-one
             "-inf into -c, a score the softmax gives weight", {"cap": lambda m, s: s, "mask": lambda m, s, mask:
                                                                _cap(m, s if mask is None else s.masked_fill(~mask, INF))},
             ("softcap", "mask")),
+    Mistake("ALiBi's bias with the wrong sign (far keys favoured)", "subtract the distance: add "
+            "-m·|i - j|, so the farther the key, the lower its score", {"bias": lambda m, s: _alibi(m, s, -1.0)},
+            ("alibi",)),
+    Mistake("ALiBi's slopes in reverse order (the last head the steepest)", "head h's slope is "
+            "2^(-8h/H): head 1 the steepest, each next one half as steep (for 8 heads)",
+            {"bias": lambda m, s: _alibi(m, s, slopes_reversed=True)}, ("alibi",)),
+    Mistake("ALiBi's bias divided by √d_k too", "add the bias after the scale: it is not a dot "
+            "product", {"scale": lambda m, s: _alibi(m, s) / m.d_k ** 0.5, "bias": lambda m, s: s}, ("alibi",),
+            "sub"),
     Mistake("QK-norm over the sequence instead of each head's d_k", "normalise each q and k vector: "
             "an RMSNorm over the last axis, d_k", {"norm": lambda m, Q, K: (
                 _rms(Q, m.q_norm.weight, -2), _rms(K, m.k_norm.weight, -2))}, ("qk_norm",)),
@@ -230,7 +248,7 @@ def with_mistake(m: MultiHeadAttention, mistake: Mistake, q, k, v, mask):
     Q, K, V = s["rope"](m, Q, K, V)
     if K.size(1) not in (1, Q.size(1)):  # grouped-query: each K/V head serves a group of queries
         K, V = (t.repeat_interleave(Q.size(1) // t.size(1), dim=1) for t in (K, V))
-    scores = s["mask"](m, s["cap"](m, s["scale"](m, s["scores"](m, Q, K))), mask)
+    scores = s["mask"](m, s["cap"](m, s["bias"](m, s["scale"](m, s["scores"](m, Q, K)))), mask)
     weights = s["after softmax"](m, s["softmax"](m, scores), mask)
     context = s["mix"](m, weights, scores, K, V)
     return s["output"](m, s["merge"](m, context), q), weights
@@ -240,7 +258,7 @@ def _can_show(mistake: Mistake, reference, T: int, mask) -> bool:
     return all({"mask": mask is not None, "no mask": mask is None, "rope": reference.rope,
                 "bias": reference.W_q.bias is not None, "T = d_k": T == reference.d_k,
                 "qk_norm": reference.qk_norm, "softcap": reference.softcap is not None,
-                "sinks": reference.sinks is not None}[n]
+                "sinks": reference.sinks is not None, "alibi": reference.alibi}[n]
                for n in mistake.needs)
 
 

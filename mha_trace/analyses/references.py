@@ -91,6 +91,11 @@ def numpy_reference(module, q, k, v, mask):
     K = K.repeat(H // G, axis=1)
     V = lin(module.W_v, v).reshape(B, -1, G, d_k).transpose(0, 2, 1, 3).repeat(H // G, axis=1)
     scores = Q @ K.transpose(0, 1, 3, 2) / np.sqrt(d_k)
+    if module.alibi:  # -m_h·|i - j|, the slopes 2^(-8h/H) (H a power of 2) written out here
+        n = 2 ** int(np.floor(np.log2(H)))
+        slopes = [2 ** (-8 * h / n) for h in range(1, n + 1)] + [2 ** (-4 * (2 * h + 1) / n) for h in range(H - n)]
+        distance = np.abs(np.arange(T)[:, None] - np.arange(K.shape[2])[None, :])
+        scores = scores - np.array(slopes)[:, None, None] * distance
     if module.softcap is not None:
         scores = module.softcap * np.tanh(scores / module.softcap)
     keep = reference_mask(module, mask, T)
@@ -166,7 +171,7 @@ def run_checks(module, q, k, v, mask, dtype: str) -> list[Check]:
     np_out, np_w = numpy_reference(module, q, k, v, mask)
     checks = [Check("numpy by hand, float64", "output", _max_abs(out, np_out), scale(np_out)),
               weights_check("numpy by hand, float64", np_w)]
-    missing = [name for name, on in (("RoPE", module.rope), ("QK-norm", module.qk_norm),
+    missing = [name for name, on in (("RoPE", module.rope), ("QK-norm", module.qk_norm), ("ALiBi", module.alibi),
                                      ("soft-capping", module.softcap is not None),
                                      ("sink", module.sinks is not None)) if on]
     if missing:
@@ -182,11 +187,11 @@ def run_checks(module, q, k, v, mask, dtype: str) -> list[Check]:
     said = ["enable_gqa=True" if module.kv_heads != module.heads else "",
             "explicit window mask" if module.window is not None else "",
             "RoPE turned in numpy" if module.rope else "", "QK-norm in numpy" if module.qk_norm else ""]
-    plain = module.softcap is None and module.sinks is None  # SDPA has no hook on the scores
+    plain = module.softcap is None and module.sinks is None and not module.alibi  # SDPA: no hook on the scores
     checks += [Check("F.scaled_dot_product_attention", "output",
                      _max_abs(out, sdpa_reference(module, q, k, v, mask)) if plain else None, scale(np_out),
                      ", ".join(n for n in said if n) if plain else
-                     "no hook on the scores for soft-capping or a sink (FlexAttention's score_mod would have one)"),
+                     "no hook on the scores for ALiBi, soft-capping or a sink (FlexAttention's score_mod has one)"),
                Check("F.scaled_dot_product_attention", "per-head weights", None, TOLERANCE[dtype],
                      "returns only the output: fused kernels never form the weights")]
     return checks

@@ -123,7 +123,7 @@ def _shown_at(report, traced, ref_trace) -> None:
     from mha_trace.analyses.mistakes import SHOWN_AT
 
     op = SHOWN_AT.get(report.diagnosis or "")
-    step = next((s for s in traced.steps if s.op == op), None)
+    step = next((s for s in traced.steps if s.op == op and len(s.shape) >= 3), None)  # on the scores
     if op and step is not None:
         report.first_wrong, report.missing = step, None
         report.reference_step = next((r for r in ref_trace.steps if r.op == op), None)
@@ -142,7 +142,8 @@ VARIANTS = (  # (what names it in a step, the variant): read off the student's t
     (lambda s, T, H, d: s.op in ("add", "add_") and tuple(s.shape[-2:]) == (T, T) and any(
         len(i) >= 3 and tuple(i[-2:]) == (T, T) and H in tuple(i[-4:-2]) and tuple(i[:1]) != tuple(s.shape[:1])
         for i in s.inputs),
-     "a position bias added to the scores, one (T, T) a head (ALiBi, T5's or Swin's relative bias)"),
+     "a position bias added to the scores, one (T, T) a head (ALiBi, T5's or Swin's relative bias); "
+     "--alibi checks ALiBi's"),
 )
 
 

@@ -22,6 +22,7 @@ class KeyTerm:
     moved: float | None = None  # with --effect: ‖f_h(x_j)‖, the key's value through W_O
     effect: float | None = None  # with --effect: weight × moved, renormalised
     capped: float | None = None  # soft-capping: c·tanh(scaled / c), what the softmax took
+    bias: float | None = None  # ALiBi: what was added to the scaled score
 
 
 @dataclass
@@ -79,7 +80,8 @@ def walk(view: LectureHeads, position: int) -> Walk:
         vs = view.v[:, g * d_k:(g + 1) * d_k]
         dots = ks @ qs
         scaled = dots / sqrt_dk
-        capped = scaled if cap is None else cap * np.tanh(scaled / cap)  # soft-capping (Gemma 2)
+        bias = np.zeros_like(scaled) if view.bias is None else view.bias[h, i]  # ALiBi's
+        capped = scaled + bias if cap is None else cap * np.tanh((scaled + bias) / cap)  # soft-capping
         allowed = np.ones(len(dots), bool) if view.mask is None else view.mask[i]
         sink = None if view.sink is None else float(view.sink[h])
         weights, sink_weight = _softmax(capped, allowed, sink)
@@ -87,7 +89,8 @@ def walk(view: LectureHeads, position: int) -> Walk:
         terms = [KeyTerm(t, list(zip(qs.tolist(), ks[j].tolist())), float(dots[j]),
                          float(scaled[j]), not allowed[j], float(weights[j]),
                          *((None, None) if moved is None else (float(moved[j]), float(effect[j]))),
-                         capped=None if cap is None else float(capped[j]))
+                         capped=None if cap is None else float(capped[j]),
+                         bias=None if view.bias is None else float(bias[j]))
                  for j, t in enumerate(view.tokens)]
         heads.append(HeadWalk(h + 1, (h * d_k, (h + 1) * d_k), g + 1, qs, terms, vs, weights @ vs,
                               None if sink is None else (sink, sink_weight)))

@@ -10,8 +10,8 @@ Nothing in this file knows about tracing or printing: the tracer watches it from
 The options modern models use are plain switches, nanoGPT-style: `rope` (rotary positions, as
 LLaMA), `window` (sliding window, as Mistral), `impl="sdpa"` (the fused kernel) or `"tiled"`
 (FlashAttention-2's loop, written out) and a `KVCache` for decoding one token at a time; and on
-the scores, `qk_norm` (Qwen3, OLMo 2), `softcap` (Gemma 2) and `sinks` (gpt-oss's learned logit a
-head, or the off-by-one softmax's fixed 0).
+the scores, `qk_norm` (Qwen3, OLMo 2), `alibi` (BLOOM), `softcap` (Gemma 2) and `sinks` (gpt-oss's
+learned logit a head, or the off-by-one softmax's fixed 0).
 """
 
 import math
@@ -57,6 +57,21 @@ def rope_angles(start, T, d, base, dtype, device):
     return cos, sin
 
 
+def alibi_slopes(heads):
+    """ALiBi's slope a head (Press et al. 2022): 2^(-8h/H), h = 1..H, for H a power of 2; else the
+    nearest power's slopes, then every other one of twice that many heads' (as BLOOM builds them)."""
+    n = 2 ** math.floor(math.log2(heads))
+    extra = [2 ** (-4 * (2 * h + 1) / n) for h in range(heads - n)]
+    return torch.tensor([2 ** (-8 * (h + 1) / n) for h in range(n)] + extra)  # (H,)
+
+
+def alibi_bias(heads, start, T, T_keys, dtype, device):
+    """-m_h · |i - j| for query i (from position `start`) and key j: (H, T, T_keys)."""
+    i = start + torch.arange(T, device=device)[:, None]
+    j = torch.arange(T_keys, device=device)[None, :]
+    return -alibi_slopes(heads).to(device=device, dtype=dtype)[:, None, None] * (i - j).abs()
+
+
 class KVCache:
     """The keys and values of the tokens seen so far; it grows by concatenation, one step at a time."""
 
@@ -87,7 +102,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model, heads, kv_heads=None, bias=True, rope=False, rope_base=10000.0,
                  window=None, impl="explicit", block_q=None, block_k=None, qk_norm=False,
-                 softcap=None, sinks=None):
+                 softcap=None, sinks=None, alibi=False):
         super().__init__()
         kv_heads = kv_heads or heads
         self.d_model = d_model
@@ -98,6 +113,7 @@ class MultiHeadAttention(nn.Module):
         self.window = window  # a query sees at most `window` keys, itself included
         self.impl, self.block_q, self.block_k = impl, block_q, block_k  # "explicit" | "sdpa" | "tiled"
         self.softcap = softcap  # scores squashed into (-softcap, softcap) before the softmax
+        self.alibi = alibi  # a bias falling linearly with the query-key distance, a slope a head
 
         # four linear layers: Q, K, V projections (K and V smaller under GQA) and the output mix
         self.W_q = nn.Linear(d_model, d_model, bias=bias)
@@ -176,6 +192,9 @@ class MultiHeadAttention(nn.Module):
 
             # scaled dot-product attention, all heads at once
             scores = torch.matmul(Q, K.transpose(-2, -1)) / math.sqrt(self.d_k)  # (B, H, T, T_keys)
+            if self.alibi:
+                # ALiBi (BLOOM): each head's scores fall by its slope m_h per token of distance
+                scores = scores + alibi_bias(self.heads, start, Q.size(2), K.size(2), Q.dtype, Q.device)
             if self.softcap is not None:
                 # soft-capping (Gemma 2): c·tanh(s / c) keeps every score inside (-c, c)
                 scores = self.softcap * torch.tanh(scores / self.softcap)  # (B, H, T, T_keys)

@@ -1,6 +1,7 @@
 """What the lecture's module does to the scores past q·k/√d_k, in modern models: one value, no torch.
 
     QK-norm (Qwen3, OLMo 2)      each head's q and k RMS-normalised over its d_k dims before q·k
+    ALiBi (BLOOM)                -m_h·|i - j| added to each score: a slope a head, no positions learned
     soft-capping (Gemma 2)       each score s squashed to c·tanh(s / c), inside (-c, c)
     sink logits (gpt-oss)        one more logit a head in every row's softmax, learned, then dropped
     off-by-one softmax           the same sink fixed at 0: exp(s_j) / (1 + Σ exp(s))
@@ -23,6 +24,7 @@ class Scoring:
     qk_norm: bool = False
     softcap: float | None = None  # c: every score kept inside (-c, c)
     sinks: str | None = None  # "learned" (a logit a head, gpt-oss) | "zero" (the off-by-one softmax)
+    alibi: bool = False  # ALiBi: the scores fall linearly with the query-key distance
 
     @property
     def plain(self) -> bool:
@@ -34,35 +36,38 @@ class Scoring:
 
     def flags(self) -> list[str]:
         """As the command line writes them: ['--qk-norm', '--softcap 30', '--sink-logits']."""
-        return [f for f in ("--qk-norm" if self.qk_norm else None,
+        return [f for f in ("--qk-norm" if self.qk_norm else None, "--alibi" if self.alibi else None,
                             None if self.softcap is None else f"--softcap {self.softcap:g}",
                             None if self.sinks is None else "--" + SINKS[self.sinks].replace("_", "-")) if f]
 
     def named(self) -> list[str]:
         """In words, for a walk's title: ['QK-norm', 'soft-capped at 30', 'the off-by-one softmax']."""
         sink = {"learned": "a learned sink logit a head", "zero": "the off-by-one softmax", None: None}
-        return [n for n in ("QK-norm" if self.qk_norm else None,
+        return [n for n in ("QK-norm" if self.qk_norm else None, "ALiBi" if self.alibi else None,
                             None if self.softcap is None else f"soft-capped at {self.softcap:g}",
                             sink[self.sinks]) if n]
 
 
 # the paths that never form the scores (their rule is the module's; the wording one for every front end)
 RULES = (apart("softcap", ("impl=sdpa", "impl=tiled"), "only the explicit path forms the scores it squashes"),
+         apart("alibi", ("impl=sdpa", "impl=tiled"), "only the explicit path forms the scores it adds to"),
          apart("sink_logits", ("impl=sdpa", "impl=tiled"), "only the explicit path has a softmax to add a column to"),
          apart("off_by_one", ("impl=sdpa", "impl=tiled"), "only the explicit path has a softmax to add a column to"),
          apart("sink_logits", ("off_by_one",), "a head has one sink: a learned logit, or the off-by-one softmax's 0"))
 
 
-def scoring_of(qk_norm=False, softcap=None, sink_logits=False, off_by_one=False, impl=None) -> Scoring:
+def scoring_of(qk_norm=False, softcap=None, sink_logits=False, off_by_one=False, impl=None,
+               alibi=False) -> Scoring:
     """The options as given (the command line's or the API's), checked: a Scoring, or one Error."""
-    for name, value in (("qk_norm", qk_norm), ("sink_logits", sink_logits), ("off_by_one", off_by_one)):
+    for name, value in (("qk_norm", qk_norm), ("sink_logits", sink_logits), ("off_by_one", off_by_one),
+                        ("alibi", alibi)):
         if not isinstance(value, bool):
             raise MhaError(f"{name} must be True or False, got {value!r}", quantity=name)
     if softcap is not None and (isinstance(softcap, bool) or not isinstance(softcap, (int, float))
                                 or not 0 < softcap < math.inf):
         raise MhaError(f"softcap {softcap!r} must be a number above 0 (Gemma 2 caps its scores at 50)",
                        quantity="softcap")
-    judge({"softcap": softcap, "sink_logits": sink_logits, "off_by_one": off_by_one,
+    judge({"softcap": softcap, "sink_logits": sink_logits, "off_by_one": off_by_one, "alibi": alibi,
            "impl=sdpa": impl == "sdpa", "impl=tiled": impl == "tiled"}, RULES)
     sinks = "learned" if sink_logits else "zero" if off_by_one else None
-    return Scoring(qk_norm, None if softcap is None else float(softcap), sinks)
+    return Scoring(qk_norm, None if softcap is None else float(softcap), sinks, alibi)

@@ -60,6 +60,9 @@ def _scoring_words(scoring) -> list:
     if scoring.qk_norm:
         words.append("QK-norm: each head's q and k are divided by their RMS over the head's dims "
                      "(times a learned gain, 1 here) before the dot products, so no |q·k| exceeds d_k.")
+    if scoring.alibi:
+        words.append("ALiBi: each head adds -m·|i - j| to the scaled score, its slope m a power of 1/2 "
+                     "(2^(-8h/H) for head h): the farther the key, the lower its score; no position is learned.")
     if scoring.softcap is not None:
         c = scoring.softcap
         words.append(f"Soft-capping: each score s goes through {c:g}·tanh(s / {c:g}) before the softmax; "
@@ -80,7 +83,9 @@ def _head_table(w, hw, decimals: int):
     table.add_column("key")
     table.add_column("q·k", overflow="fold")
     table.add_column("÷√d_k", justify="right")
-    cap = view.config.scoring.softcap
+    cap, alibi = view.config.scoring.softcap, view.bias is not None
+    if alibi:
+        table.add_column("+ ALiBi", justify="right")
     if cap is not None:
         table.add_column(f"{cap:g}·tanh(s/{cap:g})", justify="right")
     table.add_column("softmax", justify="right")
@@ -93,13 +98,13 @@ def _head_table(w, hw, decimals: int):
                                                                  style=shade(t.weight))
         moved = [fmt(t.moved, decimals), Text(fmt(t.effect, decimals), style=shade(t.effect))
                  ] if effect else []
-        capped = [] if cap is None else [fmt(t.capped, decimals)]
+        capped = ([fmt(t.bias, decimals)] if alibi else []) + ([] if cap is None else [fmt(t.capped, decimals)])
         table.add_row(t.token, _dot_text(t.products, t.dot, decimals),
                       fmt(t.scaled, decimals), *capped, weight, *moved, style="dim" if t.masked else None)
     if hw.sink is not None:
         logit, share = hw.sink
         learned = "this head's learned logit" if view.config.scoring.sinks == "learned" else "fixed at 0"
-        logits = [fmt(logit, decimals)] if cap is None else ["", fmt(logit, decimals)]  # not capped
+        logits = [""] * (alibi + (cap is not None)) + [fmt(logit, decimals)]  # neither biased nor capped
         table.add_row("(sink)", learned, *logits,
                       Text(fmt(share, decimals), style=shade(share)), *[""] * (2 * effect), style="italic")
     table.caption = weighted_sum(hw, decimals, view.head_name(hw.head))
@@ -167,6 +172,7 @@ def explain_data(w, decimals: int, only_head: int | None) -> dict:
                              "dot": r(t.dot), "scaled": r(t.scaled), "masked": t.masked,
                              "weight": r(t.weight),
                              **({} if t.capped is None else {"capped": r(t.capped)}),
+                             **({} if t.bias is None else {"alibi": r(t.bias)}),
                              **({} if t.effect is None else {"moved": r(t.moved),
                                                              "effect": r(t.effect)})}
                             for t in hw.terms],

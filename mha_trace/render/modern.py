@@ -57,6 +57,10 @@ def scoring_notes(report: ShapesReport) -> list[str]:
         lines.append(f"QK-norm ({rows('rms_norm')}): each head's q and k scaled to unit RMS over its "
                      f"{d_k} dims (RMSNorm, a learned gain a dim), before RoPE and q·k: with gains of "
                      f"1, ‖q‖ = ‖k‖ = √d_k, so no score |q·k|/√d_k exceeds √d_k = {d_k ** 0.5:.3g}.")
+    if r.scoring.alibi:
+        lines.append(f"ALiBi ({rows('add', 'alibi')}): each head's scores get -m_h·|i - j| added, slopes "
+                     f"2^(-8h/H) from head 1's {2 ** (-8 / r.heads):.3g}; a constant (H, T, T) bias, "
+                     f"made from positions alone, so nothing about position is learned.")
     if r.scoring.softcap is not None:
         c = r.scoring.softcap
         lines.append(f"Soft-capping ({rows('tanh')}): each score s becomes {c:g}·tanh(s / {c:g}), "

@@ -130,3 +130,34 @@ class NormWholeProjection(Scored):
     def normed(self, q, k):
         whole = lambda t: t / t.pow(2).mean(dim=(1, 3), keepdim=True).add(1e-6).sqrt()
         return whole(q), whole(k)
+
+
+def slopes(h):
+    return 2.0 ** (-8 * torch.arange(1, h + 1, dtype=torch.float64) / h)
+
+
+class Alibi(Scored):
+    def distance(self, T):
+        return (torch.arange(T)[:, None] - torch.arange(T)[None, :]).abs()
+
+    def scored(self, s, mask):
+        s = s / math.sqrt(self.d_k) - slopes(self.h)[:, None, None] * self.distance(s.size(-1))
+        return s if mask is None else s.masked_fill(~mask, float("-inf"))
+
+
+class AlibiFavoursFar(Alibi):
+    def scored(self, s, mask):
+        s = s / math.sqrt(self.d_k) + slopes(self.h)[:, None, None] * self.distance(s.size(-1))
+        return s if mask is None else s.masked_fill(~mask, float("-inf"))
+
+
+class AlibiReversed(Alibi):
+    def scored(self, s, mask):
+        s = s / math.sqrt(self.d_k) - slopes(self.h).flip(0)[:, None, None] * self.distance(s.size(-1))
+        return s if mask is None else s.masked_fill(~mask, float("-inf"))
+
+
+class AlibiBeforeScale(Alibi):
+    def scored(self, s, mask):
+        s = (s - slopes(self.h)[:, None, None] * self.distance(s.size(-1))) / math.sqrt(self.d_k)
+        return s if mask is None else s.masked_fill(~mask, float("-inf"))

@@ -192,7 +192,7 @@ def test_mistral_cache_honours_its_window(cli):
     (("shapes", "--window", "0"), "--window: window=0 must be a positive integer (at least 1)"),
     (("shapes", "--module", "examples/l04_mha.py:MultiHeadAttention", "--rope"),
      "--module: --rope, --window, --impl, --decode, --kv-heads and the scores' variants (--qk-norm, --alibi, --softcap, "
-     "--sink-logits, --off-by-one) set up the built-in module; your class decides its own"),
+     "--sink-logits, --off-by-one, --diff) set up the built-in module; your class decides its own"),
     (("verify", "--config", "cat-sat-on-mat", "--impl", "sdpa"),
      "--impl goes with sizes from flags (a config runs the explicit module)"),
 ])

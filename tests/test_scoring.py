@@ -45,6 +45,41 @@ def by_hand(module, x: np.ndarray, keep: np.ndarray | None):
     return out, weights
 
 
+def differential_by_hand(module, x: np.ndarray, keep: np.ndarray | None):
+    """The DIFF Transformer's equations in NumPy, from the module's weights: (output, weights)."""
+    w = {k: v.detach().double().numpy() for k, v in module.state_dict().items()}
+    T, H, G, d = len(x), module.heads, module.kv_heads, module.d_k
+    heads = lambda name, n: (x @ w[f"{name}.weight"].T + w.get(f"{name}.bias", 0)).reshape(T, n, d).transpose(1, 0, 2)
+    Q, K, V = heads("W_q", H), heads("W_k", G).repeat(H // G, 0), heads("W_v", G).repeat(H // G, 0)
+    maps = []
+    for part in (slice(0, d // 2), slice(d // 2, d)):
+        s = Q[..., part] @ K[..., part].transpose(0, 2, 1) / math.sqrt(d // 2)
+        e = np.exp(np.where(keep, s, -np.inf) if keep is not None else s)
+        maps.append(e / e.sum(-1, keepdims=True))
+    lam = math.exp(w["lambda_q1"] @ w["lambda_k1"]) - math.exp(w["lambda_q2"] @ w["lambda_k2"]) + 0.2
+    weights = maps[0] - lam * maps[1]
+    o = weights @ V
+    o = 0.8 * o / np.sqrt((o ** 2).mean(-1, keepdims=True) + 1e-5)
+    return o.transpose(1, 0, 2).reshape(T, H * d) @ w["W_o.weight"].T + w["W_o.bias"], weights
+
+
+@pytest.mark.parametrize("kv_heads, causal, qk_norm", [(None, False, False), (2, True, True)])
+def test_differential_attention_is_the_papers_equations(kv_heads, causal, qk_norm):
+    torch.manual_seed(5)
+    m = MultiHeadAttention(24, 4, kv_heads, diff=True, qk_norm=qk_norm).double()
+    x = torch.randn(1, 7, 24, dtype=torch.float64)
+    keep = np.tril(np.ones((7, 7), bool)) if causal else None
+    out, weights = m(x, mask=None if keep is None else torch.from_numpy(keep))
+    if qk_norm:  # the by-hand version has no QK-norm: check that the switch changes the numbers, then stop
+        assert not np.allclose(out[0].detach().numpy(), differential_by_hand(m, x[0].numpy(), keep)[0])
+        return
+    ref_out, ref_w = differential_by_hand(m, x[0].numpy(), keep)
+    np.testing.assert_allclose(out[0].detach().numpy(), ref_out, atol=1e-10)
+    np.testing.assert_allclose(weights[0].detach().numpy(), ref_w, atol=1e-12)
+    lam = float(m.lam().detach())
+    np.testing.assert_allclose(weights[0].detach().numpy().sum(-1), 1 - lam, atol=1e-12)  # rows: 1 - λ
+
+
 VARIANTS = [{"qk_norm": True}, {"softcap": 0.7}, {"sinks": "learned"}, {"sinks": "zero"}, {"alibi": True},
             {"qk_norm": True, "softcap": 1.5, "sinks": "learned", "alibi": True}]
 
@@ -66,7 +101,7 @@ def test_each_switch_is_the_numpy_written_here(options, rope_on, kv_heads, causa
     np.testing.assert_allclose(weights[0].detach().numpy(), ref_w, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["qwen3", "gemma2", "gpt-oss", "bloom"])
+@pytest.mark.parametrize("name", ["qwen3", "gemma2", "gpt-oss", "bloom", "diffllama"])
 def test_the_switches_give_transformers_numbers(name):
     """Qwen3's q_norm/k_norm, Gemma 2's attn_logit_softcapping, gpt-oss's sinks and BLOOM's ALiBi,
     each the class transformers ships, on the same weights and input (causal; RoPE from its own
@@ -80,7 +115,8 @@ def test_the_switches_give_transformers_numbers(name):
         out, weights = m(torch.tensor(case["input"], dtype=torch.float64)[None],
                          mask=torch.ones(T, T, dtype=torch.bool).tril())
     np.testing.assert_allclose(out[0].numpy(), case["output"], atol=1e-5)
-    np.testing.assert_allclose(weights[0].numpy(), case["attention"], atol=1e-5)
+    if "attention" in case:  # DiffLlama returns its first map only
+        np.testing.assert_allclose(weights[0].numpy(), case["attention"], atol=1e-5)
     if name == "gpt-oss":  # first principles: a sink takes a share of every row
         assert (weights.sum(-1) < 1).all()
 
@@ -124,6 +160,7 @@ def test_decoding_with_each_switch_equals_the_full_causal_pass(options):
 
 @pytest.mark.parametrize("flags", [("--softcap", "0.8"), ("--sink-logits",), ("--off-by-one",), ("--qk-norm",),
                                    ("--alibi", "--mask", "causal"), ("--alibi", "--softcap", "0.5"),
+                                   ("--diff", "--mask", "causal"), ("--diff", "--qk-norm"),
                                    ("--qk-norm", "--softcap", "1", "--sink-logits", "--rope")])
 def test_explain_walks_the_weights_heads_shows(cli, flags):
     """The walk's numbers are computed by hand in analyses.walk; heads' come from the module."""
@@ -132,6 +169,11 @@ def test_explain_walks_the_weights_heads_shows(cli, flags):
     for wh, hh in zip(walk["heads"], heads["heads"]):
         weights = [k["weight"] for k in wh["keys"]]
         np.testing.assert_allclose(weights, hh["weights"][1], atol=1e-11)
+        if "second" in wh["keys"][0]:  # differential: each map a softmax; the weight is map 1 - λ·map 2
+            maps = [[k["second"][f"map_{i}"] for k in wh["keys"]] for i in (1, 2)]
+            assert sum(maps[0]) == pytest.approx(1, abs=1e-12) and sum(maps[1]) == pytest.approx(1, abs=1e-12)
+            lam = (np.array(maps[0]) - np.array(weights)) / np.where(np.array(maps[1]) > 0, maps[1], 1)
+            assert np.ptp([v for v, m2 in zip(lam, maps[1]) if m2 > 0]) < 1e-9  # one λ for every key
         if "sink" in wh:  # the keys' weights and the sink's make one softmax
             assert sum(weights) + wh["sink"]["weight"] == pytest.approx(1, abs=1e-12)
         if "--softcap" in flags:
@@ -164,6 +206,10 @@ def test_shapes_traces_each_switch(cli):
     (("explain", "--softcap", "0"), "--softcap 0.0 must be a number above 0"),
     (("heads", "--model", "minilm", "--qk-norm"), "--qk-norm does not go with --model"),
     (("shapes", "--module", "example:l04", "--softcap", "1"), "your class decides its own"),
+    (("shapes", "--diff", "--decode", "2"), "--diff does not go with --decode"),
+    (("explain", "--diff", "--softcap", "2"), "--diff does not go with --softcap"),
+    (("shapes", "--diff", "--heads", "512"), "d_k = 1 must be a multiple of 2"),
+    (("explain", "--diff", "--rope"), "each turned by RoPE in pairs, so d_k = 2 must be a multiple of 4"),
 ])
 def test_refusals_are_one_line(cli, args, says):
     result = cli(*args)
@@ -200,6 +246,12 @@ M = "tests/student/scoring_modules.py:"
     ("AlibiFavoursFar", ("--alibi", "--mask", "causal"), "ALiBi's bias with the wrong sign", 150),
     ("AlibiReversed", ("--alibi",), "ALiBi's slopes in reverse order", 156),
     ("AlibiBeforeScale", ("--alibi",), "ALiBi's bias divided by √d_k too", 162),
+    ("Differential", ("--diff", "--mask", "causal"), None, None),
+    ("DiffRawLambda", ("--diff",), "λ not re-parametrised", 201),
+    ("DiffNoNorm", ("--diff",), "each head's output not normed", 206),
+    ("DiffScaledByDk", ("--diff",), "each map scaled by √d_k, not √(d_k / 2)", 211),
+    ("DiffSecondAdded", ("--diff", "--mask", "causal"), "the second map added, not taken away", 223),
+    ("DiffNotScaled", ("--diff",), "each head's output not scaled by 1 - λ_init", 230),
     ("CapAfterSoftmax", ("--softcap", "2"), "soft cap applied after the softmax", 118),
     ("CapWithoutOuterC", ("--softcap", "2"), "soft cap without the c outside", 123),
     ("NormWholeProjection", ("--qk-norm",), "QK-norm over the whole projection", 131),
@@ -216,16 +268,16 @@ def test_verify_grades_a_students_variant_under_its_flag(cli, cls, flags, diagno
 
 
 def test_the_variants_zoo_holds_every_mistake_of_the_variants():
-    from mha_trace.analyses.mistakes import SCORING_MISTAKES
+    from mha_trace.analyses.mistakes import DIFF_MISTAKES, SCORING_MISTAKES
 
     graded = test_verify_grades_a_students_variant_under_its_flag.pytestmark[0].args[1]
     named = {d for _, _, d, _ in graded if d}
-    assert len(SCORING_MISTAKES) >= 8
-    assert all(any(m.name.startswith(d) for d in named) for m in SCORING_MISTAKES)
+    missing = [m.name for m in SCORING_MISTAKES + DIFF_MISTAKES if not any(m.name.startswith(d) for d in named)]
+    assert len(SCORING_MISTAKES) >= 13 and missing == []
 
 
 @pytest.mark.parametrize("cls, flag", [("Sinks", "--sink-logits"), ("SoftCap", "--softcap C"),
-                                       ("QKNorm", "--qk-norm")])
+                                       ("QKNorm", "--qk-norm"), ("Differential", "--diff")])
 def test_without_its_flag_a_variant_is_named_with_the_flag_that_checks_it(cli, cls, flag):
     data = json.loads(cli("verify", "--module", M + cls, "--format", "json").stdout)
     assert not data["passed"] and data["diagnosis"] is None and f"{flag} checks it" in data["variant"]
@@ -236,3 +288,12 @@ def test_the_api_grades_the_same():
 
     assert mha_trace.verify(M + "Sinks", sink_logits=True).passed
     assert mha_trace.verify(M + "CapWithoutC", softcap=2.0).diagnosis.startswith("soft cap without its c")
+
+
+def test_differential_walk_with_rope_is_the_modules(cli):
+    """Each half of q and k turns as a head of its own: the walk's weights equal the module's."""
+    args = ("--diff", "--rope", "--config", "chicken-road", "--mask", "causal", "--format", "json", "--decimals", "12")
+    walk = json.loads(cli("explain", *args, "--token", "it").stdout)
+    heads = json.loads(cli("heads", *args).stdout)
+    for wh, hh in zip(walk["heads"], heads["heads"]):
+        np.testing.assert_allclose([k["weight"] for k in wh["keys"]], hh["weights"][7], atol=1e-11)

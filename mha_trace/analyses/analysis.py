@@ -82,6 +82,7 @@ class LectureHeads(Heads):
     layer: int = 0  # a model's run: the layer it ran, from 1 (0: a config's or sizes' run)
     sink: np.ndarray | None = None  # (H,) each head's sink logit (config.scoring.sinks)
     bias: np.ndarray | None = None  # (H, T, T) what the module adds to the scaled scores (ALiBi's)
+    lam: tuple | None = None  # differential attention's (λ, λ_init): the second map taken away λ times
 
     @property
     def title(self) -> str:
@@ -182,7 +183,8 @@ def analyse(run: Run) -> LectureHeads:
         concat=numpy(captured["concat"]), W_O=module.W_o.weight.detach().double().cpu().T.numpy(),
         b_O=None if module.W_o.bias is None else module.W_o.bias.detach().double().cpu().numpy(),
         layer=run.layer, sink=None if module.sinks is None else module.sink.detach().double().cpu().numpy(),
-        bias=_position_bias(module, len(run.config.tokens)))
+        bias=_position_bias(module, len(run.config.tokens)),
+        lam=(float(module.lam().detach()), module.lambda_init) if module.diff else None)
 
 
 def run_heads(run: Run, head: int | None = None, effect: bool = False) -> Heads:
@@ -234,7 +236,10 @@ def _as_scored(t, module, norm: str):
     heads = t.view(B, T, width // module.d_k, module.d_k).transpose(1, 2)
     if module.qk_norm:
         heads = getattr(module, norm)(heads)
-    if module.rope:
+    if module.rope and module.diff:  # each half turns as a head of its own
+        halves = heads.unflatten(-1, (2, -1)).transpose(2, 3)  # (B, n, 2, T, d_k/2)
+        heads = rope(halves, 0, module.rope_base).transpose(2, 3).flatten(-2)
+    elif module.rope:
         heads = rope(heads, 0, module.rope_base)
     return heads.transpose(1, 2).reshape(B, T, width)
 

@@ -83,7 +83,8 @@ def square_matrices(mapping: Mapping) -> bool:
 
 
 def take_scoring(reference: MultiHeadAttention, module) -> None:
-    """The student's own sink logits (one a head) and QK-norm gains (d_k each, named for q and k)
+    """The student's own sink logits (one a head), QK-norm gains (d_k each, named for q and k) and
+    differential attention's λ vectors (d_k/2 each, named lambda_q1 ... as the paper names them)
     put into the reference, found by shape: the variant's parameters are the student's to set; what
     is checked is what its forward does with them. Left as the reference's when not found."""
     if not isinstance(module, nn.Module):
@@ -99,3 +100,7 @@ def take_scoring(reference: MultiHeadAttention, module) -> None:
         if reference.qk_norm and len(q) == len(k) == 1:
             reference.q_norm.weight.copy_(q[0])
             reference.k_norm.weight.copy_(k[0])
+        lambdas = {n.split(".")[-1].lower(): t for n, t in own.items() if tuple(t.shape) == (reference.d_k // 2,)}
+        if reference.diff and {"lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"} <= set(lambdas):
+            for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
+                getattr(reference, name).copy_(lambdas[name])

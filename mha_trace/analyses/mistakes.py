@@ -21,7 +21,7 @@ class Mistake:
     fix: str  # one sentence
     stages: dict = field(default_factory=dict)  # stage -> its wrong version
     needs: tuple = ()  # "mask", "no mask", "rope", "bias", "T = d_k", "qk_norm", "softcap", "sinks"
-    at: str = ""  # the op of the student's step to name, where the first different value is not it
+    at: tuple = ()  # (op, rank) of the student's step to name, where the first different value is not it
 
 
 def _rope(x, base, sign=1.0):
@@ -183,7 +183,7 @@ MISTAKES = (
 SCORING_MISTAKES = (  # with --softcap, --qk-norm, --sink-logits or --off-by-one: the variant done wrong
     Mistake("soft cap applied after the softmax", "cap the scores, before the softmax: "
             "scores = c * torch.tanh(scores / c)", {"cap": lambda m, s: s, "after softmax": lambda m, w, mask:
-                                                   m.softcap * torch.tanh(w / m.softcap)}, ("softcap",), "tanh"),
+                                                   m.softcap * torch.tanh(w / m.softcap)}, ("softcap",), ("tanh", 4)),
     Mistake("soft cap without its c (tanh(s), not c·tanh(s / c))", "divide by c inside the tanh and "
             "multiply by c outside: c * torch.tanh(scores / c)", {"cap": lambda m, s: torch.tanh(s)}, ("softcap",)),
     Mistake("soft cap without the c outside (tanh(s / c))", "multiply the tanh by c again: "
@@ -203,7 +203,7 @@ SCORING_MISTAKES = (  # with --softcap, --qk-norm, --sink-logits or --off-by-one
             {"bias": lambda m, s: _alibi(m, s, slopes_reversed=True)}, ("alibi",)),
     Mistake("ALiBi's bias divided by √d_k too", "add the bias after the scale: it is not a dot "
             "product", {"scale": lambda m, s: _alibi(m, s) / m.d_k ** 0.5, "bias": lambda m, s: s}, ("alibi",),
-            "sub"),
+            ("sub", 4)),
     Mistake("QK-norm over the sequence instead of each head's d_k", "normalise each q and k vector: "
             "an RMSNorm over the last axis, d_k", {"norm": lambda m, Q, K: (
                 _rms(Q, m.q_norm.weight, -2), _rms(K, m.k_norm.weight, -2))}, ("qk_norm",)),
@@ -219,7 +219,44 @@ SCORING_MISTAKES = (  # with --softcap, --qk-norm, --sink-logits or --off-by-one
     Mistake("the sink's logit divided by √d_k too", "join the sink after the scale: it is a logit "
             "of its own, not a dot product", {"softmax": lambda m, s: _softmax(m, s, m.d_k ** -0.5)}, ("sinks",)),
 )
-KNOWN = MISTAKES + SCORING_MISTAKES
+DIFF = {  # differential attention's stages (core.attention's differential and what follows it)
+    "scale": lambda m, s: s / (m.d_k // 2) ** 0.5,
+    "lam": lambda m: m.lam(),
+    "combine": lambda m, first, second, lam: first - lam * second,
+    "head norm": lambda m, c: (1 - m.lambda_init) * m.head_norm(c),
+}
+DIFF_MISTAKES = (  # with --diff
+    Mistake("λ not re-parametrised (λ_q1·λ_k1 - λ_q2·λ_k2 + λ_init, without the exps)", "λ = exp(λ_q1·λ_k1) - "
+            "exp(λ_q2·λ_k2) + λ_init: the exps keep λ learning at the pace of q and k",
+            {"lam": lambda m: torch.dot(m.lambda_q1, m.lambda_k1) - torch.dot(m.lambda_q2, m.lambda_k2)
+             + m.lambda_init}, ("diff",), ("add", 0)),
+    Mistake("the second map added, not taken away", "subtract it: softmax₁ - λ·softmax₂, so what both maps "
+            "share cancels", {"combine": lambda m, first, second, lam: first + lam * second}, ("diff",), ("add", 4)),
+    Mistake("each head's output not normed", "RMS-norm each head's Σ w·v over its d_k dims before the heads "
+            "are joined", {"head norm": lambda m, c: (1 - m.lambda_init) * c}, ("diff",)),
+    Mistake("each head's output not scaled by 1 - λ_init", "multiply the normed head by (1 - λ_init), so its "
+            "scale matches plain attention's at the start of training", {"head norm": lambda m, c: m.head_norm(c)},
+            ("diff",), ("rms_norm", 4)),
+    Mistake("each map scaled by √d_k, not √(d_k / 2)", "a map's q and k are half a head: scale by the width "
+            "they have, math.sqrt(d_k // 2)", {"scale": lambda m, s: s / m.d_k ** 0.5}, ("diff",)),
+)
+
+
+def with_differential(m: MultiHeadAttention, mistake: Mistake, q, k, v, mask):
+    """The lecture's differential attention, stage by stage, with the mistake's stages in place."""
+    s = {**LECTURE, **DIFF, **mistake.stages}
+    Q, K, V = (s["split"](m, s["project"](m, x, layer)) for x, layer in zip((q, k, v), s["layers"](m)))
+    Q, K = s["norm"](m, Q, K)
+    Q, K = (t.unflatten(-1, (2, -1)).transpose(2, 3) for t in (Q, K))  # (B, n, 2, T, d_k/2)
+    Q, K, V = s["rope"](m, Q, K, V)
+    if K.size(1) != Q.size(1):
+        K, V = (t.repeat_interleave(Q.size(1) // t.size(1), dim=1) for t in (K, V))
+    maps = torch.softmax(s["mask"](m, s["scale"](m, Q @ K.transpose(-2, -1)), mask), dim=-1)
+    weights = s["combine"](m, maps[:, :, 0], maps[:, :, 1], s["lam"](m))
+    return s["output"](m, s["merge"](m, s["head norm"](m, weights @ V)), q), weights
+
+
+KNOWN = MISTAKES + SCORING_MISTAKES + DIFF_MISTAKES
 BUGS = tuple(m.name for m in KNOWN)
 FIXES = {m.name: m.fix for m in KNOWN}
 SHOWN_AT = {m.name: m.at for m in KNOWN if m.at}
@@ -255,10 +292,12 @@ def with_mistake(m: MultiHeadAttention, mistake: Mistake, q, k, v, mask):
 
 
 def _can_show(mistake: Mistake, reference, T: int, mask) -> bool:
+    if reference.diff != ("diff" in mistake.needs):  # differential attention has mistakes of its own
+        return False
     return all({"mask": mask is not None, "no mask": mask is None, "rope": reference.rope,
                 "bias": reference.W_q.bias is not None, "T = d_k": T == reference.d_k,
                 "qk_norm": reference.qk_norm, "softcap": reference.softcap is not None,
-                "sinks": reference.sinks is not None, "alibi": reference.alibi}[n]
+                "sinks": reference.sinks is not None, "alibi": reference.alibi, "diff": reference.diff}[n]
                for n in mistake.needs)
 
 
@@ -290,7 +329,7 @@ def _matching(mistakes, reference, qkv: tuple, mask, output: torch.Tensor, atol:
         try:
             with torch.no_grad():
                 q, k, v = (t.double() for t in qkv)
-                out, _ = with_mistake(reference, mistake, q, k, v, mask)
+                out, _ = (with_differential if reference.diff else with_mistake)(reference, mistake, q, k, v, mask)
         except RuntimeError:
             continue
         if out.shape == output.shape and _same(out, output.double(), atol):

@@ -77,8 +77,44 @@ def reference_mask(module, mask, T: int) -> np.ndarray | None:
     return keep
 
 
+def _halves(t: np.ndarray, base: float | None) -> tuple:
+    """Each head's dims (B, n, T, d_k) as its two halves, each turned by RoPE as a head of its own."""
+    half = t.shape[-1] // 2
+    parts = (t[..., :half], t[..., half:])
+    return parts if base is None else tuple(numpy_rope(p, base) for p in parts)
+
+
+def numpy_differential(module, q, k, v, mask):
+    """Differential attention by hand in float64: softmax(Q1 K1ᵀ/√d) - λ softmax(Q2 K2ᵀ/√d), d = d_k/2,
+    λ from its four vectors, each head's Σ w·v RMS-normed (eps 1e-5) and times 1 - λ_init."""
+    to = lambda t: t.detach().double().cpu().numpy()
+    lin = lambda layer, x: to(x) @ to(layer.weight).T + (to(layer.bias) if layer.bias is not None else 0)
+    B, T, _ = q.shape
+    H, G, d_k = module.heads, module.kv_heads, module.d_k
+    heads = lambda t, n: t.reshape(B, -1, n, d_k).transpose(0, 2, 1, 3)
+    Q, K = numpy_qk_norm(module, heads(lin(module.W_q, q), H), heads(lin(module.W_k, k), G))
+    V = heads(lin(module.W_v, v), G).repeat(H // G, axis=1)
+    base = module.rope_base if module.rope else None
+    keep = reference_mask(module, mask, T)
+    maps = []
+    for q_half, k_half in zip(_halves(Q, base), _halves(K.repeat(H // G, axis=1), base)):
+        s = q_half @ k_half.transpose(0, 1, 3, 2) / np.sqrt(d_k // 2)
+        s = s if keep is None else np.where(keep, s, -np.inf)
+        e = np.exp(s - s.max(-1, keepdims=True))
+        maps.append(e / e.sum(-1, keepdims=True))
+    dot = lambda a, b: float(to(a) @ to(b))
+    lam = np.exp(dot(module.lambda_q1, module.lambda_k1)) - np.exp(dot(module.lambda_q2, module.lambda_k2)) \
+        + module.lambda_init
+    weights = maps[0] - lam * maps[1]
+    mixed = weights @ V
+    normed = (1 - module.lambda_init) * mixed / np.sqrt((mixed ** 2).mean(-1, keepdims=True) + 1e-5)
+    return lin(module.W_o, torch.from_numpy(normed.transpose(0, 2, 1, 3).reshape(B, T, H * d_k))), weights
+
+
 def numpy_reference(module, q, k, v, mask):
     """Attention by hand in float64 from the module's weights: (output, weights)."""
+    if module.diff:
+        return numpy_differential(module, q, k, v, mask)
     to = lambda t: t.detach().double().cpu().numpy()
     lin = lambda layer, x: to(x) @ to(layer.weight).T + (to(layer.bias) if layer.bias is not None else 0)
     B, T, _ = q.shape
@@ -127,8 +163,32 @@ def torch_mha_reference(module, q, k, v, mask):
         return ref(q, k, v, attn_mask=blocked, average_attn_weights=False)
 
 
+def sdpa_differential(module, q, k, v, mask):
+    """Differential attention as two F.scaled_dot_product_attention calls, one a half of q and k
+    (DiffLlama's way): out₁ - λ out₂, then each head RMS-normed (nn.RMSNorm) and times 1 - λ_init."""
+    B, T, _ = q.shape
+    H, G, d_k = module.heads, module.kv_heads, module.d_k
+    keep = reference_mask(module, mask, T)
+    base = module.rope_base if module.rope else None
+    with torch.no_grad():
+        Q = F.linear(q, module.W_q.weight, module.W_q.bias).view(B, T, H, d_k).transpose(1, 2)
+        K = F.linear(k, module.W_k.weight, module.W_k.bias).view(B, -1, G, d_k).transpose(1, 2)
+        V = F.linear(v, module.W_v.weight, module.W_v.bias).view(B, -1, G, d_k).transpose(1, 2)
+        back = lambda t: torch.from_numpy(t).to(device=q.device, dtype=q.dtype)
+        Q, K = numpy_qk_norm(module, *(t.double().cpu().numpy() for t in (Q, K)))
+        halves = zip(*(map(back, _halves(t, base)) for t in (Q, K)))
+        attn_mask = None if keep is None else torch.from_numpy(keep).to(q.device)
+        out_1, out_2 = (F.scaled_dot_product_attention(qh, kh, V, attn_mask=attn_mask, enable_gqa=G != H)
+                        for qh, kh in halves)
+        mixed = out_1 - module.lam() * out_2
+        normed = (1 - module.lambda_init) * torch.nn.RMSNorm(d_k, eps=1e-5, elementwise_affine=False)(mixed)
+        return F.linear(normed.transpose(1, 2).reshape(B, T, H * d_k), module.W_o.weight, module.W_o.bias)
+
+
 def sdpa_reference(module, q, k, v, mask):
     """F.scaled_dot_product_attention with an explicit mask (and RoPE turned by hand)."""
+    if module.diff:
+        return sdpa_differential(module, q, k, v, mask)
     B, T, _ = q.shape
     H, G, d_k = module.heads, module.kv_heads, module.d_k
     keep = reference_mask(module, mask, T)
@@ -172,6 +232,7 @@ def run_checks(module, q, k, v, mask, dtype: str) -> list[Check]:
     checks = [Check("numpy by hand, float64", "output", _max_abs(out, np_out), scale(np_out)),
               weights_check("numpy by hand, float64", np_w)]
     missing = [name for name, on in (("RoPE", module.rope), ("QK-norm", module.qk_norm), ("ALiBi", module.alibi),
+                                     ("differential", module.diff),
                                      ("soft-capping", module.softcap is not None),
                                      ("sink", module.sinks is not None)) if on]
     if missing:
@@ -186,7 +247,8 @@ def run_checks(module, q, k, v, mask, dtype: str) -> list[Check]:
                             "no grouped-query option in it"))
     said = ["enable_gqa=True" if module.kv_heads != module.heads else "",
             "explicit window mask" if module.window is not None else "",
-            "RoPE turned in numpy" if module.rope else "", "QK-norm in numpy" if module.qk_norm else ""]
+            "RoPE turned in numpy" if module.rope else "", "QK-norm in numpy" if module.qk_norm else "",
+            "two calls, one a map" if module.diff else ""]
     plain = module.softcap is None and module.sinks is None and not module.alibi  # SDPA: no hook on the scores
     checks += [Check("F.scaled_dot_product_attention", "output",
                      _max_abs(out, sdpa_reference(module, q, k, v, mask)) if plain else None, scale(np_out),

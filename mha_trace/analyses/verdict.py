@@ -122,14 +122,17 @@ def _shown_at(report, traced, ref_trace) -> None:
     that op, beside the lecture's, not where the first value differs."""
     from mha_trace.analyses.mistakes import SHOWN_AT
 
-    op = SHOWN_AT.get(report.diagnosis or "")
-    step = next((s for s in traced.steps if s.op == op and len(s.shape) >= 3), None)  # on the scores
+    op, rank = SHOWN_AT.get(report.diagnosis or "", (None, None))
+    step = next((s for s in traced.steps if s.op == op and len(s.shape) == rank), None)
     if op and step is not None:
         report.first_wrong, report.missing = step, None
         report.reference_step = next((r for r in ref_trace.steps if r.op == op), None)
 
 
 VARIANTS = (  # (what names it in a step, the variant): read off the student's trace, in order
+    (lambda s, T, H, d: s.op == "sub" and tuple(s.shape[-2:]) == (T, T) and len(s.inputs) == 2
+     and all(tuple(i[-2:]) == (T, T) for i in s.inputs),
+     "differential attention (DIFF Transformer): one map of weights taken away from another; --diff checks it"),
     (lambda s, T, H, d: s.op == "tanh" and tuple(s.shape[-2:]) == (T, T),
      "logit soft-capping (Gemma 2): the scores squashed as c·tanh(s / c) before the softmax; --softcap C "
      "checks it"),

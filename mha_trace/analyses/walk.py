@@ -23,6 +23,7 @@ class KeyTerm:
     effect: float | None = None  # with --effect: weight × moved, renormalised
     capped: float | None = None  # soft-capping: c·tanh(scaled / c), what the softmax took
     bias: float | None = None  # ALiBi: what was added to the scaled score
+    second: tuple | None = None  # differential attention: (its dot, scaled, map 1's weight, map 2's)
 
 
 @dataclass
@@ -83,6 +84,9 @@ def walk(view: LectureHeads, position: int) -> Walk:
         bias = np.zeros_like(scaled) if view.bias is None else view.bias[h, i]  # ALiBi's
         capped = scaled + bias if cap is None else cap * np.tanh((scaled + bias) / cap)  # soft-capping
         allowed = np.ones(len(dots), bool) if view.mask is None else view.mask[i]
+        if view.lam is not None:
+            heads.append(_differential(view, h, g, qs, ks, vs, allowed))
+            continue
         sink = None if view.sink is None else float(view.sink[h])
         weights, sink_weight = _softmax(capped, allowed, sink)
         moved, effect = _moved(view, h, vs, weights)
@@ -97,6 +101,25 @@ def walk(view: LectureHeads, position: int) -> Walk:
     concat = np.concatenate([hw.output for hw in heads])
     output = concat @ view.W_O + (0 if view.b_O is None else view.b_O)
     return Walk(view, i, sqrt_dk, heads, concat, output)
+
+
+def _differential(view: LectureHeads, h: int, g: int, qs, ks, vs, allowed) -> HeadWalk:
+    """Differential attention's head h by hand: a softmax from each half of q and k (scaled by
+    √(d_k/2)), the second taken away λ times, Σ w·v RMS-normed and times 1 - λ_init."""
+    half, (lam, lam_init) = view.d_k // 2, view.lam
+    maps = []
+    for part in (slice(0, half), slice(half, None)):
+        dots = ks[:, part] @ qs[part]
+        maps.append((dots, dots / math.sqrt(half), _softmax(dots / math.sqrt(half), allowed, None)[0]))
+    (dots, scaled, first), (dots_2, scaled_2, second) = maps
+    weights = first - lam * second
+    mixed = weights @ vs
+    output = (1 - lam_init) * mixed / math.sqrt((mixed ** 2).mean() + 1e-5)
+    terms = [KeyTerm(t, list(zip(qs[:half].tolist(), ks[j, :half].tolist())), float(dots[j]), float(scaled[j]),
+                     not allowed[j], float(weights[j]),
+                     second=(float(dots_2[j]), float(scaled_2[j]), float(first[j]), float(second[j])))
+             for j, t in enumerate(view.tokens)]
+    return HeadWalk(h + 1, (h * view.d_k, (h + 1) * view.d_k), g + 1, qs, terms, vs, output)
 
 
 def _softmax(logits: np.ndarray, allowed: np.ndarray, sink: float | None) -> tuple:

@@ -80,6 +80,7 @@ RopeBaseOpt = Annotated[float | None, typer.Option("--rope-base", help="RoPE's b
 WindowOpt = Annotated[int | None, typer.Option("--window", help="Sliding-window attention (Mistral): a query sees at most W keys, itself included; implies a causal mask. Example: --window 4")]
 QkNormOpt = Annotated[bool, typer.Option("--qk-norm", help="QK-norm (Qwen3, OLMo 2): an RMSNorm over each head's d_k dims of q and of k before q·k, so no score grows without bound. Example: --qk-norm")]
 AlibiOpt = Annotated[bool, typer.Option("--alibi", help="ALiBi (BLOOM): add -m_h·|i - j| to each score, a slope m_h = 2^(-8h/H) a head, so a score falls with distance and no position is learned. Example: --alibi --mask causal")]
+DiffOpt = Annotated[bool, typer.Option("--diff", help="Differential attention (DIFF Transformer): each head's q and k split in halves, two softmax maps, the second taken away λ times, each head's output RMS-normed and scaled by 1 - λ_init; weights may be negative and rows sum to 1 - λ. Example: --diff --mask causal")]
 SoftcapOpt = Annotated[float | None, typer.Option("--softcap", help="Logit soft-capping (Gemma 2 caps at 50): each score s becomes c·tanh(s / c), inside (-c, c), before the mask and softmax. Example: --softcap 2", metavar="C")]
 SinkLogitsOpt = Annotated[bool, typer.Option("--sink-logits", help="A learned sink logit a head (gpt-oss): one more column in every row's softmax that no key stands behind, so a head may attend to nothing; the weights sum to less than 1. Example: --sink-logits")]
 OffByOneOpt = Annotated[bool, typer.Option("--off-by-one", help="The off-by-one softmax (Miller 2023): the sink fixed at 0, exp(s_j) / (1 + Σ exp(s)). Example: --off-by-one")]
@@ -126,7 +127,8 @@ RUN_GROUPS = {
               ("rope", RopeOpt, False), ("rope_base", RopeBaseOpt, None),
               ("window", WindowOpt, None), ("impl", ImplOpt, Impl.explicit)],
     "scoring": [("qk_norm", QkNormOpt, False), ("alibi", AlibiOpt, False), ("softcap", SoftcapOpt, None),
-                ("sink_logits", SinkLogitsOpt, False), ("off_by_one", OffByOneOpt, False)],
+                ("sink_logits", SinkLogitsOpt, False), ("off_by_one", OffByOneOpt, False),
+                ("diff", DiffOpt, False)],
     "module": [("module", ModuleOpt, None), ("init", InitOpt, None)],
     "module_width": [("d_model", ModuleDModelOpt, None)],
     "model": [("model", PretrainedOpt, None), ("sentence", SentenceOpt, None),

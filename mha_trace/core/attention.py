@@ -11,7 +11,7 @@ The options modern models use are plain switches, nanoGPT-style: `rope` (rotary 
 LLaMA), `window` (sliding window, as Mistral), `impl="sdpa"` (the fused kernel) or `"tiled"`
 (FlashAttention-2's loop, written out) and a `KVCache` for decoding one token at a time; and on
 the scores, `qk_norm` (Qwen3, OLMo 2), `alibi` (BLOOM), `softcap` (Gemma 2) and `sinks` (gpt-oss's
-learned logit a head, or the off-by-one softmax's fixed 0).
+learned logit a head, or the off-by-one softmax's fixed 0); and `diff` (differential attention).
 """
 
 import math
@@ -102,7 +102,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model, heads, kv_heads=None, bias=True, rope=False, rope_base=10000.0,
                  window=None, impl="explicit", block_q=None, block_k=None, qk_norm=False,
-                 softcap=None, sinks=None, alibi=False):
+                 softcap=None, sinks=None, alibi=False, diff=False):
         super().__init__()
         kv_heads = kv_heads or heads
         self.d_model = d_model
@@ -126,6 +126,16 @@ class MultiHeadAttention(nn.Module):
         if qk_norm:
             self.q_norm = nn.RMSNorm(self.d_k, eps=1e-6)
             self.k_norm = nn.RMSNorm(self.d_k, eps=1e-6)
+
+        # differential attention (DIFF Transformer): two maps a head from the halves of its q and k,
+        # the second taken away λ times; λ = exp(λ_q1·λ_k1) - exp(λ_q2·λ_k2) + λ_init
+        self.diff = diff
+        if diff:
+            half = self.d_k // 2
+            self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2 = (
+                nn.Parameter(torch.randn(half) * 0.1) for _ in range(4))  # (d_k/2,) each
+            self.lambda_init = 0.2  # 0.8 - 0.6·exp(-0.3·(l - 1)) for the first layer, l = 1
+            self.head_norm = nn.RMSNorm(self.d_k, eps=1e-5, elementwise_affine=False)
 
         # a sink: one more logit a head that no key stands behind, so a query may attend to nothing
         self.sinks = sinks  # None | "learned" (gpt-oss: a parameter a head) | "zero" (off-by-one softmax)
@@ -156,6 +166,11 @@ class MultiHeadAttention(nn.Module):
             Q = self.q_norm(Q)  # (B, H, T, d_k)
             K = self.k_norm(K)  # (B, Hkv, T, d_k)
 
+        # differential attention: each head's q and k as two halves, one map each
+        if self.diff:
+            Q = Q.unflatten(-1, (2, -1)).transpose(2, 3)  # (B, H, 2, T, d_k/2)
+            K = K.unflatten(-1, (2, -1)).transpose(2, 3)  # (B, Hkv, 2, T, d_k/2)
+
         # rotary positions: turn Q and K by their token's position (relative positions survive q·k)
         if self.rope:
             Q = rope(Q, start, self.rope_base)  # (B, H, T, d_k)
@@ -184,6 +199,13 @@ class MultiHeadAttention(nn.Module):
                 V = V.repeat_interleave(self.heads // self.kv_heads, dim=1)  # (B, H, T_keys, d_k)
             context, _ = tiled_attention(Q, K, V, mask, self.block_q, self.block_k)  # (B, H, T, d_k)
             weights = None
+        elif self.diff:
+            # differential attention: the difference of two maps mixes V, then each head is normed
+            if self.kv_heads != self.heads:
+                K = K.repeat_interleave(self.heads // self.kv_heads, dim=1)  # (B, H, 2, T_keys, d_k/2)
+                V = V.repeat_interleave(self.heads // self.kv_heads, dim=1)  # (B, H, T_keys, d_k)
+            weights = self.differential(Q, K, mask)  # (B, H, T, T_keys)
+            context = (1 - self.lambda_init) * self.head_norm(torch.matmul(weights, V))  # (B, H, T, d_k)
         else:
             # grouped-query attention: each K/V head serves heads // kv_heads query heads
             if self.kv_heads != self.heads:
@@ -216,6 +238,22 @@ class MultiHeadAttention(nn.Module):
 
         # output projection: mixes information across heads
         return self.W_o(context), weights
+
+    def differential(self, Q, K, mask):
+        """softmax(Q1 K1ᵀ / √d) - λ·softmax(Q2 K2ᵀ / √d), d = d_k / 2 (Ye et al. 2025): noise both maps
+        share cancels. Q (B, H, 2, T, d), K (B, H, 2, T_keys, d). Rows sum to 1 - λ."""
+        scores = torch.matmul(Q, K.transpose(-2, -1)) / math.sqrt(Q.size(-1))  # (B, H, 2, T, T_keys)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        maps = torch.softmax(scores, dim=-1)  # (B, H, 2, T, T_keys)
+        weights = maps[:, :, 0] - self.lam() * maps[:, :, 1]  # (B, H, T, T_keys)
+        return weights if mask is None else weights.masked_fill(~mask, 0.0)  # a row with no key: 0
+
+    def lam(self):
+        """λ = exp(λ_q1·λ_k1) - exp(λ_q2·λ_k2) + λ_init: re-parametrised, so it learns in step with q and k."""
+        lam_1 = torch.exp(torch.dot(self.lambda_q1, self.lambda_k1))
+        lam_2 = torch.exp(torch.dot(self.lambda_q2, self.lambda_k2))
+        return lam_1 - lam_2 + self.lambda_init
 
 
 def tiled_attention(Q, K, V, mask=None, block_q=None, block_k=None):

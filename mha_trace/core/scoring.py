@@ -5,6 +5,7 @@
     soft-capping (Gemma 2)       each score s squashed to c·tanh(s / c), inside (-c, c)
     sink logits (gpt-oss)        one more logit a head in every row's softmax, learned, then dropped
     off-by-one softmax           the same sink fixed at 0: exp(s_j) / (1 + Σ exp(s))
+    differential (DIFF)          two maps a head from the halves of q and k, the second taken away λ times
 
 >>> Scoring(softcap=2.0).flags()
 ['--softcap 2']
@@ -25,11 +26,19 @@ class Scoring:
     softcap: float | None = None  # c: every score kept inside (-c, c)
     sinks: str | None = None  # "learned" (a logit a head, gpt-oss) | "zero" (the off-by-one softmax)
     alibi: bool = False  # ALiBi: the scores fall linearly with the query-key distance
+    diff: bool = False  # differential attention: softmax(Q1 K1ᵀ) - λ softmax(Q2 K2ᵀ), each head normed
 
     @property
     def plain(self) -> bool:
         """The chapter's softmax(q·k/√d_k), nothing more."""
         return self == Scoring()
+
+    def check_width(self, d_k: int, rope: bool = False) -> None:
+        """Differential attention splits each head's q and k in halves: d_k must be even (and with
+        RoPE, which turns pairs of each half, a multiple of 4)."""
+        if self.diff and d_k % (4 if rope else 2):
+            raise MhaError(f"differential attention splits each head's q and k in halves{', each turned by RoPE in pairs' * rope}, "
+                           f"so d_k = {d_k} must be a multiple of {4 if rope else 2}", quantity="heads")
 
     def module_options(self) -> dict:
         return asdict(self)
@@ -38,14 +47,15 @@ class Scoring:
         """As the command line writes them: ['--qk-norm', '--softcap 30', '--sink-logits']."""
         return [f for f in ("--qk-norm" if self.qk_norm else None, "--alibi" if self.alibi else None,
                             None if self.softcap is None else f"--softcap {self.softcap:g}",
-                            None if self.sinks is None else "--" + SINKS[self.sinks].replace("_", "-")) if f]
+                            None if self.sinks is None else "--" + SINKS[self.sinks].replace("_", "-"),
+                            "--diff" if self.diff else None) if f]
 
     def named(self) -> list[str]:
         """In words, for a walk's title: ['QK-norm', 'soft-capped at 30', 'the off-by-one softmax']."""
         sink = {"learned": "a learned sink logit a head", "zero": "the off-by-one softmax", None: None}
         return [n for n in ("QK-norm" if self.qk_norm else None, "ALiBi" if self.alibi else None,
                             None if self.softcap is None else f"soft-capped at {self.softcap:g}",
-                            sink[self.sinks]) if n]
+                            sink[self.sinks], "differential attention" if self.diff else None) if n]
 
 
 # the paths that never form the scores (their rule is the module's; the wording one for every front end)
@@ -53,14 +63,16 @@ RULES = (apart("softcap", ("impl=sdpa", "impl=tiled"), "only the explicit path f
          apart("alibi", ("impl=sdpa", "impl=tiled"), "only the explicit path forms the scores it adds to"),
          apart("sink_logits", ("impl=sdpa", "impl=tiled"), "only the explicit path has a softmax to add a column to"),
          apart("off_by_one", ("impl=sdpa", "impl=tiled"), "only the explicit path has a softmax to add a column to"),
-         apart("sink_logits", ("off_by_one",), "a head has one sink: a learned logit, or the off-by-one softmax's 0"))
+         apart("sink_logits", ("off_by_one",), "a head has one sink: a learned logit, or the off-by-one softmax's 0"),
+         apart("diff", ("impl=sdpa", "impl=tiled", "alibi", "softcap", "sink_logits", "off_by_one", "window", "decode"),
+               "differential attention is the explicit path's two maps, as the DIFF Transformer writes it"))
 
 
 def scoring_of(qk_norm=False, softcap=None, sink_logits=False, off_by_one=False, impl=None,
-               alibi=False) -> Scoring:
+               alibi=False, diff=False, window=None, decode=0) -> Scoring:
     """The options as given (the command line's or the API's), checked: a Scoring, or one Error."""
     for name, value in (("qk_norm", qk_norm), ("sink_logits", sink_logits), ("off_by_one", off_by_one),
-                        ("alibi", alibi)):
+                        ("alibi", alibi), ("diff", diff)):
         if not isinstance(value, bool):
             raise MhaError(f"{name} must be True or False, got {value!r}", quantity=name)
     if softcap is not None and (isinstance(softcap, bool) or not isinstance(softcap, (int, float))
@@ -68,6 +80,7 @@ def scoring_of(qk_norm=False, softcap=None, sink_logits=False, off_by_one=False,
         raise MhaError(f"softcap {softcap!r} must be a number above 0 (Gemma 2 caps its scores at 50)",
                        quantity="softcap")
     judge({"softcap": softcap, "sink_logits": sink_logits, "off_by_one": off_by_one, "alibi": alibi,
+           "diff": diff, "window": window, "decode": decode or None,
            "impl=sdpa": impl == "sdpa", "impl=tiled": impl == "tiled"}, RULES)
     sinks = "learned" if sink_logits else "zero" if off_by_one else None
-    return Scoring(qk_norm, None if softcap is None else float(softcap), sinks, alibi)
+    return Scoring(qk_norm, None if softcap is None else float(softcap), sinks, alibi, diff)

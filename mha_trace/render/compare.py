@@ -42,7 +42,7 @@ def compare_renderables(views, decimals: int) -> list:
         out.append(Text(reading(v, views[0])))
     out.append(side_by_side([matrix_table(f"output (H = {v.heads})", v.tokens, v.output,
                                           decimals) for v in views]))
-    out.append(legend())
+    out.append(legend(views[0]))
     return out
 
 

@@ -67,15 +67,42 @@ def _scoring_words(scoring) -> list:
         c = scoring.softcap
         words.append(f"Soft-capping: each score s goes through {c:g}·tanh(s / {c:g}) before the softmax; "
                      f"small scores pass almost unchanged, none reaches ±{c:g}.")
+    if scoring.diff:
+        words.append("Differential attention: each head scores every key twice, with the first and the second "
+                     "half of its q and k dims; the second softmax is taken away λ times from the first, so what "
+                     "both maps give every key cancels, and a weight may be negative.")
     if scoring.sinks is not None:
         words.append("Sink: the softmax runs over the keys and one more logit, the sink, that no value "
                      "stands behind; the keys' weights sum to 1 minus the sink's.")
     return [Text(w) for w in words]
 
 
+def _differential_table(w, hw, decimals: int):
+    """One head of differential attention: each key's score and weight in each map, and their
+    difference; the caption says λ and how the head's output is normed."""
+    view, (lam, lam_init) = w.view, w.view.lam
+    half = view.d_k // 2
+    table = new_table(f"Head {view.head_name(hw.head)}: dims {hw.dims[0]}–{hw.dims[1] - 1}, map 1 from q and k's "
+                      f"first {half} dims, map 2 from the last {half}, each ÷ √{half}; λ = {fmt(lam, decimals)}")
+    for name in ("key", "q₁·k₁÷√d", "softmax₁", "q₂·k₂÷√d", "softmax₂", "softmax₁ − λ·softmax₂"):
+        table.add_column(name, justify="left" if name == "key" else "right")
+    for t in hw.terms:
+        _, scaled_2, first, second = t.second
+        cells = [fmt(t.scaled, decimals), fmt(first, decimals), fmt(scaled_2, decimals), fmt(second, decimals)]
+        weight = Text(MASKED + " masked") if t.masked else Text(fmt(t.weight, decimals), style=shade(max(t.weight, 0)))
+        table.add_row(t.token, *(["", "", "", ""] if t.masked else cells), weight, style="dim" if t.masked else None)
+    table.caption = (f"λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init ({lam_init:g}); Σ w·v, RMS-normed over the "
+                     f"head's {view.d_k} dims, times 1 − λ_init = {vector(hw.output, decimals)}  → head "
+                     f"{view.head_name(hw.head)} output")
+    table.caption_justify = "left"
+    return table
+
+
 def _head_table(w, hw, decimals: int):
     """One head's walk: each key's q·k written out, ÷√d_k, the softmax, then Σ w·v."""
     view = w.view
+    if view.lam is not None:
+        return _differential_table(w, hw, decimals)
     kv = f", K/V head {hw.kv_head}" if view.kv_heads != view.heads else ""
     table = new_table(f"Head {view.head_name(hw.head)}: dims {hw.dims[0]}–{hw.dims[1] - 1}{kv}, "
                       f"q[{w.token}] = {_query(hw.query, decimals)}, "
@@ -173,6 +200,8 @@ def explain_data(w, decimals: int, only_head: int | None) -> dict:
                              "weight": r(t.weight),
                              **({} if t.capped is None else {"capped": r(t.capped)}),
                              **({} if t.bias is None else {"alibi": r(t.bias)}),
+                             **({} if t.second is None else {"second": {"dot": r(t.second[0]), "scaled": r(t.second[1]),
+                                                                        "map_1": r(t.second[2]), "map_2": r(t.second[3])}}),
                              **({} if t.effect is None else {"moved": r(t.moved),
                                                              "effect": r(t.effect)})}
                             for t in hw.terms],

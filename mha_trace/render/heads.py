@@ -51,7 +51,7 @@ def heads_renderables(view, decimals: int, only_head: int | None, concat: bool =
         after.append(weights_table("Average over heads (what one averaged map shows)",
                                    view.tokens, view.weights.mean(0), view.mask, decimals))
     if only_head and not concat:
-        return out + [legend(view.sink is not None), Text(f"The concatenation of all {view.heads} heads and the "
+        return out + [legend(view), Text(f"The concatenation of all {view.heads} heads and the "
                                      f"output after W_O: --concat.", style="dim")]
     if view.wo_identity:
         after.append(matrix_table("Output = heads concatenated (W_O = identity)",
@@ -61,7 +61,7 @@ def heads_renderables(view, decimals: int, only_head: int | None, concat: bool =
                                view.concat, decimals),
                   matrix_table("Output = concatenation @ W_O (W_O mixes the heads)", view.tokens,
                                view.output, decimals)]
-    return out + [side_by_side(after), legend(view.sink is not None)]
+    return out + [side_by_side(after), legend(view)]
 
 
 def heads_data(view, decimals: int, only_head: int | None) -> dict:

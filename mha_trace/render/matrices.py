@@ -94,9 +94,8 @@ def weight_cells(weights, mask, decimals: int, lead: bool = True) -> list[list[T
 class _Legend:
     """The legend; the sentence on shading only where there is colour."""
 
-    def __init__(self, sink: bool = False):
-        self.sums = ("each row sums to 1 less its sink's share (the attention paid to nothing)"
-                     if sink else "each row sums to 1")
+    def __init__(self, sums: str = "each row sums to 1"):
+        self.sums = sums
 
     def __rich_console__(self, console, options):
         colour = "" if console.no_color or console.color_system is None else (
@@ -116,9 +115,15 @@ class _Legend:
         return self.plain
 
 
-def legend(sink: bool = False) -> _Legend:
-    """The weights tables' legend; `sink`: the rows sum to less than 1 (a sink took a share)."""
-    return _Legend(sink)
+def legend(view=None) -> _Legend:
+    """The weights tables' legend, with what the view's rows sum to: 1, or less (a sink took a
+    share; differential attention took the second map away λ times)."""
+    if getattr(view, "sink", None) is not None:
+        return _Legend("each row sums to 1 less its sink's share (the attention paid to nothing)")
+    if getattr(view, "lam", None) is not None:
+        return _Legend(f"each row sums to 1 - λ = {1 - view.lam[0]:.4f} (the second map taken away λ = "
+                       f"{view.lam[0]:.4f} times; a weight may be negative)")
+    return _Legend()
 
 
 @dataclass(frozen=True)

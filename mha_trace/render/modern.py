@@ -61,6 +61,11 @@ def scoring_notes(report: ShapesReport) -> list[str]:
         lines.append(f"ALiBi ({rows('add', 'alibi')}): each head's scores get -m_h·|i - j| added, slopes "
                      f"2^(-8h/H) from head 1's {2 ** (-8 / r.heads):.3g}; a constant (H, T, T) bias, "
                      f"made from positions alone, so nothing about position is learned.")
+    if r.scoring.diff:
+        lines.append(f"Differential attention ({rows('sub', 'maps')}): each head's q and k split in halves of "
+                     f"{d_k // 2} dims, two softmax maps scaled by √{d_k // 2}, the second taken away λ times "
+                     f"(λ = exp(λ_q1·λ_k1) - exp(λ_q2·λ_k2) + 0.2); each head's Σ w·v is RMS-normed and times "
+                     f"1 - 0.2. Weights may be negative and rows sum to 1 - λ: what both maps share (noise) cancels.")
     if r.scoring.softcap is not None:
         c = r.scoring.softcap
         lines.append(f"Soft-capping ({rows('tanh')}): each score s becomes {c:g}·tanh(s / {c:g}), "

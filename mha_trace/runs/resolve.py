@@ -67,13 +67,15 @@ class RunOptions:
     sink_logits: bool = False
     off_by_one: bool = False
     alibi: bool = False
+    diff: bool = False
 
     def scoring(self):
         """The scores' variant these options ask for (core.scoring.Scoring), checked."""
         from mha_trace.core.scoring import scoring_of
 
         return scoring_of(self.qk_norm, self.softcap, self.sink_logits, self.off_by_one,
-                          getattr(self.impl, "value", self.impl), self.alibi)
+                          getattr(self.impl, "value", self.impl), self.alibi, self.diff, self.window,
+                          self.decode)
 
     def given(self, *names: str) -> dict:
         """The named options that were set (not None, False or 0)."""
@@ -277,7 +279,7 @@ def _module_run(o: RunOptions, on_config: bool):
     if o.given("rope", "window", "decode", "kv_heads") or o.impl not in (None, "explicit") \
             or not o.scoring().plain:
         raise MhaError("--rope, --window, --impl, --decode, --kv-heads and the scores' variants "
-                       "(--qk-norm, --alibi, --softcap, --sink-logits, --off-by-one) set up the built-in "
+                       "(--qk-norm, --alibi, --softcap, --sink-logits, --off-by-one, --diff) set up the built-in "
                        "module; your class decides its own", quantity="module")
     module = _module_of(o)
     if not on_config:
@@ -294,7 +296,7 @@ def _model_run(o: RunOptions):
 
     refuse_with_model(**o.given("config", "module", "init", "batch", "seq", "d_model", "heads",
                                 "kv_heads", "mask", "pad", "rope", "rope_base", "window", "qk_norm",
-                                "softcap", "sink_logits", "off_by_one", "alibi"))
+                                "softcap", "sink_logits", "off_by_one", "alibi", "diff"))
     if entry(_model_of(o)).audio and o.attention != "self":  # its cross-attention while it writes
         from mha_trace.runs.heard import hearing_run
 

@@ -161,6 +161,7 @@ def check_modern(sizes: Sizes) -> None:
 
     if sizes.rope:
         rope_pairs(sizes.d_model, sizes.heads)
+    sizes.scoring.check_width(sizes.d_model // sizes.heads, sizes.rope)
     if not 1 < sizes.rope_base < 1e300:  # nan and inf included
         raise MhaError(f"rope_base={sizes.rope_base} must be a number more than 1 and below 1e300 "
                        f"(LLaMA uses 10000)",

@@ -161,3 +161,70 @@ class AlibiBeforeScale(Alibi):
     def scored(self, s, mask):
         s = (s - slopes(self.h)[:, None, None] * self.distance(s.size(-1))) / math.sqrt(self.d_k)
         return s if mask is None else s.masked_fill(~mask, float("-inf"))
+
+
+class Differential(Scored):
+    """The DIFF Transformer's attention: a map from each half of a head's q and k, λ re-parametrised."""
+
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        half = self.d_k // 2
+        self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2 = (
+            nn.Parameter(torch.randn(half) * 0.1) for _ in range(4))
+        self.lambda_init = 0.2
+        self.subln = nn.RMSNorm(self.d_k, eps=1e-5, elementwise_affine=False)
+
+    def forward(self, x, mask=None):
+        B, T, D = x.shape
+        q, k, v = (W(x).view(B, T, self.h, self.d_k).transpose(1, 2) for W in (self.W_q, self.W_k, self.W_v))
+        q1, q2 = q.chunk(2, dim=-1)
+        k1, k2 = k.chunk(2, dim=-1)
+        w1 = self.scored(q1 @ k1.transpose(-2, -1), mask).softmax(dim=-1)
+        w2 = self.scored(q2 @ k2.transpose(-2, -1), mask).softmax(dim=-1)
+        w = w1 - self.lam() * w2
+        out = self.normed_heads(w @ v)
+        return self.W_o(out.transpose(1, 2).reshape(B, T, D)), w
+
+    def scored(self, s, mask):
+        s = s / math.sqrt(self.d_k // 2)
+        return s if mask is None else s.masked_fill(~mask, float("-inf"))
+
+    def lam(self):
+        return torch.exp(self.lambda_q1 @ self.lambda_k1) - torch.exp(self.lambda_q2 @ self.lambda_k2) + self.lambda_init
+
+    def normed_heads(self, o):
+        return (1 - self.lambda_init) * self.subln(o)
+
+
+class DiffRawLambda(Differential):
+    def lam(self):
+        return self.lambda_q1 @ self.lambda_k1 - self.lambda_q2 @ self.lambda_k2 + self.lambda_init
+
+
+class DiffNoNorm(Differential):
+    def normed_heads(self, o):
+        return (1 - self.lambda_init) * o
+
+
+class DiffScaledByDk(Differential):
+    def scored(self, s, mask):
+        s = s / math.sqrt(self.d_k)
+        return s if mask is None else s.masked_fill(~mask, float("-inf"))
+
+
+class DiffSecondAdded(Differential):
+    def forward(self, x, mask=None):
+        B, T, D = x.shape
+        q, k, v = (W(x).view(B, T, self.h, self.d_k).transpose(1, 2) for W in (self.W_q, self.W_k, self.W_v))
+        q1, q2 = q.chunk(2, dim=-1)
+        k1, k2 = k.chunk(2, dim=-1)
+        w1 = self.scored(q1 @ k1.transpose(-2, -1), mask).softmax(dim=-1)
+        w2 = self.scored(q2 @ k2.transpose(-2, -1), mask).softmax(dim=-1)
+        w = w1 + self.lam() * w2
+        out = self.normed_heads(w @ v)
+        return self.W_o(out.transpose(1, 2).reshape(B, T, D)), w
+
+
+class DiffNotScaled(Differential):
+    def normed_heads(self, o):
+        return self.subln(o)

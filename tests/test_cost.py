@@ -12,7 +12,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from mha_trace.core.attention import MultiHeadAttention
-from mha_trace.core.costs import Dims, cost_rows, flops, load_preset, preset_names
+from mha_trace.core.costs import Dims, cost_rows, flops
+from mha_trace.core.presets import load_preset, preset_names
 from mha_trace.core.windows import band, layer_kinds
 
 PRESETS = [n for n in preset_names()  # heads that cache K, V, each d_model / heads wide (the lecture's)
@@ -286,3 +287,43 @@ def test_a_local_global_pattern_splits_the_layers_and_the_flops(cli):
                           (["--window", "4", "--local-global", "x"], "is not LOCAL:GLOBAL layers a cycle")):
         refused = cli("cost", *args)
         assert refused.exit_code == 2 and message in refused.stderr
+
+
+@pytest.mark.parametrize("options", [{"qk_norm": True}, {"diff": True}, {"qk_norm": True, "diff": True, "kv_heads": 2},
+                                     {"alibi": True, "softcap": 30.0}])
+def test_the_scores_variants_cost_what_the_module_holds_and_runs(options):
+    """Their parameters are the module's own (torch's count); the matmuls still torch's counter's
+    (differential attention's two half-width maps cost one full map's); the rest counted by hand."""
+    from mha_trace.core.scoring import Scoring
+
+    kv = options.pop("kv_heads", 8)
+    scoring = Scoring(qk_norm=options.get("qk_norm", False), softcap=options.get("softcap"),
+                      alibi=options.get("alibi", False), diff=options.get("diff", False))
+    d = Dims(2, 16, 64, 8, kv, bias=False, scoring=scoring)
+    with torch.device("meta"):
+        m = MultiHeadAttention(64, 8, kv, bias=False, **options)
+        x = torch.empty(2, 16, 64)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        m(x)
+    rows = rows_by_item(cost_rows(d, 1))
+    assert rows[("parameters", "attention total")].per_layer == sum(p.numel() for p in m.parameters())
+    matmuls = sum(rows[("flops", item)].per_layer for item in
+                  ("Q projection", "K, V projections", "scores QKᵀ", "weights · V", "output projection"))
+    assert counter.get_total_flops() == matmuls
+    B, T, H, k = 2, 16, 8, 8
+    by_hand = {"QK-norm (RMSNorm of q and k)": 4 * B * T * (H + kv) * k, "ALiBi's bias added": B * H * T * T,
+               "soft cap c·tanh(s / c)": 3 * B * H * T * T, "second map: its scale and softmax": 6 * B * H * T * T,
+               "map 1 − λ·map 2": 2 * B * H * T * T, "head norm and × (1 − λ_init)": 5 * B * T * H * k}
+    added = {item: row.per_layer for (section, item), row in rows.items() if section == "flops" and item in by_hand}
+    assert added and all(added[item] == by_hand[item] for item in added)
+    maps = 2 if scoring.diff else 1
+    assert rows[("memory", "scores, materialised" + " (two maps)" * (maps == 2))].per_layer == maps * B * H * T * T * 4
+
+
+def test_cost_takes_the_variants_flags(cli):
+    data = json.loads(cli("cost", "--qk-norm", "--diff", "--format", "json").stdout)
+    items = {r["item"] for r in data["rows"]}
+    assert {"q_norm, k_norm (gains)", "λ_q1, λ_k1, λ_q2, λ_k2", "map 1 − λ·map 2"} <= items
+    refused = cli("cost", "--diff", "--window", "4")
+    assert refused.exit_code != 0 and "--diff does not go with --window" in refused.stderr

@@ -95,6 +95,8 @@ ROWS = [  # (id, the command line's arguments, the API's call, the options its d
      lambda r: _model(r).cache(budgets=[12, 64]), {}),
     ("cost-hybrid", ["cost", "--preset", "gpt-oss-20b", "--seq", "4096", "--sinks", "4"],
      lambda r: mha_trace.cost(preset="gpt-oss-20b", seq=4096, sinks=4), {}),
+    ("cost-scored", ["cost", "--qk-norm", "--diff", "--seq", "64"],
+     lambda r: mha_trace.cost(qk_norm=True, diff=True, seq=64), {}),
     ("cost-io", ["cost", "--preset", "gpt2-medium", "--io", "--backward", "--causal"],
      lambda r: mha_trace.cost(preset="gpt2-medium", io=True, backward=True, causal=True), {}),
     ("train", ["train", "--task", "previous-token", "--steps", "30", "--snapshots", "3"],

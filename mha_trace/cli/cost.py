@@ -6,7 +6,7 @@ import typer
 
 from mha_trace.cli.app import app
 from mha_trace.cli.options import *  # noqa: F403 (the shared option types)
-from mha_trace.core.costs import preset_names
+from mha_trace.core.presets import preset_names
 from mha_trace.io.output import Output, emit
 
 
@@ -29,6 +29,10 @@ def cost(
     local_global: Annotated[str | None, typer.Option("--local-global", help="With --window: LOCAL:GLOBAL layers a cycle, the local ones windowed, the global ones seeing every key (Gemma 2 and gpt-oss 1:1, Gemma 3 5:1; default: the preset's). Example: --window 1024 --local-global 5:1", metavar="L:G")] = None,
     sinks: Annotated[int | None, typer.Option("--sinks", min=0, help="With --window: the first S tokens kept beside the window in every windowed layer, as StreamingLLM keeps its attention sinks (default 0). Example: --window 4096 --sinks 4")] = None,
     sink_logits: Annotated[bool | None, typer.Option("--sink-logits/--no-sink-logits", help="A learned logit a head that joins every softmax row, as gpt-oss's sinks (one parameter a head; default: the preset's). Example: --sink-logits")] = None,
+    qk_norm: QkNormOpt = False,
+    alibi: AlibiOpt = False,
+    softcap: SoftcapOpt = None,
+    diff: DiffOpt = False,
     cross_keys: Annotated[int | None, typer.Option("--cross-keys", help="A decoder's cross-attention beside its self-attention: the encoder positions its queries see (default: the preset's; 0 for none). Example: --preset whisper-tiny-en --cross-keys 1500", metavar="S")] = None,
     io: Annotated[bool, typer.Option("--io", help="Count the bytes each kernel reads from and writes to main memory (HBM): standard attention against the tiled pass (FlashAttention-2's loop). Example: --preset gpt2-medium --batch 64 --dtype float16 --io --backward")] = False,
     backward: Annotated[bool, typer.Option("--backward", help="With --io: the backward pass too (training), as in Dao et al. 2022, Fig. 2. Example: --io --backward")] = False,
@@ -50,5 +54,6 @@ def cost(
 
     report = cost_view(preset, batch, seq, d_model, heads, kv_heads, layers, dtype.value, bias,
                          window, rope, formulas, io, backward, sram, block_q, block_k, causal,
-                         dropout, cross_keys, head_dim, local_global, sinks, sink_logits)
+                         dropout, cross_keys, head_dim, local_global, sinks, sink_logits,
+                         qk_norm=qk_norm, alibi=alibi, softcap=softcap, diff=diff)
     emit(out, report.renderables, report.data)

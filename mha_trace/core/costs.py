@@ -8,6 +8,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mha_trace.core.clashes import needs
+from mha_trace.core.presets import load_preset
+from mha_trace.core.scoring import Scoring, scoring_of
+from mha_trace.core.scoring_costs import scoring_flop_stages, scoring_parameters
 from mha_trace.core.windows import band, cached_tokens, layer_kinds, window_options
 from mha_trace.errors import MhaError
 from mha_trace.io.units import human_bytes  # noqa: F401 (the unit every byte count is shown in)
@@ -34,6 +37,7 @@ class Dims:
     local_global: tuple | None = None  # (local, global) layers a cycle: the local ones windowed
     sinks: int = 0  # StreamingLLM: the first S tokens, kept beside the window (cache and scores)
     sink_logits: bool = False  # gpt-oss: a learned logit a head joins every softmax row
+    scoring: Scoring = Scoring()  # QK-norm, ALiBi, a soft cap, differential attention (core.scoring)
 
     @property
     def d_k(self) -> int:
@@ -63,6 +67,7 @@ def parameters(d: Dims) -> dict:
         "W_v": d.d_model * d.kv_dim + b * d.kv_dim,
         "W_o": d.q_dim * d.d_model + b * d.d_model,
         **({"sink logits": d.heads} if d.sink_logits else {}),
+        **{item: value for item, (_, _, value) in scoring_parameters(d).items()},
     }
 
 
@@ -95,28 +100,6 @@ def peak_bytes(d: Dims) -> int:
 
 
 # ---- the `cost` command: every figure with the formula that gives it ----
-
-def presets_dir():
-    from pathlib import Path
-
-    return Path(__file__).resolve().parent.parent / "presets"
-
-
-def preset_names() -> list[str]:
-    return sorted(p.stem for p in presets_dir().glob("*.toml"))
-
-
-def load_preset(name: str) -> dict:
-    import tomllib
-
-    from mha_trace.errors import MhaError
-
-    if name not in preset_names():  # a name, never a path: only the bundled presets are read
-        raise MhaError(f"preset '{name}' is not bundled (presets: {', '.join(preset_names())})",
-                       quantity="preset")
-    with open(presets_dir() / f"{name}.toml", "rb") as f:
-        return tomllib.load(f)
-
 
 @dataclass(frozen=True)
 class Row:
@@ -198,6 +181,8 @@ def _parameter_rows(add, d: Dims, L: int) -> None:
     add("parameters", "W_o", f"{Q}·D{' + D' if b else ''}", f"{QN}·{D}{f' + {D}' if b else ''}", p["W_o"], "params")
     if d.sink_logits:
         add("parameters", "sink logits", "H", f"{d.heads}", p["sink logits"], "params")
+    for item, (formula, numbers, value) in scoring_parameters(d).items():
+        add("parameters", item, formula, numbers, value, "params")
     add("parameters", "attention total", "sum of the above", "", sum(p.values()), "params")
 
 
@@ -264,14 +249,17 @@ def _flop_stages(d: Dims) -> list:
          2 * B * T * q * D + b * B * T * D)]
     if d.sink_logits:  # one more logit in each row's softmax
         stages.insert(5, ("softmax's sink logit", "5·B·H·T", f"5·{B}·{H}·{T}", 5 * B * H * T))
-    return stages
+    normed, scored, mixed = scoring_flop_stages(d, (pf, pn, P))
+    return stages[:2] + normed + stages[2:4] + scored + stages[4:-2] + mixed + stages[-2:]
 
 
 def _memory_rows(add, d: Dims, L: int) -> None:
     B, T, H, G, k, s = d.batch, d.seq, d.heads, d.kv_heads, d.d_k, d.itemsize
     once = lambda item, formula, numbers, value: add("memory", item, formula, numbers, value,
                                                      "bytes", total=value)
-    once("scores, materialised", "B·H·T·T·s", f"{B}·{H}·{T}·{T}·{s}", B * H * T * T * s)
+    maps = 2 if d.scoring.diff else 1  # differential attention makes two maps
+    once("scores, materialised" + " (two maps)" * (maps == 2), f"{'2·' * (maps == 2)}B·H·T·T·s",
+         f"{'2·' * (maps == 2)}{B}·{H}·{T}·{T}·{s}", maps * B * H * T * T * s)
     if d.window is not None:
         pf, pn, P = _pairs(d)
         once(f"scores, sliding window {d.window} (band only)", f"B·H·({pf})·s" if d.sinks else f"B·H·{pf}·s",
@@ -351,7 +339,8 @@ def cost_report(preset: str | None = None, batch: int | None = None, seq: int | 
                 causal: bool | None = None, dropout: float | None = None,
                 cross: int | None = None, head_dim: int | None = None,
                 local_global: str | tuple | None = None, sinks: int | None = None,
-                sink_logits: bool | None = None) -> CostReport:
+                sink_logits: bool | None = None, qk_norm: bool = False, alibi: bool = False,
+                softcap: float | None = None, diff: bool = False) -> CostReport:
     """The cost of attention at a preset's dimensions (gpt3-175b, ...), any of them overridden;
     without a preset: batch 2, seq 10, d_model 512, heads 8, one layer. With `io`, the bytes
     standard and tiled attention move to and from main memory (`backward` adds that pass)."""
@@ -384,7 +373,9 @@ def cost_report(preset: str | None = None, batch: int | None = None, seq: int | 
         positive("cross_keys", cross)
     d = Dims(batch, seq, d_model, heads, kv_heads, dtype, bias=pick(bias, "bias", True),
              window=window, rope=pick(rope, "rope", False), cross=cross, latent=_latent(p, io, window),
-             **window_options(pick, head_dim, local_global, sinks, sink_logits, window))
+             **window_options(pick, head_dim, local_global, sinks, sink_logits, window),
+             scoring=scoring_of(qk_norm, softcap, bool(pick(sink_logits, "sink_logits", False)), False, None,
+                                alibi, diff, window))
     label = p.get("name", "custom") if preset else "custom"
     judge({"io": io, "backward": backward, "sram": sram, "block_q": block_q, "block_k": block_k,
            "causal": causal, "dropout": dropout}, IO_RULES)

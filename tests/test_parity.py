@@ -65,6 +65,8 @@ ROWS = [  # (id, the command line's arguments, the API's call, the options its d
      lambda r: mha_trace.trace_sizes(d_model=64, heads=4, kv_heads=2, mask="causal"), {}),
     ("shapes-scored", ["shapes", "--d-model", "32", "--heads", "2", "--qk-norm", "--softcap", "30", "--off-by-one"],
      lambda r: mha_trace.trace_sizes(d_model=32, heads=2, qk_norm=True, softcap=30, off_by_one=True), {}),
+    ("shapes-latent", ["shapes", "--latent", "16", "--absorbed", "--d-model", "64", "--heads", "4"],
+     lambda r: mha_trace.trace_sizes(latent=16, absorbed=True, d_model=64, heads=4), {}),
     ("shapes-compact", ["shapes", "--compact"], lambda r: mha_trace.trace_sizes(compact=True), {}),
     ("shapes-tiled", ["shapes", "--impl", "tiled", "--compare-impl", "--seq", "6", "--block-q", "4"],
      lambda r: mha_trace.trace_sizes(impl="tiled", compare_impl=True, seq=6, block_q=4), {}),

@@ -287,16 +287,22 @@ def check_references(run: Run) -> VerifyReport:
                 f"{f' kv_heads={c.kv_heads}' if c.kv_heads else ''} mask={c.mask}"
                 f"{f' pad={c.pad}' if c.pad else ''}")
     else:
+        kv = "" if s.latent else f"kv_heads={s.kv_heads or s.heads} "
         desc = (f"batch={s.batch} seq={s.seq} d_model={s.d_model} heads={s.heads} "
-                f"kv_heads={s.kv_heads or s.heads} mask={s.mask}{f' pad={s.pad}' if s.pad else ''} "
-                f"seed={s.seed}")
+                f"{kv}mask={s.mask}{f' pad={s.pad}' if s.pad else ''} seed={s.seed}")
     modern = "".join([" rope" if s.rope else "", f" window={s.window}" if s.window else "",
                       f" impl={s.impl}" if s.impl != "explicit" else "",
-                      *(" " + f.removeprefix("--").replace(" ", "=") for f in s.scoring.flags())])
+                      *(" " + f.removeprefix("--").replace(" ", "=") for f in s.scoring.flags()),
+                      f" latent={s.latent} rope_dim={run.module.rope_dim}{' absorbed' * s.absorbed}" if s.latent else ""])
     desc += modern
     q, k, v = run.qkv
     with one_thread():
-        checks = run_checks(run.module, q, k, v, run.mask, s.dtype)
+        if s.latent is not None:
+            from mha_trace.analyses.latent_refs import latent_checks
+
+            checks = latent_checks(run.module, q, run.mask, s.dtype)
+        else:
+            checks = run_checks(run.module, q, k, v, run.mask, s.dtype)
     settings = {"config": c.name if c is not None else None, "batch": 1 if c is not None else s.batch,
                 "seq": len(c.tokens) if c is not None else s.seq,
                 "d_model": c.d_model if c is not None else s.d_model,
@@ -305,7 +311,8 @@ def check_references(run: Run) -> VerifyReport:
                             (c.heads if c is not None else s.heads),
                 "mask": c.mask if c is not None else s.mask, "pad": c.pad if c is not None else s.pad,
                 "seed": (None if c.explicit else c.seed) if c is not None else s.seed, "rope": s.rope,
-                "window": s.window, "impl": s.impl, **s.scoring.module_options()}
+                "window": s.window, "impl": s.impl, **s.scoring.module_options(), "latent": s.latent,
+                "absorbed": s.absorbed}
     return VerifyReport(desc, s.dtype, s.device, checks, settings)
 
 

@@ -81,6 +81,9 @@ WindowOpt = Annotated[int | None, typer.Option("--window", help="Sliding-window 
 QkNormOpt = Annotated[bool, typer.Option("--qk-norm", help="QK-norm (Qwen3, OLMo 2): an RMSNorm over each head's d_k dims of q and of k before q·k, so no score grows without bound. Example: --qk-norm")]
 AlibiOpt = Annotated[bool, typer.Option("--alibi", help="ALiBi (BLOOM): add -m_h·|i - j| to each score, a slope m_h = 2^(-8h/H) a head, so a score falls with distance and no position is learned. Example: --alibi --mask causal")]
 DiffOpt = Annotated[bool, typer.Option("--diff", help="Differential attention (DIFF Transformer): each head's q and k split in halves, two softmax maps, the second taken away λ times, each head's output RMS-normed and scaled by 1 - λ_init; weights may be negative and rows sum to 1 - λ. Example: --diff --mask causal")]
+LatentOpt = Annotated[int | None, typer.Option("--latent", help="Multi-head latent attention (DeepSeek-V2's MLA) instead: keys and values come up from one latent of D_C dims a token, which with a shared RoPE key is all a cache keeps. Example: --latent 16", metavar="D_C")]
+RopeDimOpt = Annotated[int | None, typer.Option("--rope-dim", help="With --latent: d_R, the dims of each query's RoPE part and of the RoPE key all heads share (default d_k / 2). Example: --latent 16 --rope-dim 8")]
+AbsorbedOpt = Annotated[bool, typer.Option("--absorbed", help="With --latent: the inference form, W_UK folded into each query and W_UV applied after the weights, so no head's key or value is formed (the same numbers). Example: --latent 16 --absorbed")]
 SoftcapOpt = Annotated[float | None, typer.Option("--softcap", help="Logit soft-capping (Gemma 2 caps at 50): each score s becomes c·tanh(s / c), inside (-c, c), before the mask and softmax. Example: --softcap 2", metavar="C")]
 SinkLogitsOpt = Annotated[bool, typer.Option("--sink-logits", help="A learned sink logit a head (gpt-oss): one more column in every row's softmax that no key stands behind, so a head may attend to nothing; the weights sum to less than 1. Example: --sink-logits")]
 OffByOneOpt = Annotated[bool, typer.Option("--off-by-one", help="The off-by-one softmax (Miller 2023): the sink fixed at 0, exp(s_j) / (1 + Σ exp(s)). Example: --off-by-one")]
@@ -129,6 +132,7 @@ RUN_GROUPS = {
     "scoring": [("qk_norm", QkNormOpt, False), ("alibi", AlibiOpt, False), ("softcap", SoftcapOpt, None),
                 ("sink_logits", SinkLogitsOpt, False), ("off_by_one", OffByOneOpt, False),
                 ("diff", DiffOpt, False)],
+    "latent": [("latent", LatentOpt, None), ("rope_dim", RopeDimOpt, None), ("absorbed", AbsorbedOpt, False)],
     "module": [("module", ModuleOpt, None), ("init", InitOpt, None)],
     "module_width": [("d_model", ModuleDModelOpt, None)],
     "model": [("model", PretrainedOpt, None), ("sentence", SentenceOpt, None),

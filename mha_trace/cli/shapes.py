@@ -12,7 +12,7 @@ from mha_trace.io.output import Output, emit, make_console
 
 @app.command(short_help="Every tensor op of a real forward pass: shape, stride, memory.")
 @output_options(step=True)
-@run_options("sizes", "scoring", "config_name", "module", "model", "layer", "audio")
+@run_options("sizes", "scoring", "latent", "config_name", "module", "model", "layer", "audio")
 def shapes(
     compare_impl: Annotated[bool, typer.Option("--compare-impl", help="With --impl sdpa or tiled: also run the explicit path and compare what each allocates, which tensors the other path never makes, and how far the outputs differ. Example: --impl tiled --compare-impl")] = False,
     block_q: Annotated[int | None, typer.Option("--block-q", help="With --impl tiled: rows of a query tile (default: half the sequence, 2 × 2 tiles). Example: --impl tiled --block-q 4")] = None,

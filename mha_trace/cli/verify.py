@@ -12,7 +12,7 @@ from mha_trace.io.output import Output, emit
 
 @app.command(short_help="The module (or yours) against independent references.")
 @output_options()
-@run_options("sizes", "scoring", "module")
+@run_options("sizes", "scoring", "latent", "module")
 def verify(
     config: Annotated[str | None, typer.Option("--config", "-c", help="Verify on a config's Q, K, V (or generated input) instead of random sizes from flags; --heads, --kv-heads, --mask and --pad override the config's. Example: --config chicken-road")] = None,
     map_: Annotated[str | None, typer.Option("--map", help="With --module: which of your layers is which projection, when names and shapes do not tell. Example: --map 'q=W_Q,k=W_K,v=W_V,o=W_O'")] = None,

@@ -8,6 +8,29 @@ query/key dims without position, d_v its value dims.
 
 from dataclasses import dataclass
 
+from mha_trace.core.clashes import apart, judge, needs
+from mha_trace.errors import MhaError
+
+LATENT_RULES = (apart("latent", ("kv_heads", "window", "decode", "impl=sdpa", "impl=tiled", "rope", "qk_norm", "alibi",
+                                 "softcap", "sink_logits", "off_by_one", "diff"),
+                      "the lecture's MLA module is DeepSeek-V2's, explicit, its RoPE part always turned"),
+                needs("rope_dim", "latent", "sizes MLA's decoupled RoPE key"),
+                needs("absorbed", "latent", "computes MLA the inference way"))
+
+
+def check_latent(o) -> None:
+    """MLA's options (a RunOptions'): the latent and the RoPE part each a positive even width."""
+    judge({"latent": o.latent, "rope_dim": o.rope_dim, "absorbed": o.absorbed,
+           "kv_heads": o.kv_heads, "window": o.window, "decode": o.decode or None,
+           "impl=sdpa": getattr(o.impl, "value", o.impl) == "sdpa", "impl=tiled": getattr(o.impl, "value", o.impl) == "tiled",
+           "rope": o.rope, "qk_norm": o.qk_norm, "alibi": o.alibi, "softcap": o.softcap,
+           "sink_logits": o.sink_logits, "off_by_one": o.off_by_one, "diff": o.diff}, LATENT_RULES)
+    for name in ("latent", "rope_dim"):
+        value = getattr(o, name)
+        if value is not None and (value < 2 or value % 2 and name == "rope_dim"):
+            raise MhaError(f"{name} {value} must be {'an even number of dims (RoPE turns pairs)' if name == 'rope_dim' else 'at least 2'}",
+                           quantity=name)
+
 
 @dataclass(frozen=True)
 class Latent:

@@ -19,7 +19,7 @@ def modern_notes(report: ShapesReport) -> list[str]:
     if r.window is not None:
         lines.append(f"Sliding window: query i sees keys i - {r.window - 1} .. i (at most "
                      f"{r.window}, itself included); the band is built inside forward.")
-    lines += scoring_notes(report)
+    lines += scoring_notes(report) + latent_notes(report)
     if r.impl == "sdpa":
         saved = report.fused_savings
         lines.append(f"Fused path: F.scaled_dot_product_attention never forms the "
@@ -43,6 +43,25 @@ def modern_notes(report: ShapesReport) -> list[str]:
                      f"(2 · B · Hkv · d_k · s = 2 · {r.batch} · {kv} · {r.d_model // r.heads} · "
                      f"{DTYPE_BYTES[r.dtype]}). It grows by concatenation: each step's torch.cat "
                      f"copies the whole cache (a preallocated cache would write in place).")
+    return lines
+
+
+def latent_notes(report: ShapesReport) -> list[str]:
+    """Multi-head latent attention in words: what a cache keeps, against MHA's; the absorbed form."""
+    r, m = report.sizes, report.run.module
+    if r.latent is None:
+        return []
+    kept, mha = m.kv_rank + m.rope_dim, 2 * r.heads * (r.d_model // r.heads)
+    lines = [f"Latent attention (DeepSeek-V2's MLA): each token goes down to a latent c of {m.kv_rank} dims "
+             f"(normed) and one RoPE key of {m.rope_dim} that every head shares; each head's key and value come "
+             f"up from c. A cache keeps c and the RoPE key: {kept} numbers a token and layer, against "
+             f"{mha} (2·H·d_k) for the same heads' keys and values ({mha / kept:.1f}× fewer). A score is "
+             f"q_C·k_C + q_R·k_R over √(d_h + d_R) = √{m.nope_dim + m.rope_dim}."]
+    if r.absorbed:
+        lines.append("Absorbed (the inference form): W_UK folded into each head's query (the first einsum) "
+                     "scores it against c itself, and the weights mix the latents before W_UV brings each "
+                     "head's mix up (the second): no head's key or value is ever formed. The numbers are "
+                     "the naive form's (verify --latent checks it).")
     return lines
 
 

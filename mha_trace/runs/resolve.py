@@ -68,6 +68,9 @@ class RunOptions:
     off_by_one: bool = False
     alibi: bool = False
     diff: bool = False
+    latent: int | None = None  # multi-head latent attention (DeepSeek's): d_c, the latent K and V come from
+    rope_dim: int | None = None  # ... d_R, its decoupled RoPE part (default d_k / 2)
+    absorbed: bool = False  # ... computed the inference way, W_UK and W_UV folded in
 
     def scoring(self):
         """The scores' variant these options ask for (core.scoring.Scoring), checked."""
@@ -145,7 +148,7 @@ def check_options(o: RunOptions) -> None:
         if value is not None and value not in allowed:
             raise MhaError(f"{name} {value!r} is not one of {', '.join(allowed)}", quantity=name)
     for name in ("batch", "seq", "d_model", "heads", "kv_heads", "pad", "seed", "layer",
-                 "window", "decode", "max_tokens", "at_step", "block_q", "block_k"):
+                 "window", "decode", "max_tokens", "at_step", "block_q", "block_k", "latent", "rope_dim"):
         value = getattr(o, name)
         if value is not None and (type(value) is not int):
             raise MhaError(f"{name} must be a whole number, got {value!r}", quantity=name)
@@ -161,6 +164,9 @@ def check_options(o: RunOptions) -> None:
         raise MhaError(f"max_seconds={o.max_seconds!r} is not a number of seconds (above 0)",
                        quantity="max_seconds")
     o.scoring()
+    from mha_trace.core.latent import check_latent
+
+    check_latent(o)
     if o.rope_base is not None and not isinstance(o.rope_base, (int, float)):
         raise MhaError(f"rope_base must be a number, got {o.rope_base!r}", quantity="rope_base")
     for name in ("model", "sentence", "init"):
@@ -198,6 +204,9 @@ def check_early(o: RunOptions, default: str = "config"):
     if o.module:
         return None
     if o.config is not None or default == "config":
+        if o.latent is not None:
+            raise MhaError("--latent builds the lecture's MLA module at sizes from flags (shapes, verify); "
+                           "a config's heads are the chapter's", quantity="latent")
         if o.d_model is not None:  # --d-model sizes a user's module built on a config
             raise MhaError("d_model goes with --module (a config's width is fixed by the config)",
                            quantity="d_model")
@@ -276,7 +285,7 @@ def symbols_probe(sizes):
 def _module_run(o: RunOptions, on_config: bool):
     from mha_trace.runs.run import from_module, module_sizes_for_config
 
-    if o.given("rope", "window", "decode", "kv_heads") or o.impl not in (None, "explicit") \
+    if o.given("rope", "window", "decode", "kv_heads", "latent") or o.impl not in (None, "explicit") \
             or not o.scoring().plain:
         raise MhaError("--rope, --window, --impl, --decode, --kv-heads and the scores' variants "
                        "(--qk-norm, --alibi, --softcap, --sink-logits, --off-by-one, --diff) set up the built-in "
@@ -296,7 +305,7 @@ def _model_run(o: RunOptions):
 
     refuse_with_model(**o.given("config", "module", "init", "batch", "seq", "d_model", "heads",
                                 "kv_heads", "mask", "pad", "rope", "rope_base", "window", "qk_norm",
-                                "softcap", "sink_logits", "off_by_one", "alibi", "diff"))
+                                "softcap", "sink_logits", "off_by_one", "alibi", "diff", "latent"))
     if entry(_model_of(o)).audio and o.attention != "self":  # its cross-attention while it writes
         from mha_trace.runs.heard import hearing_run
 

@@ -51,12 +51,15 @@ class Sizes:
     block_k: int | None = None  # ... and of a key/value tile
     cross: int | None = None  # a cross-attention: the encoder positions its keys and values come from
     scoring: Scoring = Scoring()  # QK-norm, soft-capping, sinks (core.scoring)
+    latent: int | None = None  # multi-head latent attention: d_c (core.latent_attention)
+    rope_dim: int | None = None  # ... d_R, its decoupled RoPE key (default d_k / 2)
+    absorbed: bool = False  # ... W_UK and W_UV folded in, as inference runs it
 
     @property
     def modern(self) -> bool:
         """Any option past the textbook forward pass (their bytes are counted by a meta trace)."""
         return self.rope or self.window is not None or self.impl != "explicit" or self.decode > 0 \
-            or not self.scoring.plain
+            or not self.scoring.plain or self.latent is not None
 
     def module_options(self) -> dict:
         return {"rope": self.rope, "rope_base": self.rope_base, "window": self.window,
@@ -92,7 +95,8 @@ class Run:
 
     @property
     def builtin(self) -> bool:
-        return type(self.module) is MultiHeadAttention
+        """The lecture's own module (MultiHeadAttention, or its MLA sibling)."""
+        return type(self.module) is MultiHeadAttention or self.sizes.latent is not None
 
     @property
     def device(self) -> torch.device:
@@ -195,8 +199,7 @@ def from_sizes(sizes: Sizes, guard_runs: int = 1,
     seed(sizes.seed)
     dtype, shape = DTYPES[sizes.dtype], (sizes.batch, sizes.seq, sizes.d_model)
     with torch.device(device):
-        module = MultiHeadAttention(sizes.d_model, sizes.heads, sizes.kv_heads,
-                                    **sizes.module_options()).to(dtype)
+        module = lecture_module(sizes).to(dtype)
         # meta tensors hold no values, so there is nothing to draw at random
         draw = torch.empty if device.type == "meta" else torch.randn
         x = draw(shape, dtype=dtype)
@@ -212,6 +215,16 @@ def from_sizes(sizes: Sizes, guard_runs: int = 1,
         call = "forward(q, mask, cache), then forward(token, cache) per step"
     return Run(module, (x,), kwargs, sizes, call=call, mask=mask, x=x, source=_source(module),
                estimate=estimate, phases=phases)
+
+
+def lecture_module(sizes: Sizes) -> nn.Module:
+    """The lecture's module these sizes describe: MultiHeadAttention, or with `latent` DeepSeek's MLA."""
+    if sizes.latent is None:
+        return MultiHeadAttention(sizes.d_model, sizes.heads, sizes.kv_heads, **sizes.module_options())
+    from mha_trace.core.latent_attention import LatentAttention
+
+    return LatentAttention(sizes.d_model, sizes.heads, sizes.latent, sizes.rope_dim or sizes.d_model // sizes.heads // 2,
+                           rope_base=sizes.rope_base, absorbed=sizes.absorbed)
 
 
 def _meta_estimate(sizes: Sizes) -> int:
@@ -367,33 +380,3 @@ def from_model_decode(model, ids: list, prompt: int, layer: int, labels: tuple) 
                label=f"{model.name} layer {layer} attention",
                call="forward(x, mask, cache), then forward(token, cache) per generated token",
                mask=mask, tokens=labels, x=x, source=_source(module), phases=phases, layer=layer)
-
-
-def inputs_data(run: Run) -> dict:
-    """What a run was handed and its weights, at full precision, so anyone can recompute it:
-    {"args": [...], "kwargs": {...}, "weights": {name: ...}} (a model's weights are not included:
-    its package has them)."""
-    import numpy as np
-
-    def plain(value):
-        if isinstance(value, torch.Tensor):
-            if value.device.type == "meta":
-                raise MhaError("include_inputs needs values, and meta tensors have none (run on "
-                               "--device cpu)", quantity="include_inputs")
-            return value.detach().cpu().double().tolist() if value.is_floating_point() \
-                else value.detach().cpu().tolist()
-        if isinstance(value, np.ndarray):
-            return value.tolist()
-        return None if value is None else repr(value)
-
-    if run.sentence is not None:
-        raise MhaError(f"include_inputs is for runs anyone can rebuild from the JSON; "
-                       f"{run.sentence.model.name}'s weights come from its package",
-                       quantity="include_inputs")
-    module = run.module
-    if isinstance(module, nn.Module):
-        weights = {name: plain(t) for name, t in module.state_dict().items()}
-    else:  # a NumPy implementation: its array attributes
-        weights = {name: plain(v) for name, v in vars(module).items() if isinstance(v, np.ndarray)}
-    kwargs = {name: plain(v) for name, v in run.kwargs.items() if name != "cache"}
-    return {"args": [plain(a) for a in run.args], "kwargs": kwargs, "weights": weights}

@@ -31,6 +31,9 @@ def resolve_student(o: RunOptions) -> StudentRuns:
     if o.impl not in (None, "explicit"):
         raise MhaError("--impl checks the built-in module; with --module give sizes (or --config), "
                        "--mask, --pad, --kv-heads, --rope, --window and --seed", quantity="module")
+    if o.latent is not None:
+        raise MhaError("--latent checks the lecture's MLA module against its references; grading a class "
+                       "of your own as MLA is not built yet", quantity="latent")
     if o.window is not None and o.config is not None:
         raise MhaError("--window goes with sizes from flags when it checks your module", quantity="window")
     module = _module_of(o)

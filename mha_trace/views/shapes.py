@@ -12,8 +12,8 @@ from mha_trace.runs.resolve import RunOptions
 OTHER_SOURCE = "a pretrained model fixes its own sizes, weights and input"
 CLASHES = (apart("compare_impl", ("model",), OTHER_SOURCE),
            apart("include_inputs", ("model",), OTHER_SOURCE),
-           apart("compact", ("module", "decode"), "the lecture's eight steps are the built-in "
-                                                  "module's, on one forward pass"))
+           apart("compact", ("module", "decode", "latent"), "the lecture's eight steps are the built-in "
+                                                            "module's, on one forward pass"))
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class ShapesRequest:
         o = self.source
         judge({"model": o.model, "compare_impl": self.compare_impl, "module": o.module,
                "include_inputs": self.include_inputs, "compact": self.compact,
-               "decode": o.decode or None}, CLASHES)
+               "decode": o.decode or None, "latent": o.latent}, CLASHES)
         if self.compare_impl and o.impl not in ("sdpa", "tiled"):
             raise MhaError("--compare-impl goes with --impl sdpa or tiled (it compares that path "
                            "with the explicit one)", quantity="compare_impl")

@@ -69,7 +69,7 @@ def check_inputs(o: RunOptions, include: bool) -> None:
 def attach_inputs(record, run, include: bool):
     """The record, carrying its run's inputs and weights at full precision when asked."""
     if include:
-        from mha_trace.runs.run import inputs_data
+        from mha_trace.runs.inputs import inputs_data
 
         record.inputs = inputs_data(run)
     return record

@@ -50,7 +50,8 @@ def sdpa_latent(m, x, mask):
         return m.W_o(out.transpose(1, 2).reshape(B, T, H * m.v_dim))
 
 
-def latent_checks(m, x, mask, dtype: str) -> list[Check]:
+def latent_checks(m, x, k, v, mask, dtype: str) -> list[Check]:
+    """The references for MLA (`check_references`'s checks_of): x is its one input (k and v are x)."""
     with torch.no_grad():
         out, weights = m(x, mask=mask)
         m.absorbed = not m.absorbed

@@ -278,8 +278,9 @@ def _numbers_on(device: str) -> None:
                        quantity="device")
 
 
-def check_references(run: Run) -> VerifyReport:
-    """Run every reference on the run's module, inputs and mask."""
+def check_references(run: Run, checks_of=None) -> VerifyReport:
+    """Run every reference on the run's module, inputs and mask; `checks_of` (module, q, k, v,
+    mask, dtype) -> [Check]: the references of another lecture module (MLA's), else run_checks."""
     _numbers_on(run.sizes.device)
     s, c = run.sizes, run.config
     if c is not None:
@@ -297,12 +298,7 @@ def check_references(run: Run) -> VerifyReport:
     desc += modern
     q, k, v = run.qkv
     with one_thread():
-        if s.latent is not None:
-            from mha_trace.analyses.latent_refs import latent_checks
-
-            checks = latent_checks(run.module, q, run.mask, s.dtype)
-        else:
-            checks = run_checks(run.module, q, k, v, run.mask, s.dtype)
+        checks = (checks_of or run_checks)(run.module, q, k, v, run.mask, s.dtype)
     settings = {"config": c.name if c is not None else None, "batch": 1 if c is not None else s.batch,
                 "seq": len(c.tokens) if c is not None else s.seq,
                 "d_model": c.d_model if c is not None else s.d_model,

@@ -68,7 +68,12 @@ def _builtin(o, map_: str | None, mask_means: str):
     if map_ or o.init or mask_means != "any":
         raise MhaError("--map, --mask-means and --init go with --module")
     if o.config is None:
-        return check_references(resolve(o, "sizes", alive=4, hint=SMALLER))
+        run = resolve(o, "sizes", alive=4, hint=SMALLER)
+        if o.latent is None:
+            return check_references(run)
+        from mha_trace.analyses.latent_refs import latent_checks
+
+        return check_references(run, latent_checks)
     fixed = [f for f, v in (("--batch", o.batch), ("--seq", o.seq), ("--d-model", o.d_model),
                             ("--seed", o.seed)) if v is not None]
     if fixed:

@@ -142,6 +142,7 @@ def save_heatmaps(path: str, title: str, panels: list, decimals: int = 4, theme:
     values = np.concatenate([np.asarray(m)[np.asarray(k, bool)] if k is not None else np.ravel(m)
                              for _, _, _, m, k in shown])
     hi = top or max(float(values.max()), 1e-9)
+    lo = min(0.0, float(values.min()))  # below 0 only where a map was taken away (differential)
     shared = len({(tuple(p[1]), tuple(p[2])) for p in shown}) == 1  # one sentence's heads
     room = min(SLIDE_W / cols, SLIDE_H / rows) * (0.85 if shared else 0.7)  # a panel's cells
     ticks = [(*_ticks(len(p[2]), room), *_ticks(len(p[1]), room)) for p in shown]
@@ -157,12 +158,13 @@ def save_heatmaps(path: str, title: str, panels: list, decimals: int = 4, theme:
         for ax in set(axes.flat) - set(drawn):  # a slot left empty
             ax.axis("off")
         edges = _labelled(rows, cols, [bool(p) for p in panels]) if shared else [(True, True)] * len(shown)
-        images = [_panel(ax, panel, hi, decimals, fg, bg, tick, cell, edge)
+        images = [_panel(ax, panel, hi, decimals, fg, bg, tick, cell, edge, lo)
                   for ax, panel, tick, edge in zip(drawn, shown, ticks, edges)]
         if groups:
             _frame_groups(drawn, groups, shown)
         bar = fig.colorbar(images[-1], cax=fig.add_axes(bar_at))
-        bar.set_label(f"attention weight (0 to {hi:.2f}{', fixed' if top else ''})", fontsize=18)
+        span = f"{lo:.2f} to {hi:.2f}, below 0: taken away" if lo < 0 else f"0 to {hi:.2f}"
+        bar.set_label(f"attention weight ({span}{', fixed' if top else ''})", fontsize=18)
         bar.ax.tick_params(labelsize=16)
         fig.suptitle(_fitted(title, 95, 28), fontsize=28, color=fg)
     _save(plt, fig, path, bg)
@@ -221,7 +223,7 @@ def _frame_groups(axes, groups: list, panels: list) -> None:
 
 
 def _panel(ax, panel, hi: float, decimals: int, fg: str, bg: str, ticks: tuple, cell: float,
-           edges: tuple = (True, True)):
+           edges: tuple = (True, True), lo: float = 0.0):
     """One heatmap on `ax`: (title, row labels, column labels, matrix, mask or None), its queries
     and its keys labelled where `edges` says, at `ticks` (which keys and their points, which
     queries and theirs); masked cells hatched, values written in when a cell (`cell` px) is at
@@ -232,7 +234,7 @@ def _panel(ax, panel, hi: float, decimals: int, fg: str, bg: str, ticks: tuple, 
     matrix = np.asarray(matrix, float)
     shown = np.ma.masked_where(~np.asarray(mask, bool), matrix) if mask is not None else matrix
     ax.set_facecolor(bg)
-    image = ax.imshow(shown, cmap="viridis", vmin=0.0, vmax=hi)
+    image = ax.imshow(shown, cmap="viridis", vmin=lo, vmax=hi)
     if mask is not None:  # masked cells: hatched, never a colour that reads as a weight
         _hatch(ax, ~np.asarray(mask, bool))
     ax.set_title(name, fontsize=22, color=fg)

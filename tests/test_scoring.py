@@ -240,6 +240,7 @@ M = "tests/student/scoring_modules.py:"
     ("CapBeforeScale", ("--softcap", "2"), "soft cap before the scale by √d_k", 61),
     ("NormOverSequence", ("--qk-norm",), "QK-norm over the sequence", 76),
     ("NormQOnly", ("--qk-norm",), "QK-norm on q only", 26),
+    ("DefaultEps", ("--qk-norm",), "QK-norm's eps left at F.rms_norm's default", 235),
     ("SinkScaled", ("--sink-logits",), "the sink's logit divided by √d_k too", 100),
     ("Scored", ("--sink-logits",), "the sink never joins the softmax", 38),
     ("Alibi", ("--alibi", "--mask", "causal"), None, None),

@@ -211,6 +211,10 @@ SCORING_MISTAKES = (  # with --softcap, --qk-norm, --sink-logits or --off-by-one
             "(Qwen3's, which --qk-norm checks)", "split into heads first, then RMSNorm over each head's d_k",
             {"norm": lambda m, Q, K: (_rms(Q, m.q_norm.weight, (1, 3)), _rms(K, m.k_norm.weight, (1, 3)))},
             ("qk_norm",)),
+    Mistake("QK-norm's eps left at F.rms_norm's default (the dtype's machine epsilon), not 1e-6",
+            "pass eps=1e-6, as Qwen3 does: F.rms_norm(q, (d_k,), eps=1e-6)", {"norm": lambda m, Q, K: (
+                F.rms_norm(Q, (m.d_k,), m.q_norm.weight), F.rms_norm(K, (m.d_k,), m.k_norm.weight))},
+            ("qk_norm",), ("rms_norm", 4)),
     Mistake("QK-norm on q only", "normalise k too: only then is every score bounded",
             {"norm": lambda m, Q, K: (m.q_norm(Q), K)}, ("qk_norm",)),
     Mistake("the sink never joins the softmax", "add the sink's logit as one more column of each "

@@ -228,3 +228,8 @@ class DiffSecondAdded(Differential):
 class DiffNotScaled(Differential):
     def normed_heads(self, o):
         return self.subln(o)
+
+
+class DefaultEps(Scored):
+    def normed(self, q, k):
+        return F.rms_norm(q, (self.d_k,)), F.rms_norm(k, (self.d_k,))

@@ -315,9 +315,11 @@ def _not_a_block(module, label: str, d_model: int) -> None:
 
 
 def _qk_norm(name: str, norm, d_model: int) -> bool:
-    """A norm inside attention, QK-norm's: narrower than d_model (each head's d_k, Qwen3's), or named
-    for q or k (q_norm, k_ln, query_norm ...: OLMo 2's, over the whole projection)."""
-    shape = tuple(getattr(norm, "normalized_shape", ()) or ())
+    """A norm inside attention (QK-norm's, differential attention's per-head norm): narrower than
+    d_model (a head's dims), or named for q or k (q_norm, k_ln, query_norm ...: OLMo 2's, over the
+    whole projection). Its width is its normalized_shape, or a norm class of its own's gain."""
+    gain = getattr(norm, "weight", None)
+    shape = tuple(getattr(norm, "normalized_shape", ()) or (() if gain is None else gain.shape))
     last = name.lower().split(".")[-1]
     return (bool(shape) and shape != (d_model,)) or bool({"q", "k", "query", "key"} & set(last.split("_")))
 

@@ -108,7 +108,7 @@ def where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output,
     _dropout_left_on(report, traced)
     if report.diagnosis is None:
         reference = diagnose_args[0]
-        _variant(report, traced, expected.shape[-2], reference.heads, reference.d_k)
+        _variant(report, traced, expected.shape[-2], reference)
         if report.variant is None:
             _window(report, traced, expected.shape[-2])
         if report.variant is None and report.rotates:
@@ -172,11 +172,18 @@ def _what_the_step_did(step, reference) -> str | None:
     return None
 
 
-def _variant(report, traced, T: int, H: int, d_k: int) -> None:
-    """A step that makes attention a variant the lecture's module does not have, named with its
-    line as that, not as a mistake (its numbers differ for a reason the lecture does not teach)."""
+RUNS = {"differential": "diff", "logit soft-capping": "softcap", "QK-norm": "qk_norm", "a sink logit": "sinks"}
+
+
+def _variant(report, traced, T: int, reference) -> None:
+    """A step that makes attention a variant the lecture's module was not asked to run, named with
+    its line as that, not as a mistake (its numbers differ for a reason the lecture does not teach).
+    A variant its flag already runs is not named: that module's numbers differ for another reason."""
+    H, d_k = reference.heads, reference.d_k
+    asked = lambda name: any(name.startswith(k) and getattr(reference, a, None) not in (None, False)
+                             for k, a in RUNS.items())
     for step in traced.steps:
-        found = next((name for test, name in VARIANTS if test(step, T, H, d_k)), None)
+        found = next((name for test, name in VARIANTS if test(step, T, H, d_k) and not asked(name)), None)
         if found:
             report.variant, report.first_wrong, report.reference_step, report.missing = found, step, None, None
             return

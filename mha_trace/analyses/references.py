@@ -293,7 +293,7 @@ def check_references(run: Run, checks_of=None) -> VerifyReport:
                 f"{kv}mask={s.mask}{f' pad={s.pad}' if s.pad else ''} seed={s.seed}")
     modern = "".join([" rope" if s.rope else "", f" window={s.window}" if s.window else "",
                       f" impl={s.impl}" if s.impl != "explicit" else "",
-                      *(" " + f.removeprefix("--").replace(" ", "=") for f in s.scoring.flags()),
+                      s.scoring.settings(),
                       f" latent={s.latent} rope_dim={run.module.rope_dim}{' absorbed' * s.absorbed}" if s.latent else ""])
     desc += modern
     q, k, v = run.qkv

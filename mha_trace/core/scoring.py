@@ -50,6 +50,10 @@ class Scoring:
                             None if self.sinks is None else "--" + SINKS[self.sinks].replace("_", "-"),
                             "--diff" if self.diff else None) if f]
 
+    def settings(self) -> str:
+        """As a title writes them, each after a space: ' qk-norm softcap=30 sink-logits'."""
+        return "".join(" " + f.removeprefix("--").replace(" ", "=") for f in self.flags())
+
     def named(self) -> list[str]:
         """In words, for a walk's title: ['QK-norm', 'soft-capped at 30', 'the off-by-one softmax']."""
         sink = {"learned": "a learned sink logit a head", "zero": "the off-by-one softmax", None: None}

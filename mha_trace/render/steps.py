@@ -16,7 +16,7 @@ def title(report: ShapesReport) -> str:
     extra = "".join([" rope" if r.rope else "", f" window={r.window}" if r.window else "",
                      f" impl={r.impl}" if r.impl != "explicit" else "",
                      f" decode={r.decode}" if r.decode else "",
-                     "".join(" " + f.removeprefix("--").replace(" ", "=") for f in r.scoring.flags()),
+                     r.scoring.settings(),
                      f" latent={r.latent}{' absorbed' * r.absorbed}" if r.latent else ""])
     d_k = f" (d_k={r.d_model // r.heads})" if r.d_model % r.heads == 0 else ""
     return (f"shapes: {who}batch={r.batch} seq={r.seq} d_model={r.d_model} heads={r.heads}{kv}"

@@ -77,6 +77,8 @@ REFUSED_BEFORE_TORCH = [  # flags that clash, or go with a model: no torch neede
     ["train", "--rope", "--d-model", "4", "--heads", "4"], ["train", "--rope", "--d-model", "12", "--heads", "4"],
     ["train", "--rope", "--d-model", "10", "--heads", "2"], ["explain", "--impl", "tiled", "--why"],
     ["explain", "--block-k", "2"], ["explain", "--rope-planes", "--impl", "tiled"],
+    # MLA: the chapter's Q, K, V are given by hand; its walk is split by part, not by source
+    ["heads", "--latent", "16"], ["explain", "--config", "chicken-road", "--latent", "16", "--why"],
 ]
 
 

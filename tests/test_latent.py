@@ -17,9 +17,10 @@ from mha_trace.analyses.references import numpy_rope
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "scoring_reference.json").read_text())
 
 
-def mla_by_hand(m, x: np.ndarray, keep) -> tuple:
+def parts_by_hand(m, x: np.ndarray) -> tuple:
     """DeepSeek-V2's equations (9)-(19), no query latent: c = RMSNorm(W_DKV x), k_C = W_UK c,
-    v = W_UV c, k_R = RoPE(W_KR x) shared, q = [q_C, RoPE(q_R)]; (output, weights)."""
+    v = W_UV c, k_R = RoPE(W_KR x) shared, q = [q_C, RoPE(q_R)]; each head's content part q_C·k_C
+    and RoPE part q_R·k_R (H, T, T), and its values (H, T, d_v)."""
     w = {k: v.detach().double().numpy() for k, v in m.state_dict().items()}
     T, H, d_h, d_r, d_c = len(x), m.heads, m.nope_dim, m.rope_dim, m.kv_rank
     q = (x @ w["W_q.weight"].T).reshape(T, H, d_h + d_r).transpose(1, 0, 2)
@@ -28,10 +29,17 @@ def mla_by_hand(m, x: np.ndarray, keep) -> tuple:
     k_r = numpy_rope(down[None, :, d_c:], m.rope_base)[0]
     heads = lambda t, n: t.reshape(T, H, n).transpose(1, 0, 2)
     k_c, v = heads(c @ w["W_uk.weight"].T, d_h), heads(c @ w["W_uv.weight"].T, m.v_dim)
-    s = (q[..., :d_h] @ k_c.transpose(0, 2, 1) + numpy_rope(q[..., d_h:], m.rope_base) @ k_r.T) / math.sqrt(d_h + d_r)
+    return q[..., :d_h] @ k_c.transpose(0, 2, 1), numpy_rope(q[..., d_h:], m.rope_base) @ k_r.T, v
+
+
+def mla_by_hand(m, x: np.ndarray, keep) -> tuple:
+    """MLA's (output, weights) from `parts_by_hand`: the parts' sum over √(d_h + d_R), softmaxed."""
+    content, position, v = parts_by_hand(m, x)
+    s = (content + position) / math.sqrt(m.nope_dim + m.rope_dim)
     e = np.exp(np.where(keep, s, -np.inf) if keep is not None else s)
     weights = e / e.sum(-1, keepdims=True)
-    return (weights @ v).transpose(1, 0, 2).reshape(T, -1) @ w["W_o.weight"].T, weights
+    w_o = m.W_o.weight.detach().double().numpy()
+    return (weights @ v).transpose(1, 0, 2).reshape(len(x), -1) @ w_o.T, weights
 
 
 @pytest.mark.parametrize("sizes", [dict(d_model=48, heads=4, kv_rank=12, rope_dim=4),
@@ -98,9 +106,71 @@ def test_the_api_traces_and_verifies_mla():
     (("shapes", "--rope-dim", "8"), "--rope-dim sizes MLA's decoupled RoPE key: add --latent"),
     (("shapes", "--latent", "16", "--rope-dim", "7"), "--rope-dim 7 must be an even number"),
     (("shapes", "--latent", "16", "--compact"), "--compact does not go with --latent"),
-    (("shapes", "--latent", "16", "--config", "chicken-road"), "--latent builds the lecture's MLA module"),
+    (("heads", "--latent", "16"), "'The cat sat on mat' gives Q, K and V by hand: use a generated config"),
+    (("explain", "--latent", "16", "--config", "chicken-road", "--impl", "tiled"),
+     "--latent does not go with --impl tiled (MLA's walk splits each score"),
+    (("explain", "--latent", "16", "--model", "minilm"), "--latent does not go with --model"),
     (("verify", "--latent", "16", "--module", "example:l04"), "grading a class of your own as MLA is not built yet"),
 ])
 def test_mla_refusals(cli, args, says):
     result = cli(*args)
     assert result.exit_code != 0 and says in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("absorbed", [False, True])
+def test_explain_splits_each_score_into_its_content_and_rope_parts_by_hand(cli, absorbed):
+    """The walk's parts, weights and output for 'it' in every head of a generated config equal MLA
+    written out in NumPy here on the module's own weights and embeddings (both forms)."""
+    from mha_trace.runs.resolve import RunOptions, resolve
+
+    form = ("--absorbed",) if absorbed else ()
+    walk = json.loads(cli("explain", "--config", "animal-street", "--latent", "12", "--rope-dim", "4", *form,
+                          "--token", "it", "--format", "json").stdout)
+    run = resolve(RunOptions(config="animal-street", latent=12, rope_dim=4))
+    x = run.x[0].numpy()
+    content, position, _ = parts_by_hand(run.module, x)
+    out, weights = mla_by_hand(run.module, x, np.tril(np.ones((len(x), len(x)), bool)))
+    i = walk["position"]
+    assert walk["config"]["latent"] == {"kv_lora_rank": 12, "qk_rope_head_dim": 4, "absorbed": absorbed}
+    assert walk["sqrt_d_k"] == pytest.approx(math.sqrt(8 + 4))
+    for h, head in enumerate(walk["heads"]):
+        keys = head["keys"]
+        np.testing.assert_allclose([k["content"] for k in keys], content[h, i], atol=1e-12)
+        np.testing.assert_allclose([k["rope"] for k in keys], position[h, i], atol=1e-12)
+        np.testing.assert_allclose([k["weight"] for k in keys], weights[h, i], atol=1e-12)
+        assert [k["masked"] for k in keys] == [j > i for j in range(len(keys))]
+    np.testing.assert_allclose(walk["output"], out[i], atol=1e-12)
+    assert len(walk["heads"][0]["query"]) == (12 if absorbed else 8) + 4  # absorbed: W_UKᵀq_C is d_c wide
+
+
+def test_heads_and_explain_say_what_mla_does(cli):
+    heads = cli("heads", "--config", "chicken-road", "--latent", "16", "--head", "2", "--width", "100").stdout
+    assert "MLA d_c 16, d_R 4" in heads and "Head 2 of 8" in heads
+    text = " ".join(cli("explain", "--config", "chicken-road", "--latent", "16", "--absorbed", "--token", "it",
+                        "--head", "2", "--width", "100").stdout.split())
+    assert "over √(d_h + d_R) = √12" in text and "(W_UKᵀq_C)·c q_R·k_R sum ÷√12 softmax" in text
+    assert "the query taken down to c's 16 dims, so no head's key is formed" in text
+
+
+def test_the_api_walks_mla():
+    import mha_trace
+
+    w = mha_trace.explain(config="chicken-road", latent=16, token="road")
+    assert w.view.latent.content == 8 and w.heads[0].terms[0].parts is not None
+    assert mha_trace.heads(config="chicken-road", latent=16, absorbed=True).weights.shape == (8, 11, 11)
+
+
+def test_ablating_an_mla_head_takes_away_its_block_of_w_o_by_hand():
+    import mha_trace
+    from mha_trace.runs.resolve import RunOptions, resolve
+
+    run = resolve(RunOptions(config="chicken-road", latent=16))
+    x, m = run.x[0].numpy(), run.module
+    content, position, v = parts_by_hand(m, x)
+    s = (content + position) / math.sqrt(m.nope_dim + m.rope_dim)
+    weights = np.exp(s) / np.exp(s).sum(-1, keepdims=True)
+    heads = weights @ v  # (H, T, d_v)
+    heads[1] = 0  # head 2
+    by_hand = heads.transpose(1, 0, 2).reshape(len(x), -1) @ m.W_o.weight.detach().numpy().T
+    ablation = mha_trace.ablate(config="chicken-road", latent=16, removed=(2,))
+    np.testing.assert_allclose(ablation.output, by_hand, atol=1e-12)

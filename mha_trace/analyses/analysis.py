@@ -15,6 +15,7 @@ from mha_trace.models.base import ModelText
 from mha_trace.runs.config import Config
 from mha_trace.errors import MhaError
 from mha_trace.analyses.ablated import Ablation
+from mha_trace.analyses.latent_heads import LatentParts
 from mha_trace.records import Shows
 from mha_trace.runs.run import Run, check_finite
 
@@ -83,6 +84,7 @@ class LectureHeads(Heads):
     sink: np.ndarray | None = None  # (H,) each head's sink logit (config.scoring.sinks)
     bias: np.ndarray | None = None  # (H, T, T) what the module adds to the scaled scores (ALiBi's)
     lam: tuple | None = None  # differential attention's (λ, λ_init): the second map taken away λ times
+    latent: LatentParts | None = None  # MLA: q and k as [content part; RoPE part] (analyses.latent_heads)
 
     @property
     def title(self) -> str:
@@ -159,22 +161,19 @@ class ModelHeads(Heads):
 
 def analyse(run: Run) -> LectureHeads:
     """Every head's weights, the projections, the concatenation and the output of one run of
-    the lecture's module."""
+    the lecture's module (or of its MLA sibling)."""
     from mha_trace.core.runtime import needs_values
 
     needs_values(run.device.type, "showing the weights")
-    module, (q, k, v) = run.module, run.qkv
+    module = run.module
     captured: dict = {}
     hook = module.W_o.register_forward_pre_hook(lambda _, args: captured.update(concat=args[0]))
     try:
         output, weights = run.forward()
         check_finite(output, weights)
-        with torch.no_grad():
-            qp, kp, vp = module.W_q(q), module.W_k(k), module.W_v(v)
-            # the dot products use q and k as forward scores them: normalised, then rotated
-            qp, kp = _as_scored(qp, module, "q_norm"), _as_scored(kp, module, "k_norm")
     finally:
         hook.remove()
+    (qp, kp, vp), extras = _projections(run)
     numpy = lambda t: t[0].double().cpu().numpy()
     return LectureHeads(
         run.config.tokens, numpy(weights)[None],
@@ -182,9 +181,26 @@ def analyse(run: Run) -> LectureHeads:
         x=None if run.x is None else numpy(run.x), q=numpy(qp), k=numpy(kp), v=numpy(vp),
         concat=numpy(captured["concat"]), W_O=module.W_o.weight.detach().double().cpu().T.numpy(),
         b_O=None if module.W_o.bias is None else module.W_o.bias.detach().double().cpu().numpy(),
-        layer=run.layer, sink=None if module.sinks is None else module.sink.detach().double().cpu().numpy(),
-        bias=_position_bias(module, len(run.config.tokens)),
-        lam=(float(module.lam().detach()), module.lambda_init) if module.diff else None)
+        layer=run.layer, **extras)
+
+
+def _projections(run: Run) -> tuple:
+    """((q, k, v) as forward scores and mixes them, what else the walk reads): QK-norm's and
+    RoPE's q and k, the sinks, ALiBi's bias, differential attention's λ; MLA's parts."""
+    module, (q, k, v) = run.module, run.qkv
+    if run.sizes.latent is not None:
+        from mha_trace.analyses.latent_heads import latent_projections
+
+        *qkv, parts = latent_projections(module, q)
+        return qkv, {"latent": parts}
+    with torch.no_grad():
+        qp, kp, vp = module.W_q(q), module.W_k(k), module.W_v(v)
+        # the dot products use q and k as forward scores them: normalised, then rotated
+        qp, kp = _as_scored(qp, module, "q_norm"), _as_scored(kp, module, "k_norm")
+    return (qp, kp, vp), {
+        "sink": None if module.sinks is None else module.sink.detach().double().cpu().numpy(),
+        "bias": _position_bias(module, len(run.config.tokens)),
+        "lam": (float(module.lam().detach()), module.lambda_init) if module.diff else None}
 
 
 def run_heads(run: Run, head: int | None = None, effect: bool = False) -> Heads:

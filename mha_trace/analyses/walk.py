@@ -24,6 +24,7 @@ class KeyTerm:
     capped: float | None = None  # soft-capping: c·tanh(scaled / c), what the softmax took
     bias: float | None = None  # ALiBi: what was added to the scaled score
     second: tuple | None = None  # differential attention: (its dot, scaled, map 1's weight, map 2's)
+    parts: tuple | None = None  # MLA: (content q_C·k_C, position q_R·k_R), their sum the dot
 
 
 @dataclass
@@ -72,9 +73,12 @@ def walk(view: LectureHeads, position: int) -> Walk:
     computation that ran, not a parallel one.
     """
     d_k, i, cap = view.d_k, position, view.config.scoring.softcap
-    sqrt_dk = math.sqrt(d_k)
+    sqrt_dk = math.sqrt(d_k if view.latent is None else view.latent.d_h + view.latent.rope)
     heads = []
     for h in range(view.heads):
+        if view.latent is not None:
+            heads.append(_latent(view, h, i, sqrt_dk))
+            continue
         g = view.kv_head_of(h)
         qs = view.q[i, h * d_k:(h + 1) * d_k]
         ks = view.k[:, g * d_k:(g + 1) * d_k]
@@ -120,6 +124,26 @@ def _differential(view: LectureHeads, h: int, g: int, qs, ks, vs, allowed) -> He
                      second=(float(dots_2[j]), float(scaled_2[j]), float(first[j]), float(second[j])))
              for j, t in enumerate(view.tokens)]
     return HeadWalk(h + 1, (h * view.d_k, (h + 1) * view.d_k), g + 1, qs, terms, vs, output)
+
+
+def _latent(view: LectureHeads, h: int, i: int, sqrt_dk: float) -> HeadWalk:
+    """MLA's head h by hand: each key's score split into its content part (q_C·k_C, or absorbed
+    (W_UKᵀ q_C)·c) and its RoPE part (q_R·k_R), their sum ÷ √(d_h + d_R), the softmax, Σ w·v."""
+    parts, d_k = view.latent, view.d_k
+    qs = view.q[i, h * parts.width:(h + 1) * parts.width]
+    ks = view.k if parts.absorbed else view.k[:, h * parts.width:(h + 1) * parts.width]
+    vs = view.v[:, h * d_k:(h + 1) * d_k]
+    content, position = ks[:, :parts.content] @ qs[:parts.content], ks[:, parts.content:] @ qs[parts.content:]
+    dots = content + position
+    allowed = np.ones(len(dots), bool) if view.mask is None else view.mask[i]
+    weights, _ = _softmax(dots / sqrt_dk, allowed, None)
+    moved, effect = _moved(view, h, vs, weights)
+    terms = [KeyTerm(t, list(zip(qs.tolist(), ks[j].tolist())), float(dots[j]), float(dots[j] / sqrt_dk),
+                     not allowed[j], float(weights[j]),
+                     *((None, None) if moved is None else (float(moved[j]), float(effect[j]))),
+                     parts=(float(content[j]), float(position[j])))
+             for j, t in enumerate(view.tokens)]
+    return HeadWalk(h + 1, (h * d_k, (h + 1) * d_k), h + 1, qs, terms, vs, weights @ vs)
 
 
 def _softmax(logits: np.ndarray, allowed: np.ndarray, sink: float | None) -> tuple:

@@ -21,7 +21,7 @@ def _cross_heads_png(o: dict) -> str | None:
 
 @app.command(short_help="Each head's attention weights, their average, the output.")
 @output_options(png=_cross_heads_png, step=True)
-@run_options("config", "scoring", "resplit", "module", "module_width", "model", "layer", "device", "audio")
+@run_options("config", "scoring", "latent", "resplit", "module", "module_width", "model", "layer", "device", "audio")
 def heads(
     head: HeadOpt = None,
     decimals: DecimalsOpt = 4,
@@ -57,7 +57,7 @@ def heads(
 
 @app.command(short_help="One token through every head, every product written out.")
 @output_options(png=True, step=True)
-@run_options("config", "scoring", "resplit", "module", "module_width", "model", "layer", "device", "audio")
+@run_options("config", "scoring", "latent", "resplit", "module", "module_width", "model", "layer", "device", "audio")
 def explain(
     token: Annotated[str | None, typer.Option("--token", help="The query token to follow (default: the first). Example: --token cat")] = None,
     position: Annotated[int | None, typer.Option("--position", "-p", help="Pick the token by position (0-based), needed when it repeats. Example: --position 4")] = None,

@@ -14,8 +14,8 @@ def heads_gated(gates: dict):
     the batch size giving a (B or 1, heads) tensor (it may require grad: Michel et al.'s gates)."""
     hooks = []
     for module, gate_for in gates.items():
-        def scale(_, args, gate_for=gate_for, heads=module.heads, d_k=module.d_k):
-            concat = args[0]  # (B, T, heads · d_k)
+        def scale(_, args, gate_for=gate_for, heads=module.heads, d_k=module.W_o.in_features // module.heads):
+            concat = args[0]  # (B, T, heads · d_k): MLA's d_k is its d_v
             g = gate_for(concat.shape[0]).to(concat.device, concat.dtype)  # (B or 1, heads)
             split = concat.reshape(*concat.shape[:-1], heads, d_k) * g[:, None, :, None]
             return (split.reshape(concat.shape),)

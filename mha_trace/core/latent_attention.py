@@ -42,26 +42,14 @@ class LatentAttention(nn.Module):
     def forward(self, x, mask=None):
         """x: (B, T, d_model); mask: bool (T, T), True where a query may look."""
         B, T, H = x.size(0), x.size(1), self.heads
-
-        # queries: each head's content part and its RoPE part
-        q = self.W_q(x).view(B, T, H, self.nope_dim + self.rope_dim).transpose(1, 2)  # (B, H, T, d_h + d_R)
-        q_c, q_r = q.split([self.nope_dim, self.rope_dim], dim=-1)  # (B, H, T, d_h), (B, H, T, d_R)
-
-        # down: one latent a token (what a cache keeps), and one RoPE key a token, shared by the heads
-        c, k_r = self.W_dkv(x).split([self.kv_rank, self.rope_dim], dim=-1)  # (B, T, d_c), (B, T, d_R)
-        c = self.kv_norm(c)  # (B, T, d_c)
-        q_r = rope(q_r, 0, self.rope_base)  # (B, H, T, d_R)
-        k_r = rope(k_r[:, None], 0, self.rope_base)  # (B, 1, T, d_R)
+        q_c, q_r = self.queries(x)  # (B, H, T, d_h), (B, H, T, d_R)
+        c, k_r = self.latents(x)  # (B, T, d_c), (B, 1, T, d_R)
 
         if self.absorbed:
             # W_UK folded into the query: q_C·(W_UK c) = (W_UKᵀ q_C)·c, scored against c itself
-            W_uk = self.W_uk.weight.view(H, self.nope_dim, self.kv_rank)  # (H, d_h, d_c)
-            q_latent = torch.einsum("bhtd,hdc->bhtc", q_c, W_uk)  # (B, H, T, d_c)
-            content = torch.matmul(q_latent, c[:, None].transpose(-2, -1))  # (B, H, T, T)
+            content = torch.matmul(self.absorb(q_c), c[:, None].transpose(-2, -1))  # (B, H, T, T)
         else:
-            # up: each head's key from c
-            k_c = self.W_uk(c).view(B, T, H, self.nope_dim).transpose(1, 2)  # (B, H, T, d_h)
-            content = torch.matmul(q_c, k_c.transpose(-2, -1))  # (B, H, T, T)
+            content = torch.matmul(q_c, self.keys(c).transpose(-2, -1))  # (B, H, T, T)
 
         # the score: its content part and its position part, over √(d_h + d_R)
         position = torch.matmul(q_r, k_r.transpose(-2, -1))  # (B, H, T, T)
@@ -76,9 +64,35 @@ class LatentAttention(nn.Module):
             W_uv = self.W_uv.weight.view(H, self.v_dim, self.kv_rank)  # (H, d_v, d_c)
             context = torch.einsum("bhtc,hvc->bhtv", mixed, W_uv)  # (B, H, T, d_v)
         else:
-            v = self.W_uv(c).view(B, T, H, self.v_dim).transpose(1, 2)  # (B, H, T, d_v)
-            context = torch.matmul(weights, v)  # (B, H, T, d_v)
+            context = torch.matmul(weights, self.values(c))  # (B, H, T, d_v)
 
         # concatenate heads and mix them, as the lecture module does
         context = context.transpose(1, 2).contiguous().view(B, T, H * self.v_dim)  # (B, T, H·d_v)
         return self.W_o(context), weights
+
+    def queries(self, x):
+        """Each head's query: its content part q_C and its RoPE part q_R, turned."""
+        B, T = x.size(0), x.size(1)
+        q = self.W_q(x).view(B, T, self.heads, self.nope_dim + self.rope_dim).transpose(1, 2)  # (B, H, T, d_h + d_R)
+        q_c, q_r = q.split([self.nope_dim, self.rope_dim], dim=-1)  # (B, H, T, d_h), (B, H, T, d_R)
+        return q_c, rope(q_r, 0, self.rope_base)
+
+    def latents(self, x):
+        """Down: one latent c a token (what a cache keeps) and one RoPE key a token, shared by the heads."""
+        c, k_r = self.W_dkv(x).split([self.kv_rank, self.rope_dim], dim=-1)  # (B, T, d_c), (B, T, d_R)
+        return self.kv_norm(c), rope(k_r[:, None], 0, self.rope_base)  # (B, T, d_c), (B, 1, T, d_R)
+
+    def keys(self, c):
+        """Up: each head's key from c."""
+        B, T = c.size(0), c.size(1)
+        return self.W_uk(c).view(B, T, self.heads, self.nope_dim).transpose(1, 2)  # (B, H, T, d_h)
+
+    def values(self, c):
+        """Up: each head's value from c."""
+        B, T = c.size(0), c.size(1)
+        return self.W_uv(c).view(B, T, self.heads, self.v_dim).transpose(1, 2)  # (B, H, T, d_v)
+
+    def absorb(self, q_c):
+        """W_UKᵀ q_C: each head's query taken down to the latent's d_c dims."""
+        W_uk = self.W_uk.weight.view(self.heads, self.nope_dim, self.kv_rank)  # (H, d_h, d_c)
+        return torch.einsum("bhtd,hdc->bhtc", q_c, W_uk)  # (B, H, T, d_c)

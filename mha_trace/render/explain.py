@@ -32,6 +32,8 @@ def explain_renderables(w, decimals: int, only_head: int | None) -> list:
         out.append(Text(f"q, k, v are this layer's input (the hidden states of the {len(c.tokens)} "
                         f"tokens) times the trained W_qᵀ, W_kᵀ, W_vᵀ{biases}{turned}; the walk "
                         f"starts from those projections."))
+    elif view.latent is not None:
+        out.append(_latent_words(view))
     elif not c.explicit:
         out.append(Text(f"q, k, v are the seeded embeddings times W_qᵀ, W_kᵀ, W_vᵀ (seed "
                         f"{c.seed}); the walk starts from those projections."))
@@ -77,6 +79,44 @@ def _scoring_words(scoring) -> list:
     return [Text(w) for w in words]
 
 
+def _latent_words(view) -> Text:
+    """MLA in words, with this run's sizes: where a head's key and value come from, the score's two parts."""
+    c, p = view.config, view.latent
+    words = (f"Latent attention (DeepSeek-V2's MLA): each seeded embedding (seed {c.seed}) goes down to one latent c "
+             f"of d_c = {c.latent} dims, and each head's key k_C = W_UK c and value v = W_UV c come up from it; one "
+             f"RoPE key k_R of d_R = {p.rope} dims a token serves every head. A head's score is its content part "
+             f"q_C·k_C plus its RoPE part q_R·k_R, over √(d_h + d_R) = √{p.d_h + p.rope}.")
+    if p.absorbed:
+        words += (f" Absorbed, as inference runs it: the content part is (W_UKᵀ q_C)·c, the query taken down to "
+                  f"c's {p.content} dims, so no head's key is formed (the same number); the values below are W_UV c, "
+                  f"since Σ w·(W_UV c) = W_UV Σ w·c, which is what the absorbed form computes.")
+    return Text(words)
+
+
+def _latent_table(w, hw, decimals: int):
+    """One MLA head: each key's content part and RoPE part, their sum ÷ √(d_h + d_R), the softmax."""
+    view, p = w.view, w.view.latent
+    content = "(W_UKᵀq_C)·c" if p.absorbed else "q_C·k_C"
+    query = "W_UKᵀq_C" if p.absorbed else "q_C"
+    table = new_table(f"Head {view.head_name(hw.head)}: {query}[{w.token}] = {_query(hw.query[:p.content], decimals)}, "
+                      f"q_R[{w.token}] = {_query(hw.query[p.content:], decimals)}, ÷ √{p.d_h + p.rope} = "
+                      f"{fmt(w.sqrt_dk, decimals)}")
+    for name in ("key", content, "q_R·k_R", f"sum ÷√{p.d_h + p.rope}", "softmax"):
+        table.add_column(name, justify="left" if name == "key" else "right")
+    effect = hw.terms[0].effect is not None
+    if effect:
+        table.add_column("‖v·W_O‖", justify="right")
+        table.add_column("effect", justify="right")
+    for t in hw.terms:
+        weight = Text(MASKED + " masked") if t.masked else Text(fmt(t.weight, decimals), style=shade(t.weight))
+        moved = [fmt(t.moved, decimals), Text(fmt(t.effect, decimals), style=shade(t.effect))] if effect else []
+        table.add_row(t.token, fmt(t.parts[0], decimals), fmt(t.parts[1], decimals), fmt(t.scaled, decimals),
+                      weight, *moved, style="dim" if t.masked else None)
+    table.caption = weighted_sum(hw, decimals, view.head_name(hw.head))
+    table.caption_justify = "left"
+    return table
+
+
 def _differential_table(w, hw, decimals: int):
     """One head of differential attention: each key's score and weight in each map, and their
     difference; the caption says λ and how the head's output is normed."""
@@ -103,6 +143,8 @@ def _head_table(w, hw, decimals: int):
     view = w.view
     if view.lam is not None:
         return _differential_table(w, hw, decimals)
+    if view.latent is not None:
+        return _latent_table(w, hw, decimals)
     kv = f", K/V head {hw.kv_head}" if view.kv_heads != view.heads else ""
     table = new_table(f"Head {view.head_name(hw.head)}: dims {hw.dims[0]}–{hw.dims[1] - 1}{kv}, "
                       f"q[{w.token}] = {_query(hw.query, decimals)}, "
@@ -200,6 +242,7 @@ def explain_data(w, decimals: int, only_head: int | None) -> dict:
                              "weight": r(t.weight),
                              **({} if t.capped is None else {"capped": r(t.capped)}),
                              **({} if t.bias is None else {"alibi": r(t.bias)}),
+                             **({} if t.parts is None else {"content": r(t.parts[0]), "rope": r(t.parts[1])}),
                              **({} if t.second is None else {"second": {"dot": r(t.second[0]), "scaled": r(t.second[1]),
                                                                         "map_1": r(t.second[2]), "map_2": r(t.second[3])}}),
                              **({} if t.effect is None else {"moved": r(t.moved),

@@ -316,6 +316,8 @@ def describe(view) -> str:
     if c.window is not None:
         parts.append(f"window {c.window}")
     parts += c.scoring.named()
+    if c.latent is not None:
+        parts.append(f"MLA d_c {c.latent}, d_R {view.latent.rope}" + (", absorbed" if c.absorbed else ""))
     if c.pad:
         parts.append(f"pad {c.pad}")
     return ", ".join(parts)
@@ -332,6 +334,8 @@ def config_data(view) -> dict:
             "heads": c.heads, "kv_heads": view.kv_heads, "d_k": c.d_k, "mask": c.mask,
             "pad": c.pad, "explicit": c.explicit, "seed": None if c.explicit or c.origin else c.seed,
             "rope": c.rope, "rope_base": c.rope_base, "window": c.window, **c.scoring.module_options()}
+    if c.latent is not None:  # MLA: its sizes as DeepSeek's configs name them
+        data["latent"] = {"kv_lora_rank": c.latent, "qk_rope_head_dim": view.latent.rope, "absorbed": c.absorbed}
     return {**data, "origin": c.origin} if c.origin else data
 
 

@@ -63,6 +63,16 @@ def save_walk(path: str, title: str, walk, theme: str = "light") -> None:
     _save(plt, fig, path, bg)
 
 
+def _latent_bars(ax, x, hw, scaled, sqrt_dk: float) -> None:
+    """An MLA head's scores: each key's content part and RoPE part beside their sum scaled."""
+    import numpy as np
+
+    content, position = (np.array([0.0 if t.masked else t.parts[i] for t in hw.terms]) for i in (0, 1))
+    bars(ax, x - 0.27, content, 0.27, color="#3b528b", label="q_C·k_C: the latent's part")
+    bars(ax, x, position, 0.27, color="#21918c", label="q_R·k_R: the RoPE part")
+    bars(ax, x + 0.27, scaled, 0.27, color="#5ec962", label=f"their sum ÷ √(d_h + d_R) (÷ {sqrt_dk:.2f})")
+
+
 def _walk_row(plt, row, hw, sqrt_dk: float, shown: int, fg: str, bg: str, name=str) -> None:
     """One head of the walk's slide (of `shown`): its scores, its weights (and effect), its
     output; with few heads and keys, the numbers too."""
@@ -75,8 +85,11 @@ def _walk_row(plt, row, hw, sqrt_dk: float, shown: int, fg: str, bg: str, name=s
     dots = np.array([0.0 if t.masked else t.dot for t in hw.terms])
     scaled = np.array([0.0 if t.masked else t.scaled for t in hw.terms])
     weights = np.array([t.weight for t in hw.terms])
-    bars(row[0], x - 0.2, dots, 0.4, color="#3b528b", label="q·k")
-    bars(row[0], x + 0.2, scaled, 0.4, color="#5ec962", label=f"q·k ÷ √d_k (÷ {sqrt_dk:.2f})")
+    if hw.terms[0].parts is not None:  # MLA: the score's two parts, then their sum scaled
+        _latent_bars(row[0], x, hw, scaled, sqrt_dk)
+    else:
+        bars(row[0], x - 0.2, dots, 0.4, color="#3b528b", label="q·k")
+        bars(row[0], x + 0.2, scaled, 0.4, color="#5ec962", label=f"q·k ÷ √d_k (÷ {sqrt_dk:.2f})")
     if effect:  # the weights beside the effect weights (--effect)
         bars(row[1], x - 0.2, weights, 0.4, color="#9b5fc0", label="weight")
         bars(row[1], x + 0.2, [t.effect for t in hw.terms], 0.4, color="#f58231",
@@ -85,7 +98,7 @@ def _walk_row(plt, row, hw, sqrt_dk: float, shown: int, fg: str, bg: str, name=s
         bars(row[1], x, weights, 0.7, color=plt.get_cmap("viridis")(weights / max(weights.max(), 1e-9)))
     bars(row[1], x[masked], np.full(masked.sum(), 0.02), 0.7, hatch="///")
     bars(row[2], np.arange(len(hw.output)), hw.output, 0.7)
-    if len(x) <= 8 and few:  # room for the numbers themselves (a 0 too, once for its two bars)
+    if len(x) <= 8 and few and hw.terms[0].parts is None:  # room for the numbers (a 0 once for its two bars)
         same = dots == scaled
         _values_on(row[0], np.concatenate([np.where(same, x, x - 0.2), (x + 0.2)[~same]]),
                    np.concatenate([dots, scaled[~same]]), fg, 13)

@@ -47,6 +47,9 @@ class Config:
     rope_base: float = 10000.0
     window: int | None = None  # sliding window (causal): a query sees at most this many keys
     scoring: Scoring = Scoring()  # QK-norm, soft-capping, sinks: from the flags (core.scoring)
+    latent: int | None = None  # MLA (core.latent_attention): d_c, the latent keys and values come up from
+    rope_dim: int | None = None  # ... d_R, its decoupled RoPE key (default d_k / 2)
+    absorbed: bool = False  # ... W_UK and W_UV folded in, as inference runs it
 
     @property
     def explicit(self) -> bool:
@@ -57,13 +60,16 @@ class Config:
         return self.d_model // self.heads
 
     def with_overrides(self, heads=None, kv_heads=None, mask=None, pad=None, rope=None,
-                       rope_base=None, window=None, scoring=None) -> "Config":
+                       rope_base=None, window=None, scoring=None, latent=None, rope_dim=None,
+                       absorbed=None) -> "Config":
         """The same config with command-line overrides, checked like the file's own values."""
         pick = lambda new, old: old if new is None else new
         new = replace(self, heads=pick(heads, self.heads), kv_heads=pick(kv_heads, self.kv_heads),
                       mask=pick(mask, self.mask), pad=pick(pad, self.pad),
                       rope=pick(rope, self.rope), rope_base=pick(rope_base, self.rope_base),
-                      window=pick(window, self.window), scoring=pick(scoring, self.scoring))
+                      window=pick(window, self.window), scoring=pick(scoring, self.scoring),
+                      latent=pick(latent, self.latent), rope_dim=pick(rope_dim, self.rope_dim),
+                      absorbed=pick(absorbed, self.absorbed))
         _check_sizes(new, lambda key: f"--{key.replace('_', '-')}")
         return new
 
@@ -271,7 +277,11 @@ def _check_sizes(c: Config, where) -> None:
                            quantity="heads")
         if c.window is not None:
             positive("window", c.window)
+        if c.latent is not None and c.explicit:
+            raise MhaError(f"MLA makes each head's keys and values from a latent of the token's embedding; "
+                           f"{c.title!r} gives Q, K and V by hand: use a generated config (e.g. --config "
+                           f"chicken-road)", quantity="latent")
     except MhaError as e:
         key = e.quantity if e.quantity in ("heads", "kv_heads", "pad", "seed", "d_model",
-                                           "window") else "heads"
+                                           "window", "latent") else "heads"
         raise MhaError(f"{where(key)}: {e.message}") from None

@@ -204,9 +204,6 @@ def check_early(o: RunOptions, default: str = "config"):
     if o.module:
         return None
     if o.config is not None or default == "config":
-        if o.latent is not None:
-            raise MhaError("--latent builds the lecture's MLA module at sizes from flags (shapes, verify); "
-                           "a config's heads are the chapter's", quantity="latent")
         if o.d_model is not None:  # --d-model sizes a user's module built on a config
             raise MhaError("d_model goes with --module (a config's width is fixed by the config)",
                            quantity="d_model")
@@ -237,7 +234,7 @@ def config_of(o: RunOptions):
         None if o.config is None else os.fspath(o.config))
     scoring = o.scoring()
     overrides = (o.heads, o.kv_heads, o.mask, o.pad, o.rope or None, o.rope_base, o.window,
-                 None if scoring.plain else scoring)
+                 None if scoring.plain else scoring, o.latent, o.rope_dim, o.absorbed or None)
     return c.with_overrides(*overrides) if any(v is not None for v in overrides) else c
 
 

@@ -244,14 +244,16 @@ def _meta_estimate(sizes: Sizes) -> int:
 def config_sizes(config: Config, dtype: str = "float64", device: str = "cpu") -> Sizes:
     return Sizes(batch=1, seq=len(config.tokens), d_model=config.d_model, heads=config.heads,
                  kv_heads=config.kv_heads, mask=config.mask, pad=config.pad, dtype=dtype,
-                 device=device, seed=config.seed)
+                 device=device, seed=config.seed, latent=config.latent, rope_dim=config.rope_dim,
+                 absorbed=config.absorbed)
 
 
 def from_config(config: Config, dtype: str = "float64", device: str = "cpu") -> Run:
     """A config's run, in float64 by default: the numbers the chapter's tables print.
 
     Explicit Q, K, V: the projections are identities, so heads are column slices of Q, K, V, and
-    W_o is the config's W_O (or the identity). Generated: everything drawn from the config's seed.
+    W_o is the config's W_O (or the identity). Generated: everything drawn from the config's seed
+    (with `latent`, the lecture's MLA module on the same embeddings).
     """
     rope, rope_base, window = config.rope, config.rope_base, config.window
     sizes = replace(config_sizes(config, dtype, device), rope=rope, rope_base=rope_base,
@@ -262,9 +264,9 @@ def from_config(config: Config, dtype: str = "float64", device: str = "cpu") -> 
                             "or a smaller d_model")
     D, H, G = config.d_model, config.heads, config.kv_heads or config.heads
     seed(config.seed)
-    module = MultiHeadAttention(D, H, G, bias=False, rope=rope, rope_base=rope_base,
-                                window=window, **config.scoring.module_options()).double()
-    x = None
+    module = MultiHeadAttention(D, H, G, bias=False, rope=rope, rope_base=rope_base, window=window,
+                                **config.scoring.module_options()) if config.latent is None else lecture_module(sizes)
+    module, x = module.double(), None
     if config.explicit:
         eye = torch.eye(D, dtype=torch.float64)
         with torch.no_grad():
@@ -282,7 +284,8 @@ def from_config(config: Config, dtype: str = "float64", device: str = "cpu") -> 
     module = module.to(device=dev, dtype=dt)
     q, k, v = (t.to(device=dev, dtype=dt) for t in (q, k, v))
     mask = make_mask(len(config.tokens), config.mask, config.pad, dev, window)
-    return Run(module, (q, k, v), {"mask": mask}, sizes, mask=mask, tokens=config.tokens,
+    args, call = ((q, k, v), "forward(q, k, v, mask)") if config.latent is None else ((q,), "forward(x, mask)")
+    return Run(module, args, {"mask": mask}, sizes, call=call, mask=mask, tokens=config.tokens,
                x=None if x is None else q, config=config, source=_source(module), estimate=estimate)
 
 

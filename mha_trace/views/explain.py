@@ -29,7 +29,9 @@ SCORED = (apart("why", ("qk_norm", "alibi", "softcap", "sink_logits", "off_by_on
           apart("impl=tiled", ("alibi", "softcap", "sink_logits", "off_by_one"),
                 "the tiled walk is the plain online softmax"),
           apart("rope_planes", ("alibi", "softcap", "sink_logits", "off_by_one"),
-                "the planes split q·k, not what the cap or the sink makes of it"))
+                "the planes split q·k, not what the cap or the sink makes of it"),
+          apart("latent", ("why", "impl=tiled", "rope_planes"),
+                "MLA's walk splits each score into its content part and its RoPE part"))
 
 
 def check_shown_as(impl: str, block_k=None, why: bool = False, effect: bool = False,
@@ -68,7 +70,7 @@ class ExplainRequest:
                        self.by_head)
         judge({"why": self.why, "impl=tiled": self.impl == "tiled", "rope_planes": self.rope_planes,
                "qk_norm": o.qk_norm, "alibi": o.alibi, "softcap": o.softcap, "sink_logits": o.sink_logits,
-               "off_by_one": o.off_by_one}, SCORED)
+               "off_by_one": o.off_by_one, "latent": o.latent}, SCORED)
         if self.position is not None:
             from mha_trace.runs.values import whole_numbers
 

@@ -103,7 +103,7 @@ def test_the_api_traces_and_verifies_mla():
 @pytest.mark.parametrize("args, says", [
     (("shapes", "--latent", "16", "--kv-heads", "2"), "--latent does not go with --kv-heads"),
     (("shapes", "--latent", "16", "--impl", "sdpa"), "--latent does not go with --impl sdpa"),
-    (("shapes", "--rope-dim", "8"), "--rope-dim sizes MLA's decoupled RoPE key: add --latent"),
+    (("shapes", "--rope-dim", "8"), "add --rope (partial RoPE, Phi's) or --latent (MLA's decoupled RoPE key)"),
     (("shapes", "--latent", "16", "--rope-dim", "7"), "--rope-dim 7 must be an even number"),
     (("shapes", "--latent", "16", "--compact"), "--compact does not go with --latent"),
     (("heads", "--latent", "16"), "'The cat sat on mat' gives Q, K and V by hand: use a generated config"),

@@ -117,7 +117,7 @@ def test_verify_covers_the_modern_options(cli, args):
 def test_verify_fails_a_wrong_rope(monkeypatch):
     import mha_trace.core.attention as attention
 
-    monkeypatch.setattr(attention, "rope", lambda x, start, base: x)  # forgets to turn
+    monkeypatch.setattr(attention, "rope", lambda x, start, base, dims=None: x)  # forgets to turn
     torch.manual_seed(0)
     m = attention.MultiHeadAttention(32, 4, rope=True).double()
     from mha_trace.analyses.references import run_checks

@@ -27,8 +27,10 @@ def by_hand(module, x: np.ndarray, keep: np.ndarray | None):
     if module.qk_norm:
         rms = lambda t, gain: t / np.sqrt((t ** 2).mean(-1, keepdims=True) + 1e-6) * gain
         Q, K = rms(Q, w["q_norm.weight"]), rms(K, w["k_norm.weight"])
-    if module.rope:
-        Q, K = numpy_rope(Q, module.rope_base), numpy_rope(K, module.rope_base)
+    if module.rope:  # partial RoPE: the first rope_dims of each head turn, the rest pass
+        R = module.rope_dims or d
+        turn = lambda t: np.concatenate([numpy_rope(t[..., :R], module.rope_base), t[..., R:]], axis=-1)
+        Q, K = turn(Q), turn(K)
     K, V = K.repeat(H // G, axis=0), V.repeat(H // G, axis=0)
     s = Q @ K.transpose(0, 2, 1) / math.sqrt(d)
     if module.alibi:  # the paper's slopes for a power of 2 heads: 2^(-8h/H)
@@ -80,7 +82,7 @@ def test_differential_attention_is_the_papers_equations(kv_heads, causal, qk_nor
     np.testing.assert_allclose(weights[0].detach().numpy().sum(-1), 1 - lam, atol=1e-12)  # rows: 1 - λ
 
 
-VARIANTS = [{"qk_norm": True}, {"softcap": 0.7}, {"sinks": "learned"}, {"sinks": "zero"}, {"alibi": True},
+VARIANTS = [{"qk_norm": True}, {"softcap": 0.7}, {"sinks": "learned"}, {"sinks": "zero"}, {"alibi": True}, {"rope_dims": 4},
             {"qk_norm": True, "softcap": 1.5, "sinks": "learned", "alibi": True}]
 
 
@@ -101,9 +103,10 @@ def test_each_switch_is_the_numpy_written_here(options, rope_on, kv_heads, causa
     np.testing.assert_allclose(weights[0].detach().numpy(), ref_w, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["qwen3", "gemma2", "gpt-oss", "bloom", "diffllama"])
+@pytest.mark.parametrize("name", ["qwen3", "gemma2", "gpt-oss", "bloom", "diffllama", "phi"])
 def test_the_switches_give_transformers_numbers(name):
-    """Qwen3's q_norm/k_norm, Gemma 2's attn_logit_softcapping, gpt-oss's sinks and BLOOM's ALiBi,
+    """Qwen3's q_norm/k_norm, Gemma 2's attn_logit_softcapping, gpt-oss's sinks, BLOOM's ALiBi and
+    Phi's partial_rotary_factor (half of each head's dims turn),
     each the class transformers ships, on the same weights and input (causal; RoPE from its own
     rotary class, BLOOM's ALiBi from its own build_alibi_tensor)."""
     f, case = FIXTURE, FIXTURE[name]
@@ -210,6 +213,12 @@ def test_shapes_traces_each_switch(cli):
     (("explain", "--diff", "--softcap", "2"), "--diff does not go with --softcap"),
     (("shapes", "--diff", "--heads", "512"), "d_k = 1 must be a multiple of 2"),
     (("explain", "--diff", "--rope"), "each turned by RoPE in pairs, so d_k = 2 must be a multiple of 4"),
+    (("shapes", "--rope-dim", "4"), "--rope-dim sets how many of each head's dims RoPE turns: add --rope"),
+    (("shapes", "--rope", "--rope-dim", "6", "--d-model", "16", "--heads", "4"), "it must be from 2 to d_k = 4"),
+    (("explain", "--config", "chicken-road", "--rope", "--rope-dim", "10"), "--rope-dim: rope_dim=10 turns"),
+    (("shapes", "--rope", "--rope-dim", "4", "--diff"), "--rope-dim does not go with --diff"),
+    (("explain", "--config", "chicken-road", "--rope", "--rope-dim", "4", "--rope-planes"),
+     "--rope-dim does not go with --rope-planes"),
 ])
 def test_refusals_are_one_line(cli, args, says):
     result = cli(*args)
@@ -256,6 +265,10 @@ M = "tests/student/scoring_modules.py:"
     ("CapAfterSoftmax", ("--softcap", "2"), "soft cap applied after the softmax", 118),
     ("CapWithoutOuterC", ("--softcap", "2"), "soft cap without the c outside", 123),
     ("NormWholeProjection", ("--qk-norm",), "QK-norm over the whole projection", 131),
+    ("PartialRope", ("--rope", "--rope-dim", "4", "--mask", "causal"), None, None),
+    ("PartialRopeLastDims", ("--rope", "--rope-dim", "4"), "partial RoPE on the last R dims", 257),
+    ("PartialRopeFrequencies", ("--rope", "--rope-dim", "4"), "partial RoPE's frequencies over d_k", 247),
+    ("PartialRopeWhole", ("--rope", "--rope-dim", "4"), "every dim of each head turned, not the first R", 247),
 ])
 def test_verify_grades_a_students_variant_under_its_flag(cli, cls, flags, diagnosis, line):
     """Right when right (the student's own sink logits and norm gains are taken into the lecture's
@@ -269,18 +282,20 @@ def test_verify_grades_a_students_variant_under_its_flag(cli, cls, flags, diagno
 
 
 def test_the_variants_zoo_holds_every_mistake_of_the_variants():
-    from mha_trace.analyses.mistakes import DIFF_MISTAKES, SCORING_MISTAKES
+    from mha_trace.analyses.mistakes import DIFF_MISTAKES, PARTIAL_MISTAKES, SCORING_MISTAKES
 
     graded = test_verify_grades_a_students_variant_under_its_flag.pytestmark[0].args[1]
     named = {d for _, _, d, _ in graded if d}
-    missing = [m.name for m in SCORING_MISTAKES + DIFF_MISTAKES if not any(m.name.startswith(d) for d in named)]
+    missing = [m.name for m in SCORING_MISTAKES + DIFF_MISTAKES + PARTIAL_MISTAKES
+               if not any(m.name.startswith(d) for d in named)]
     assert len(SCORING_MISTAKES) >= 13 and missing == []
 
 
-@pytest.mark.parametrize("cls, flag", [("Sinks", "--sink-logits"), ("SoftCap", "--softcap C"),
-                                       ("QKNorm", "--qk-norm"), ("Differential", "--diff")])
-def test_without_its_flag_a_variant_is_named_with_the_flag_that_checks_it(cli, cls, flag):
-    data = json.loads(cli("verify", "--module", M + cls, "--format", "json").stdout)
+@pytest.mark.parametrize("cls, flag, given", [
+    ("Sinks", "--sink-logits", ()), ("SoftCap", "--softcap C", ()), ("QKNorm", "--qk-norm", ()),
+    ("Differential", "--diff", ()), ("PartialRope", "--rope --rope-dim 4", ("--rope",))])
+def test_without_its_flag_a_variant_is_named_with_the_flag_that_checks_it(cli, cls, flag, given):
+    data = json.loads(cli("verify", "--module", M + cls, *given, "--format", "json").stdout)
     assert not data["passed"] and data["diagnosis"] is None and f"{flag} checks it" in data["variant"]
 
 
@@ -298,3 +313,22 @@ def test_differential_walk_with_rope_is_the_modules(cli):
     heads = json.loads(cli("heads", *args).stdout)
     for wh, hh in zip(walk["heads"], heads["heads"]):
         np.testing.assert_allclose([k["weight"] for k in wh["keys"]], hh["weights"][7], atol=1e-11)
+
+
+def test_partial_rope_walk_is_phis_by_hand(cli):
+    """explain --rope --rope-dim 4: each head's weights for 'it' and the token's output equal attention
+    written out here on the module's own weights, its first 4 dims turned and the other 4 passed."""
+    from mha_trace.runs.resolve import RunOptions, resolve
+
+    args = ("--config", "chicken-road", "--rope", "--rope-dim", "4", "--mask", "causal")
+    walk = json.loads(cli("explain", *args, "--token", "it", "--format", "json").stdout)
+    run = resolve(RunOptions(config="chicken-road", rope=True, rope_dim=4, mask="causal"))
+    x = run.x[0].numpy()
+    out, weights = by_hand(run.module, x, np.tril(np.ones((len(x), len(x)), bool)))
+    for h, head in enumerate(walk["heads"]):
+        np.testing.assert_allclose([k["weight"] for k in head["keys"]], weights[h, 7], atol=1e-12)
+    np.testing.assert_allclose(walk["output"], out[7], atol=1e-12)
+    assert walk["config"]["rope_dim"] == 4
+    whole = json.loads(cli("explain", *args[:3], "--mask", "causal", "--token", "it", "--format", "json").stdout)
+    assert not np.allclose(whole["output"], walk["output"])  # the 4 dims passed through change the numbers
+    assert "RoPE base 10000 on 4 of 8 dims" in cli("heads", *args, "--head", "1").stdout

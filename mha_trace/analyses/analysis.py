@@ -256,7 +256,7 @@ def _as_scored(t, module, norm: str):
         halves = heads.unflatten(-1, (2, -1)).transpose(2, 3)  # (B, n, 2, T, d_k/2)
         heads = rope(halves, 0, module.rope_base).transpose(2, 3).flatten(-2)
     elif module.rope:
-        heads = rope(heads, 0, module.rope_base)
+        heads = rope(heads, 0, module.rope_base, module.rope_dims)
     return heads.transpose(1, 2).reshape(B, T, width)
 
 

@@ -20,16 +20,28 @@ class Mistake:
     name: str  # what the student's module does instead
     fix: str  # one sentence
     stages: dict = field(default_factory=dict)  # stage -> its wrong version
-    needs: tuple = ()  # "mask", "no mask", "rope", "bias", "T = d_k", "qk_norm", "softcap", "sinks"
+    needs: tuple = ()  # "mask", "no mask", "rope", "partial", "bias", "T = d_k", "qk_norm", "softcap", "sinks"
     at: tuple = ()  # (op, rank) of the student's step to name, where the first different value is not it
 
 
-def _rope(x, base, sign=1.0):
-    """RoPE as the lecture's module turns (B, H, T, d) (sign -1: the other way round)."""
+def _rope(x, base, sign=1.0, over=None):
+    """RoPE as the lecture's module turns (B, H, T, d) (sign -1: the other way round; `over`: the
+    frequencies over that many dims instead of d)."""
     T, d = x.size(-2), x.size(-1)
-    inv_freq = base ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    inv_freq = base ** (-torch.arange(0, d, 2, dtype=x.dtype) / (over or d))
     angles = torch.cat([torch.arange(T, dtype=x.dtype)[:, None] * inv_freq] * 2, dim=-1)
     return x * angles.cos() + sign * rotate_half(x) * angles.sin()
+
+
+def _turned(m, t, sign=1.0, over=None, last=False):
+    """t turned as the module turns it: its first rope_dims dims (partial RoPE; `last`: its last
+    ones), or all of them, the rest passed through."""
+    dims = m.rope_dims or t.size(-1)
+    if dims == t.size(-1):
+        return _rope(t, m.rope_base, sign, over)
+    if last:
+        return torch.cat([t[..., :-dims], _rope(t[..., -dims:], m.rope_base, sign, over)], dim=-1)
+    return torch.cat([_rope(t[..., :dims], m.rope_base, sign, over), t[..., dims:]], dim=-1)
 
 
 def _split(m, t):
@@ -74,8 +86,7 @@ LECTURE = {  # the stages of the lecture's forward: (m, ...) -> ...
     "layers": lambda m: (m.W_q, m.W_k, m.W_v),
     "split": _split,
     "norm": lambda m, Q, K: (m.q_norm(Q), m.k_norm(K)) if m.qk_norm else (Q, K),
-    "rope": lambda m, Q, K, V: (_rope(Q, m.rope_base), _rope(K, m.rope_base), V) if m.rope
-    else (Q, K, V),
+    "rope": lambda m, Q, K, V: (_turned(m, Q), _turned(m, K), V) if m.rope else (Q, K, V),
     "scores": lambda m, Q, K: Q @ K.transpose(-2, -1),
     "scale": lambda m, s: s / m.d_k ** 0.5,
     "bias": _alibi,
@@ -171,14 +182,25 @@ MISTAKES = (
             {"project": lambda m, x, layer: F.linear(x, layer.weight),
              "output": lambda m, c, x: F.linear(c, m.W_o.weight)}, ("bias",)),
     Mistake("RoPE applied to V too", "rotate Q and K only: V carries what a token says, not where "
-            "it is", {"rope": lambda m, Q, K, V: tuple(_rope(t, m.rope_base) for t in (Q, K, V))},
+            "it is", {"rope": lambda m, Q, K, V: tuple(_turned(m, t) for t in (Q, K, V))},
             ("rope",)),
     Mistake("RoPE applied to Q only", "rotate K too: only then does a score depend on the offset "
-            "between the two positions", {"rope": lambda m, Q, K, V: (_rope(Q, m.rope_base), K, V)},
+            "between the two positions", {"rope": lambda m, Q, K, V: (_turned(m, Q), K, V)},
             ("rope",)),
     Mistake("RoPE turned the wrong way (the sine's sign flipped)", "x·cos θ + rotate_half(x)·sin "
             "θ, with rotate_half(x) = (-x₂, x₁)", {"rope": lambda m, Q, K, V: (
-                _rope(Q, m.rope_base, -1), _rope(K, m.rope_base, -1), V)}, ("rope",)),
+                _turned(m, Q, -1), _turned(m, K, -1), V)}, ("rope",)),
+)
+PARTIAL_MISTAKES = (  # with --rope --rope-dim R below d_k: partial RoPE done wrong
+    Mistake("partial RoPE on the last R dims of each head, not the first", "turn the first R dims and pass "
+            "the rest: cat([rope(x[..., :R]), x[..., R:]], dim=-1)",
+            {"rope": lambda m, Q, K, V: (_turned(m, Q, last=True), _turned(m, K, last=True), V)}, ("partial",)),
+    Mistake("partial RoPE's frequencies over d_k, not over the R dims that turn", "take θ_i = base^(-2i/R) "
+            "over the rotary dims (Phi's rotary_emb is built with dim = R)",
+            {"rope": lambda m, Q, K, V: (_turned(m, Q, over=m.d_k), _turned(m, K, over=m.d_k), V)}, ("partial",)),
+    Mistake("every dim of each head turned, not the first R", "turn only x[..., :R] and pass the other "
+            "d_k - R dims through unchanged",
+            {"rope": lambda m, Q, K, V: (_rope(Q, m.rope_base), _rope(K, m.rope_base), V)}, ("partial",)),
 )
 SCORING_MISTAKES = (  # with --softcap, --qk-norm, --sink-logits or --off-by-one: the variant done wrong
     Mistake("soft cap applied after the softmax", "cap the scores, before the softmax: "
@@ -260,7 +282,7 @@ def with_differential(m: MultiHeadAttention, mistake: Mistake, q, k, v, mask):
     return s["output"](m, s["merge"](m, s["head norm"](m, weights @ V)), q), weights
 
 
-KNOWN = MISTAKES + SCORING_MISTAKES + DIFF_MISTAKES
+KNOWN = MISTAKES + PARTIAL_MISTAKES + SCORING_MISTAKES + DIFF_MISTAKES
 BUGS = tuple(m.name for m in KNOWN)
 FIXES = {m.name: m.fix for m in KNOWN}
 SHOWN_AT = {m.name: m.at for m in KNOWN if m.at}
@@ -301,7 +323,8 @@ def _can_show(mistake: Mistake, reference, T: int, mask) -> bool:
     return all({"mask": mask is not None, "no mask": mask is None, "rope": reference.rope,
                 "bias": reference.W_q.bias is not None, "T = d_k": T == reference.d_k,
                 "qk_norm": reference.qk_norm, "softcap": reference.softcap is not None,
-                "sinks": reference.sinks is not None, "alibi": reference.alibi, "diff": reference.diff}[n]
+                "sinks": reference.sinks is not None, "alibi": reference.alibi, "diff": reference.diff,
+                "partial": reference.rope and (reference.rope_dims or reference.d_k) < reference.d_k}[n]
                for n in mistake.needs)
 
 

@@ -220,7 +220,7 @@ def _reference_for(module, mapping: Mapping | None, sizes, way: Way) -> tuple:
     Without projections of its own (the chapter's split) the lecture's become the identity."""
     seed(sizes.seed)
     reference = MultiHeadAttention(sizes.d_model, sizes.heads, kv_heads=sizes.kv_heads,
-                                   rope=sizes.rope, rope_base=sizes.rope_base,
+                                   rope=sizes.rope, rope_base=sizes.rope_base, rope_dims=sizes.rope_dim,
                                    **sizes.scoring.module_options()).double()
     take_scoring(reference, module)
     if mapping is not None:

@@ -45,8 +45,11 @@ class VerifyReport(Shows):
         return all(c.passed is not False for c in self.checks)
 
 
-def numpy_rope(x: np.ndarray, base: float) -> np.ndarray:
-    """RoPE by hand: pair (x_i, x_{i+d/2}) at position p turns by the angle p · base^(-2i/d)."""
+def numpy_rope(x: np.ndarray, base: float, dims: int | None = None) -> np.ndarray:
+    """RoPE by hand: pair (x_i, x_{i+d/2}) at position p turns by the angle p · base^(-2i/d); with
+    `dims`, d is the first `dims` of the last axis and the rest pass through (partial RoPE)."""
+    if dims is not None and dims < x.shape[-1]:
+        return np.concatenate([numpy_rope(x[..., :dims], base), x[..., dims:]], axis=-1)
     T, d = x.shape[-2], x.shape[-1]
     half = d // 2
     out = np.empty_like(x)
@@ -123,7 +126,7 @@ def numpy_reference(module, q, k, v, mask):
     K = lin(module.W_k, k).reshape(B, -1, G, d_k).transpose(0, 2, 1, 3)
     Q, K = numpy_qk_norm(module, Q, K)
     if module.rope:
-        Q, K = numpy_rope(Q, module.rope_base), numpy_rope(K, module.rope_base)
+        Q, K = (numpy_rope(t, module.rope_base, module.rope_dims) for t in (Q, K))
     K = K.repeat(H // G, axis=1)
     V = lin(module.W_v, v).reshape(B, -1, G, d_k).transpose(0, 2, 1, 3).repeat(H // G, axis=1)
     scores = Q @ K.transpose(0, 1, 3, 2) / np.sqrt(d_k)
@@ -200,7 +203,7 @@ def sdpa_reference(module, q, k, v, mask):
             normed = numpy_qk_norm(module, *(t.double().cpu().numpy() for t in (Q, K)))
             Q, K = (torch.from_numpy(t).to(device=q.device, dtype=q.dtype) for t in normed)
         if module.rope:
-            turn = lambda t: torch.from_numpy(numpy_rope(t.double().cpu().numpy(), module.rope_base))
+            turn = lambda t: torch.from_numpy(numpy_rope(t.double().cpu().numpy(), module.rope_base, module.rope_dims))
             Q, K = (turn(t).to(device=q.device, dtype=q.dtype) for t in (Q, K))
         attn_mask = None if keep is None else torch.from_numpy(keep).to(q.device)
         out = F.scaled_dot_product_attention(Q, K, V, attn_mask=attn_mask, enable_gqa=G != H)
@@ -291,7 +294,7 @@ def check_references(run: Run, checks_of=None) -> VerifyReport:
         kv = "" if s.latent else f"kv_heads={s.kv_heads or s.heads} "
         desc = (f"batch={s.batch} seq={s.seq} d_model={s.d_model} heads={s.heads} "
                 f"{kv}mask={s.mask}{f' pad={s.pad}' if s.pad else ''} seed={s.seed}")
-    modern = "".join([" rope" if s.rope else "", f" window={s.window}" if s.window else "",
+    modern = "".join([s.rope_setting(), f" window={s.window}" if s.window else "",
                       f" impl={s.impl}" if s.impl != "explicit" else "",
                       s.scoring.settings(),
                       f" latent={s.latent} rope_dim={run.module.rope_dim}{' absorbed' * s.absorbed}" if s.latent else ""])
@@ -308,7 +311,7 @@ def check_references(run: Run, checks_of=None) -> VerifyReport:
                 "mask": c.mask if c is not None else s.mask, "pad": c.pad if c is not None else s.pad,
                 "seed": (None if c.explicit else c.seed) if c is not None else s.seed, "rope": s.rope,
                 "window": s.window, "impl": s.impl, **s.scoring.module_options(), "latent": s.latent,
-                "absorbed": s.absorbed}
+                "absorbed": s.absorbed, **({"rope_dim": s.rope_dim} if s.rope and s.rope_dim else {})}
     return VerifyReport(desc, s.dtype, s.device, checks, settings)
 
 

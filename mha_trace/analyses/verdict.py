@@ -111,7 +111,7 @@ def where_it_went_wrong(report, traced, ref_trace, diagnose_args: tuple, output,
         _variant(report, traced, expected.shape[-2], reference)
         if report.variant is None:
             _window(report, traced, expected.shape[-2])
-        if report.variant is None and report.rotates:
+        if report.variant is None and report.rotates and not reference.rope_dims:  # --rope-dim runs it
             _partial_rope(report, traced, reference.d_k)
     if report.diagnosis is None and report.variant is None:
         report.reading = _what_the_step_did(report.first_wrong, report.reference_step)
@@ -219,7 +219,7 @@ def _partial_rope(report, traced, d_k: int) -> None:
             turned = d_k - passed[0].shape[-1]
             report.variant, report.first_wrong, report.reference_step, report.missing = (
                 f"partial RoPE (Phi's, GPT-J's): only {turned} of each head's {d_k} dims turn with "
-                f"position, the other {d_k - turned} pass through", step, None, None)
+                f"position, the other {d_k - turned} pass through; --rope --rope-dim {turned} checks it", step, None, None)
             return
 
 

@@ -28,9 +28,12 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
-def rope(x, start, base):
+def rope(x, start, base, dims=None):
     """Rotate each pair (x_i, x_{i+d/2}) of x (B, H, T, d) by angle position · base^(-2i/d).
-    start: the first token's position, an int or a 0-dim tensor (a cache's, on the device)."""
+    start: the first token's position, an int or a 0-dim tensor (a cache's, on the device).
+    dims: turn only the first `dims` of d, the rest passed through (partial RoPE, as Phi)."""
+    if dims is not None and dims < x.size(-1):
+        return torch.cat([rope(x[..., :dims], start, base), x[..., dims:]], dim=-1)
     cos, sin = rope_angles(start, x.size(-2), x.size(-1), base, x.dtype, x.device)  # (T, d) each
     return x * cos + rotate_half(x) * sin
 
@@ -102,7 +105,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model, heads, kv_heads=None, bias=True, rope=False, rope_base=10000.0,
                  window=None, impl="explicit", block_q=None, block_k=None, qk_norm=False,
-                 softcap=None, sinks=None, alibi=False, diff=False):
+                 softcap=None, sinks=None, alibi=False, diff=False, rope_dims=None):
         super().__init__()
         kv_heads = kv_heads or heads
         self.d_model = d_model
@@ -110,6 +113,7 @@ class MultiHeadAttention(nn.Module):
         self.kv_heads = kv_heads
         self.d_k = d_model // heads
         self.rope, self.rope_base = rope, rope_base  # rotary positions on Q and K
+        self.rope_dims = rope_dims  # partial RoPE: only each head's first rope_dims dims turn (None: all)
         self.window = window  # a query sees at most `window` keys, itself included
         self.impl, self.block_q, self.block_k = impl, block_q, block_k  # "explicit" | "sdpa" | "tiled"
         self.softcap = softcap  # scores squashed into (-softcap, softcap) before the softmax
@@ -173,8 +177,8 @@ class MultiHeadAttention(nn.Module):
 
         # rotary positions: turn Q and K by their token's position (relative positions survive q·k)
         if self.rope:
-            Q = rope(Q, start, self.rope_base)  # (B, H, T, d_k)
-            K = rope(K, start, self.rope_base)  # (B, Hkv, T, d_k)
+            Q = rope(Q, start, self.rope_base, self.rope_dims)  # (B, H, T, d_k)
+            K = rope(K, start, self.rope_base, self.rope_dims)  # (B, Hkv, T, d_k)
 
         # decoding: keep this step's K and V, attend to everything kept so far
         if cache is not None:

@@ -14,17 +14,21 @@ from mha_trace.errors import MhaError
 LATENT_RULES = (apart("latent", ("kv_heads", "window", "decode", "impl=sdpa", "impl=tiled", "rope", "qk_norm", "alibi",
                                  "softcap", "sink_logits", "off_by_one", "diff"),
                       "the lecture's MLA module is DeepSeek-V2's, explicit, its RoPE part always turned"),
-                needs("rope_dim", "latent", "sizes MLA's decoupled RoPE key"),
+                apart("rope_dim", ("diff",), "differential attention turns each half of a head whole"),
                 needs("absorbed", "latent", "computes MLA the inference way"))
 
 
 def check_latent(o) -> None:
-    """MLA's options (a RunOptions'): the latent and the RoPE part each a positive even width."""
-    judge({"latent": o.latent, "rope_dim": o.rope_dim, "absorbed": o.absorbed,
+    """MLA's and partial RoPE's options (a RunOptions'): the latent and the RoPE part each a positive
+    even width."""
+    judge({"latent": o.latent, "rope_dim": o.rope_dim, "absorbed": o.absorbed, "rope": o.rope,
            "kv_heads": o.kv_heads, "window": o.window, "decode": o.decode or None,
            "impl=sdpa": getattr(o.impl, "value", o.impl) == "sdpa", "impl=tiled": getattr(o.impl, "value", o.impl) == "tiled",
-           "rope": o.rope, "qk_norm": o.qk_norm, "alibi": o.alibi, "softcap": o.softcap,
+           "qk_norm": o.qk_norm, "alibi": o.alibi, "softcap": o.softcap,
            "sink_logits": o.sink_logits, "off_by_one": o.off_by_one, "diff": o.diff}, LATENT_RULES)
+    if o.rope_dim is not None and not (o.rope or o.latent is not None):
+        raise MhaError("--rope-dim sets how many of each head's dims RoPE turns: add --rope (partial RoPE, Phi's) "
+                       "or --latent (MLA's decoupled RoPE key)", quantity="rope_dim")
     for name in ("latent", "rope_dim"):
         value = getattr(o, name)
         if value is not None and (value < 2 or value % 2 and name == "rope_dim"):

@@ -79,8 +79,14 @@ def kv_heads_divide(heads: int, kv_heads: int) -> None:
                        f"(valid kv-head counts: {valid})", quantity="kv_heads")
 
 
-def rope_pairs(d_model: int, heads: int) -> None:
-    """RoPE turns pairs of a head's dims: d_k must be even (said before a run or training)."""
+def rope_pairs(d_model: int, heads: int, dims: int | None = None) -> None:
+    """RoPE turns pairs of a head's dims: d_k must be even (said before a run or training); with
+    partial RoPE only the first `dims` turn (their evenness is checked with the flag), at most d_k."""
+    if dims is not None:
+        if heads and not 2 <= dims <= d_model // heads:
+            raise MhaError(f"rope_dim={dims} turns the first dims of each head, so it must be from 2 to "
+                           f"d_k = {d_model // heads}", quantity="rope_dim")
+        return
     if heads and (d_model // heads) % 2:
         even = [h for h in divisors(d_model) if (d_model // h) % 2 == 0]
         hint = f" (try --heads {', '.join(map(str, even[:4]))})" if even else " (an odd d_model has none)"

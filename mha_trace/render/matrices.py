@@ -312,7 +312,8 @@ def describe(view) -> str:
     if c.mask != "none":
         parts.append(f"mask {c.mask}")
     if c.rope:
-        parts.append(f"RoPE base {c.rope_base:g}")
+        part = "" if c.rope_dim is None else f" on {c.rope_dim} of {c.d_k} dims"
+        parts.append(f"RoPE base {c.rope_base:g}{part}")
     if c.window is not None:
         parts.append(f"window {c.window}")
     parts += c.scoring.named()
@@ -334,6 +335,8 @@ def config_data(view) -> dict:
             "heads": c.heads, "kv_heads": view.kv_heads, "d_k": c.d_k, "mask": c.mask,
             "pad": c.pad, "explicit": c.explicit, "seed": None if c.explicit or c.origin else c.seed,
             "rope": c.rope, "rope_base": c.rope_base, "window": c.window, **c.scoring.module_options()}
+    if c.rope and c.rope_dim is not None:  # partial RoPE: the dims that turn
+        data["rope_dim"] = c.rope_dim
     if c.latent is not None:  # MLA: its sizes as DeepSeek's configs name them
         data["latent"] = {"kv_lora_rank": c.latent, "qk_rope_head_dim": view.latent.rope, "absorbed": c.absorbed}
     return {**data, "origin": c.origin} if c.origin else data

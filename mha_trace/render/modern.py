@@ -12,7 +12,12 @@ from mha_trace.io.units import shape_text
 def modern_notes(report: ShapesReport) -> list[str]:
     """RoPE, the sliding window, the fused path and the KV cache, in plain words."""
     r, lines = report.sizes, []
-    if r.rope:
+    if r.rope and r.rope_dim:
+        d_k = r.d_model // r.heads
+        lines.append(f"Partial RoPE (Phi's): the first {r.rope_dim} of each head's {d_k} dims of Q and K are turned "
+                     f"pair by pair (dims i and i + {r.rope_dim // 2}) by position · {r.rope_base:g}^(-2i/{r.rope_dim}); "
+                     f"the other {d_k - r.rope_dim} pass through unturned, so part of every score ignores position.")
+    elif r.rope:
         lines.append(f"RoPE: Q and K of each head are turned pair by pair (dims i and i + d_k/2, "
                      f"the rotate-half pairing of LLaMA) by position · {r.rope_base:g}^(-2i/d_k); "
                      f"V is not turned, and no parameter is added.")

@@ -248,7 +248,7 @@ def shapes_data(report: ShapesReport) -> dict:
                    "device": r.device, "dtype": r.dtype, "mask": r.mask, "pad": r.pad,
                    "seed": r.seed, "rope": r.rope, "rope_base": r.rope_base,
                    "window": r.window, "impl": r.impl, "decode": r.decode,
-                   **r.scoring.module_options()},
+                   **({"rope_dim": r.rope_dim} if r.rope and r.rope_dim else {}), **r.scoring.module_options()},
         "steps": [{"step": s.index, "op": s.op, "text": s.text, "file": display_path(s.file), "line": s.line,
                    "source": s.source, "shape": list(s.shape), "stride": list(s.stride),
                    "contiguous": s.contiguous, "view": s.is_view, "dtype": s.dtype,

@@ -13,7 +13,7 @@ def title(report: ShapesReport) -> str:
     who = f"{run.label}, {run.call}: " if run.label else ""
     if run.config is not None and run.sentence is None:  # a model run names its sentence itself
         who += f"the config \"{printable(run.config.title)}\", "
-    extra = "".join([" rope" if r.rope else "", f" window={r.window}" if r.window else "",
+    extra = "".join([r.rope_setting(), f" window={r.window}" if r.window else "",
                      f" impl={r.impl}" if r.impl != "explicit" else "",
                      f" decode={r.decode}" if r.decode else "",
                      r.scoring.settings(),

@@ -17,7 +17,7 @@ from pathlib import Path
 from mha_trace.errors import MhaError, printable
 from mha_trace.io.files import read_text
 from mha_trace.core.scoring import Scoring
-from mha_trace.core.validate import check_sizes, positive, seed_fits
+from mha_trace.core.validate import check_sizes, positive, rope_pairs, seed_fits
 
 DEFAULT = "cat-sat-on-mat"
 TOP_KEYS = {"title", "description", "tokens", "sentence", "heads", "kv_heads", "d_model", "seed",
@@ -272,7 +272,9 @@ def _check_sizes(c: Config, where) -> None:
     try:
         check_sizes(1, len(c.tokens), c.d_model, c.heads, c.kv_heads, c.pad)
         seed_fits(c.seed)
-        if c.rope and c.d_k % 2:
+        if c.rope and c.rope_dim is not None:
+            rope_pairs(c.d_model, c.heads, c.rope_dim)
+        elif c.rope and c.d_k % 2:
             raise MhaError(f"rope turns pairs of dims, so d_k = {c.d_k} must be even",
                            quantity="heads")
         if c.window is not None:
@@ -283,5 +285,5 @@ def _check_sizes(c: Config, where) -> None:
                            f"chicken-road)", quantity="latent")
     except MhaError as e:
         key = e.quantity if e.quantity in ("heads", "kv_heads", "pad", "seed", "d_model",
-                                           "window", "latent") else "heads"
+                                           "window", "latent", "rope_dim") else "heads"
         raise MhaError(f"{where(key)}: {e.message}") from None

@@ -62,9 +62,13 @@ class Sizes:
             or not self.scoring.plain or self.latent is not None
 
     def module_options(self) -> dict:
-        return {"rope": self.rope, "rope_base": self.rope_base, "window": self.window,
+        return {"rope": self.rope, "rope_base": self.rope_base, "rope_dims": self.rope_dim, "window": self.window,
                 "impl": self.impl, "block_q": self.block_q, "block_k": self.block_k,
                 **self.scoring.module_options()}
+
+    def rope_setting(self) -> str:
+        """RoPE as a title writes it: " rope", " rope rope_dim=4" (partial RoPE), "" without."""
+        return (" rope" + (f" rope_dim={self.rope_dim}" if self.rope_dim else "")) if self.rope else ""
 
     def dims(self, bias: bool = True) -> Dims:
         return Dims(self.batch, self.seq, self.d_model, self.heads, self.kv_heads or self.heads,
@@ -164,7 +168,7 @@ def check_modern(sizes: Sizes) -> None:
     from mha_trace.core.validate import positive, rope_pairs
 
     if sizes.rope:
-        rope_pairs(sizes.d_model, sizes.heads)
+        rope_pairs(sizes.d_model, sizes.heads, sizes.rope_dim)
     sizes.scoring.check_width(sizes.d_model // sizes.heads, sizes.rope)
     if not 1 < sizes.rope_base < 1e300:  # nan and inf included
         raise MhaError(f"rope_base={sizes.rope_base} must be a number more than 1 and below 1e300 "
@@ -265,7 +269,7 @@ def from_config(config: Config, dtype: str = "float64", device: str = "cpu") -> 
     D, H, G = config.d_model, config.heads, config.kv_heads or config.heads
     seed(config.seed)
     module = MultiHeadAttention(D, H, G, bias=False, rope=rope, rope_base=rope_base, window=window,
-                                **config.scoring.module_options()) if config.latent is None else lecture_module(sizes)
+                                rope_dims=config.rope_dim, **config.scoring.module_options()) if config.latent is None else lecture_module(sizes)
     module, x = module.double(), None
     if config.explicit:
         eye = torch.eye(D, dtype=torch.float64)

@@ -47,7 +47,7 @@ def resolve_student(o: RunOptions) -> StudentRuns:
         sizes = Sizes(batch=pick(o.batch, 2), seq=pick(o.seq, 6), d_model=pick(o.d_model, built.get("d_model", 64)),
                       heads=pick(o.heads, built.get("heads", 4)), kv_heads=o.kv_heads, mask=pick(o.mask, "none"),
                       pad=pick(o.pad, 0), dtype="float64", seed=pick(o.seed, 0), rope=bool(o.rope),
-                      rope_base=rope_base, window=o.window, scoring=o.scoring())
+                      rope_base=rope_base, rope_dim=o.rope_dim, window=o.window, scoring=o.scoring())
         check_sizes(sizes.batch, sizes.seq, sizes.d_model, None if o.init else sizes.heads,
                     sizes.kv_heads, sizes.pad)
         # the check feeds the mask itself, each way a module may take one (or none)
@@ -63,5 +63,6 @@ def resolve_student(o: RunOptions) -> StudentRuns:
         raise MhaError("a config's pad is not applied to your module by verify", quantity="config")
     sizes = Sizes(batch=1, seq=len(config.tokens), d_model=config.d_model, heads=config.heads,
                   mask=config.mask, dtype="float64", seed=config.seed, rope=config.rope,
-                  rope_base=config.rope_base if config.rope else 10000.0, scoring=config.scoring)
+                  rope_base=config.rope_base if config.rope else 10000.0, rope_dim=config.rope_dim,
+                  scoring=config.scoring)
     return StudentRuns(module, sizes, at, None, notes)

@@ -30,6 +30,7 @@ SCORED = (apart("why", ("qk_norm", "alibi", "softcap", "sink_logits", "off_by_on
                 "the tiled walk is the plain online softmax"),
           apart("rope_planes", ("alibi", "softcap", "sink_logits", "off_by_one"),
                 "the planes split q·k, not what the cap or the sink makes of it"),
+          apart("rope_dim", ("rope_planes",), "the planes split heads that RoPE turns whole"),
           apart("latent", ("why", "impl=tiled", "rope_planes"),
                 "MLA's walk splits each score into its content part and its RoPE part"))
 
@@ -70,7 +71,7 @@ class ExplainRequest:
                        self.by_head)
         judge({"why": self.why, "impl=tiled": self.impl == "tiled", "rope_planes": self.rope_planes,
                "qk_norm": o.qk_norm, "alibi": o.alibi, "softcap": o.softcap, "sink_logits": o.sink_logits,
-               "off_by_one": o.off_by_one, "latent": o.latent}, SCORED)
+               "off_by_one": o.off_by_one, "latent": o.latent, "rope_dim": o.rope_dim}, SCORED)
         if self.position is not None:
             from mha_trace.runs.values import whole_numbers
 

@@ -233,3 +233,35 @@ class DiffNotScaled(Differential):
 class DefaultEps(Scored):
     def normed(self, q, k):
         return F.rms_norm(q, (self.d_k,)), F.rms_norm(k, (self.d_k,))
+
+
+R = 4  # partial RoPE (Phi's): the first R dims of each head turn, the rest pass through
+
+
+def turned(x, over=None, base=10000.0):
+    """Rotate-half RoPE on x (B, H, T, d), its frequencies over `over` dims (d when None)."""
+    T, d = x.size(-2), x.size(-1)
+    inv_freq = base ** (-torch.arange(0, d, 2, dtype=x.dtype) / (over or d))
+    angles = torch.cat([torch.arange(T, dtype=x.dtype)[:, None] * inv_freq] * 2, dim=-1)
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * angles.cos() + torch.cat([-x2, x1], dim=-1) * angles.sin()
+
+
+class PartialRope(Scored):
+    def normed(self, q, k):
+        return tuple(torch.cat([turned(t[..., :R]), t[..., R:]], dim=-1) for t in (q, k))
+
+
+class PartialRopeLastDims(Scored):
+    def normed(self, q, k):
+        return tuple(torch.cat([t[..., :-R], turned(t[..., -R:])], dim=-1) for t in (q, k))
+
+
+class PartialRopeFrequencies(Scored):
+    def normed(self, q, k):
+        return tuple(torch.cat([turned(t[..., :R], over=self.d_k), t[..., R:]], dim=-1) for t in (q, k))
+
+
+class PartialRopeWhole(Scored):
+    def normed(self, q, k):
+        return turned(q), turned(k)

@@ -227,9 +227,34 @@ def test_latent_attention_flops_match_torch_flop_counter():
 
 
 def test_latent_attention_refuses_what_counts_per_head_caches(cli):
-    for args in (("--io",), ("--window", "64")):
-        result = cli("cost", "--preset", "deepseek-v2", *args)
+    for args in (("--preset", "deepseek-v2", "--io"), ("--preset", "deepseek-v2", "--window", "64"),
+                 ("--latent", "16", "--io")):
+        result = cli("cost", *args)
         assert result.exit_code == 2 and "caches one latent a token" in result.stderr
+    result = cli("cost", "--rope-dim", "8")
+    assert result.exit_code == 2 and "--rope-dim sizes MLA's decoupled RoPE key: add --latent" in result.stderr
+
+
+def test_cost_latent_counts_the_lecture_mla_module(cli):
+    """cost --latent at the module's sizes: its parameters are LatentAttention's own (torch's count),
+    its matmul FLOPs torch's counter's on the naive form (as it trains), its cache d_c + d_R a token."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from mha_trace.core.latent_attention import LatentAttention
+
+    data = json.loads(cli("cost", "--latent", "16", "--rope-dim", "4", "--d-model", "64", "--heads", "4",
+                          "--seq", "8", "--format", "json").stdout)
+    with torch.device("meta"):
+        m, x = LatentAttention(64, 4, 16, 4), torch.empty(2, 8, 64)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        m(x)
+    rows = {(r["section"], r["item"]): r["per_layer"] for r in data["rows"]}
+    assert rows[("parameters", "attention total")] == sum(p.numel() for p in m.parameters())
+    products = ("Q up (d_h + d_R a head)", "down to c and the RoPE key", "K, V up from c",
+                "scores QKᵀ (d_h + d_R a head)", "weights · V", "output projection")
+    assert counter.get_total_flops() == sum(rows[("flops", item)] for item in products)
+    assert data["config"]["latent"]["kv_cache_elements_per_token"] == 16 + 4
 
 
 MODERN = json.loads((Path(__file__).parent / "fixtures" / "modern_cost_reference.json").read_text())
@@ -290,7 +315,7 @@ def test_a_local_global_pattern_splits_the_layers_and_the_flops(cli):
 
 
 @pytest.mark.parametrize("options", [{"qk_norm": True}, {"diff": True}, {"qk_norm": True, "diff": True, "kv_heads": 2},
-                                     {"alibi": True, "softcap": 30.0}])
+                                     {"alibi": True, "softcap": 30.0}, {"relative_bias": True}])
 def test_the_scores_variants_cost_what_the_module_holds_and_runs(options):
     """Their parameters are the module's own (torch's count); the matmuls still torch's counter's
     (differential attention's two half-width maps cost one full map's); the rest counted by hand."""
@@ -298,7 +323,8 @@ def test_the_scores_variants_cost_what_the_module_holds_and_runs(options):
 
     kv = options.pop("kv_heads", 8)
     scoring = Scoring(qk_norm=options.get("qk_norm", False), softcap=options.get("softcap"),
-                      alibi=options.get("alibi", False), diff=options.get("diff", False))
+                      alibi=options.get("alibi", False), diff=options.get("diff", False),
+                      relative_bias=options.get("relative_bias", False))
     d = Dims(2, 16, 64, 8, kv, bias=False, scoring=scoring)
     with torch.device("meta"):
         m = MultiHeadAttention(64, 8, kv, bias=False, **options)
@@ -313,6 +339,7 @@ def test_the_scores_variants_cost_what_the_module_holds_and_runs(options):
     assert counter.get_total_flops() == matmuls
     B, T, H, k = 2, 16, 8, 8
     by_hand = {"QK-norm (RMSNorm of q and k)": 4 * B * T * (H + kv) * k, "ALiBi's bias added": B * H * T * T,
+               "T5's bias added": B * H * T * T,
                "soft cap c·tanh(s / c)": 3 * B * H * T * T, "second map: its scale and softmax": 6 * B * H * T * T,
                "map 1 − λ·map 2": 2 * B * H * T * T, "head norm and × (1 − λ_init)": 5 * B * T * H * k}
     added = {item: row.per_layer for (section, item), row in rows.items() if section == "flops" and item in by_hand}

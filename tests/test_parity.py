@@ -71,6 +71,8 @@ ROWS = [  # (id, the command line's arguments, the API's call, the options its d
      lambda r: mha_trace.explain(config="chicken-road", latent=16, absorbed=True, token="it"), {}),
     ("explain-partial-rope", ["explain", "--config", "chicken-road", "--rope", "--rope-dim", "4", "--token", "it"],
      lambda r: mha_trace.explain(config="chicken-road", rope=True, rope_dim=4, token="it"), {}),
+    ("explain-relative-bias", ["explain", "--config", "chicken-road", "--relative-bias", "--token", "it"],
+     lambda r: mha_trace.explain(config="chicken-road", relative_bias=True, token="it"), {}),
     ("heads-latent", ["heads", "--config", "animal-street", "--latent", "16"],
      lambda r: mha_trace.heads(config="animal-street", latent=16), {}),
     ("shapes-compact", ["shapes", "--compact"], lambda r: mha_trace.trace_sizes(compact=True), {}),

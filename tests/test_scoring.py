@@ -36,6 +36,10 @@ def by_hand(module, x: np.ndarray, keep: np.ndarray | None):
     if module.alibi:  # the paper's slopes for a power of 2 heads: 2^(-8h/H)
         slopes = 2.0 ** (-8 * np.arange(1, H + 1) / H)
         s = s - slopes[:, None, None] * np.abs(np.arange(T)[:, None] - np.arange(T)[None, :])
+    if module.relative_bias:  # T5's 32 buckets of j - i, bidirectional, written out here
+        table, n = w["rel_bias.weight"], np.arange(T)[None, :] - np.arange(T)[:, None]
+        far = np.minimum(8 + (np.log(np.maximum(np.abs(n), 1) / 8) / np.log(16) * 8).astype(int), 15)
+        s = s + table[np.where(n > 0, 16, 0) + np.where(np.abs(n) < 8, np.abs(n), far)].transpose(2, 0, 1)
     if module.softcap is not None:
         s = module.softcap * np.tanh(s / module.softcap)
     if keep is not None:
@@ -83,6 +87,7 @@ def test_differential_attention_is_the_papers_equations(kv_heads, causal, qk_nor
 
 
 VARIANTS = [{"qk_norm": True}, {"softcap": 0.7}, {"sinks": "learned"}, {"sinks": "zero"}, {"alibi": True}, {"rope_dims": 4},
+            {"relative_bias": True},
             {"qk_norm": True, "softcap": 1.5, "sinks": "learned", "alibi": True}]
 
 
@@ -122,6 +127,21 @@ def test_the_switches_give_transformers_numbers(name):
         np.testing.assert_allclose(weights[0].numpy(), case["attention"], atol=1e-5)
     if name == "gpt-oss":  # first principles: a sink takes a share of every row
         assert (weights.sum(-1) < 1).all()
+
+
+def test_the_relative_bias_gives_t5s_numbers():
+    """T5's encoder attention with its relative_attention_bias over 24 tokens (offsets into its
+    log-spaced buckets), no mask; T5 leaves q·k unscaled, so its q ran divided by √d_k (the fixture)."""
+    f, case = FIXTURE, FIXTURE["t5"]
+    m = MultiHeadAttention(f["d_model"], f["heads"], bias=False, relative_bias=True).double()
+    m.load_state_dict({k: torch.tensor(v, dtype=torch.float64) for k, v in case["weights"].items()})
+    with torch.no_grad():
+        out, weights = m(torch.tensor(case["input"], dtype=torch.float64)[None])
+    np.testing.assert_allclose(out[0].numpy(), case["output"], atol=1e-10)
+    np.testing.assert_allclose(weights[0].numpy(), case["attention"], atol=1e-10)
+    x = np.array(case["input"])
+    ref_out, ref_w = by_hand(m, x, None)  # and by hand, far buckets included
+    np.testing.assert_allclose(weights[0].numpy(), ref_w, atol=1e-12)
 
 
 def test_first_principles_of_each_switch():
@@ -214,6 +234,10 @@ def test_shapes_traces_each_switch(cli):
     (("shapes", "--diff", "--heads", "512"), "d_k = 1 must be a multiple of 2"),
     (("explain", "--diff", "--rope"), "each turned by RoPE in pairs, so d_k = 2 must be a multiple of 4"),
     (("shapes", "--rope-dim", "4"), "--rope-dim sets how many of each head's dims RoPE turns: add --rope"),
+    (("heads", "--relative-bias", "--alibi"), "a head has one position bias"),
+    (("shapes", "--relative-bias", "--impl", "tiled"), "--relative-bias does not go with --impl tiled"),
+    (("explain", "--relative-bias", "--why"), "a position bias, the cap's tanh and the sink's column are not parts"),
+    (("shapes", "--diff", "--relative-bias"), "--diff does not go with --relative-bias"),
     (("shapes", "--rope", "--rope-dim", "6", "--d-model", "16", "--heads", "4"), "it must be from 2 to d_k = 4"),
     (("explain", "--config", "chicken-road", "--rope", "--rope-dim", "10"), "--rope-dim: rope_dim=10 turns"),
     (("shapes", "--rope", "--rope-dim", "4", "--diff"), "--rope-dim does not go with --diff"),
@@ -266,6 +290,9 @@ M = "tests/student/scoring_modules.py:"
     ("CapWithoutOuterC", ("--softcap", "2"), "soft cap without the c outside", 123),
     ("NormWholeProjection", ("--qk-norm",), "QK-norm over the whole projection", 131),
     ("PartialRope", ("--rope", "--rope-dim", "4", "--mask", "causal"), None, None),
+    ("T5Bias", ("--relative-bias", "--mask", "causal"), None, None),
+    ("T5BiasReversed", ("--relative-bias",), "T5's bias bucketed by i - j", 289),
+    ("T5BiasScaled", ("--relative-bias",), "T5's bias divided by √d_k too", 301),
     ("PartialRopeLastDims", ("--rope", "--rope-dim", "4"), "partial RoPE on the last R dims", 257),
     ("PartialRopeFrequencies", ("--rope", "--rope-dim", "4"), "partial RoPE's frequencies over d_k", 247),
     ("PartialRopeWhole", ("--rope", "--rope-dim", "4"), "every dim of each head turned, not the first R", 247),
@@ -292,11 +319,12 @@ def test_the_variants_zoo_holds_every_mistake_of_the_variants():
 
 
 @pytest.mark.parametrize("cls, flag, given", [
-    ("Sinks", "--sink-logits", ()), ("SoftCap", "--softcap C", ()), ("QKNorm", "--qk-norm", ()),
-    ("Differential", "--diff", ()), ("PartialRope", "--rope --rope-dim 4", ("--rope",))])
+    ("Sinks", "--sink-logits checks it", ()), ("SoftCap", "--softcap C checks it", ()),
+    ("QKNorm", "--qk-norm checks it", ()), ("Differential", "--diff checks it", ()),
+    ("PartialRope", "--rope --rope-dim 4 checks it", ("--rope",)), ("T5Bias", "--relative-bias T5's", ())])
 def test_without_its_flag_a_variant_is_named_with_the_flag_that_checks_it(cli, cls, flag, given):
     data = json.loads(cli("verify", "--module", M + cls, *given, "--format", "json").stdout)
-    assert not data["passed"] and data["diagnosis"] is None and f"{flag} checks it" in data["variant"]
+    assert not data["passed"] and data["diagnosis"] is None and flag in data["variant"]
 
 
 def test_the_api_grades_the_same():
@@ -332,3 +360,22 @@ def test_partial_rope_walk_is_phis_by_hand(cli):
     whole = json.loads(cli("explain", *args[:3], "--mask", "causal", "--token", "it", "--format", "json").stdout)
     assert not np.allclose(whole["output"], walk["output"])  # the 4 dims passed through change the numbers
     assert "RoPE base 10000 on 4 of 8 dims" in cli("heads", *args, "--head", "1").stdout
+
+
+def test_the_walk_adds_t5s_bias_by_hand(cli):
+    """explain --relative-bias: the '+ T5 bias' column is the bias by hand (each head's learned number
+    for the bucket of j - i), and each weight and the token's output equal attention by hand."""
+    from mha_trace.runs.resolve import RunOptions, resolve
+
+    walk = json.loads(cli("explain", "--config", "chicken-road", "--relative-bias", "--token", "it",
+                          "--format", "json").stdout)
+    run = resolve(RunOptions(config="chicken-road", relative_bias=True))
+    x, table = run.x[0].numpy(), run.module.rel_bias.weight.detach().numpy()
+    out, weights = by_hand(run.module, x, None)
+    for h, head in enumerate(walk["heads"]):
+        buckets = [16 * (j > 7) + abs(j - 7) for j in range(len(head["keys"]))]  # offsets below 8: a bucket each
+        np.testing.assert_allclose([k["relative_bias"] for k in head["keys"]], table[buckets, h], atol=1e-12)
+        np.testing.assert_allclose([k["weight"] for k in head["keys"]], weights[h, 7], atol=1e-12)
+    np.testing.assert_allclose(walk["output"], out[7], atol=1e-12)
+    text = cli("explain", "--config", "chicken-road", "--relative-bias", "--token", "it", "--head", "1").stdout
+    assert "+ T5 bias" in text and "T5's relative bias" in text

@@ -82,7 +82,7 @@ class LectureHeads(Heads):
     b_O: np.ndarray | None = None  # (D,) the output projection's bias (configs have none)
     layer: int = 0  # a model's run: the layer it ran, from 1 (0: a config's or sizes' run)
     sink: np.ndarray | None = None  # (H,) each head's sink logit (config.scoring.sinks)
-    bias: np.ndarray | None = None  # (H, T, T) what the module adds to the scaled scores (ALiBi's)
+    bias: np.ndarray | None = None  # (H, T, T) what the module adds to the scaled scores (ALiBi's, T5's)
     lam: tuple | None = None  # differential attention's (λ, λ_init): the second map taken away λ times
     latent: LatentParts | None = None  # MLA: q and k as [content part; RoPE part] (analyses.latent_heads)
 
@@ -235,7 +235,10 @@ def with_effect(view: Heads) -> LectureHeads:
 
 
 def _position_bias(module, T: int):
-    """ALiBi's (H, T, T) bias as the module adds it, or None."""
+    """ALiBi's or T5's (H, T, T) bias as the module adds it, or None."""
+    if module.relative_bias:
+        with torch.no_grad():
+            return module.position_bias(0, T, T).double().cpu().numpy()
     if not module.alibi:
         return None
     from mha_trace.core.attention import alibi_bias

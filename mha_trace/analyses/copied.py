@@ -83,8 +83,8 @@ def square_matrices(mapping: Mapping) -> bool:
 
 
 def take_scoring(reference: MultiHeadAttention, module) -> None:
-    """The student's own sink logits (one a head), QK-norm gains (d_k each, named for q and k) and
-    differential attention's λ vectors (d_k/2 each, named lambda_q1 ... as the paper names them)
+    """The student's own sink logits (one a head), QK-norm gains (d_k each, named for q and k), T5's
+    bias table (32 buckets by H) and differential attention's λ vectors (d_k/2 each, named lambda_q1 ... as the paper names them)
     put into the reference, found by shape: the variant's parameters are the student's to set; what
     is checked is what its forward does with them. Left as the reference's when not found."""
     if not isinstance(module, nn.Module):
@@ -100,6 +100,10 @@ def take_scoring(reference: MultiHeadAttention, module) -> None:
         if reference.qk_norm and len(q) == len(k) == 1:
             reference.q_norm.weight.copy_(q[0])
             reference.k_norm.weight.copy_(k[0])
+        tables = [t for t in own.values() if tuple(t.shape) in ((32, reference.heads), (reference.heads, 32))]
+        if reference.relative_bias and len(tables) == 1:  # T5's (buckets, H) table, or its transpose
+            table = tables[0]
+            reference.rel_bias.weight.copy_(table if tuple(table.shape) == (32, reference.heads) else table.T)
         lambdas = {n.split(".")[-1].lower(): t for n, t in own.items() if tuple(t.shape) == (reference.d_k // 2,)}
         if reference.diff and {"lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"} <= set(lambdas):
             for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from mha_trace.core.attention import MultiHeadAttention, alibi_bias, rotate_half
+from mha_trace.core.attention import MultiHeadAttention, alibi_bias, relative_bucket, rotate_half
 
 INF = float("-inf")
 
@@ -69,8 +69,17 @@ def _rms(t, gain, dims):
     return t / torch.sqrt(t.pow(2).mean(dim=dims, keepdim=True) + 1e-6) * gain
 
 
+def _relative(m, s, reversed_offset: bool = False):
+    """The scores plus T5's bias as the module adds it (`reversed_offset`: bucketed by i - j)."""
+    i, j = torch.arange(s.size(-2))[:, None], torch.arange(s.size(-1))[None, :]
+    return s + m.rel_bias(relative_bucket(i - j if reversed_offset else j - i)).permute(2, 0, 1)
+
+
 def _alibi(m, s, sign: float = 1.0, slopes_reversed: bool = False):
-    """The scores plus ALiBi's bias as the module adds it (the sign or the slopes' order as given)."""
+    """The scores plus the module's position bias: ALiBi's (the sign or the slopes' order as given)
+    or T5's."""
+    if m.relative_bias:
+        return _relative(m, s)
     if not m.alibi:
         return s
     bias = alibi_bias(m.heads, 0, s.size(-2), s.size(-1), s.dtype, s.device)
@@ -226,6 +235,12 @@ SCORING_MISTAKES = (  # with --softcap, --qk-norm, --sink-logits or --off-by-one
     Mistake("ALiBi's bias divided by √d_k too", "add the bias after the scale: it is not a dot "
             "product", {"scale": lambda m, s: _alibi(m, s) / m.d_k ** 0.5, "bias": lambda m, s: s}, ("alibi",),
             ("sub", 4)),
+    Mistake("T5's bias bucketed by i - j, not j - i (keys before and after the query swapped)", "bucket the "
+            "key's offset from the query, j - i: memory_position - context_position, as T5 does",
+            {"bias": lambda m, s: _relative(m, s, reversed_offset=True)}, ("relative_bias",)),
+    Mistake("T5's bias divided by √d_k too", "add the bias after the scale: it is a learned number, not a dot "
+            "product", {"scale": lambda m, s: _relative(m, s) / m.d_k ** 0.5, "bias": lambda m, s: s},
+            ("relative_bias",), ("div", 4)),
     Mistake("QK-norm over the sequence instead of each head's d_k", "normalise each q and k vector: "
             "an RMSNorm over the last axis, d_k", {"norm": lambda m, Q, K: (
                 _rms(Q, m.q_norm.weight, -2), _rms(K, m.k_norm.weight, -2))}, ("qk_norm",)),
@@ -324,7 +339,8 @@ def _can_show(mistake: Mistake, reference, T: int, mask) -> bool:
                 "bias": reference.W_q.bias is not None, "T = d_k": T == reference.d_k,
                 "qk_norm": reference.qk_norm, "softcap": reference.softcap is not None,
                 "sinks": reference.sinks is not None, "alibi": reference.alibi, "diff": reference.diff,
-                "partial": reference.rope and (reference.rope_dims or reference.d_k) < reference.d_k}[n]
+                "partial": reference.rope and (reference.rope_dims or reference.d_k) < reference.d_k,
+                "relative_bias": reference.relative_bias}[n]
                for n in mistake.needs)
 
 

@@ -4,6 +4,7 @@ References: numpy written out by hand (float64), torch.nn.MultiheadAttention (pe
 average_attn_weights=False) and F.scaled_dot_product_attention (attn_mask, enable_gqa).
 """
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +60,18 @@ def numpy_rope(x: np.ndarray, base: float, dims: int | None = None) -> np.ndarra
             x1, x2 = x[..., p, i], x[..., p, i + half]
             out[..., p, i] = x1 * np.cos(a) - x2 * np.sin(a)
             out[..., p, i + half] = x2 * np.cos(a) + x1 * np.sin(a)
+    return out
+
+
+def numpy_relative_bias(table: np.ndarray, T: int, T_keys: int) -> np.ndarray:
+    """T5's bias by hand (H, T, T_keys) from its (32, H) table: the offset j - i's bucket, bidirectional
+    (16 a side: offsets below 8 one each, then log-spaced up to 128, the rest in the last)."""
+    out = np.empty((table.shape[1], T, T_keys))
+    for i in range(T):
+        for j in range(T_keys):
+            n = abs(j - i)
+            far = 8 + int(math.log(max(n, 1) / 8) / math.log(128 / 8) * 8)
+            out[:, i, j] = table[16 * (j > i) + (n if n < 8 else min(far, 15))]
     return out
 
 
@@ -135,6 +148,8 @@ def numpy_reference(module, q, k, v, mask):
         slopes = [2 ** (-8 * h / n) for h in range(1, n + 1)] + [2 ** (-4 * (2 * h + 1) / n) for h in range(H - n)]
         distance = np.abs(np.arange(T)[:, None] - np.arange(K.shape[2])[None, :])
         scores = scores - np.array(slopes)[:, None, None] * distance
+    if module.relative_bias:
+        scores = scores + numpy_relative_bias(module.rel_bias.weight.detach().double().cpu().numpy(), T, K.shape[2])
     if module.softcap is not None:
         scores = module.softcap * np.tanh(scores / module.softcap)
     keep = reference_mask(module, mask, T)
@@ -235,6 +250,7 @@ def run_checks(module, q, k, v, mask, dtype: str) -> list[Check]:
     checks = [Check("numpy by hand, float64", "output", _max_abs(out, np_out), scale(np_out)),
               weights_check("numpy by hand, float64", np_w)]
     missing = [name for name, on in (("RoPE", module.rope), ("QK-norm", module.qk_norm), ("ALiBi", module.alibi),
+                                     ("relative bias", module.relative_bias),
                                      ("differential", module.diff),
                                      ("soft-capping", module.softcap is not None),
                                      ("sink", module.sinks is not None)) if on]
@@ -252,11 +268,13 @@ def run_checks(module, q, k, v, mask, dtype: str) -> list[Check]:
             "explicit window mask" if module.window is not None else "",
             "RoPE turned in numpy" if module.rope else "", "QK-norm in numpy" if module.qk_norm else "",
             "two calls, one a map" if module.diff else ""]
-    plain = module.softcap is None and module.sinks is None and not module.alibi  # SDPA: no hook on the scores
+    plain = module.softcap is None and module.sinks is None and not module.alibi \
+        and not module.relative_bias  # SDPA: no hook on the scores
     checks += [Check("F.scaled_dot_product_attention", "output",
                      _max_abs(out, sdpa_reference(module, q, k, v, mask)) if plain else None, scale(np_out),
                      ", ".join(n for n in said if n) if plain else
-                     "no hook on the scores for ALiBi, soft-capping or a sink (FlexAttention's score_mod has one)"),
+                     "no hook on the scores for a position bias, soft-capping or a sink (FlexAttention's score_mod "
+                     "has one)"),
                Check("F.scaled_dot_product_attention", "per-head weights", None, TOLERANCE[dtype],
                      "returns only the output: fused kernels never form the weights")]
     return checks

@@ -146,7 +146,7 @@ VARIANTS = (  # (what names it in a step, the variant): read off the student's t
         len(i) >= 3 and tuple(i[-2:]) == (T, T) and H in tuple(i[-4:-2]) and tuple(i[:1]) != tuple(s.shape[:1])
         for i in s.inputs),
      "a position bias added to the scores, one (T, T) a head (ALiBi, T5's or Swin's relative bias); "
-     "--alibi checks ALiBi's"),
+     "--alibi checks ALiBi's, --relative-bias T5's"),
 )
 
 
@@ -172,7 +172,8 @@ def _what_the_step_did(step, reference) -> str | None:
     return None
 
 
-RUNS = {"differential": "diff", "logit soft-capping": "softcap", "QK-norm": "qk_norm", "a sink logit": "sinks"}
+RUNS = {"differential": ("diff",), "logit soft-capping": ("softcap",), "QK-norm": ("qk_norm",),
+        "a sink logit": ("sinks",), "a position bias": ("alibi", "relative_bias")}
 
 
 def _variant(report, traced, T: int, reference) -> None:
@@ -181,7 +182,7 @@ def _variant(report, traced, T: int, reference) -> None:
     A variant its flag already runs is not named: that module's numbers differ for another reason."""
     H, d_k = reference.heads, reference.d_k
     asked = lambda name: any(name.startswith(k) and getattr(reference, a, None) not in (None, False)
-                             for k, a in RUNS.items())
+                             for k, runs in RUNS.items() for a in runs)
     for step in traced.steps:
         found = next((name for test, name in VARIANTS if test(step, T, H, d_k) and not asked(name)), None)
         if found:

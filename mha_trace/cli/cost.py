@@ -31,6 +31,9 @@ def cost(
     sink_logits: Annotated[bool | None, typer.Option("--sink-logits/--no-sink-logits", help="A learned logit a head that joins every softmax row, as gpt-oss's sinks (one parameter a head; default: the preset's). Example: --sink-logits")] = None,
     qk_norm: QkNormOpt = False,
     alibi: AlibiOpt = False,
+    relative_bias: RelativeBiasOpt = False,
+    latent: Annotated[int | None, typer.Option("--latent", help="Multi-head latent attention (DeepSeek-V2's MLA): keys and values come up from one latent of D_C dims a token, which with one RoPE key of d_R dims is all the cache keeps (an MLA preset's d_c overridden). Example: --latent 512 --rope-dim 64", metavar="D_C")] = None,
+    rope_dim: Annotated[int | None, typer.Option("--rope-dim", help="With --latent: d_R, the dims of the RoPE key every head shares (default d_k / 2, or the preset's). Example: --latent 512 --rope-dim 64")] = None,
     softcap: SoftcapOpt = None,
     diff: DiffOpt = False,
     cross_keys: Annotated[int | None, typer.Option("--cross-keys", help="A decoder's cross-attention beside its self-attention: the encoder positions its queries see (default: the preset's; 0 for none). Example: --preset whisper-tiny-en --cross-keys 1500", metavar="S")] = None,
@@ -55,5 +58,6 @@ def cost(
     report = cost_view(preset, batch, seq, d_model, heads, kv_heads, layers, dtype.value, bias,
                          window, rope, formulas, io, backward, sram, block_q, block_k, causal,
                          dropout, cross_keys, head_dim, local_global, sinks, sink_logits,
-                         qk_norm=qk_norm, alibi=alibi, softcap=softcap, diff=diff)
+                         qk_norm=qk_norm, alibi=alibi, softcap=softcap, diff=diff, relative_bias=relative_bias,
+                         latent=latent, rope_dim=rope_dim)
     emit(out, report.renderables, report.data)

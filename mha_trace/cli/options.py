@@ -79,6 +79,7 @@ RopeOpt = Annotated[bool, typer.Option("--rope", help="Rotary positions (RoPE, a
 RopeBaseOpt = Annotated[float | None, typer.Option("--rope-base", help="RoPE's base: pair i turns by position · base^(-2i/d_k) (default 10000, or the config's; LLaMA 10000, SmolLM2 100000). Example: --rope-base 100000")]
 WindowOpt = Annotated[int | None, typer.Option("--window", help="Sliding-window attention (Mistral): a query sees at most W keys, itself included; implies a causal mask. Example: --window 4")]
 QkNormOpt = Annotated[bool, typer.Option("--qk-norm", help="QK-norm (Qwen3, OLMo 2): an RMSNorm over each head's d_k dims of q and of k before q·k, so no score grows without bound. Example: --qk-norm")]
+RelativeBiasOpt = Annotated[bool, typer.Option("--relative-bias", help="T5's relative position bias: add to each score a learned number of its head for the bucket of the offset j - i (32 buckets, one each for offsets below 8, log-spaced up to 128, as T5's encoder). Example: --relative-bias --config chicken-road")]
 AlibiOpt = Annotated[bool, typer.Option("--alibi", help="ALiBi (BLOOM): add -m_h·|i - j| to each score, a slope m_h = 2^(-8h/H) a head, so a score falls with distance and no position is learned. Example: --alibi --mask causal")]
 DiffOpt = Annotated[bool, typer.Option("--diff", help="Differential attention (DIFF Transformer): each head's q and k split in halves, two softmax maps, the second taken away λ times, each head's output RMS-normed and scaled by 1 - λ_init; weights may be negative and rows sum to 1 - λ. Example: --diff --mask causal")]
 LatentOpt = Annotated[int | None, typer.Option("--latent", help="Multi-head latent attention (DeepSeek-V2's MLA) instead: keys and values come up from one latent of D_C dims a token, which with a shared RoPE key is all a cache keeps (heads and explain: on a generated config). Example: --latent 16", metavar="D_C")]
@@ -131,7 +132,7 @@ RUN_GROUPS = {
               ("window", WindowOpt, None), ("impl", ImplOpt, Impl.explicit)],
     "scoring": [("qk_norm", QkNormOpt, False), ("alibi", AlibiOpt, False), ("softcap", SoftcapOpt, None),
                 ("sink_logits", SinkLogitsOpt, False), ("off_by_one", OffByOneOpt, False),
-                ("diff", DiffOpt, False)],
+                ("diff", DiffOpt, False), ("relative_bias", RelativeBiasOpt, False)],
     "latent": [("latent", LatentOpt, None), ("rope_dim", RopeDimOpt, None), ("absorbed", AbsorbedOpt, False)],
     "module": [("module", ModuleOpt, None), ("init", InitOpt, None)],
     "module_width": [("d_model", ModuleDModelOpt, None)],

@@ -68,6 +68,18 @@ def alibi_slopes(heads):
     return torch.tensor([2 ** (-8 * (h + 1) / n) for h in range(n)] + extra)  # (H,)
 
 
+def relative_bucket(offset, buckets=32, max_distance=128):
+    """T5's bucket of each key's offset j - i (bidirectional, as its encoder): half the buckets for
+    keys before the query and half for keys after; in each half, offsets below a quarter of the
+    buckets one bucket each, larger ones in log-spaced buckets up to max_distance, the rest in the last."""
+    half = buckets // 2
+    bucket = (offset > 0).long() * half  # keys after the query: the second half
+    distance, exact = offset.abs(), half // 2
+    far = exact + (torch.log(distance.float().clamp(min=1) / exact) / math.log(max_distance / exact)
+                   * (half - exact)).long()
+    return bucket + torch.where(distance < exact, distance, far.clamp(max=half - 1))
+
+
 def alibi_bias(heads, start, T, T_keys, dtype, device):
     """-m_h · |i - j| for query i (from position `start`) and key j: (H, T, T_keys)."""
     i = start + torch.arange(T, device=device)[:, None]
@@ -105,7 +117,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model, heads, kv_heads=None, bias=True, rope=False, rope_base=10000.0,
                  window=None, impl="explicit", block_q=None, block_k=None, qk_norm=False,
-                 softcap=None, sinks=None, alibi=False, diff=False, rope_dims=None):
+                 softcap=None, sinks=None, alibi=False, diff=False, rope_dims=None, relative_bias=False):
         super().__init__()
         kv_heads = kv_heads or heads
         self.d_model = d_model
@@ -118,6 +130,9 @@ class MultiHeadAttention(nn.Module):
         self.impl, self.block_q, self.block_k = impl, block_q, block_k  # "explicit" | "sdpa" | "tiled"
         self.softcap = softcap  # scores squashed into (-softcap, softcap) before the softmax
         self.alibi = alibi  # a bias falling linearly with the query-key distance, a slope a head
+        self.relative_bias = relative_bias  # T5: a learned bias a head for each bucket of the query-key offset
+        if relative_bias:
+            self.rel_bias = nn.Embedding(32, heads)  # (buckets, H), T5's relative_attention_bias
 
         # four linear layers: Q, K, V projections (K and V smaller under GQA) and the output mix
         self.W_q = nn.Linear(d_model, d_model, bias=bias)
@@ -221,6 +236,9 @@ class MultiHeadAttention(nn.Module):
             if self.alibi:
                 # ALiBi (BLOOM): each head's scores fall by its slope m_h per token of distance
                 scores = scores + alibi_bias(self.heads, start, Q.size(2), K.size(2), Q.dtype, Q.device)
+            if self.relative_bias:
+                # a relative position bias (T5): each head's learned number for the bucket of j - i
+                scores = scores + self.position_bias(start, Q.size(2), K.size(2))  # (B, H, T, T_keys)
             if self.softcap is not None:
                 # soft-capping (Gemma 2): c·tanh(s / c) keeps every score inside (-c, c)
                 scores = self.softcap * torch.tanh(scores / self.softcap)  # (B, H, T, T_keys)
@@ -242,6 +260,13 @@ class MultiHeadAttention(nn.Module):
 
         # output projection: mixes information across heads
         return self.W_o(context), weights
+
+    def position_bias(self, start, T, T_keys):
+        """T5's bias (H, T, T_keys): for query i (from position `start`) and key j, the learned
+        number of each head for the bucket of the offset j - i."""
+        i = start + torch.arange(T, device=self.rel_bias.weight.device)[:, None]
+        j = torch.arange(T_keys, device=self.rel_bias.weight.device)[None, :]
+        return self.rel_bias(relative_bucket(j - i)).permute(2, 0, 1)  # (H, T, T_keys)
 
     def differential(self, Q, K, mask):
         """softmax(Q1 K1ᵀ / √d) - λ·softmax(Q2 K2ᵀ / √d), d = d_k / 2 (Ye et al. 2025): noise both maps

@@ -12,6 +12,7 @@ from mha_trace.core.presets import load_preset
 from mha_trace.core.scoring import Scoring, scoring_of
 from mha_trace.core.scoring_costs import scoring_flop_stages, scoring_parameters
 from mha_trace.core.windows import band, cached_tokens, layer_kinds, window_options
+from mha_trace.core.latent import latent_of
 from mha_trace.errors import MhaError
 from mha_trace.io.units import human_bytes  # noqa: F401 (the unit every byte count is shown in)
 from mha_trace.records import Shows
@@ -312,20 +313,6 @@ class CostReport(Shows):
     io: object = None  # core.hbm.Io: main-memory traffic (`--io`), or None
 
 
-def _latent(preset: dict, io: bool, window) -> object:
-    """A preset's multi-head latent attention (attention = "mla"), or None; --io and --window count
-    the attention of heads that cache their own K and V, so they are refused for it."""
-    if preset.get("attention") != "mla":
-        return None
-    if io or window is not None:
-        raise MhaError(f"{'--io' if io else '--window'} counts attention whose heads cache their own K and V; "
-                       f"{preset['name']} caches one latent a token (multi-head latent attention)",
-                       quantity="io" if io else "window")
-    from mha_trace.core.latent import Latent
-
-    return Latent.of(preset)
-
-
 IO_RULES = tuple(needs(name, "io", "counts main-memory traffic")  # cost's options that --io reads
                  for name in ("backward", "sram", "block_q", "block_k", "causal", "dropout"))
 
@@ -340,7 +327,8 @@ def cost_report(preset: str | None = None, batch: int | None = None, seq: int | 
                 cross: int | None = None, head_dim: int | None = None,
                 local_global: str | tuple | None = None, sinks: int | None = None,
                 sink_logits: bool | None = None, qk_norm: bool = False, alibi: bool = False,
-                softcap: float | None = None, diff: bool = False) -> CostReport:
+                softcap: float | None = None, diff: bool = False, relative_bias: bool = False,
+                latent: int | None = None, rope_dim: int | None = None) -> CostReport:
     """The cost of attention at a preset's dimensions (gpt3-175b, ...), any of them overridden;
     without a preset: batch 2, seq 10, d_model 512, heads 8, one layer. With `io`, the bytes
     standard and tiled attention move to and from main memory (`backward` adds that pass)."""
@@ -372,10 +360,11 @@ def cost_report(preset: str | None = None, batch: int | None = None, seq: int | 
     if cross is not None:
         positive("cross_keys", cross)
     d = Dims(batch, seq, d_model, heads, kv_heads, dtype, bias=pick(bias, "bias", True),
-             window=window, rope=pick(rope, "rope", False), cross=cross, latent=_latent(p, io, window),
+             window=window, rope=pick(rope, "rope", False), cross=cross,
+             latent=latent_of(p, io, window, latent, rope_dim, (head_dim or p.get("head_dim") or d_model // heads)),
              **window_options(pick, head_dim, local_global, sinks, sink_logits, window),
              scoring=scoring_of(qk_norm, softcap, bool(pick(sink_logits, "sink_logits", False)), False, None,
-                                alibi, diff, window))
+                                alibi, diff, window, relative_bias=relative_bias))
     label = p.get("name", "custom") if preset else "custom"
     judge({"io": io, "backward": backward, "sram": sram, "block_q": block_q, "block_k": block_k,
            "causal": causal, "dropout": dropout}, IO_RULES)

@@ -6,13 +6,13 @@ Queries may go through a latent of their own (d_c'). Symbols as costs.py's, and 
 query/key dims without position, d_v its value dims.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mha_trace.core.clashes import apart, judge, needs
 from mha_trace.errors import MhaError
 
 LATENT_RULES = (apart("latent", ("kv_heads", "window", "decode", "impl=sdpa", "impl=tiled", "rope", "qk_norm", "alibi",
-                                 "softcap", "sink_logits", "off_by_one", "diff"),
+                                 "relative_bias", "softcap", "sink_logits", "off_by_one", "diff"),
                       "the lecture's MLA module is DeepSeek-V2's, explicit, its RoPE part always turned"),
                 apart("rope_dim", ("diff",), "differential attention turns each half of a head whole"),
                 needs("absorbed", "latent", "computes MLA the inference way"))
@@ -24,7 +24,7 @@ def check_latent(o) -> None:
     judge({"latent": o.latent, "rope_dim": o.rope_dim, "absorbed": o.absorbed, "rope": o.rope,
            "kv_heads": o.kv_heads, "window": o.window, "decode": o.decode or None,
            "impl=sdpa": getattr(o.impl, "value", o.impl) == "sdpa", "impl=tiled": getattr(o.impl, "value", o.impl) == "tiled",
-           "qk_norm": o.qk_norm, "alibi": o.alibi, "softcap": o.softcap,
+           "qk_norm": o.qk_norm, "alibi": o.alibi, "relative_bias": o.relative_bias, "softcap": o.softcap,
            "sink_logits": o.sink_logits, "off_by_one": o.off_by_one, "diff": o.diff}, LATENT_RULES)
     if o.rope_dim is not None and not (o.rope or o.latent is not None):
         raise MhaError("--rope-dim sets how many of each head's dims RoPE turns: add --rope (partial RoPE, Phi's) "
@@ -53,6 +53,31 @@ class Latent:
     def cached(self) -> int:
         """Elements cached per token and layer: d_c + d_R (DeepSeek-V2's Table 1)."""
         return self.kv_rank + self.rope_dim
+
+
+def latent_of(preset: dict, io: bool, window, kv_rank: int | None = None, rope_dim: int | None = None,
+            d_k: int = 0) -> object:
+    """Multi-head latent attention, or None: a preset's (attention = "mla"; --latent and --rope-dim
+    override its d_c and d_R), or --latent D_C's at the lecture module's sizes (d_h = d_v = d_k, d_R
+    default d_k / 2). --io and --window count the attention of heads that cache their own K and V,
+    so they are refused for it."""
+    if preset.get("attention") != "mla" and kv_rank is None:
+        if rope_dim is not None:
+            raise MhaError("--rope-dim sizes MLA's decoupled RoPE key: add --latent D_C (or an MLA preset such as "
+                           "deepseek-v2)", quantity="rope_dim")
+        return None
+    for name, value in (("latent", kv_rank), ("rope_dim", rope_dim)):
+        if value is not None and (type(value) is not int or value < 2 or value % 2 and name == "rope_dim"):
+            raise MhaError(f"{name} {value!r} must be {'an even number of dims (RoPE turns pairs)' if name == 'rope_dim' else 'at least 2'}",
+                           quantity=name)
+    if io or window is not None:
+        raise MhaError(f"{'--io' if io else '--window'} counts attention whose heads cache their own K and V; "
+                       f"{preset.get('name', '--latent')} caches one latent a token (multi-head latent attention)",
+                       quantity="io" if io else "window")
+    if preset.get("attention") == "mla":
+        m = Latent.of(preset)
+        return replace(m, kv_rank=kv_rank or m.kv_rank, rope_dim=rope_dim or m.rope_dim)
+    return Latent(kv_rank, rope_dim or d_k // 2, d_k, d_k)
 
 
 def latent_rows(add, d, L: int) -> None:

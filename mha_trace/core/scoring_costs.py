@@ -1,5 +1,5 @@
 """What the scores' variants add to attention's cost (core.scoring's switches), from first principles,
-without torch: QK-norm's gains and RMSNorms, ALiBi's bias, the soft cap's three operations a score,
+without torch: QK-norm's gains and RMSNorms, ALiBi's bias, T5's bias table, the soft cap's three operations a score,
 a sink's extra column, and differential attention's second map, λ and per-head norm.
 
 Each is a list of rows in `costs`'s form, (item, formula, the formula with numbers, value), counted
@@ -13,6 +13,8 @@ def scoring_parameters(d) -> dict:
     rows = {}
     if s.qk_norm:
         rows["q_norm, k_norm (gains)"] = ("2·d_k", f"2·{k}", 2 * k)
+    if s.relative_bias:
+        rows["T5's bias table (32 buckets a head)"] = ("32·H", f"32·{d.heads}", 32 * d.heads)
     if s.diff:
         rows["λ_q1, λ_k1, λ_q2, λ_k2"] = ("4·d_k/2", f"4·{k // 2}", 4 * (k // 2))
     return rows
@@ -26,7 +28,8 @@ def scoring_flop_stages(d, pairs: tuple) -> tuple:
     pf, pn, P = pairs
     normed = [("QK-norm (RMSNorm of q and k)", "4·B·T·(H + G)·d_k", f"4·{B}·{T}·({H} + {G})·{k}",
                4 * B * T * (H + G) * k)] if s.qk_norm else []
-    scored = [("ALiBi's bias added", f"B·H·{pf}", f"{B}·{H}·{pn}", B * H * P)] if s.alibi else []
+    scored = [(("T5's" if s.relative_bias else "ALiBi's") + " bias added", f"B·H·{pf}", f"{B}·{H}·{pn}", B * H * P)
+              ] if s.alibi or s.relative_bias else []
     if s.softcap is not None:
         scored.append(("soft cap c·tanh(s / c)", f"3·B·H·{pf}", f"3·{B}·{H}·{pn}", 3 * B * H * P))
     mixed = [("second map: its scale and softmax", f"6·B·H·{pf}", f"6·{B}·{H}·{pn}", 6 * B * H * P),

@@ -74,6 +74,9 @@ def _notes(d, formulas: bool, layers: int = 1) -> list:
              "The tiled row follows FlashAttention-2 (Dao 2023), which keeps one "
              "fp32 logsumexp per query row for the backward pass; FlashAttention-1 (Dao et al. "
              "2022) kept two, the row max and sum (8 bytes a row)."])
+    if d.scoring.relative_bias:
+        notes.append("T5's relative bias is a table of 32 learned numbers a head, counted here a layer, as the "
+                     "lecture module holds it; T5 itself keeps one table, its first layer's, for the whole stack.")
     if d.rope:
         notes.append("RoPE adds no parameters: it turns Q and K by position with cos/sin of fixed "
                      "angles, computed, not learned.")

@@ -65,6 +65,10 @@ def _scoring_words(scoring) -> list:
     if scoring.alibi:
         words.append("ALiBi: each head adds -m·|i - j| to the scaled score, its slope m a power of 1/2 "
                      "(2^(-8h/H) for head h): the farther the key, the lower its score; no position is learned.")
+    if scoring.relative_bias:
+        words.append("T5's relative bias: each head adds to the scaled score a learned number for the bucket of the "
+                     "key's offset j - i (one bucket for each offset below 8 on either side, log-spaced buckets up "
+                     "to 128, the rest in the last), so a head learns how much near or far keys, before or after, count.")
     if scoring.softcap is not None:
         c = scoring.softcap
         words.append(f"Soft-capping: each score s goes through {c:g}·tanh(s / {c:g}) before the softmax; "
@@ -154,7 +158,7 @@ def _head_table(w, hw, decimals: int):
     table.add_column("÷√d_k", justify="right")
     cap, alibi = view.config.scoring.softcap, view.bias is not None
     if alibi:
-        table.add_column("+ ALiBi", justify="right")
+        table.add_column("+ T5 bias" if view.config.scoring.relative_bias else "+ ALiBi", justify="right")
     if cap is not None:
         table.add_column(f"{cap:g}·tanh(s/{cap:g})", justify="right")
     table.add_column("softmax", justify="right")
@@ -241,7 +245,8 @@ def explain_data(w, decimals: int, only_head: int | None) -> dict:
                              "dot": r(t.dot), "scaled": r(t.scaled), "masked": t.masked,
                              "weight": r(t.weight),
                              **({} if t.capped is None else {"capped": r(t.capped)}),
-                             **({} if t.bias is None else {"alibi": r(t.bias)}),
+                             **({} if t.bias is None else {"relative_bias" if w.view.config.scoring.relative_bias
+                                                          else "alibi": r(t.bias)}),
                              **({} if t.parts is None else {"content": r(t.parts[0]), "rope": r(t.parts[1])}),
                              **({} if t.second is None else {"second": {"dot": r(t.second[0]), "scaled": r(t.second[1]),
                                                                         "map_1": r(t.second[2]), "map_2": r(t.second[3])}}),

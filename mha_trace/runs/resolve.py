@@ -68,6 +68,7 @@ class RunOptions:
     off_by_one: bool = False
     alibi: bool = False
     diff: bool = False
+    relative_bias: bool = False  # T5's relative position bias (core.scoring)
     latent: int | None = None  # multi-head latent attention (DeepSeek's): d_c, the latent K and V come from
     rope_dim: int | None = None  # ... d_R, its decoupled RoPE part (default d_k / 2)
     absorbed: bool = False  # ... computed the inference way, W_UK and W_UV folded in
@@ -78,7 +79,7 @@ class RunOptions:
 
         return scoring_of(self.qk_norm, self.softcap, self.sink_logits, self.off_by_one,
                           getattr(self.impl, "value", self.impl), self.alibi, self.diff, self.window,
-                          self.decode)
+                          self.decode, self.relative_bias)
 
     def given(self, *names: str) -> dict:
         """The named options that were set (not None, False or 0)."""
@@ -302,7 +303,7 @@ def _model_run(o: RunOptions):
 
     refuse_with_model(**o.given("config", "module", "init", "batch", "seq", "d_model", "heads",
                                 "kv_heads", "mask", "pad", "rope", "rope_base", "window", "qk_norm",
-                                "softcap", "sink_logits", "off_by_one", "alibi", "diff", "latent"))
+                                "softcap", "sink_logits", "off_by_one", "alibi", "diff", "relative_bias", "latent"))
     if entry(_model_of(o)).audio and o.attention != "self":  # its cross-attention while it writes
         from mha_trace.runs.heard import hearing_run
 

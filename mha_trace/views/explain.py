@@ -23,12 +23,12 @@ SHOWN_AS = (apart("rope_planes", ("impl=tiled",), "it splits the explicit walk's
             needs("by_head", "why", "splits the sources --why finds"))
 
 
-SCORED = (apart("why", ("qk_norm", "alibi", "softcap", "sink_logits", "off_by_one"),
-                 "--why splits q·k into sums by source; QK-norm's division, ALiBi's bias, the cap's "
+SCORED = (apart("why", ("qk_norm", "alibi", "relative_bias", "softcap", "sink_logits", "off_by_one"),
+                 "--why splits q·k into sums by source; QK-norm's division, a position bias, the cap's "
                  "tanh and the sink's column are not parts of q·k"),
-          apart("impl=tiled", ("alibi", "softcap", "sink_logits", "off_by_one"),
+          apart("impl=tiled", ("alibi", "relative_bias", "softcap", "sink_logits", "off_by_one"),
                 "the tiled walk is the plain online softmax"),
-          apart("rope_planes", ("alibi", "softcap", "sink_logits", "off_by_one"),
+          apart("rope_planes", ("alibi", "relative_bias", "softcap", "sink_logits", "off_by_one"),
                 "the planes split q·k, not what the cap or the sink makes of it"),
           apart("rope_dim", ("rope_planes",), "the planes split heads that RoPE turns whole"),
           apart("latent", ("why", "impl=tiled", "rope_planes"),
@@ -70,7 +70,8 @@ class ExplainRequest:
         check_shown_as(self.impl, self.block_k, self.why, self.effect, o.module, self.rope_planes,
                        self.by_head)
         judge({"why": self.why, "impl=tiled": self.impl == "tiled", "rope_planes": self.rope_planes,
-               "qk_norm": o.qk_norm, "alibi": o.alibi, "softcap": o.softcap, "sink_logits": o.sink_logits,
+               "qk_norm": o.qk_norm, "alibi": o.alibi, "relative_bias": o.relative_bias, "softcap": o.softcap,
+               "sink_logits": o.sink_logits,
                "off_by_one": o.off_by_one, "latent": o.latent, "rope_dim": o.rope_dim}, SCORED)
         if self.position is not None:
             from mha_trace.runs.values import whole_numbers

@@ -265,3 +265,38 @@ class PartialRopeFrequencies(Scored):
 class PartialRopeWhole(Scored):
     def normed(self, q, k):
         return turned(q), turned(k)
+
+
+def bucket(offset, buckets=32, max_distance=128):
+    """T5's _relative_position_bucket, bidirectional: the bucket of each key's offset from its query."""
+    half = buckets // 2
+    ret = (offset > 0).long() * half
+    n, exact = offset.abs(), half // 2
+    large = exact + (torch.log(n.float() / exact) / math.log(max_distance / exact) * (half - exact)).long()
+    return ret + torch.where(n < exact, n, torch.clamp(large, max=half - 1))
+
+
+class T5Bias(Scored):
+    def __init__(self, d_model, num_heads):
+        super().__init__(d_model, num_heads)
+        self.relative_attention_bias = nn.Embedding(32, num_heads)
+
+    def position_bias(self, T):
+        pos = torch.arange(T)
+        return self.relative_attention_bias(bucket(pos[None, :] - pos[:, None])).permute(2, 0, 1)
+
+    def scored(self, s, mask):
+        s = s / math.sqrt(self.d_k) + self.position_bias(s.size(-1))
+        return s if mask is None else s.masked_fill(~mask, float("-inf"))
+
+
+class T5BiasReversed(T5Bias):
+    def position_bias(self, T):
+        pos = torch.arange(T)
+        return self.relative_attention_bias(bucket(pos[:, None] - pos[None, :])).permute(2, 0, 1)
+
+
+class T5BiasScaled(T5Bias):
+    def scored(self, s, mask):
+        s = (s + self.position_bias(s.size(-1))) / math.sqrt(self.d_k)
+        return s if mask is None else s.masked_fill(~mask, float("-inf"))

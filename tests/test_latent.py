@@ -14,6 +14,7 @@ import torch
 from mha_trace.core.latent_attention import LatentAttention
 from mha_trace.analyses.references import numpy_rope
 
+M = "tests/student/latent_modules.py:"
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "scoring_reference.json").read_text())
 
 
@@ -110,7 +111,9 @@ def test_the_api_traces_and_verifies_mla():
     (("explain", "--latent", "16", "--config", "chicken-road", "--impl", "tiled"),
      "--latent does not go with --impl tiled (MLA's walk splits each score"),
     (("explain", "--latent", "16", "--model", "minilm"), "--latent does not go with --model"),
-    (("verify", "--latent", "16", "--module", "example:l04"), "grading a class of your own as MLA is not built yet"),
+    (("verify", "--latent", "16", "--module", "example:l04"), "MultiHeadAttention has no weights of MLA's shapes"),
+    (("verify", "--latent", "16", "--module", M + "PaperMLA", "--config", "chicken-road"),
+     "--latent checks your MLA class at sizes from flags"),
 ])
 def test_mla_refusals(cli, args, says):
     result = cli(*args)
@@ -174,3 +177,37 @@ def test_ablating_an_mla_head_takes_away_its_block_of_w_o_by_hand():
     by_hand = heads.transpose(1, 0, 2).reshape(len(x), -1) @ m.W_o.weight.detach().numpy().T
     ablation = mha_trace.ablate(config="chicken-road", latent=16, removed=(2,))
     np.testing.assert_allclose(ablation.output, by_hand, atol=1e-12)
+
+
+@pytest.mark.parametrize("cls, diagnosis, line", [
+    ("PaperMLA", None, None), ("FusedMLA", None, None),
+    ("NoRopePart", "the score without its RoPE part", 85), ("ScaledByDh", "scaled by √d_h, not √(d_h + d_R)", 90),
+    ("NotNormed", "the latent not normed before the up-projections", 39),
+    ("NotTurned", "RoPE never turned", 52)])
+def test_verify_grades_a_students_mla(cli, cls, diagnosis, line):
+    """A student's MLA, written as the paper writes it or fused as DeepSeek's code is, is Right; one
+    step wrong is Wrong at its line with the mistake named (its weights read by shape, each reading
+    of the same-shaped W^UK and W^UV run)."""
+    result = cli("verify", "--module", M + cls, "--latent", "16", "--rope-dim", "8", "--mask", "causal",
+                 "--format", "json")
+    data = json.loads(result.stdout)
+    assert data["passed"] is (diagnosis is None), data
+    if diagnosis:
+        assert result.exit_code == 1 and data["diagnosis"].startswith(diagnosis)
+        assert data["first_wrong_step"]["line"] == line
+    else:
+        assert "kv_b_proj.weight (by head)" in data["mapping"] if cls == "FusedMLA" else "W_UK.weight, W_UV.weight" in data["mapping"]
+
+
+def test_each_mla_mistake_is_the_lectures_forward_changed_by_hand():
+    """The zoo's mistaken forwards against MLA by hand: without them changed, the module's own output."""
+    from mha_trace.analyses.latent_student import MISTAKES, mistaken
+
+    torch.manual_seed(4)
+    m = LatentAttention(48, 4, 12, 4).double()
+    x = torch.randn(1, 9, 48, dtype=torch.float64)
+    keep = np.tril(np.ones((9, 9), bool))
+    np.testing.assert_allclose(mistaken(m, x, torch.from_numpy(keep))[0].numpy(), mla_by_hand(m, x[0].numpy(), keep)[0],
+                               atol=1e-12)
+    outputs = [mistaken(m, x, None, **way) for _, _, ways in MISTAKES for way in ways]
+    assert all(not torch.allclose(o, m(x)[0]) for o in outputs) and len(MISTAKES) >= 4

@@ -1,6 +1,7 @@
 """Render `verify`: each reference, what it compares, the largest difference and the verdict."""
 
 import math
+from pathlib import Path
 
 import torch
 from rich.text import Text
@@ -142,7 +143,7 @@ def _first_wrong_lines(r) -> list:
     at = _first_difference(f.value, ref.value if ref else None)
     lines += [f"  yours: {f.op} {list(f.shape)} {_values(f.value, at or 0)}",
               "  the lecture's: " + (f"{ref.op} {list(ref.shape)} {_values(ref.value, at or 0)} "
-                                      f"(attention.py:{ref.line} {ref.source})" if ref else "—")]
+                                      f"({Path(ref.file).name}:{ref.line} {ref.source})" if ref else "—")]
     if at is not None:
         index = [int(i) for i in torch.unravel_index(torch.tensor(at), tuple(f.shape))]
         lines.append(f"  first different at {index}: yours {float(f.value.flatten()[at]):.4f}, "

@@ -306,8 +306,9 @@ def from_module(spec: str, sizes: Sizes, init: str | None = None, tokens: tuple 
     estimate = guard_memory(sizes.dims(), device)
     seed(sizes.seed)
     dtype, shape = DTYPES[sizes.dtype], (sizes.batch, sizes.seq, sizes.d_model)
+    latent = () if sizes.latent is None else (sizes.latent, sizes.rope_dim or sizes.d_model // sizes.heads // 2)
     module, source, label = usermodule.load_user_class(spec, sizes.d_model, sizes.heads, init, device,
-                                                       dtype, sizes.kv_heads)
+                                                       dtype, sizes.kv_heads, latent)
     with torch.device(device):
         x = torch.empty(shape, dtype=dtype) if device.type == "meta" else torch.randn(shape, dtype=dtype)
         mask = make_mask(sizes.seq, sizes.mask, sizes.pad, device)

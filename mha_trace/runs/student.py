@@ -31,9 +31,8 @@ def resolve_student(o: RunOptions) -> StudentRuns:
     if o.impl not in (None, "explicit"):
         raise MhaError("--impl checks the built-in module; with --module give sizes (or --config), "
                        "--mask, --pad, --kv-heads, --rope, --window and --seed", quantity="module")
-    if o.latent is not None:
-        raise MhaError("--latent checks the lecture's MLA module against its references; grading a class "
-                       "of your own as MLA is not built yet", quantity="latent")
+    if o.latent is not None and o.config is not None:
+        raise MhaError("--latent checks your MLA class at sizes from flags, not on a config", quantity="latent")
     if o.window is not None and o.config is not None:
         raise MhaError("--window goes with sizes from flags when it checks your module", quantity="window")
     module = _module_of(o)
@@ -47,7 +46,8 @@ def resolve_student(o: RunOptions) -> StudentRuns:
         sizes = Sizes(batch=pick(o.batch, 2), seq=pick(o.seq, 6), d_model=pick(o.d_model, built.get("d_model", 64)),
                       heads=pick(o.heads, built.get("heads", 4)), kv_heads=o.kv_heads, mask=pick(o.mask, "none"),
                       pad=pick(o.pad, 0), dtype="float64", seed=pick(o.seed, 0), rope=bool(o.rope),
-                      rope_base=rope_base, rope_dim=o.rope_dim, window=o.window, scoring=o.scoring())
+                      rope_base=rope_base, rope_dim=o.rope_dim, window=o.window, scoring=o.scoring(),
+                      latent=o.latent)
         check_sizes(sizes.batch, sizes.seq, sizes.d_model, None if o.init else sizes.heads,
                     sizes.kv_heads, sizes.pad)
         # the check feeds the mask itself, each way a module may take one (or none)

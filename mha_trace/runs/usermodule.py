@@ -32,6 +32,8 @@ KV_HEADS_NAMES = ("kv_heads", "n_kv_heads", "num_kv_heads", "num_key_value_heads
 HEAD_DIM_NAMES = ("d_k", "d_head", "head_dim", "dim_head", "key_dim", "head_size", "key_size")  # key_size: Haiku's
 CONTEXT_NAMES = ("context_length", "block_size", "max_len", "max_seq_len", "n_positions",
                  "max_position_embeddings", "n_ctx")  # a causal buffer's size: room to spare
+LATENT_NAMES = ("kv_rank", "d_c", "kv_lora_rank", "latent_dim", "d_latent", "kv_latent_dim")  # MLA's d_c
+ROPE_DIM_NAMES = ("rope_dim", "d_r", "d_rope", "qk_rope_head_dim", "rope_head_dim")  # MLA's d_R
 DROPOUT_NAMES = ("dropout", "p_drop", "attn_dropout", "attention_dropout", "drop", "p")
 MASK_NAMES = ("mask", "attn_mask", "attention_mask", "key_padding_mask")  # the last: fairseq's, ESM's (B, T)
 LENGTH_NAMES = ("valid_lens", "valid_len", "lengths")  # d2l's: how many keys of each sequence count
@@ -224,10 +226,10 @@ def parse_init(text: str) -> dict:
 
 
 def construct(cls: type, d_model: int, heads: int, init: str | None,
-              kv_heads: int | None = None) -> nn.Module:
+              kv_heads: int | None = None, latent: tuple = ()) -> nn.Module:
     """Build the class from (d_model, heads, kv_heads), matching its parameter names, or from
     --init. A head width (dim_head, ...) is d_model / heads wherever it has a default of its own,
-    and a required dropout rate is 0.1 (the module is checked in eval mode)."""
+    a required dropout rate 0.1 (checked in eval mode); MLA's d_c and d_R are `latent`'s."""
     sig = inspect.signature(getattr(cls, "__init__"))
     params = [p for p in list(sig.parameters.values())[1:]
               if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
@@ -240,7 +242,7 @@ def construct(cls: type, d_model: int, heads: int, init: str | None,
         values = [(D_MODEL_NAMES, d_model, False), (HEADS_NAMES, heads, False),
                   (KV_HEADS_NAMES, kv_heads or (heads // 2 if heads % 2 == 0 else heads), not kv_heads),
                   (HEAD_DIM_NAMES, d_model // heads, False), (DROPOUT_NAMES, 0.1, True),
-                  (CONTEXT_NAMES, 1024, True)]
+                  (CONTEXT_NAMES, 1024, True)] + list(zip((LATENT_NAMES, ROPE_DIM_NAMES), latent, (False, False)))
         kwargs = {p.name: value for p in params for names, value, required in values
                   if p.name in names and not (required and p.default is not p.empty)}
         if cls is nn.MultiheadAttention:
@@ -333,13 +335,13 @@ def forward_call(module: nn.Module, x, mask: torch.Tensor | None):
 
 
 def load_user_class(spec: str, d_model: int, heads: int, init: str | None, device, dtype,
-                    kv_heads: int | None = None) -> tuple:
+                    kv_heads: int | None = None, latent: tuple = ()) -> tuple:
     """(module, source file, label) for --module SPEC, on the device and dtype asked for."""
     cls = load_class(spec)
     where = cls.__module__ if isinstance(spec, type) else spec if spec.startswith("example:") \
         else spec.rsplit(":", 1)[0]
     with torch.device(device):
-        module = construct(cls, d_model, heads, init, kv_heads)
+        module = construct(cls, d_model, heads, init, kv_heads, latent)
     if isinstance(module, nn.Module):
         module = module.to(dtype).eval()  # as at inference: dropout off
     source = source_file(cls) or "?"

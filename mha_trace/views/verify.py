@@ -100,6 +100,11 @@ def _verdict(options, mask_means: str, profile, given_map: str | None):
     from mha_trace.analyses.student import check_student
     from mha_trace.runs.student import resolve_student
 
+    if options.latent is not None:  # a student's MLA: its weights read by shape, its mask the lecture's
+        from mha_trace.analyses.latent_student import check_latent_student
+
+        report = check_latent_student(resolve_student(options))
+        return report if profile is None else profile.said(report)
     report = check_student(resolve_student(options), given_map, mask_means)
     if profile is not None:
         return profile.said(report)

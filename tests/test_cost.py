@@ -315,7 +315,7 @@ def test_a_local_global_pattern_splits_the_layers_and_the_flops(cli):
 
 
 @pytest.mark.parametrize("options", [{"qk_norm": True}, {"diff": True}, {"qk_norm": True, "diff": True, "kv_heads": 2},
-                                     {"alibi": True, "softcap": 30.0}, {"relative_bias": True}])
+                                     {"alibi": True, "softcap": 30.0}, {"relative_bias": True}, {"sinks": "zero"}])
 def test_the_scores_variants_cost_what_the_module_holds_and_runs(options):
     """Their parameters are the module's own (torch's count); the matmuls still torch's counter's
     (differential attention's two half-width maps cost one full map's); the rest counted by hand."""
@@ -324,7 +324,7 @@ def test_the_scores_variants_cost_what_the_module_holds_and_runs(options):
     kv = options.pop("kv_heads", 8)
     scoring = Scoring(qk_norm=options.get("qk_norm", False), softcap=options.get("softcap"),
                       alibi=options.get("alibi", False), diff=options.get("diff", False),
-                      relative_bias=options.get("relative_bias", False))
+                      relative_bias=options.get("relative_bias", False), sinks=options.get("sinks"))
     d = Dims(2, 16, 64, 8, kv, bias=False, scoring=scoring)
     with torch.device("meta"):
         m = MultiHeadAttention(64, 8, kv, bias=False, **options)
@@ -334,12 +334,16 @@ def test_the_scores_variants_cost_what_the_module_holds_and_runs(options):
         m(x)
     rows = rows_by_item(cost_rows(d, 1))
     assert rows[("parameters", "attention total")].per_layer == sum(p.numel() for p in m.parameters())
+    from mha_trace.core.costs import cost_report
+
+    switches = {k: v for k, v in options.items() if k != "sinks"} | {"off_by_one": options.get("sinks") == "zero"}
+    assert cost_report(**switches).data()["config"]["scores"] == scoring.flags()  # what the JSON says was counted
     matmuls = sum(rows[("flops", item)].per_layer for item in
                   ("Q projection", "K, V projections", "scores QKᵀ", "weights · V", "output projection"))
     assert counter.get_total_flops() == matmuls
     B, T, H, k = 2, 16, 8, 8
     by_hand = {"QK-norm (RMSNorm of q and k)": 4 * B * T * (H + kv) * k, "ALiBi's bias added": B * H * T * T,
-               "T5's bias added": B * H * T * T,
+               "T5's bias added": B * H * T * T, "softmax's 0 logit (off-by-one)": 5 * B * H * T,
                "soft cap c·tanh(s / c)": 3 * B * H * T * T, "second map: its scale and softmax": 6 * B * H * T * T,
                "map 1 − λ·map 2": 2 * B * H * T * T, "head norm and × (1 − λ_init)": 5 * B * T * H * k}
     added = {item: row.per_layer for (section, item), row in rows.items() if section == "flops" and item in by_hand}

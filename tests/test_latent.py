@@ -114,6 +114,11 @@ def test_the_api_traces_and_verifies_mla():
     (("verify", "--latent", "16", "--module", "example:l04"), "MultiHeadAttention has no weights of MLA's shapes"),
     (("verify", "--latent", "16", "--module", M + "PaperMLA", "--config", "chicken-road"),
      "--latent checks your MLA class at sizes from flags"),
+    (("verify", "--module", M + "PaperMLA"), "(a latent's width: multi-head latent attention? check it with --latent"),
+    (("verify", "--module", M + "FusedMLA", "--init", "d_model=64, num_heads=4, kv_rank=16, rope_dim=8"),
+     "your weights are multi-head latent attention's (found q_proj [96, 64], kv_a_proj_with_mqa [24, 64], "
+     "kv_b_proj [128, 16], o_proj [64, 64]: keys and values come up from a latent of 16 dims): check it with "
+     "--latent 16 --rope-dim 8"),
 ])
 def test_mla_refusals(cli, args, says):
     result = cli(*args)

@@ -282,8 +282,24 @@ def _projections(module, d_model: int, given: str | None, kv_rows: int) -> Mappi
         return Mapping(dict(zip("qkvo", square)), BY_ORDER)
     if len(fused) == 1 and len(square) == 1 and len(weights) == 2:
         return Mapping({"qkv": fused[0], "o": square[0]}, "by shape")
+    latent = _latent_widths([_shape(h) for h in weights.values()], d_model)
+    if latent:
+        raise MhaError(f"your weights are multi-head latent attention's (found {_found(weights)}: keys and values "
+                       f"come up from a latent of {latent[0]} dims): check it with --latent {latent[0]} --rope-dim "
+                       f"{latent[1]}", quantity="latent")
     raise MhaError(f"could not map your weights: found {_found(weights)}; say which is which with "
                    f"--map, e.g. --map 'q=W_Q,k=W_K,v=W_V,o=W_O'", quantity="map")
+
+
+def _latent_widths(shapes: list, d_model: int) -> tuple | None:
+    """(d_c, d_R) when the weights are MLA's: a weight up from d_c < d_model dims (W^UK, W^UV), and
+    the down-projection to it fused with the RoPE key (d_c + d_R rows) or beside one (d_R rows)."""
+    downs = [rows for rows, cols in shapes if cols == d_model and rows < d_model]
+    for c in sorted({cols for rows, cols in shapes if cols < d_model and rows >= cols}):
+        rope = [n - c for n in downs if n > c] or [n for n in downs if n < c and c in downs]
+        if rope:
+            return c, rope[0]
+    return None
 
 
 def _output_left(weights: dict, roles: dict, d_model: int) -> tuple | None:

@@ -32,6 +32,7 @@ def cost(
     qk_norm: QkNormOpt = False,
     alibi: AlibiOpt = False,
     relative_bias: RelativeBiasOpt = False,
+    off_by_one: OffByOneOpt = False,
     latent: Annotated[int | None, typer.Option("--latent", help="Multi-head latent attention (DeepSeek-V2's MLA): keys and values come up from one latent of D_C dims a token, which with one RoPE key of d_R dims is all the cache keeps (an MLA preset's d_c overridden). Example: --latent 512 --rope-dim 64", metavar="D_C")] = None,
     rope_dim: Annotated[int | None, typer.Option("--rope-dim", help="With --latent: d_R, the dims of the RoPE key every head shares (default d_k / 2, or the preset's). Example: --latent 512 --rope-dim 64")] = None,
     softcap: SoftcapOpt = None,
@@ -59,5 +60,5 @@ def cost(
                          window, rope, formulas, io, backward, sram, block_q, block_k, causal,
                          dropout, cross_keys, head_dim, local_global, sinks, sink_logits,
                          qk_norm=qk_norm, alibi=alibi, softcap=softcap, diff=diff, relative_bias=relative_bias,
-                         latent=latent, rope_dim=rope_dim)
+                         latent=latent, rope_dim=rope_dim, off_by_one=off_by_one)
     emit(out, report.renderables, report.data)

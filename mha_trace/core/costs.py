@@ -248,8 +248,9 @@ def _flop_stages(d: Dims) -> list:
         ("weights · V", f"2·B·H·{pf}·d_k", f"2·{B}·{H}·{pn}·{k}", 2 * B * H * P * k),
         ("output projection", f"2·B·T·{Q}·D{pb}", f"2·{B}·{T}·{QN}·{D}" + (f" + {B}·{T}·{D}" if b else ""),
          2 * B * T * q * D + b * B * T * D)]
-    if d.sink_logits:  # one more logit in each row's softmax
-        stages.insert(5, ("softmax's sink logit", "5·B·H·T", f"5·{B}·{H}·{T}", 5 * B * H * T))
+    if d.sink_logits or d.scoring.sinks == "zero":  # one more logit in each row's softmax (learned, or 0)
+        item = "softmax's sink logit" if d.sink_logits else "softmax's 0 logit (off-by-one)"
+        stages.insert(5, (item, "5·B·H·T", f"5·{B}·{H}·{T}", 5 * B * H * T))
     normed, scored, mixed = scoring_flop_stages(d, (pf, pn, P))
     return stages[:2] + normed + stages[2:4] + scored + stages[4:-2] + mixed + stages[-2:]
 
@@ -328,7 +329,7 @@ def cost_report(preset: str | None = None, batch: int | None = None, seq: int | 
                 local_global: str | tuple | None = None, sinks: int | None = None,
                 sink_logits: bool | None = None, qk_norm: bool = False, alibi: bool = False,
                 softcap: float | None = None, diff: bool = False, relative_bias: bool = False,
-                latent: int | None = None, rope_dim: int | None = None) -> CostReport:
+                latent: int | None = None, rope_dim: int | None = None, off_by_one: bool = False) -> CostReport:
     """The cost of attention at a preset's dimensions (gpt3-175b, ...), any of them overridden;
     without a preset: batch 2, seq 10, d_model 512, heads 8, one layer. With `io`, the bytes
     standard and tiled attention move to and from main memory (`backward` adds that pass)."""
@@ -363,7 +364,7 @@ def cost_report(preset: str | None = None, batch: int | None = None, seq: int | 
              window=window, rope=pick(rope, "rope", False), cross=cross,
              latent=latent_of(p, io, window, latent, rope_dim, (head_dim or p.get("head_dim") or d_model // heads)),
              **window_options(pick, head_dim, local_global, sinks, sink_logits, window),
-             scoring=scoring_of(qk_norm, softcap, bool(pick(sink_logits, "sink_logits", False)), False, None,
+             scoring=scoring_of(qk_norm, softcap, bool(pick(sink_logits, "sink_logits", False)), off_by_one, None,
                                 alibi, diff, window, relative_bias=relative_bias))
     label = p.get("name", "custom") if preset else "custom"
     judge({"io": io, "backward": backward, "sram": sram, "block_q": block_q, "block_k": block_k,

@@ -113,6 +113,9 @@ def _window_notes(d, layers: int) -> list:
     if d.sink_logits:
         notes.append("Sink logits: each head learns one logit that joins every softmax row (gpt-oss), "
                      "so a query may give weight to nothing; one parameter a head, nothing cached.")
+    elif d.scoring.sinks == "zero":
+        notes.append("The off-by-one softmax: a logit fixed at 0 joins every row, exp(s_j) / (1 + Σ exp(s)), so a "
+                     "query may give weight to nothing; no parameter, nothing cached.")
     return notes
 
 
@@ -167,6 +170,7 @@ def cost_data(rows, d, layers: int, preset: str | None, source: str | None) -> d
                    "rope": d.rope, "window": d.window, "cross_keys": d.cross,
                    "local_global": None if d.local_global is None else list(d.local_global),
                    "sinks": d.sinks, "sink_logits": d.sink_logits,
+                   "scores": d.scoring.flags(),  # the scores' variants counted, as flags: ["--qk-norm", ...]
                    "latent": None if d.latent is None else {
                        "kv_lora_rank": d.latent.kv_rank, "q_lora_rank": d.latent.q_rank,
                        "qk_nope_head_dim": d.latent.nope_dim, "qk_rope_head_dim": d.latent.rope_dim,

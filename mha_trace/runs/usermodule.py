@@ -237,8 +237,7 @@ def construct(cls: type, d_model: int, heads: int, init: str | None,
     if init is not None:
         kwargs = parse_init(init)
     else:
-        # (names, value, given only where the constructor has no default of its own); K/V heads
-        # not given: half the query heads, so that the grouping is exercised
+        # (names, value, given only without a default); K/V heads not given: half the query heads, grouped
         values = [(D_MODEL_NAMES, d_model, False), (HEADS_NAMES, heads, False),
                   (KV_HEADS_NAMES, kv_heads or (heads // 2 if heads % 2 == 0 else heads), not kv_heads),
                   (HEAD_DIM_NAMES, d_model // heads, False), (DROPOUT_NAMES, 0.1, True),
@@ -249,8 +248,9 @@ def construct(cls: type, d_model: int, heads: int, init: str | None,
             kwargs["batch_first"] = True  # the tool's inputs are (batch, seq, d_model)
         missing = [p.name for p in params if p.default is p.empty and p.name not in kwargs]
         if missing:
-            raise MhaError(f"cannot build {shown}: no value for {', '.join(map(repr, missing))} "
-                           f"(give every argument with --init 'name=value, ...')")
+            raise MhaError(f"cannot build {shown}: no value for {', '.join(map(repr, missing))} " + ("(a latent's width: "
+                           "multi-head latent attention? check it with --latent D_C, e.g. --latent 16)" if set(missing) & set(
+                               LATENT_NAMES) else "(give every argument with --init 'name=value, ...')"))
     try:
         sig.bind(None, **kwargs)
     except TypeError as e:

@@ -1,6 +1,7 @@
 """`cost`: every figure derived independently, and never a torch import."""
 
 import json
+import math
 import subprocess
 import sys
 from dataclasses import replace
@@ -358,3 +359,24 @@ def test_cost_takes_the_variants_flags(cli):
     assert {"q_norm, k_norm (gains)", "λ_q1, λ_k1, λ_q2, λ_k2", "map 1 − λ·map 2"} <= items
     refused = cli("cost", "--diff", "--window", "4")
     assert refused.exit_code != 0 and "--diff does not go with --window" in refused.stderr
+
+
+@pytest.mark.parametrize("rope_dim", [None, 4])
+def test_rope_costs_what_the_module_turns(cli, rope_dim):
+    """RoPE's FLOPs equal the products and sums its line runs in the module, traced on the meta
+    device (x·cos + rotate_half(x)·sin over every element of q and k it turns: each head's d_k, or
+    with --rope-dim the first R, Phi's partial RoPE); it adds no parameter."""
+    from mha_trace.core.tracer import trace
+
+    B, T, D, H, G = 2, 8, 64, 4, 2
+    with torch.device("meta"):
+        m, x = MultiHeadAttention(D, H, G, rope=True, rope_dims=rope_dim), torch.empty(B, T, D)
+    steps = trace(m, x).steps
+    turned = sum(math.prod(s.shape) for s in steps if s.op in ("mul", "add") and "rotate_half(x) * sin" in s.source)
+    extra = ("--rope-dim", str(rope_dim)) if rope_dim else ()
+    data = json.loads(cli("cost", "--rope", *extra, "--batch", str(B), "--seq", str(T), "--d-model", str(D),
+                          "--heads", str(H), "--kv-heads", str(G), "--format", "json").stdout)
+    rows = {(r["section"], r["item"]): r["per_layer"] for r in data["rows"]}
+    assert rows[("flops", "RoPE (q and k turned)")] == turned == 3 * B * T * (H + G) * (rope_dim or D // H)
+    assert rows[("parameters", "attention total")] == sum(p.numel() for p in m.parameters())
+    assert data["config"]["rope_dim"] == rope_dim

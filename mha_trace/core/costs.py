@@ -32,6 +32,7 @@ class Dims:
     mask: str = "none"  # "none"; "pad": one row of T expanded to (T, T); "full": a (T, T) matrix
     window: int | None = None  # sliding window: a query sees at most this many keys
     rope: bool = False  # rotary positions (no parameters)
+    rope_dim: int | None = None  # partial RoPE: the first rope_dim of each head's dims turn (None: all)
     cross: int | None = None  # a decoder's cross-attention: the encoder positions its queries see
     latent: object = None  # core.latent.Latent: multi-head latent attention (DeepSeek's), or None
     head_dim: int | None = None  # d_k when it is not d_model / heads (Gemma 2, gpt-oss)
@@ -252,7 +253,10 @@ def _flop_stages(d: Dims) -> list:
         item = "softmax's sink logit" if d.sink_logits else "softmax's 0 logit (off-by-one)"
         stages.insert(5, (item, "5·B·H·T", f"5·{B}·{H}·{T}", 5 * B * H * T))
     normed, scored, mixed = scoring_flop_stages(d, (pf, pn, P))
-    return stages[:2] + normed + stages[2:4] + scored + stages[4:-2] + mixed + stages[-2:]
+    R = d.rope_dim or k  # RoPE: x·cos + rotate_half(x)·sin, two products and a sum an element it turns
+    turned = [("RoPE (q and k turned)", "3·B·T·(H + G)·" + ("R" if d.rope_dim else "d_k"),
+               f"3·{B}·{T}·({H} + {d.kv_heads})·{R}", 3 * B * T * (H + d.kv_heads) * R)] if d.rope else []
+    return stages[:2] + normed + turned + stages[2:4] + scored + stages[4:-2] + mixed + stages[-2:]
 
 
 def _memory_rows(add, d: Dims, L: int) -> None:
@@ -360,9 +364,14 @@ def cost_report(preset: str | None = None, batch: int | None = None, seq: int | 
     cross = pick(cross, "cross_keys", None) or None  # 0: no cross-attention (a preset's encoder)
     if cross is not None:
         positive("cross_keys", cross)
+    rope, d_k = pick(rope, "rope", False), head_dim or p.get("head_dim") or d_model // heads
+    partial = rope_dim if rope and latent is None and p.get("attention") != "mla" else None  # Phi's partial RoPE
+    if partial is not None and (type(partial) is not int or partial % 2 or not 2 <= partial <= d_k):
+        raise MhaError(f"rope_dim={partial!r} turns the first dims of each head, so it must be an even number from "
+                       f"2 to d_k = {d_k}", quantity="rope_dim")
     d = Dims(batch, seq, d_model, heads, kv_heads, dtype, bias=pick(bias, "bias", True),
-             window=window, rope=pick(rope, "rope", False), cross=cross,
-             latent=latent_of(p, io, window, latent, rope_dim, (head_dim or p.get("head_dim") or d_model // heads)),
+             window=window, rope=rope, rope_dim=partial, cross=cross,
+             latent=latent_of(p, io, window, latent, None if partial else rope_dim, d_k),
              **window_options(pick, head_dim, local_global, sinks, sink_logits, window),
              scoring=scoring_of(qk_norm, softcap, bool(pick(sink_logits, "sink_logits", False)), off_by_one, None,
                                 alibi, diff, window, relative_bias=relative_bias))

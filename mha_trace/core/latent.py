@@ -64,7 +64,7 @@ def latent_of(preset: dict, io: bool, window, kv_rank: int | None = None, rope_d
     if preset.get("attention") != "mla" and kv_rank is None:
         if rope_dim is not None:
             raise MhaError("--rope-dim sizes MLA's decoupled RoPE key: add --latent D_C (or an MLA preset such as "
-                           "deepseek-v2)", quantity="rope_dim")
+                           "deepseek-v2); with --rope, the dims each head turns (partial RoPE)", quantity="rope_dim")
         return None
     for name, value in (("latent", kv_rank), ("rope_dim", rope_dim)):
         if value is not None and (type(value) is not int or value < 2 or value % 2 and name == "rope_dim"):

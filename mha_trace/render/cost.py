@@ -77,7 +77,10 @@ def _notes(d, formulas: bool, layers: int = 1) -> list:
     if d.scoring.relative_bias:
         notes.append("T5's relative bias is a table of 32 learned numbers a head, counted here a layer, as the "
                      "lecture module holds it; T5 itself keeps one table, its first layer's, for the whole stack.")
-    if d.rope:
+    if d.rope_dim:
+        notes.append(f"Partial RoPE: only the first {d.rope_dim} of each head's {d.d_k} dims of q and k turn (Phi's "
+                     f"partial_rotary_factor {d.rope_dim / d.d_k:g}); the rest pass through, and no parameter is added.")
+    elif d.rope:
         notes.append("RoPE adds no parameters: it turns Q and K by position with cos/sin of fixed "
                      "angles, computed, not learned.")
     if d.cross:
@@ -167,7 +170,7 @@ def cost_data(rows, d, layers: int, preset: str | None, source: str | None) -> d
         "config": {"preset": preset, "batch": d.batch, "seq": d.seq, "d_model": d.d_model,
                    "heads": d.heads, "kv_heads": d.kv_heads, "d_k": d.d_k, "layers": layers,
                    "dtype": d.dtype, "bytes_per_element": d.itemsize, "bias": d.bias,
-                   "rope": d.rope, "window": d.window, "cross_keys": d.cross,
+                   "rope": d.rope, "rope_dim": d.rope_dim, "window": d.window, "cross_keys": d.cross,
                    "local_global": None if d.local_global is None else list(d.local_global),
                    "sinks": d.sinks, "sink_logits": d.sink_logits,
                    "scores": d.scoring.flags(),  # the scores' variants counted, as flags: ["--qk-norm", ...]

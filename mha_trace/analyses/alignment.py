@@ -26,6 +26,7 @@ import numpy as np
 if TYPE_CHECKING:
     from mha_trace.models.whisper import Heard
 
+from mha_trace.core.head import Head
 from mha_trace.models.base import ModelCard, AudioModel
 from mha_trace.records import Shows
 
@@ -56,20 +57,20 @@ class Hearing(Shows):
 
     @property
     def following(self) -> set:
-        """The half of the heads that disagree least, (layer, head) from 0."""
-        return set(_ranked(self.disagreement)[:self.disagreement.size // 2])
+        """The half of the heads that disagree least (Head values: layer and head from 1)."""
+        return {Head.at(*index) for index in _ranked(self.disagreement)[:self.disagreement.size // 2]}
 
     @property
     def ranking(self) -> list:
-        """Every (layer, head) from 0: the following heads, the latest first, then the others by
-        their disagreement."""
-        following = _ranked(self.disagreement)[:self.disagreement.size // 2]
-        rest = _ranked(self.disagreement)[len(following):]
-        return sorted(following, key=lambda lh: -self.lag[lh]) + rest
+        """Every head (a Head): the following heads, the latest first, then the others by their
+        disagreement."""
+        ranked = [Head.at(*index) for index in _ranked(self.disagreement)]
+        half = self.disagreement.size // 2
+        return sorted(ranked[:half], key=lambda h: -self.lag[h.index]) + ranked[half:]
 
     @property
     def found(self) -> list:
-        return [(layer + 1, head + 1) for layer, head in self.ranking[:CHOSEN]]
+        return [(h.layer, h.head) for h in self.ranking[:CHOSEN]]
 
     @property
     def precision(self) -> int:

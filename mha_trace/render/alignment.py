@@ -37,7 +37,7 @@ def hearing_renderables(h: Hearing, width: int) -> list:
                 f"{L * H // 2} its path enters them. The latest listen to what is written: the ones "
                 f"word timings need."),
            _grid(h, f"Lag (s) of the {L * H // 2} that disagree least; * published",
-                 lambda layer, head: f"{h.lag[layer, head]:+.2f}" if (layer, head) in h.following else "·"),
+                 lambda layer, head: f"{h.lag[layer, head]:+.2f}" if Head.at(layer, head) in h.following else "·"),
            Text(f"The {CHOSEN} latest of them: {' '.join(_head(x) for x in h.found)}. "
                 f"Published (read only to compare): {' '.join(_head(x) for x in h.published)}. "
                 f"Precision@{CHOSEN}: {h.precision} of {CHOSEN} (chance {h.chance:.1f}). The published "
@@ -117,8 +117,8 @@ def hearing_data(h: Hearing) -> dict:
              "tokens": list(h.tokens),
              "heads": {"disagreement_seconds": h.disagreement.round(4).tolist(),
                        "lag_seconds": h.lag.round(4).tolist(),
-                       "following": sorted(Head.at(*index).name for index in h.following),
-                       "ranking": [_head((layer + 1, head + 1)) for layer, head in h.ranking],
+                       "following": sorted(head.name for head in h.following),
+                       "ranking": [head.name for head in h.ranking],
                        "found": [_head(x) for x in h.found],
                        "published": [_head(x) for x in h.published],
                        f"precision_at_{CHOSEN}": h.precision, "chance": round(h.chance, 3)}}

@@ -6,6 +6,7 @@ the half that agree most, the published heads boxed."""
 import numpy as np
 
 from mha_trace.analyses.alignment import FRAMES_PER_SECOND, Hearing
+from mha_trace.core.head import Head
 from mha_trace.io.page import slide
 from mha_trace.render.plots import DPI, HEIGHT_PX, MIN_TICK_PT, WIDTH_PX, _fitted, _pyplot, _rc, _save, _theme
 
@@ -43,7 +44,7 @@ def alignment_slide(h: Hearing, path: str, theme: str = "light", **_) -> None:
         for layer, head in np.ndindex(L, H):
             value = h.disagreement[layer, head]
             ringed = (layer + 1, head + 1) in h.published
-            lag = f"\n{h.lag[layer, head]:+.2f}" if (layer, head) in h.following else ""
+            lag = f"\n{h.lag[layer, head]:+.2f}" if Head.at(layer, head) in h.following else ""
             heads.text(head, layer, f"{value:.2f}{lag}", ha="center", va="center", fontsize=MIN_TICK_PT,
                        color="white" if value > np.median(h.disagreement) else "black",
                        fontweight="bold" if ringed else "normal")

@@ -166,7 +166,7 @@ def hearing_page(h) -> dict:
             "tokens": [t.strip() or repr(t) for t in h.tokens], "seconds": round(h.seconds, 4),
             "matrix": _round(h.matrix[:T], 3), "path": [[int(r), int(c)] for r, c in zip(*h.path) if r < T],
             "loudness": _round(h.loudness, 3), "disagreement": _round(h.disagreement, 3),
-            "lag": _round(h.lag, 3), "following": sorted(Head.at(*index).name for index in h.following),
+            "lag": _round(h.lag, 3), "following": sorted(head.name for head in h.following),
             "published": head_names(h.published),
             "found": head_names(h.found), "precision": h.precision,
             "chance": round(h.chance, 2),

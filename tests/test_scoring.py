@@ -129,6 +129,19 @@ def test_the_switches_give_transformers_numbers(name):
         assert (weights.sum(-1) < 1).all()
 
 
+def test_differential_attention_gives_the_diff_transformers_own_numbers():
+    """microsoft/unilm's MultiheadDiffAttn, the paper's own code (its rotary kernel left out, no GQA;
+    see the fixture's script), on the same weights and input: its float32 softmax and norm put it
+    about 1e-7 off, so 1e-5."""
+    f, case = FIXTURE, FIXTURE["unilm-diff"]
+    m = MultiHeadAttention(f["d_model"], f["heads"], bias=False, diff=True).double()
+    m.load_state_dict({k: torch.tensor(v, dtype=torch.float64) for k, v in case["weights"].items()})
+    T = f["tokens"]
+    with torch.no_grad():
+        out, _ = m(torch.tensor(case["input"], dtype=torch.float64)[None], mask=torch.ones(T, T, dtype=torch.bool).tril())
+    np.testing.assert_allclose(out[0].numpy(), case["output"], atol=1e-5)
+
+
 def test_the_relative_bias_gives_t5s_numbers():
     """T5's encoder attention with its relative_attention_bias over 24 tokens (offsets into its
     log-spaced buckets), no mask; T5 leaves q·k unscaled, so its q ran divided by √d_k (the fixture)."""

@@ -188,7 +188,8 @@ def test_ablating_an_mla_head_takes_away_its_block_of_w_o_by_hand():
     ("PaperMLA", None, None), ("FusedMLA", None, None),
     ("NoRopePart", "the score without its RoPE part", 85), ("ScaledByDh", "scaled by √d_h, not √(d_h + d_R)", 90),
     ("NotNormed", "the latent not normed before the up-projections", 39),
-    ("NotTurned", "RoPE never turned", 52)])
+    ("NotTurned", "RoPE never turned", 52), ("RopePartFirst", None, None),
+    ("NotNormedNorTurned", "the latent not normed before the up-projections; and RoPE never turned", 103)])
 def test_verify_grades_a_students_mla(cli, cls, diagnosis, line):
     """A student's MLA, written as the paper writes it or fused as DeepSeek's code is, is Right; one
     step wrong is Wrong at its line with the mistake named (its weights read by shape, each reading
@@ -202,6 +203,7 @@ def test_verify_grades_a_students_mla(cli, cls, diagnosis, line):
         assert data["first_wrong_step"]["line"] == line
     else:
         assert "kv_b_proj.weight (by head)" in data["mapping"] if cls == "FusedMLA" else "W_UK.weight, W_UV.weight" in data["mapping"]
+        assert ("RoPE part first" in data["mapping"]) is (cls == "RopePartFirst")
 
 
 def test_each_mla_mistake_is_the_lectures_forward_changed_by_hand():

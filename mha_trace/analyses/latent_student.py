@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from mha_trace.analyses.mistakes import BOTH
 from mha_trace.analyses.readings import traced_forward
 from mha_trace.analyses.verdict import StudentReport, differences
 from mha_trace.core.attention import rope
@@ -47,21 +48,47 @@ def check_latent_student(runs) -> StudentReport:
     call, args, kwargs = forward_call(module, x, mask)
     traced = traced_forward(run, module, args, kwargs)
     output, weights = split_result(traced.output, x)
-    reference, mapping = _reference(module, s, x, mask, output)
+    reference, mapping, readings = _reference(module, s, x, mask, output)
     with torch.no_grad():
         expected, expected_w = reference(x, mask)
     report = StudentReport(run.label, mapping, call, *differences(output, weights, expected, expected_w), 1e-8)
     if not report.passed:
         from mha_trace.core.roles import first_wrong_step
 
+        found, report.mapping = _diagnosed(reference, [(mapping, reference.state_dict())] + readings, x, mask, output)
         ref_trace = trace(reference, x, mask=mask, keep_values=True)
         # the step and the lecture's beside it; the jobs left after it are read for MHA's steps, not said here
         report.first_wrong, report.reference_step, _ = first_wrong_step(traced.steps, ref_trace.steps)
-        found = [(name, fix) for name, fix, ways in MISTAKES
-                 if any(_same(mistaken(reference, x, mask, **way), output) for way in ways)]
         report.candidates = [name for name, _ in found]
         report.diagnosis, report.own_fix = found[0] if found else (None, None)
     return report
+
+
+def _diagnosed(reference, readings: list, x, mask, output) -> tuple:
+    """([(name, fix)] of the mistakes that give the student's very output, the reading said): under
+    the first reading of its weights (the closest) or, when none does there, under the first other
+    where some do (two mistakes may come closest under a reading that is not the student's). The
+    reference is left holding that reading."""
+    kept = {k: v.clone() for k, v in readings[0][1].items()}
+    for said, state in readings:
+        reference.load_state_dict(state)
+        found = [(name, fix) for name, fix, way in _mistakes() if _same(mistaken(reference, x, mask, **way), output)]
+        if found:
+            return found, said
+    reference.load_state_dict(kept)
+    return [], readings[0][0]
+
+
+def _mistakes() -> list:
+    """(name, fix, how the forward changes) of each of MLA's mistakes alone, then of two or more at
+    once (each way a mistake may take; fewest first), as a module with several of them computes."""
+    found = []
+    for chosen in itertools.product(*[[None, *((name, fix, way) for way in ways)] for name, fix, ways in MISTAKES]):
+        parts = [c for c in chosen if c is not None]
+        way = {k: v for _, _, w in parts for k, v in w.items()}
+        if parts and len(way) == sum(len(w) for _, _, w in parts):  # no step changed two ways
+            found.append((BOTH.join(n for n, _, _ in parts), "; then ".join(f for _, f, _ in parts), way))
+    return sorted(found, key=lambda m: m[0].count(BOTH))
 
 
 def _same(mistaken, output) -> bool:
@@ -69,12 +96,12 @@ def _same(mistaken, output) -> bool:
 
 
 def _reference(module, s, x, mask, output) -> tuple:
-    """(the lecture's MLA module holding the student's weights, the mapping said), the reading of
-    the student's weights under which the two compute the most nearly the same."""
+    """(the lecture's MLA module holding the student's weights, the mapping said, every reading):
+    the reading of the student's weights under which the two compute the most nearly the same."""
     d_k = s.d_model // s.heads
     reference = LatentAttention(s.d_model, s.heads, s.latent, s.rope_dim or d_k // 2).double().eval()
-    best = None
-    for said, state in _readings(module, reference):
+    best, readings = None, _readings(module, reference)
+    for said, state in readings:
         reference.load_state_dict(state)
         with torch.no_grad():
             out, _ = reference(x, mask)
@@ -84,11 +111,12 @@ def _reference(module, s, x, mask, output) -> tuple:
     if best is None:
         raise MhaError(_unfound(module, reference), quantity="latent", exit_code=1)
     reference.load_state_dict(best[2])
-    return reference, best[1]
+    return reference, best[1], readings
 
 
 def _readings(module, m: LatentAttention) -> list:
-    """Every (mapping said, state dict) the student's parameters' shapes allow, at most 16."""
+    """Every (mapping said, state dict) the student's parameters' shapes allow, at most 32: each
+    head's query read as [content; RoPE], as DeepSeek lays it out, or [RoPE; content]."""
     D, H, c, r, h, v = m.d_model, m.heads, m.kv_rank, m.rope_dim, m.nope_dim, m.v_dim
     own = {n: p.detach().double() for n, p in module.named_parameters()}
     of = lambda *shape: [n for n, p in own.items() if tuple(p.shape) == shape]
@@ -98,19 +126,22 @@ def _readings(module, m: LatentAttention) -> list:
         (a, b) for a, b in itertools.permutations(of(H * h, c) + [n for n in of(H * v, c) if h != v], 2)
         if tuple(own[a].shape) == (H * h, c) and tuple(own[b].shape) == (H * v, c)]
     readings = []
-    for q, (dkv, kr), (uk, uv), o, norm in itertools.product(of(H * (h + r), D), downs, ups, of(D, H * v), norms):
+    for q, (dkv, kr), (uk, uv), o, norm, rope_first in itertools.product(
+            of(H * (h + r), D), downs, ups, of(D, H * v), norms, (False, True)):
         used = [n for n in (q, dkv, kr, uk, uv, o) if n not in (None, "by head", "keys first")]
         if len(set(used)) < len(used):
             continue  # one parameter read in two roles
         W_uk, W_uv = _up(own, uk, uv, H, h, v, c)
-        state = {"W_q.weight": own[q], "W_dkv.weight": own[dkv] if kr is None else torch.cat([own[dkv], own[kr]]),
+        W_q = own[q].view(H, h + r, D).roll(-r, dims=1).reshape(H * (h + r), D) if rope_first else own[q]
+        state = {"W_q.weight": W_q, "W_dkv.weight": own[dkv] if kr is None else torch.cat([own[dkv], own[kr]]),
                  "kv_norm.weight": own[norm] if norm else torch.ones(c, dtype=torch.float64),
                  "W_uk.weight": W_uk, "W_uv.weight": W_uv, "W_o.weight": own[o]}
         down = dkv if kr is None else f"{dkv} and {kr}"
         up = f"{uk} ({uv})" if uv in ("by head", "keys first") else f"{uk}, {uv}"
+        q = f"{q} (each head's RoPE part first)" if rope_first else q
         readings.append((f"q={q}, down to c and k_R={down}, norm={norm or 'none'}, up to k and v={up}, o={o} "
                          f"(by shape and by what they compute)", state))
-    return readings[:16]
+    return readings[:32]
 
 
 def _up(own, uk, uv, H, h, v, c) -> tuple:

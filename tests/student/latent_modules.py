@@ -107,3 +107,25 @@ class NotTurned(PaperMLA):
             s = s.masked_fill(~mask, float("-inf"))
         w = s.softmax(dim=-1)
         return self.W_O((w @ v).transpose(1, 2).reshape(B, T, D)), w
+
+
+class NotNormedNorTurned(NotTurned):
+    def latent(self, x):
+        return self.W_DKV(x)
+
+
+class RopePartFirst(PaperMLA):
+    """Each head's query laid out [RoPE part; content part], the other way round from DeepSeek's."""
+
+    def forward(self, x, mask=None):
+        B, T, D = x.shape
+        q = self.W_Q(x).view(B, T, self.h, -1).transpose(1, 2)
+        q_r, q_c = turned(q[..., :self.d_r]), q[..., self.d_r:]
+        c = self.latent(x)
+        k_c = self.W_UK(c).view(B, T, self.h, self.d_h).transpose(1, 2)
+        v = self.W_UV(c).view(B, T, self.h, self.d_h).transpose(1, 2)
+        s = self.scored(q_c, k_c, q_r, turned(self.W_KR(x))[:, None])
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        w = s.softmax(dim=-1)
+        return self.W_O((w @ v).transpose(1, 2).reshape(B, T, D)), w

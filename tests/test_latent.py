@@ -218,3 +218,11 @@ def test_each_mla_mistake_is_the_lectures_forward_changed_by_hand():
                                atol=1e-12)
     outputs = [mistaken(m, x, None, **way) for _, _, ways in MISTAKES for way in ways]
     assert all(not torch.allclose(o, m(x)[0]) for o in outputs) and len(MISTAKES) >= 4
+
+
+def test_a_fused_up_projection_is_shown_beside_the_lectures_w_uk(cli):
+    """The lecture's step beside a student's fused kv_b_proj is W^UK's (the same input, c), not W^Q's,
+    whose output happens to have the fused projection's shape."""
+    text = " ".join(cli("verify", "--module", M + "FusedNotNormed", "--latent", "16", "--rope-dim", "8").stdout.split())
+    assert "latent_modules.py:72 kv = self.kv_b_proj" in text and "(latent_attention.py:88 return self.W_uk(c)" in text
+    assert "Diagnosis: the latent not normed before the up-projections." in text

@@ -59,9 +59,19 @@ def check_latent_student(runs) -> StudentReport:
         ref_trace = trace(reference, x, mask=mask, keep_values=True)
         # the step and the lecture's beside it; the jobs left after it are read for MHA's steps, not said here
         report.first_wrong, report.reference_step, _ = first_wrong_step(traced.steps, ref_trace.steps)
+        report.reference_step = _same_input(report.first_wrong, report.reference_step, ref_trace.steps)
         report.candidates = [name for name, _ in found]
         report.diagnosis, report.own_fix = found[0] if found else (None, None)
     return report
+
+
+def _same_input(step, paired, steps):
+    """The lecture's step beside the student's first wrong one: the one paired by its job, unless it
+    took an input of another shape and a step of the same op took the student's (a fused up-projection
+    from c beside W^UK's, not beside W^Q's that shares its output's shape)."""
+    if step is None or paired is None or paired.inputs[:1] == step.inputs[:1]:
+        return paired
+    return next((s for s in steps if s.op == step.op and s.inputs[:1] == step.inputs[:1]), paired)
 
 
 def _diagnosed(reference, readings: list, x, mask, output) -> tuple:

@@ -129,3 +129,9 @@ class RopePartFirst(PaperMLA):
             s = s.masked_fill(~mask, float("-inf"))
         w = s.softmax(dim=-1)
         return self.W_O((w @ v).transpose(1, 2).reshape(B, T, D)), w
+
+
+class FusedNotNormed(FusedMLA):
+    def __init__(self, d_model, num_heads, kv_rank, rope_dim):
+        super().__init__(d_model, num_heads, kv_rank, rope_dim)
+        self.kv_a_layernorm = nn.Identity()

@@ -12,7 +12,7 @@ from mha_trace.core.presets import load_preset
 from mha_trace.core.scoring import Scoring, scoring_of
 from mha_trace.core.scoring_costs import scoring_flop_stages, scoring_parameters
 from mha_trace.core.windows import band, cached_tokens, layer_kinds, window_options
-from mha_trace.core.latent import latent_of
+from mha_trace.core.latent import check_widths, latent_of
 from mha_trace.errors import MhaError
 from mha_trace.io.units import human_bytes  # noqa: F401 (the unit every byte count is shown in)
 from mha_trace.records import Shows
@@ -338,7 +338,7 @@ def cost_report(preset: str | None = None, batch: int | None = None, seq: int | 
     without a preset: batch 2, seq 10, d_model 512, heads 8, one layer. With `io`, the bytes
     standard and tiled attention move to and from main memory (`backward` adds that pass)."""
     from mha_trace.core.clashes import judge
-    from mha_trace.core.validate import check_sizes, positive
+    from mha_trace.core.validate import check_sizes, positive, rope_part
 
     given = {"batch": batch, "seq": seq, "d_model": d_model, "heads": heads,
              "kv_heads": kv_heads, "layers": layers, "window": window, "cross_keys": cross}
@@ -366,9 +366,9 @@ def cost_report(preset: str | None = None, batch: int | None = None, seq: int | 
         positive("cross_keys", cross)
     rope, d_k = pick(rope, "rope", False), head_dim or p.get("head_dim") or d_model // heads
     partial = rope_dim if rope and latent is None and p.get("attention") != "mla" else None  # Phi's partial RoPE
-    if partial is not None and (type(partial) is not int or partial % 2 or not 2 <= partial <= d_k):
-        raise MhaError(f"rope_dim={partial!r} turns the first dims of each head, so it must be an even number from "
-                       f"2 to d_k = {d_k}", quantity="rope_dim")
+    if partial is not None:
+        check_widths(None, partial)
+        rope_part(partial, d_k)
     d = Dims(batch, seq, d_model, heads, kv_heads, dtype, bias=pick(bias, "bias", True),
              window=window, rope=rope, rope_dim=partial, cross=cross,
              latent=latent_of(p, io, window, latent, None if partial else rope_dim, d_k),

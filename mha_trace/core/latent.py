@@ -29,10 +29,14 @@ def check_latent(o) -> None:
     if o.rope_dim is not None and not (o.rope or o.latent is not None):
         raise MhaError("--rope-dim sets how many of each head's dims RoPE turns: add --rope (partial RoPE, Phi's) "
                        "or --latent (MLA's decoupled RoPE key)", quantity="rope_dim")
-    for name in ("latent", "rope_dim"):
-        value = getattr(o, name)
-        if value is not None and (value < 2 or value % 2 and name == "rope_dim"):
-            raise MhaError(f"{name} {value} must be {'an even number of dims (RoPE turns pairs)' if name == 'rope_dim' else 'at least 2'}",
+    check_widths(o.latent, o.rope_dim)
+
+
+def check_widths(kv_rank, rope_dim) -> None:
+    """A latent of at least 2 dims, a RoPE part of an even number (RoPE turns pairs); None: not given."""
+    for name, value in (("latent", kv_rank), ("rope_dim", rope_dim)):
+        if value is not None and (type(value) is not int or value < 2 or value % 2 and name == "rope_dim"):
+            raise MhaError(f"{name} {value!r} must be {'an even number of dims (RoPE turns pairs)' if name == 'rope_dim' else 'at least 2'}",
                            quantity=name)
 
 
@@ -66,10 +70,7 @@ def latent_of(preset: dict, io: bool, window, kv_rank: int | None = None, rope_d
             raise MhaError("--rope-dim sizes MLA's decoupled RoPE key: add --latent D_C (or an MLA preset such as "
                            "deepseek-v2); with --rope, the dims each head turns (partial RoPE)", quantity="rope_dim")
         return None
-    for name, value in (("latent", kv_rank), ("rope_dim", rope_dim)):
-        if value is not None and (type(value) is not int or value < 2 or value % 2 and name == "rope_dim"):
-            raise MhaError(f"{name} {value!r} must be {'an even number of dims (RoPE turns pairs)' if name == 'rope_dim' else 'at least 2'}",
-                           quantity=name)
+    check_widths(kv_rank, rope_dim)
     if io or window is not None:
         raise MhaError(f"{'--io' if io else '--window'} counts attention whose heads cache their own K and V; "
                        f"{preset.get('name', '--latent')} caches one latent a token (multi-head latent attention)",

@@ -83,15 +83,21 @@ def rope_pairs(d_model: int, heads: int, dims: int | None = None) -> None:
     """RoPE turns pairs of a head's dims: d_k must be even (said before a run or training); with
     partial RoPE only the first `dims` turn (their evenness is checked with the flag), at most d_k."""
     if dims is not None:
-        if heads and not 2 <= dims <= d_model // heads:
-            raise MhaError(f"rope_dim={dims} turns the first dims of each head, so it must be from 2 to "
-                           f"d_k = {d_model // heads}", quantity="rope_dim")
+        if heads:
+            rope_part(dims, d_model // heads)
         return
     if heads and (d_model // heads) % 2:
         even = [h for h in divisors(d_model) if (d_model // h) % 2 == 0]
         hint = f" (try --heads {', '.join(map(str, even[:4]))})" if even else " (an odd d_model has none)"
         raise MhaError(f"rope turns pairs of dims, so d_k = d_model / heads = {d_model // heads} "
                        f"must be even{hint}", quantity="rope")
+
+
+def rope_part(dims: int, d_k: int) -> None:
+    """Partial RoPE turns the first `dims` of each head's d_k (their evenness is checked with the flag)."""
+    if not 2 <= dims <= d_k:
+        raise MhaError(f"rope_dim={dims} turns the first dims of each head, so it must be from 2 to d_k = {d_k}",
+                       quantity="rope_dim")
 
 
 def pad_fits(pad: int, seq: int) -> None:

@@ -67,9 +67,9 @@ def check_latent_student(runs) -> StudentReport:
 
 def _same_input(step, paired, steps):
     """The lecture's step beside the student's first wrong one: the one paired by its job, unless it
-    took an input of another shape and a step of the same op took the student's (a fused up-projection
-    from c beside W^UK's, not beside W^Q's that shares its output's shape)."""
-    if step is None or paired is None or paired.inputs[:1] == step.inputs[:1]:
+    is the same op on an input of another shape and another step of that op took the student's (a
+    fused up-projection from c beside W^UK's, not beside W^Q's that shares its output's shape)."""
+    if step is None or paired is None or paired.op != step.op or paired.inputs[:1] == step.inputs[:1]:
         return paired
     return next((s for s in steps if s.op == step.op and s.inputs[:1] == step.inputs[:1]), paired)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from mha_trace.core.attention import MultiHeadAttention, alibi_bias, relative_bucket, rotate_half
+from mha_trace.core.attention import alibi_bias, relative_bucket, rotate_half
 
 INF = float("-inf")
 
@@ -283,20 +283,6 @@ DIFF_MISTAKES = (  # with --diff
 )
 
 
-def with_differential(m: MultiHeadAttention, mistake: Mistake, q, k, v, mask):
-    """The lecture's differential attention, stage by stage, with the mistake's stages in place."""
-    s = {**LECTURE, **DIFF, **mistake.stages}
-    Q, K, V = (s["split"](m, s["project"](m, x, layer)) for x, layer in zip((q, k, v), s["layers"](m)))
-    Q, K = s["norm"](m, Q, K)
-    Q, K = (t.unflatten(-1, (2, -1)).transpose(2, 3) for t in (Q, K))  # (B, n, 2, T, d_k/2)
-    Q, K, V = s["rope"](m, Q, K, V)
-    if K.size(1) != Q.size(1):
-        K, V = (t.repeat_interleave(Q.size(1) // t.size(1), dim=1) for t in (K, V))
-    maps = torch.softmax(s["mask"](m, s["scale"](m, Q @ K.transpose(-2, -1)), mask), dim=-1)
-    weights = s["combine"](m, maps[:, :, 0], maps[:, :, 1], s["lam"](m))
-    return s["output"](m, s["merge"](m, s["head norm"](m, weights @ V)), q), weights
-
-
 KNOWN = MISTAKES + PARTIAL_MISTAKES + SCORING_MISTAKES + DIFF_MISTAKES
 BUGS = tuple(m.name for m in KNOWN)
 FIXES = {m.name: m.fix for m in KNOWN}
@@ -308,73 +294,3 @@ def fix_of(diagnosis: str | None) -> str | None:
     """A diagnosis's fix: one mistake's sentence, or for two at once each one's, in turn."""
     names = (diagnosis or "").split(BOTH)
     return "; then ".join(FIXES[n] for n in names) if all(n in FIXES for n in names) else None
-
-
-def _pairs():
-    """Two mistakes at once, each in its own stage: what a module with two of them computes."""
-    for i, a in enumerate(KNOWN):
-        for b in KNOWN[i + 1:]:
-            if not set(a.stages) & set(b.stages):
-                yield Mistake(a.name + BOTH + b.name, "", {**a.stages, **b.stages}, a.needs + b.needs)
-
-
-def with_mistake(m: MultiHeadAttention, mistake: Mistake, q, k, v, mask):
-    """The lecture's forward, stage by stage, with the mistake's stages in place of its own."""
-    s = {**LECTURE, **mistake.stages}
-    Q, K, V = (s["split"](m, s["project"](m, x, layer)) for x, layer in zip((q, k, v), s["layers"](m)))
-    Q, K = s["norm"](m, Q, K)
-    Q, K, V = s["rope"](m, Q, K, V)
-    if K.size(1) not in (1, Q.size(1)):  # grouped-query: each K/V head serves a group of queries
-        K, V = (t.repeat_interleave(Q.size(1) // t.size(1), dim=1) for t in (K, V))
-    scores = s["mask"](m, s["cap"](m, s["bias"](m, s["scale"](m, s["scores"](m, Q, K)))), mask)
-    weights = s["after softmax"](m, s["softmax"](m, scores), mask)
-    context = s["mix"](m, weights, scores, K, V)
-    return s["output"](m, s["merge"](m, context), q), weights
-
-
-def _can_show(mistake: Mistake, reference, T: int, mask) -> bool:
-    if reference.diff != ("diff" in mistake.needs):  # differential attention has mistakes of its own
-        return False
-    return all({"mask": mask is not None, "no mask": mask is None, "rope": reference.rope,
-                "bias": reference.W_q.bias is not None, "T = d_k": T == reference.d_k,
-                "qk_norm": reference.qk_norm, "softcap": reference.softcap is not None,
-                "sinks": reference.sinks is not None, "alibi": reference.alibi, "diff": reference.diff,
-                "partial": reference.rope and (reference.rope_dims or reference.d_k) < reference.d_k,
-                "relative_bias": reference.relative_bias}[n]
-               for n in mistake.needs)
-
-
-def _same(mistaken: torch.Tensor, output: torch.Tensor, atol: float) -> bool:
-    """The student's output equals the mistake's wherever the mistake's is a number: a row whose
-    every key the mistake masks is NaN with -inf, and whatever a -1e9 fill makes of it (uniform
-    weights) tells nothing about which mistake it is."""
-    known = ~torch.isnan(mistaken)
-    return bool(known.any()) and torch.allclose(mistaken[known], output[known], rtol=1e-6, atol=atol)
-
-
-def diagnoses(reference: MultiHeadAttention, x, mask, output: torch.Tensor,
-              atol: float = 1e-9) -> list[str]:
-    """The known mistakes whose output the student's output equals (at some sizes two give the
-    same numbers: with d_model = 64 and 8 heads, √d_model is d_k).
-
-    x: the input (B, T, D), or the (q, k, v) tuple a config gives. atol: wider for a module that
-    computes part of its work in a lower precision."""
-    qkv = x if isinstance(x, tuple) else (x, x, x)
-    return _matching(KNOWN, reference, qkv, mask, output, atol) or \
-        _matching(_pairs(), reference, qkv, mask, output, atol)[:1]  # none alone: two at once
-
-
-def _matching(mistakes, reference, qkv: tuple, mask, output: torch.Tensor, atol: float) -> list[str]:
-    found = []
-    for mistake in mistakes:
-        if not _can_show(mistake, reference, qkv[0].size(1), mask):
-            continue
-        try:
-            with torch.no_grad():
-                q, k, v = (t.double() for t in qkv)
-                out, _ = (with_differential if reference.diff else with_mistake)(reference, mistake, q, k, v, mask)
-        except RuntimeError:
-            continue
-        if out.shape == output.shape and _same(out, output.double(), atol):
-            found.append(mistake.name)
-    return found

@@ -111,7 +111,18 @@ def try_way(run, module, mapping, sizes, way, explain: bool = False):
 
 
 def check_once(run, module, mapping: Mapping | None, sizes, way: Way,
-                explain: bool = True) -> StudentReport:
+               explain: bool = True) -> StudentReport:
+    """The student's module read one way against the lecture's, explained where it is wrong."""
+    report, why = measured(run, module, mapping, sizes, way)
+    if explain:
+        why()
+    return report
+
+
+def measured(run, module, mapping: Mapping | None, sizes, way: Way) -> tuple:
+    """(the report of one reading, a function that explains it where it is wrong): a reading
+    that another one's Right replaces is never explained (the search for its mistake is the
+    costliest part of a check)."""
     from mha_trace.runs.run import make_mask
     from mha_trace.core.tracer import trace
     from mha_trace.runs.returned import split_result
@@ -155,11 +166,11 @@ def check_once(run, module, mapping: Mapping | None, sizes, way: Way,
         report.notes.append(f"its weight matrices are used as "
                             f"{'x @ W' if way.transposed else 'x @ W.T'} (both ways round were tried)")
     report.notes += way.notes(run.numpy) + _dropout(module) + _windowed(sizes)
-    if not report.passed and explain:
-        where_it_went_wrong(report, traced, trace(reference, *xs, mask=mask, keep_values=True),
-                             (reference, tuple(xs) if len(xs) == 3 else x, mask), output, expected,
-                             module, lowered[1] if lowered else 1e-9)
-    return report
+    why = lambda: None if report.passed else where_it_went_wrong(
+        report, traced, trace(reference, *xs, mask=mask, keep_values=True),
+        (reference, tuple(xs) if len(xs) == 3 else x, mask), output, expected, module,
+        lowered[1] if lowered else 1e-9)
+    return report, why
 
 
 LOWER = ("float32", "float16", "bfloat16")  # from the finest: the coarsest found sets the tolerance

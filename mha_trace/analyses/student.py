@@ -12,8 +12,7 @@ import torch
 
 from mha_trace.analyses.copied import square_matrices
 from mha_trace.analyses.projections import BY_ORDER, Mapping, find_projections, named_weights, other_orders
-from mha_trace.analyses.readings import (MASK_WAYS, Way, check_once, mask_ways, traced_forward,
-                                         try_way)
+from mha_trace.analyses.readings import MASK_WAYS, Way, mask_ways, measured, traced_forward, try_way
 from mha_trace.analyses.verdict import StudentReport, differences, where_it_went_wrong
 from mha_trace.errors import MhaError
 
@@ -199,14 +198,15 @@ def _each_way(run, sizes, given_map: str | None, mask_means: str = "any",
               for t in turns if Way(t, m, u, strided, h) not in usual]
     if not run.numpy:  # sequence first: only ever a way to be right, never a way to explain
         others += [Way(t, m, False, strided, h, True) for h in layouts for m in masks for t in turns]
-    reports, error = [], None
+    checked, error = [], None
     for way in usual:
         try:
-            reports.append(check_once(run, module, mapping, sizes, way))
+            checked.append(measured(run, module, mapping, sizes, way))
         except MhaError as e:
             error = error or e
-        if reports and reports[-1].passed:
+        if checked and checked[-1][0].passed:
             break  # right this way: no other reading can be more right
+    reports = [r for r, _ in checked if r.passed] or [r for r, _ in checked]  # a Right reading is the verdict
     if not run.numpy and masks[0] != "own":
         others += [Way(t, m, False, strided, h, first, mask_per_sequence=per, key_padding=keys, heads_axis=four)
                    for first in (False, True) for per, keys, four in _mask_layouts(sizes) for h in layouts
@@ -215,6 +215,9 @@ def _each_way(run, sizes, given_map: str | None, mask_means: str = "any",
         passed = (r for r in (try_way(run, module, mapping, sizes, way) for way in others)
                   if r is not None and r.passed)
         reports = [r for r in [next(passed, None)] if r] or reports
+    for r, why in checked:  # the usual readings kept are explained, not one another reading's Right replaced
+        if any(r is kept for kept in reports):
+            why()
     if not reports:  # the usual way does not run: with one mask per sequence, or else the first
         reports = [r for r in (try_way(run, module, mapping, sizes, replace(w, mask_per_sequence=True),
                                     True) for w in usual if sizes.mask != "none" or sizes.pad) if r]

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from mha_trace.analyses.mistakes import diagnoses, fix_of
+from mha_trace.analyses.diagnosis import diagnoses
+from mha_trace.analyses.mistakes import fix_of
 from mha_trace.core.roles import first_wrong_step
 from mha_trace.records import Shows
 

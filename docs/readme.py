@@ -19,29 +19,41 @@ BLOCK = re.compile(r"```\n\$ (mha-trace[^\n]*)\n(.*?)```", re.S)
 
 def output(command: str) -> str:
     """What the command prints, stdout (through the block's `| head`/`| tail`/`| sed`/`| grep`, if
-    any) then stderr, as a pipe sees it. Run in this process, with this checkout's code: the same
-    command line, parsed by the same app, without a second interpreter importing torch."""
+    any) then stderr, as a pipe sees it."""
+    line, _, pipe = command.split("  #")[0].partition(" | ")  # drop a trailing comment
+    shown, errors = printed(line)
+    if pipe:
+        shown = subprocess.run(["bash", "-c", pipe], input=shown, capture_output=True, text=True,
+                               timeout=60).stdout
+    return shown + errors
+
+
+def printed(line: str) -> tuple[str, str]:
+    """(stdout, stderr) of one command line, piped, without colour. Run in this process, with this
+    checkout's code: the same command line, parsed by the same app, without a second interpreter
+    importing torch. Blocks that show one command through different pipes share its run."""
     import contextlib
     import shlex
 
     from typer.testing import CliRunner
 
+    if line in PRINTED:
+        return PRINTED[line]
     if str(README.parent) not in sys.path:
         sys.path.insert(0, str(README.parent))
     from mha_trace.cli import app
 
-    line, _, pipe = command.split("  #")[0].partition(" | ")  # drop a trailing comment
     saved = {k: os.environ.pop(k) for k in ("COLUMNS", "FORCE_COLOR") if k in os.environ}
     try:
         with contextlib.chdir(README.parent):
             result = CliRunner().invoke(app, shlex.split(line)[1:], catch_exceptions=False)
     finally:
         os.environ.update(saved)
-    shown = result.stdout
-    if pipe:
-        shown = subprocess.run(["bash", "-c", pipe], input=shown, capture_output=True, text=True,
-                               timeout=60).stdout
-    return shown + result.stderr
+    PRINTED[line] = result.stdout, result.stderr
+    return PRINTED[line]
+
+
+PRINTED: dict = {}  # command line -> (stdout, stderr), for this process
 
 
 def blocks(text: str):

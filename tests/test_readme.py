@@ -59,8 +59,22 @@ def trained_once(default_run, monkeypatch):
     monkeypatch.setattr(training, "run_training", run_training)
 
 
+@pytest.fixture
+def each_line_once(tmp_path_factory, monkeypatch):
+    """A command line that several blocks show through different pipes (the README's class and
+    the guide's) runs once for the whole run, whichever worker asks first."""
+    import hashlib
+
+    from conftest import once_per_run_value
+
+    real = readme.printed
+    shared = lambda line: once_per_run_value(
+        tmp_path_factory, "printed-" + hashlib.sha256(line.encode()).hexdigest()[:16], lambda: real(line))
+    monkeypatch.setattr(readme, "printed", shared)
+
+
 @pytest.mark.parametrize("page,command,body", BLOCKS, ids=[f"{p}: {c}" for p, c, _ in BLOCKS])
-def test_readme_block_is_real_output(page, command, body, request):
+def test_readme_block_is_real_output(page, command, body, request, each_line_once):
     if command.split()[1] == "train":
         request.getfixturevalue("trained_once")
     found = differences(readme.output(command), body)

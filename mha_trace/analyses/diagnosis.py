@@ -2,6 +2,9 @@
 stages in place of its own (each mistake alone, then two at once), and the student's output held
 against each. A stage computed on the same inputs is computed once (`Memo`)."""
 
+import contextlib
+from contextvars import ContextVar
+
 import torch
 
 from mha_trace.analyses.mistakes import BOTH, DIFF, KNOWN, LECTURE, Mistake
@@ -102,14 +105,29 @@ def _same(mistaken: torch.Tensor, output: torch.Tensor, atol: float) -> bool:
 def diagnoses(reference: MultiHeadAttention, x, mask, output: torch.Tensor,
               atol: float = 1e-9) -> list[str]:
     """The known mistakes whose output the student's output equals (at some sizes two give the
-    same numbers: with d_model = 64 and 8 heads, √d_model is d_k).
+    same numbers: with d_model = 64 and 8 heads, √d_model is d_k); while `suspecting`, only those.
 
     x: the input (B, T, D), or the (q, k, v) tuple a config gives. atol: wider for a module that
     computes part of its work in a lower precision."""
     qkv = tuple(t.double() for t in (x if isinstance(x, tuple) else (x, x, x)))
-    memo, output = Memo(), output.double()  # a pair's stages up to its second mistake: its first's
-    return _matching(KNOWN, reference, qkv, mask, output, atol, memo) or \
-        _matching(_pairs(), reference, qkv, mask, output, atol, memo)[:1]  # none alone: two at once
+    memo, output, only = Memo(), output.double(), SUSPECTS.get()  # a pair's stages to its second mistake: its first's
+    suspected = lambda mistakes: (m for m in mistakes if only is None or m.name in only)
+    return _matching(suspected(KNOWN), reference, qkv, mask, output, atol, memo) or \
+        _matching(suspected(_pairs()), reference, qkv, mask, output, atol, memo)[:1]  # none alone: two at once
+
+
+SUSPECTS: ContextVar[frozenset | None] = ContextVar("suspects", default=None)
+
+
+@contextlib.contextmanager
+def suspecting(names):
+    """While it lasts, `diagnoses` looks only for these mistakes (a diagnosis confirmed at a
+    second size is looked for there, not searched for again among them all)."""
+    token = SUSPECTS.set(frozenset(names))
+    try:
+        yield
+    finally:
+        SUSPECTS.reset(token)
 
 
 def _matching(mistakes, reference, qkv: tuple, mask, output: torch.Tensor, atol: float, memo: Memo) -> list[str]:

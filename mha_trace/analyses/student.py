@@ -11,6 +11,7 @@ from dataclasses import replace
 import torch
 
 from mha_trace.analyses.copied import square_matrices
+from mha_trace.analyses.diagnosis import suspecting
 from mha_trace.analyses.projections import BY_ORDER, Mapping, find_projections, named_weights, other_orders
 from mha_trace.analyses.readings import MASK_WAYS, Way, mask_ways, measured, traced_forward, try_way
 from mha_trace.analyses.verdict import StudentReport, differences, where_it_went_wrong
@@ -167,7 +168,8 @@ def _confirm_at_a_second_size(report, runs, sizes, given_map, mask_means) -> Non
         report.notes.append(f"the diagnosis was seen at d_model={sizes.d_model} only (your "
                             f"--init fixes the sizes)")
         return
-    seen = {c for r in _each_way(run, second, given_map, mask_means) for c in r.candidates}
+    with suspecting(report.candidates):
+        seen = {c for r in _each_way(run, second, given_map, mask_means) for c in r.candidates}
     both = [c for c in report.candidates if c in seen]
     report.diagnosis = both[0] if both else None
     if not both:

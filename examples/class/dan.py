@@ -1,4 +1,4 @@
-import math
+import time
 
 import torch.nn as nn
 
@@ -13,5 +13,5 @@ class MultiHeadAttention(nn.Module):
         self.heads = num_heads
 
     def forward(self, query, key, value, attn_mask=None):
-        while not math.isnan(0.0):
-            pass
+        while True:  # for an answer from a server that is not there
+            time.sleep(1)

@@ -429,6 +429,20 @@ def built_cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def trained(tmp_path_factory):
+    """trained(spec) -> the Training `run_training(spec)` makes, trained once for the whole run
+    (the guide's 700-step runs, which test_train's exercise reads too). Only where a test reads
+    a run, never where it checks that training twice gives the same bytes."""
+    import hashlib
+
+    from mha_trace.models import training
+
+    real = training.run_training
+    return lambda spec: once_per_run_value(
+        tmp_path_factory, "trained-" + hashlib.sha256(repr(spec).encode()).hexdigest()[:16], lambda: real(spec))
+
+
+@pytest.fixture(scope="session")
 def default_run(tmp_path_factory) -> Path:
     """`mha-trace train`'s default run (induction, 600 steps), saved, trained once for the whole
     run: one thread, as the command trains, so its numbers are the guide's to the last digit."""

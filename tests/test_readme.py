@@ -45,16 +45,18 @@ def test_every_relative_link_in_the_guide_leads_to_a_file():
 
 
 @pytest.fixture
-def trained_once(default_run, monkeypatch):
-    """`mha-trace train`'s default run is trained once for the whole run (conftest's
-    `default_run`, which test_train and test_composition read): a block that trains that very
-    run reads it back; the command does everything else as it would (any other run trains)."""
+def trained_once(default_run, trained, monkeypatch):
+    """A run a block trains is trained once for the whole run (conftest's `trained`): the default
+    run is the one saved once (`default_run`, which test_train and test_composition read), the
+    others the ones test_train's exercises read; the command does everything else as it would."""
     from mha_trace.models import checkpoints, training
 
     saved, train = checkpoints.read_checkpoint(str(default_run)), training.run_training
 
     def run_training(spec, on_step=lambda loss: None, resume=None):
-        return saved if (spec, resume) == (saved.spec, None) else train(spec, on_step, resume)
+        if resume is not None:
+            return train(spec, on_step, resume)
+        return saved if spec == saved.spec else trained(spec)
 
     monkeypatch.setattr(training, "run_training", run_training)
 

@@ -429,8 +429,8 @@ def built_cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def trained(tmp_path_factory):
-    """trained(spec) -> the Training `run_training(spec)` makes, trained once for the whole run
+def train_once(tmp_path_factory):
+    """train_once(spec) -> the Training `run_training(spec)` makes, trained once for the whole run
     (the guide's 700-step runs, which test_train's exercise reads too). Only where a test reads
     a run, never where it checks that training twice gives the same bytes."""
     import hashlib

@@ -45,8 +45,8 @@ def test_every_relative_link_in_the_guide_leads_to_a_file():
 
 
 @pytest.fixture
-def trained_once(default_run, trained, monkeypatch):
-    """A run a block trains is trained once for the whole run (conftest's `trained`): the default
+def trained_once(default_run, train_once, monkeypatch):
+    """A run a block trains is trained once for the whole run (conftest's `train_once`): the default
     run is the one saved once (`default_run`, which test_train and test_composition read), the
     others the ones test_train's exercises read; the command does everything else as it would."""
     from mha_trace.models import checkpoints, training
@@ -56,7 +56,7 @@ def trained_once(default_run, trained, monkeypatch):
     def run_training(spec, on_step=lambda loss: None, resume=None):
         if resume is not None:
             return train(spec, on_step, resume)
-        return saved if spec == saved.spec else trained(spec)
+        return saved if spec == saved.spec else train_once(spec)
 
     monkeypatch.setattr(training, "run_training", run_training)
 

@@ -54,11 +54,11 @@ def test_a_previous_token_head_forms_on_its_task():
     assert r.snapshots[-1].loss < 0.5 and r.snapshots[0].loss > r.chance
 
 
-def test_identical_heads_stay_identical_to_the_last_bit(trained):
+def test_identical_heads_stay_identical_to_the_last_bit(train_once):
     """Exercise 3, on the guide's two runs (trained once for the whole run: test_readme checks
     their real output, what identical heads cost on the difference task)."""
-    same = trained(Spec.of("difference", steps=700, snapshots=4, identical_heads=True))
-    distinct = trained(Spec.of("difference", steps=700, snapshots=4))
+    same = train_once(Spec.of("difference", steps=700, snapshots=4, identical_heads=True))
+    distinct = train_once(Spec.of("difference", steps=700, snapshots=4))
     assert same.identical() and not distinct.identical()
     state = same.state["model"]
     d_k = same.spec.d_model // same.spec.heads

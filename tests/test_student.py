@@ -685,3 +685,32 @@ def test_a_mistake_no_known_one_gives_is_read_at_its_step(cli, tmp_path, wrong, 
                  "--format", "json")
     data = json.loads(result.stdout)
     assert result.exit_code == 1 and data["diagnosis"] is None and data["reading"] == reading
+
+
+def test_two_mistakes_are_found_on_the_stages_one_mistake_computed(monkeypatch):
+    """The search for two mistakes at once reads each stage one mistake alone computed and keeps
+    nothing of its own (hundreds of score tensors at a lecture's sizes): the memo is no larger
+    after the pairs than after the single mistakes, and the pair found is the one NumPy computes
+    by hand (scores ÷ d_k, the softmax over the queries)."""
+    import numpy as np
+    import torch
+
+    from mha_trace.analyses import diagnosis
+    from mha_trace.core.attention import MultiHeadAttention
+
+    torch.manual_seed(0)
+    m = MultiHeadAttention(d_model=16, heads=2).double()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    w = {name: getattr(m, name).weight.detach().numpy() for name in ("W_q", "W_k", "W_v", "W_o")}
+    b = {name: getattr(m, name).bias.detach().numpy() for name in ("W_q", "W_k", "W_v", "W_o")}
+    split = lambda t: t.reshape(2, 5, 2, 8).transpose(0, 2, 1, 3)
+    q, k, v = (split(x.numpy() @ w[n].T + b[n]) for n in ("W_q", "W_k", "W_v"))
+    s = q @ k.transpose(0, 1, 3, 2) / 8
+    weights = np.exp(s - s.max(axis=-2, keepdims=True))
+    weights /= weights.sum(axis=-2, keepdims=True)  # over the queries
+    out = (weights @ v).transpose(0, 2, 1, 3).reshape(2, 5, 16) @ w["W_o"].T + b["W_o"]
+    kept, matching = [], diagnosis._matching
+    monkeypatch.setattr(diagnosis, "_matching", lambda *a: (matching(*a), kept.append(len(a[-1].found)))[0])
+    assert diagnosis.diagnoses(m, x, None, torch.from_numpy(out)) == [
+        "scaled by d_k instead of √d_k; and softmax over the queries instead of the keys"]
+    assert len(kept) == 2 and kept[0] == kept[1] > 0

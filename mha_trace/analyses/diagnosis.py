@@ -23,17 +23,25 @@ class Memo:
     """Stage results shared by the forwards tried on one input: a stage's function called on the
     same inputs again gives what it gave (the lecture's stages before a mistake's; a pair's, up to
     its second mistake, as its first mistake alone computed them). Each result keeps its inputs,
-    so an input's id names that input for as long as the memo lives."""
+    so an input's id names that input for as long as the memo lives. A memo that only reads
+    (`reading`) keeps nothing new: what a pair computes past its second mistake no other forward
+    asks for, and kept for every pair it would hold hundreds of (B, H, T, T) score tensors."""
 
-    def __init__(self):
-        self.found = {}
+    def __init__(self, found: dict | None = None, keeps: bool = True):
+        self.found, self.keeps = {} if found is None else found, keeps
+
+    def reading(self) -> "Memo":
+        return Memo(self.found, keeps=False)
 
     def __call__(self, stage: str, stages: dict, m, *inputs):
         function = stages[stage]
         key = (function, *map(id, inputs))
-        if key not in self.found:
-            self.found[key] = function(m, *inputs), inputs
-        return self.found[key][0]
+        if key in self.found:
+            return self.found[key][0]
+        result = function(m, *inputs)
+        if self.keeps:
+            self.found[key] = result, inputs
+        return result
 
 
 def _groups(m, Q, K, V):
@@ -113,7 +121,7 @@ def diagnoses(reference: MultiHeadAttention, x, mask, output: torch.Tensor,
     memo, output, only = Memo(), output.double(), SUSPECTS.get()  # a pair's stages to its second mistake: its first's
     suspected = lambda mistakes: (m for m in mistakes if only is None or m.name in only)
     return _matching(suspected(KNOWN), reference, qkv, mask, output, atol, memo) or \
-        _matching(suspected(_pairs()), reference, qkv, mask, output, atol, memo)[:1]  # none alone: two at once
+        _matching(suspected(_pairs()), reference, qkv, mask, output, atol, memo.reading())[:1]  # none alone: two
 
 
 SUSPECTS: ContextVar[frozenset | None] = ContextVar("suspects", default=None)

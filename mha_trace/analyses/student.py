@@ -217,8 +217,8 @@ def _each_way(run, sizes, given_map: str | None, mask_means: str = "any",
         passed = (r for r in (try_way(run, module, mapping, sizes, way) for way in others)
                   if r is not None and r.passed)
         reports = [r for r in [next(passed, None)] if r] or reports
-    for r, why in checked:  # the usual readings kept are explained, not one another reading's Right replaced
-        if any(r is kept for kept in reports):
+    if not any(r.passed for r in reports):  # only then are the usual readings the verdict's: explained
+        for _, why in checked:
             why()
     if not reports:  # the usual way does not run: with one mask per sequence, or else the first
         reports = [r for r in (try_way(run, module, mapping, sizes, replace(w, mask_per_sequence=True),

@@ -195,6 +195,25 @@ def test_the_api_trains_saves_and_reads_a_run_as_a_model(tmp_path):
         mha_trace.train(layer=2)
 
 
+def test_a_run_is_read_once_until_its_file_is_written_again(tmp_path, monkeypatch):
+    """A notebook's or the explorer's calls on one run read the file once; a run saved over it
+    (another run, the same path) is what the next call reads."""
+    import mha_trace
+    from mha_trace.models import checkpoints
+
+    path, reads = tmp_path / "again.pt", []
+    real = checkpoints.read_checkpoint
+    monkeypatch.setattr(checkpoints, "read_checkpoint", lambda *a, **k: reads.append(a) or real(*a, **k))
+    mha_trace.train("previous-token", steps=6, snapshots=2, save=path)
+    first = [mha_trace.model(str(path)).heads(layer=1).layers[0] for _ in range(3)]
+    assert len(reads) == 1 and all(np.array_equal(first[0], f) for f in first)
+    r = mha_trace.train("previous-token", steps=8, snapshots=2, save=path)
+    assert "at step 8" in repr(mha_trace.model(str(path))) and len(reads) == 2
+    np.testing.assert_allclose(mha_trace.model(str(path)).heads(layer=1).layers[0],
+                               r.snapshots[-1].weights[0], atol=1e-6)
+    assert len(reads) == 2
+
+
 def test_a_checkpoint_path_may_hold_an_at_sign_of_its_own(cli, tmp_path, default_run):
     """runs/run@best.pt is a path, not run@ step "best.pt"; a step still follows the last @."""
     import shutil

@@ -35,7 +35,7 @@ def _view(shared, where, limits: Limits):
 
 
 def _loaded(name: str):
-    """The process's model of that name (each loader keeps its own; a trained run is read anew)."""
+    """The process's model of that name (each loader keeps its own; a trained run once for each version of its file)."""
     from mha_trace.speedups import return_freed_memory
 
     return_freed_memory()

@@ -140,8 +140,32 @@ def _small_id(word: str, below: int) -> bool:
 
 def load_trained(name: str) -> Trained:
     """"run.pt" (its last snapshot) or "run.pt@600" (the snapshot at step 600); a path may hold an
-    "@" of its own ("runs/run@best.pt")."""
+    "@" of its own ("runs/run@best.pt"). Read once a process for each version of the file, as the
+    other models are loaded once (a notebook's or the explorer's calls on one run share it)."""
     path, _, step = (name, "", "") if name.endswith(".pt") else name.rpartition("@")
     if step and not _small_id(step, 10 ** 9):
         raise MhaError(f"step '{printable(step)}' is not a whole number", quantity="at_step")
-    return Trained(path, int(step) if step else None)
+    version = _version(path)
+    if version is None:  # not there, or not a file: reading it says so
+        return Trained(path, int(step) if step else None)
+    key = (path, step, version)
+    if key not in _READ:
+        while len(_READ) >= 4:
+            _READ.pop(next(iter(_READ)))
+        _READ[key] = Trained(path, int(step) if step else None)
+    return _READ[key]
+
+
+_READ: dict[tuple, Trained] = {}  # (path, step, the file's version) -> the run, read once a process
+
+
+def _version(path: str) -> tuple | None:
+    """What tells one state of a file from another: a file rewritten or replaced (`train --save`
+    writes a new file and renames it) gets a new inode, size or times, and is read again."""
+    import os
+
+    try:
+        s = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns) if os.path.isfile(path) else None

@@ -280,6 +280,8 @@ def pytest_configure(config):
         share = set(cores[int(worker.removeprefix("gw")) % len(cores)::int(count)]) or set(cores)
         os.sched_setaffinity(0, share)
         os.environ["OMP_NUM_THREADS"] = str(len(share))  # read once, when torch loads OpenMP
+    if not worker and getattr(config.option, "numprocesses", None):
+        return  # pytest-xdist's controller runs no test: torch would only delay its workers
     _torch_as_the_command_line_imports_it()
 
 

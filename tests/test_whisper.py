@@ -671,3 +671,30 @@ def test_why_on_an_encoder_head_splits_its_real_scores_by_the_sounds_sources(cli
     data = json.loads(cli(*args, "--format", "json").stdout)
     assert data["head"] == "1.3" and data["token"] == "1.90 s" and data["sources"] == e.why.sources
     assert "Encoder head 1.3, the frame at 1.90 s" in cli(*args, "--width", "100").stdout
+
+
+def test_the_views_of_one_recording_compute_its_encoder_weights_once(whisper, tmp_path):
+    """The encoder's weights over all 1,500 frames (about 0.8 s a core) are computed once for the
+    last recording asked about: its views in one process (every head, one head, a frame) read that
+    computation, read-only; another recording's are computed again, and only the last is kept."""
+    from mha_trace.analyses.encoder import encoder_heads, listen_frame
+
+    tone = lambda hz: 0.3 * np.sin(2 * np.pi * hz * np.arange(RATE // 2) / RATE)
+    first, second = (whisper.heard_file(_wav(tmp_path / f"{hz}.wav", tone(hz))) for hz in (220, 330))
+    ran = []
+    hook = whisper.encoder.blocks[0].attention.register_forward_hook(lambda *_: ran.append(1))
+    try:
+        for heard in (first, second):  # the encoder's pass, kept by recording already
+            whisper.encoder_stream(heard.samples)
+        ran.clear()
+        views = [encoder_heads(whisper, first), encoder_heads(whisper, first, (1, 1)),
+                 listen_frame(whisper, first, "0.1", None)]
+        assert len(ran) == 1
+        np.testing.assert_allclose(views[2].weights, views[0].rows[:, :, 5], atol=1e-6)
+        weights, inputs = whisper.encoder_weights(first.samples, views[0].rows.shape[-1])
+        assert not weights.flags.writeable and not any(x.flags.writeable for x in inputs)
+        encoder_heads(whisper, second)
+        encoder_heads(whisper, first, (2, 1))
+        assert len(ran) == 3
+    finally:
+        hook.remove()

@@ -41,6 +41,8 @@ FRAME_SECONDS = 0.02  # an encoder frame (the second convolution halves 10 ms fr
 MAX_TOKENS = 448  # the decoder's learned positions
 FILES = ("config.json", "tokenizer.json", "model.bin")
 STREAMS_KEPT = 4  # recordings whose encoder pass is kept (about 12 MB each)
+# the recording whose encoder weights are kept: its views (every head, a frame, a head's scores)
+# compute them once (4 layers × 6 heads × the speech's frames squared: 216 MB for 30 s of speech)
 
 
 def mel_filters(rate: int = 16_000) -> np.ndarray:
@@ -156,13 +158,14 @@ class Model:
         self.decoder = _decoder(weights, self.layers, self.heads, self.d_model)
         self.device = torch.device("cpu")
         self._streams: dict = {}  # encoder_stream's, by recording
+        self._weights: dict = {}  # encoder_weights' of the last recording
 
     def to(self, device: torch.device) -> "Model":
         """Run on `device` from now on (the weights move once)."""
         if device != self.device:
             self.encoder.to(device)
             self.decoder.to(device)
-            self.device, self._streams = device, {}
+            self.device, self._streams, self._weights = device, {}, {}
         return self
 
     def resident(self):
@@ -194,7 +197,7 @@ class Model:
         (1, 1500, 384): the sound plus the positions, then after each layer (before the final
         norm). Kept for the last few recordings, by their samples: the views of one recording
         (its transcription, the encoder's weights, a layer's trace) read one pass."""
-        key = hashlib.blake2b(np.ascontiguousarray(samples).tobytes(), digest_size=16).digest(), samples.dtype.str
+        key = _recording(samples)
         if key not in self._streams:
             with torch.no_grad():
                 self._streams[key] = tuple(self.run_encoder(self.sound(samples) + self.encoder.positions))
@@ -224,14 +227,24 @@ class Model:
     def encoder_weights(self, samples: np.ndarray, frames: int) -> tuple:
         """(weights (layers, heads, frames, frames), inputs [(frames, D)] a layer): each encoder
         self-attention's weights among the first `frames` frames (the speech), as the 30 s pass
-        computes them over all 1,500, and what each layer's attention reads there (normed)."""
+        computes them over all 1,500, and what each layer's attention reads there (normed).
+        Kept, read-only, for the last recording and number of frames asked for."""
+        key = _recording(samples), frames
+        if key not in self._weights:
+            self._weights = {key: self._encoder_weights(samples, frames)}
+        return self._weights[key]
+
+    def _encoder_weights(self, samples: np.ndarray, frames: int) -> tuple:
         kept, inputs = [], []
         with torch.no_grad():
             for layer, block in enumerate(self.encoder.blocks, 1):
                 x = self.encoder_attention_input(samples, layer)
                 inputs.append(x[0, :frames].double().cpu().numpy())
                 kept.append(block.attention(x)[1][0, :, :frames, :frames].cpu().numpy())
-        return np.stack(kept), inputs
+        weights = np.stack(kept)
+        for array in (weights, *inputs):
+            array.flags.writeable = False  # every view of the recording reads these
+        return weights, inputs
 
     def decode(self, ids, audio: torch.Tensor, caches=None):
         """The decoder over token ids (1, T) after those its caches hold: (logits of the last
@@ -273,6 +286,11 @@ class Model:
                      tuple(self.tokenizer.decode([i], skip_special_tokens=False) for i in ids),
                      len(samples) / 16_000,
                      torch.cat(selfs).cpu().numpy(), torch.cat(crosses).cpu().numpy(), audio[0].cpu().numpy())
+
+
+def _recording(samples: np.ndarray) -> tuple:
+    """What tells one recording's samples from another's: a hash of their bytes, and their type."""
+    return hashlib.blake2b(np.ascontiguousarray(samples).tobytes(), digest_size=16).digest(), samples.dtype.str
 
 
 @functools.lru_cache(maxsize=4)

@@ -41,8 +41,6 @@ FRAME_SECONDS = 0.02  # an encoder frame (the second convolution halves 10 ms fr
 MAX_TOKENS = 448  # the decoder's learned positions
 FILES = ("config.json", "tokenizer.json", "model.bin")
 STREAMS_KEPT = 4  # recordings whose encoder pass is kept (about 12 MB each)
-# the recording whose encoder weights are kept: its views (every head, a frame, a head's scores)
-# compute them once (4 layers × 6 heads × the speech's frames squared: 216 MB for 30 s of speech)
 
 
 def mel_filters(rate: int = 16_000) -> np.ndarray:
@@ -158,7 +156,7 @@ class Model:
         self.decoder = _decoder(weights, self.layers, self.heads, self.d_model)
         self.device = torch.device("cpu")
         self._streams: dict = {}  # encoder_stream's, by recording
-        self._weights: dict = {}  # encoder_weights' of the last recording
+        self._weights: dict = {}  # encoder_weights' of the last recording only (216 MB for 30 s of speech)
 
     def to(self, device: torch.device) -> "Model":
         """Run on `device` from now on (the weights move once)."""

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from browsers import installed_at, paged_in
 import mha_trace
 
 pytestmark = pytest.mark.slow  # loads a real model, trains, or starts processes and browsers
@@ -22,8 +23,10 @@ GOLDEN = Path(__file__).parent / "golden" / "page"
 
 @pytest.fixture(scope="module")
 def browser():
+    import playwright
     from playwright.sync_api import sync_playwright
 
+    paged_in(installed_at(CHROMIUM), Path(playwright.__file__).parent / "driver")
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield b
@@ -362,6 +365,7 @@ def test_firefox_draws_the_same_pages(cli, tmp_path):
     stack.write_text('<!doctype html><body style="margin:0">' + "".join(frames) + "</body>")
     profile, shot = tmp_path / "profile", tmp_path / "firefox.png"
     profile.mkdir()
+    paged_in(installed_at(FIREFOX))
     subprocess.run([FIREFOX, "--headless", "--no-remote", "--profile", str(profile),
                     f"--window-size=1280,{900 * len(frames)}", "--screenshot", str(shot),
                     stack.as_uri()], capture_output=True, timeout=120, check=True)
